@@ -1,0 +1,50 @@
+# Every external dependency, found once. All come from Debian packages or the LibTorch wheel.
+
+find_program(CCACHE_PROGRAM ccache)
+if(CCACHE_PROGRAM)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+  set(CMAKE_C_COMPILER_LAUNCHER ${CCACHE_PROGRAM})
+endif()
+
+# LibTorch's CMake probes the local GPU for an arch list unless one is given; that probe fails
+# with CMake 3.25 and nvcc 13 (and there is no GPU here). We compile no .cu files, so the arch
+# list only silences the probe. Hopper (9.0) is what the GPU machines have.
+if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
+  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
+endif()
+find_package(Torch REQUIRED)
+message(STATUS "LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+
+find_package(MPI REQUIRED COMPONENTS C)
+find_package(yaml-cpp REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(nlohmann_json REQUIRED)
+find_package(GTest REQUIRED)
+find_package(benchmark QUIET)
+
+# CUDA runtime and NCCL: compiled on every build where the toolkit exists (also without a GPU),
+# so CI catches compile errors in those paths. The CUDA build of LibTorch brings the toolkit in.
+set(TRAINER_HAVE_CUDA OFF)
+if(TARGET CUDA::cudart)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  # Prefer the NCCL that LibTorch itself loads (the wheel's), so the process holds one copy.
+  get_filename_component(_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+    HINTS ${_torch_lib_dir}/../../nvidia/nccl/lib ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    set(TRAINER_HAVE_CUDA ON)
+  endif()
+endif()
+message(STATUS "CUDA/NCCL code paths: ${TRAINER_HAVE_CUDA} (nccl: ${NCCL_LIBRARY})")
+
+# LibTorch's include directory carries its own fmt (12.x) headers, which would shadow the fmt 9
+# that Debian's spdlog is built against (and break spdlog). Our translation units search a
+# directory holding only a link to the system fmt first, so every one of them sees one fmt.
+# (LibTorch's own headers that include fmt are CUDA-tunable and MPS ones we never include.)
+get_target_property(_fmt_includes fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+find_path(TRAINER_FMT_INCLUDE fmt/core.h HINTS ${_fmt_includes} /usr/include NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH)
+set(TRAINER_FMT_SHIM ${CMAKE_BINARY_DIR}/fmt-shim)
+file(MAKE_DIRECTORY ${TRAINER_FMT_SHIM})
+file(CREATE_LINK ${TRAINER_FMT_INCLUDE}/fmt ${TRAINER_FMT_SHIM}/fmt SYMBOLIC)

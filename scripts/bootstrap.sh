@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian packages, the LibTorch wheel in a reusable virtualenv),
+# configures and builds. Idempotent: a second run with nothing changed takes seconds.
+#
+#   scripts/bootstrap.sh              # Release build in ./build
+#   Torch_DIR=/opt/libtorch/share/cmake/Torch scripts/bootstrap.sh   # use an existing LibTorch
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+
+log() { printf '[bootstrap] %s\n' "$*"; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# 1. Debian packages.
+apt_packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
+  openmpi-bin libopenmpi-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 2. LibTorch: a user-provided Torch_DIR wins; otherwise the PyPI wheel in a cached virtualenv.
+if [ -n "${Torch_DIR:-}" ]; then
+  log "using LibTorch from Torch_DIR=$Torch_DIR"
+  torch_prefix=""
+else
+  if ! "$TRAINER_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+    log "installing torch==$TORCH_VERSION into $TRAINER_VENV (one time, a few minutes)"
+    python3 -m venv "$TRAINER_VENV"
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+  fi
+  torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
+fi
+
+# 3. Configure once (CMake re-runs itself when CMakeLists change), then build incrementally.
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  log "configuring $BUILD_DIR"
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
+    ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"} \
+    ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"} >/dev/null
+fi
+log "building $BUILD_DIR"
+cmake --build "$BUILD_DIR" -- -j"${BUILD_JOBS:-$(nproc)}"

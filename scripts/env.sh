@@ -1,0 +1,16 @@
+# Shared settings for the project's scripts; sourced, never run.
+# TRAINER_CACHE holds the LibTorch virtualenv that every clone on this machine reuses.
+TORCH_VERSION="${TORCH_VERSION:-2.11.0}"
+TRAINER_CACHE="${TRAINER_CACHE:-$HOME/.cache/trainer}"
+TRAINER_VENV="${TRAINER_VENV:-$TRAINER_CACHE/torch-$TORCH_VERSION}"
+BUILD_DIR="${BUILD_DIR:-build}"
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# PCH-friendly ccache settings (the precompiled header is included with -include).
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
+
+# Open MPI refuses root and >cores ranks unless told; containers lack CMA for vader.
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"

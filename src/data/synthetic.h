@@ -1,0 +1,25 @@
+// SyntheticClassification: a seeded classification task with learnable structure. Inputs are
+// standard normal; the label is the argmax of a fixed random teacher network
+// (tanh(x W1) W2), with a fraction `label_noise` of labels replaced by random classes. A student
+// MLP can fit it, so the loss visibly drops; the same seed gives the same data on every rank.
+#pragma once
+
+#include "data/dataset.h"
+
+namespace data {
+
+class SyntheticClassification final : public Dataset {
+ public:
+  explicit SyntheticClassification(const DataOptions& options);
+  int64_t size() const override { return inputs_.size(0); }
+  int64_t input_dim() const override { return inputs_.size(1); }
+  int64_t num_classes() const override { return num_classes_; }
+  Batch get(const at::Tensor& indices) const override;
+
+ private:
+  at::Tensor inputs_;
+  at::Tensor targets_;
+  int64_t num_classes_;
+};
+
+}  // namespace data

@@ -1,0 +1,36 @@
+// MpiCommunicator: Communicator over an MPI communicator, for CPU tensors (CUDA tensors are
+// staged through host memory; the NCCL communicator is the fast path for those).
+//
+// Every operation is posted non-blocking (MPI_Iallreduce, ...) and its Work polls MPI_Test until
+// completion or the deadline. Open MPI progresses non-blocking collectives only inside MPI calls,
+// so is_completed() is also how callers drive progress while they compute.
+#pragma once
+
+#include <mpi.h>
+
+#include "ddp/communicator.h"
+
+namespace ddp {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Duplicates `comm`, so this communicator's traffic never mixes with other users of it.
+  MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> timeout);
+  ~MpiCommunicator() noexcept override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "mpi"; }
+
+  WorkPtr all_reduce_async(at::Tensor tensor, ReduceOp op, std::string_view what) override;
+  WorkPtr broadcast_async(at::Tensor tensor, int root, std::string_view what) override;
+  WorkPtr all_gather_async(at::Tensor output, at::Tensor input, std::string_view what) override;
+  WorkPtr barrier_async(std::string_view what) override;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace ddp

@@ -1,0 +1,55 @@
+#include "ddp/mpi_runtime.h"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdlib>
+
+#include "ddp/check.h"
+#include "ddp/mpi_communicator.h"
+
+namespace ddp {
+
+MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  int provided = 0;
+  TRAINER_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  // Errors come back as return codes, so the check macros can turn them into exceptions.
+  TRAINER_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  TRAINER_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &topology_.rank));
+  TRAINER_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &topology_.world_size));
+  MPI_Comm node = MPI_COMM_NULL;
+  TRAINER_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, topology_.rank,
+                                        MPI_INFO_NULL, &node));
+  TRAINER_MPI_CHECK(MPI_Comm_rank(node, &topology_.local_rank));
+  TRAINER_MPI_CHECK(MPI_Comm_size(node, &topology_.local_size));
+  MPI_Comm_free(&node);
+  std::array<char, 256> host{};
+  gethostname(host.data(), host.size() - 1);
+  topology_.hostname = host.data();
+}
+
+MpiRuntime::~MpiRuntime() noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiRuntime::world(std::chrono::duration<double> timeout) const {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, timeout);
+}
+
+std::unique_ptr<Communicator> MpiRuntime::self(std::chrono::duration<double> timeout) const {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_SELF, timeout);
+}
+
+void MpiRuntime::abort(int code) noexcept {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // not reached when MPI_Abort works
+}
+
+}  // namespace ddp

@@ -1,0 +1,47 @@
+// MpiRuntime: the process's MPI session (MPI_Init_thread .. MPI_Finalize), the job's topology,
+// and the communicators built on MPI. MPI is the control plane of the job: bootstrap, small
+// votes, and the data plane for CPU tensors.
+//
+// One MpiRuntime per process, created before any other ddp object and destroyed last.
+// Not copyable or movable.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "ddp/communicator.h"
+
+namespace ddp {
+
+// What MPI itself says about this process's place in the job.
+struct MpiTopology {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;   // rank among processes sharing this node (MPI_COMM_TYPE_SHARED)
+  int local_size = 1;
+  std::string hostname;
+};
+
+class MpiRuntime {
+ public:
+  MpiRuntime(int* argc, char*** argv);
+  ~MpiRuntime() noexcept;
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  const MpiTopology& topology() const { return topology_; }
+
+  // Communicators over every rank of the job, and over this process alone (world size 1).
+  std::unique_ptr<Communicator> world(std::chrono::duration<double> timeout) const;
+  std::unique_ptr<Communicator> self(std::chrono::duration<double> timeout) const;
+
+  // Ends every process of the job with `code`. For failures after which ranks can no longer
+  // agree (a timeout, an error on one rank in the middle of a step).
+  [[noreturn]] static void abort(int code) noexcept;
+
+ private:
+  MpiTopology topology_;
+};
+
+}  // namespace ddp

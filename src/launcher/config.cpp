@@ -1,0 +1,253 @@
+#include "launcher/config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "launcher/config_schema.h"
+
+namespace launcher {
+namespace {
+
+using schema::KeyDef;
+
+const KeyDef* find_key(const std::string& path) {
+  for (const auto& k : schema::keys()) {
+    if (k.path == path) return &k;
+  }
+  return nullptr;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion(const std::string& path) {
+  const KeyDef* best = nullptr;
+  size_t best_distance = 4;  // more than 3 edits away is no longer a typo
+  for (const auto& k : schema::keys()) {
+    const size_t d = edit_distance(path, k.path);
+    if (d < best_distance) {
+      best = &k;
+      best_distance = d;
+    }
+  }
+  return best ? fmt::format(" (did you mean '{}'?)", best->path) : std::string();
+}
+
+// Collects problems with their locations; thrown together as one ConfigError.
+class Loader {
+ public:
+  explicit Loader(std::string source) : source_(std::move(source)) {}
+
+  std::string where(const YAML::Mark& mark) const {
+    return mark.is_null() ? source_ : fmt::format("{}:{}", source_, mark.line + 1);
+  }
+
+  void error(const std::string& location, const std::string& message) {
+    errors_.push_back(fmt::format("{}: {}", location, message));
+  }
+
+  void apply(Config& config, const KeyDef& key, const YAML::Node& value, const std::string& location) {
+    try {
+      key.set(config, value);
+      origin_[key.path] = location;
+    } catch (const schema::ValueError& e) {
+      error(location, fmt::format("{}: {}", key.path, e.what()));
+    }
+  }
+
+  void apply_document(Config& config, const YAML::Node& root) {
+    if (root.IsNull()) return;  // an empty file: only defaults (required keys are reported)
+    if (!root.IsMap()) {
+      error(where(root.Mark()), "the top level must be a mapping of sections (model:, data:, train:, ...)");
+      return;
+    }
+    const auto known_sections = schema::sections();
+    for (const auto& section : root) {
+      const std::string name = section.first.as<std::string>();
+      const std::string at = where(section.first.Mark());
+      if (std::find(known_sections.begin(), known_sections.end(), name) == known_sections.end()) {
+        error(at, fmt::format("unknown section '{}'{}; sections are: {}", name, suggestion(name),
+                              fmt::join(known_sections, ", ")));
+        continue;
+      }
+      if (section.second.IsNull()) continue;
+      if (!section.second.IsMap()) {
+        error(at, fmt::format("section '{}' must be a mapping of keys", name));
+        continue;
+      }
+      for (const auto& entry : section.second) {
+        const std::string path = name + "." + entry.first.as<std::string>();
+        const std::string key_at = where(entry.first.Mark());
+        if (const KeyDef* key = find_key(path)) {
+          if (origin_.count(path) && origin_[path] != "default") {
+            error(key_at, fmt::format("{}: given twice (first at {})", path, origin_[path]));
+            continue;
+          }
+          apply(config, *key, entry.second, key_at);
+        } else {
+          error(key_at, fmt::format("unknown key '{}'{}", path, suggestion(path)));
+        }
+      }
+    }
+  }
+
+  void apply_override(Config& config, const std::string& text) {
+    const std::string location = fmt::format("--set {}", text);
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      error(location, "expected --set section.key=value");
+      return;
+    }
+    const std::string path = text.substr(0, eq);
+    const KeyDef* key = find_key(path);
+    if (key == nullptr) {
+      error(location, fmt::format("unknown key '{}'{}", path, suggestion(path)));
+      return;
+    }
+    YAML::Node value;
+    try {
+      value = YAML::Load(text.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      error(location, fmt::format("{}: cannot parse the value: {}", path, e.msg));
+      return;
+    }
+    apply(config, *key, value, location);
+  }
+
+  void check_required(const std::string& file_location) {
+    for (const auto& k : schema::keys()) {
+      if (k.required && origin_[k.path].empty()) {
+        error(file_location, fmt::format("{}: required, but not given (add it to the '{}' section or "
+                                         "pass --set {}=...)",
+                                         k.path, k.path.substr(0, k.path.find('.')), k.path));
+      }
+    }
+  }
+
+  // Rules between keys, reported where the user wrote one of them.
+  void check_relations(const Config& c) {
+    if (c.train.warmup_steps >= c.train.steps && c.train.steps > 1) {
+      const bool warmup_given = origin_["train.warmup_steps"] != "default";
+      error(warmup_given ? origin_["train.warmup_steps"] : origin_["train.steps"],
+            fmt::format("train.warmup_steps{} = {} must be smaller than train.steps = {}",
+                        warmup_given ? "" : " (default)", c.train.warmup_steps, c.train.steps));
+    }
+  }
+
+  void set_defaults(Config& config) {
+    for (const auto& k : schema::keys()) {
+      if (k.required) continue;
+      const std::string def = k.default_text == "\"\"" ? std::string() : k.default_text;
+      k.set(config, YAML::Node(def));
+      origin_[k.path] = "default";
+    }
+  }
+
+  void throw_if_errors() const {
+    if (errors_.empty()) return;
+    std::string message = fmt::format("{}", fmt::join(errors_, "\n"));
+    if (errors_.size() > 1) {
+      message = fmt::format("{} problems in the configuration:\n{}", errors_.size(), message);
+    }
+    throw ConfigError(message);
+  }
+
+ private:
+  std::string source_;
+  std::vector<std::string> errors_;
+  std::map<std::string, std::string> origin_;  // key path -> where its value came from
+};
+
+Config build(const YAML::Node& root, const std::string& source,
+             const std::vector<std::string>& overrides) {
+  Config config;
+  config.source = source;
+  Loader loader(source);
+  loader.set_defaults(config);
+  loader.apply_document(config, root);
+  for (const auto& o : overrides) loader.apply_override(config, o);
+  loader.check_required(source);
+  loader.check_relations(config);
+  loader.throw_if_errors();
+  return config;
+}
+
+YAML::Node parse_yaml(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}:{}: not valid YAML: {}", source, e.mark.line + 1, e.msg));
+  }
+}
+
+}  // namespace
+
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides) {
+  return build(parse_yaml(yaml_text, source_name), source_name, overrides);
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigError(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path, overrides);
+}
+
+std::string config_to_yaml(const Config& config) {
+  std::string out;
+  std::string current;
+  for (const auto& k : schema::keys()) {
+    const auto dot = k.path.find('.');
+    const std::string section = k.path.substr(0, dot);
+    if (section != current) {
+      out += fmt::format("{}{}:\n", current.empty() ? "" : "\n", section);
+      current = section;
+    }
+    out += fmt::format("  {}: {}\n", k.path.substr(dot + 1), k.get(config));
+  }
+  return out;
+}
+
+std::string config_reference() {
+  size_t w_path = 3, w_type = 4, w_def = 7, w_range = 5;
+  for (const auto& k : schema::keys()) {
+    w_path = std::max(w_path, k.path.size());
+    w_type = std::max(w_type, k.type.size());
+    w_def = std::max(w_def, k.required ? 8 : k.default_text.size());
+    w_range = std::max(w_range, k.range.size());
+  }
+  std::string out = fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", "key", w_path, "type",
+                                w_type, "default", w_def, "range", w_range, "description");
+  for (const auto& k : schema::keys()) {
+    out += fmt::format("{:<{}}  {:<{}}  {:<{}}  {:<{}}  {}\n", k.path, w_path, k.type, w_type,
+                       k.required ? "required" : k.default_text, w_def, k.range, w_range,
+                       k.description);
+  }
+  return out;
+}
+
+}  // namespace launcher

@@ -1,0 +1,48 @@
+// Config: the YAML run configuration as typed structs, validated.
+//
+// Every key is declared once, with type, default, range and description, in config_schema.cpp.
+// Unknown keys, wrong types, out-of-range and missing required values are ConfigErrors whose
+// message names the key path and file:line (or the --set that caused it).
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "ddp/options.h"
+#include "models/model.h"
+#include "train/options.h"
+
+namespace launcher {
+
+struct Config {
+  std::string source;  // the file it came from
+  models::ModelOptions model;
+  data::DataOptions data;
+  train::TrainOptions train;
+  ddp::DdpOptions ddp;
+  train::CheckpointOptions checkpoint;
+  train::LogOptions log;
+};
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Reads `path`, applies `overrides` ("section.key=value", in order), validates.
+// Throws ConfigError listing every problem found, one per line.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Parses YAML text as if it came from `source_name` (for tests and --set-only runs).
+Config parse_config(const std::string& yaml_text, const std::string& source_name,
+                    const std::vector<std::string>& overrides = {});
+
+// The effective configuration as YAML, every key included.
+std::string config_to_yaml(const Config& config);
+
+// A table of every key: path, type, default, range, description.
+std::string config_reference();
+
+}  // namespace launcher

@@ -1,0 +1,222 @@
+// Every configuration key, declared once: its type, default, range and a one-line description.
+// This table is the single source of defaults (the structs' initialisers are only zero values).
+
+#include "launcher/config_schema.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include "models/registry.h"
+
+namespace launcher::schema {
+namespace {
+
+std::string kind_of(const YAML::Node& node) {
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a list";
+  if (node.IsNull()) return "no value";
+  return fmt::format("'{}'", node.Scalar());
+}
+
+const std::string& scalar(const YAML::Node& node, const char* expected) {
+  if (!node.IsScalar()) throw ValueError(fmt::format("expected {}, got {}", expected, kind_of(node)));
+  return node.Scalar();
+}
+
+int64_t parse_int(const YAML::Node& node) {
+  const std::string& s = scalar(node, "an integer");
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec == std::errc::result_out_of_range) throw ValueError(fmt::format("'{}' is out of range", s));
+  if (ec != std::errc() || end != s.data() + s.size()) {
+    throw ValueError(fmt::format("expected an integer, got '{}'", s));
+  }
+  return v;
+}
+
+double parse_real(const YAML::Node& node) {
+  const std::string& s = scalar(node, "a number");
+  double v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v)) {
+    throw ValueError(fmt::format("expected a number, got '{}'", s));
+  }
+  return v;
+}
+
+// Accessors name a field of Config; `const_cast` lets one accessor serve get and set.
+template <class T>
+using Access = T& (*)(Config&);
+
+template <class T>
+T& field(Access<T> access, const Config& c) {
+  return access(const_cast<Config&>(c));
+}
+
+KeyDef integer(std::string path, Access<int64_t> access, std::string def, int64_t lo, int64_t hi,
+               std::string description) {
+  const bool required = def.empty();
+  return {std::move(path), "integer", std::move(def),
+          hi == std::numeric_limits<int64_t>::max() ? fmt::format(">= {}", lo)
+                                                    : fmt::format("{} .. {}", lo, hi),
+          std::move(description), required,
+          [=](Config& c, const YAML::Node& n) {
+            const int64_t v = parse_int(n);
+            if (v < lo || v > hi) {
+              throw ValueError(hi == std::numeric_limits<int64_t>::max()
+                                   ? fmt::format("{} is out of range: must be >= {}", v, lo)
+                                   : fmt::format("{} is out of range: must be in {} .. {}", v, lo, hi));
+            }
+            access(c) = v;
+          },
+          [=](const Config& c) { return std::to_string(field(access, c)); }};
+}
+
+KeyDef seed(std::string path, Access<uint64_t> access, std::string def, std::string description) {
+  return {std::move(path), "integer", std::move(def), ">= 0", std::move(description), false,
+          [=](Config& c, const YAML::Node& n) {
+            const int64_t v = parse_int(n);
+            if (v < 0) throw ValueError(fmt::format("{} is out of range: must be >= 0", v));
+            access(c) = static_cast<uint64_t>(v);
+          },
+          [=](const Config& c) { return std::to_string(field(access, c)); }};
+}
+
+// A real number in [lo, hi], or (lo, hi] with `lo_open`, or [lo, hi) with `hi_open`.
+KeyDef real(std::string path, Access<double> access, std::string def, double lo, double hi,
+            bool lo_open, bool hi_open, std::string description) {
+  const std::string range = fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo,
+                                        std::isinf(hi) ? "inf" : fmt::format("{}", hi),
+                                        hi_open || std::isinf(hi) ? ")" : "]");
+  return {std::move(path), "number", std::move(def), range, std::move(description), false,
+          [=](Config& c, const YAML::Node& n) {
+            const double v = parse_real(n);
+            const bool below = lo_open ? v <= lo : v < lo;
+            const bool above = hi_open ? v >= hi : v > hi;
+            if (below || above) {
+              throw ValueError(fmt::format("{} is out of range: must be in {}", v, range));
+            }
+            access(c) = v;
+          },
+          [=](const Config& c) { return fmt::format("{}", field(access, c)); }};
+}
+
+KeyDef text(std::string path, Access<std::string> access, std::string def,
+            std::string description) {
+  return {std::move(path), "string", def.empty() ? "\"\"" : std::move(def), "", std::move(description),
+          false,
+          [=](Config& c, const YAML::Node& n) {
+            access(c) = n.IsNull() ? std::string() : scalar(n, "a string");
+          },
+          [=](const Config& c) { return field(access, c).empty() ? "\"\"" : field(access, c); }};
+}
+
+KeyDef choice(std::string path, Access<std::string> access, std::string def,
+              std::vector<std::string> options, std::string description) {
+  const bool required = def.empty();
+  return {std::move(path), "choice", std::move(def), fmt::format("{}", fmt::join(options, " | ")),
+          std::move(description), required,
+          [=](Config& c, const YAML::Node& n) {
+            const std::string& v = scalar(n, "one of the choices");
+            if (std::find(options.begin(), options.end(), v) == options.end()) {
+              throw ValueError(
+                  fmt::format("'{}' is not one of: {}", v, fmt::join(options, ", ")));
+            }
+            access(c) = v;
+          },
+          [=](const Config& c) { return field(access, c); }};
+}
+
+// A positive integer, or `auto` (stored as 0).
+KeyDef integer_or_auto(std::string path, Access<int64_t> access, std::string def,
+                       std::string description) {
+  return {std::move(path), "integer | auto", std::move(def), ">= 1 or auto", std::move(description),
+          false,
+          [=](Config& c, const YAML::Node& n) {
+            if (n.IsScalar() && n.Scalar() == "auto") {
+              access(c) = 0;
+              return;
+            }
+            int64_t v = 0;
+            try {
+              v = parse_int(n);
+            } catch (const ValueError&) {
+              throw ValueError(fmt::format("expected a positive integer or 'auto', got {}", kind_of(n)));
+            }
+            if (v < 1) throw ValueError(fmt::format("{} is out of range: must be >= 1 or 'auto'", v));
+            access(c) = v;
+          },
+          [=](const Config& c) {
+            return field(access, c) == 0 ? std::string("auto") : std::to_string(field(access, c));
+          }};
+}
+
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+#define FIELD(member) [](Config& c) -> auto& { return c.member; }
+
+std::vector<KeyDef> declare() {
+  return {
+      choice("model.name", FIELD(model.name), "", models::model_names(), "model to train, from the model zoo"),
+      integer("model.hidden_dim", FIELD(model.hidden_dim), "256", 1, 1 << 20, "width of each hidden layer"),
+      integer("model.depth", FIELD(model.depth), "2", 0, 256, "number of hidden layers"),
+
+      choice("data.dataset", FIELD(data.dataset), "synthetic", {"synthetic"}, "dataset to train on"),
+      integer("data.num_samples", FIELD(data.num_samples), "16384", 1, 1LL << 40, "samples in the synthetic dataset"),
+      integer("data.input_dim", FIELD(data.input_dim), "32", 1, 1 << 20, "features per synthetic sample"),
+      integer("data.num_classes", FIELD(data.num_classes), "10", 2, 1 << 20, "classes of the synthetic task"),
+      integer("data.teacher_hidden", FIELD(data.teacher_hidden), "64", 1, 1 << 20, "width of the random teacher that labels synthetic data"),
+      real("data.label_noise", FIELD(data.label_noise), "0.0", 0.0, 1.0, false, false, "fraction of synthetic labels replaced at random"),
+      seed("data.seed", FIELD(data.seed), "1234", "seed of the synthetic data"),
+
+      choice("train.device", FIELD(train.device), "auto", {"auto", "cpu", "cuda"}, "auto: a GPU per rank when there are enough, else CPU"),
+      integer("train.global_batch_size", FIELD(train.global_batch_size), "", 1, 1LL << 31, "samples per optimizer step across all ranks"),
+      integer_or_auto("train.micro_batch_size", FIELD(train.micro_batch_size), "auto", "samples per forward/backward on a rank (auto: the whole per-rank batch)"),
+      integer("train.steps", FIELD(train.steps), "100", 1, kMax, "optimizer steps to train"),
+      real("train.lr", FIELD(train.lr), "0.001", 0.0, 10.0, true, false, "peak learning rate (AdamW)"),
+      real("train.min_lr_ratio", FIELD(train.min_lr_ratio), "0.1", 0.0, 1.0, false, false, "final learning rate as a fraction of the peak (cosine decay)"),
+      integer("train.warmup_steps", FIELD(train.warmup_steps), "10", 0, kMax, "steps of linear warmup"),
+      real("train.weight_decay", FIELD(train.weight_decay), "0.01", 0.0, 10.0, false, false, "AdamW decoupled weight decay"),
+      real("train.beta1", FIELD(train.beta1), "0.9", 0.0, 1.0, false, true, "AdamW beta1"),
+      real("train.beta2", FIELD(train.beta2), "0.999", 0.0, 1.0, false, true, "AdamW beta2"),
+      real("train.eps", FIELD(train.eps), "1e-08", 0.0, 1.0, true, false, "AdamW epsilon"),
+      real("train.grad_clip", FIELD(train.grad_clip), "1.0", 0.0, kInf, false, true, "clip the global gradient norm to this (0: no clipping)"),
+      seed("train.seed", FIELD(train.seed), "42", "seed of initialisation and data order"),
+      integer("train.threads", FIELD(train.threads), "0", 0, 4096, "CPU threads per rank (0: cores / ranks on the node)"),
+
+      choice("ddp.backend", FIELD(ddp.backend), "auto", {"auto", "nccl", "mpi"}, "auto: NCCL for CUDA tensors, MPI for CPU"),
+      real("ddp.timeout_s", FIELD(ddp.timeout_s), "600", 0.0, 7 * 86400.0, true, false, "deadline of every collective; past it the job ends instead of hanging"),
+
+      text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),
+      integer("checkpoint.every", FIELD(checkpoint.every), "0", 0, kMax, "save every N steps (0: only at the end)"),
+
+      choice("log.level", FIELD(log.level), "info", {"trace", "debug", "info", "warn", "error"}, "log level of rank 0 (other ranks log warnings and errors)"),
+      integer("log.every", FIELD(log.every), "10", 1, kMax, "log a step line every N steps"),
+  };
+}
+
+#undef FIELD
+
+}  // namespace
+
+const std::vector<KeyDef>& keys() {
+  static const std::vector<KeyDef> table = declare();
+  return table;
+}
+
+std::vector<std::string> sections() {
+  std::vector<std::string> out;
+  for (const auto& k : keys()) {
+    std::string section = k.path.substr(0, k.path.find('.'));
+    if (std::find(out.begin(), out.end(), section) == out.end()) out.push_back(section);
+  }
+  return out;
+}
+
+}  // namespace launcher::schema

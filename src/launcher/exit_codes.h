@@ -1,0 +1,12 @@
+// The trainer's exit codes.
+#pragma once
+
+namespace launcher {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;   // an internal or runtime failure
+inline constexpr int kExitUsage = 2;     // a user mistake: command line, config, launch, data
+inline constexpr int kExitTimeout = 3;   // a collective missed ddp.timeout_s
+// Stopped by a signal after a checkpoint: 128 + the signal number, as shells report it.
+
+}  // namespace launcher

@@ -1,0 +1,229 @@
+// trainer: the command line, the start-up of one rank, and the only place that decides to exit.
+//
+// Start-up runs in phases (launch + config, then devices + data + model). Each phase ends with a
+// vote over MPI, so a user mistake seen on any rank ends every rank with exit code 2 and one
+// message, and no rank is left waiting in a collective.
+
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <c10/cuda/CUDAFunctions.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "data/dataset.h"
+#include "ddp/batch_plan.h"
+#include "ddp/errors.h"
+#include "ddp/gather.h"
+#include "ddp/mpi_runtime.h"
+#include "ddp/rank_sampler.h"
+#include "launcher/config.h"
+#include "launcher/device.h"
+#include "launcher/exit_codes.h"
+#include "launcher/launch.h"
+#include "launcher/logging.h"
+#include "launcher/signals.h"
+#include "models/registry.h"
+#include "train/trainer.h"
+
+namespace launcher {
+namespace {
+
+struct CommandLine {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+  bool dry_run = false;
+  bool help_config = false;
+};
+
+// What one rank found in a start-up phase: 0, or the exit code and the message.
+struct Outcome {
+  int code = kExitOk;
+  std::string message;
+};
+
+void print_error(int rank, const std::string& message) {
+  if (rank == 0) {
+    fmt::print(stderr, "trainer: error: {}\n", message);
+  } else {
+    fmt::print(stderr, "trainer: error on rank {}: {}\n", rank, message);
+  }
+  std::fflush(stderr);
+}
+
+// Every rank learns whether any rank failed. Rank 0 prints its own error; a failing rank prints
+// its error only when rank 0 had none (then it is news). Returns the exit code all ranks use.
+int agree(ddp::Communicator& comm, const Outcome& mine) {
+  at::Tensor vote = at::tensor({mine.code, comm.rank() == 0 ? mine.code : 0}, at::kInt);
+  comm.all_reduce(vote, ddp::ReduceOp::kMax, "start-up vote");
+  const int code = vote[0].item<int>();
+  const bool rank0_failed = vote[1].item<int>() != 0;
+  if (mine.code != kExitOk && (comm.rank() == 0 || !rank0_failed)) print_error(comm.rank(), mine.message);
+  return code;
+}
+
+template <class Fn>
+Outcome attempt(Fn&& fn) {
+  try {
+    fn();
+    return {};
+  } catch (const ConfigError& e) {
+    return {kExitUsage, e.what()};
+  } catch (const LaunchError& e) {
+    return {kExitUsage, e.what()};
+  } catch (const DeviceError& e) {
+    return {kExitUsage, e.what()};
+  } catch (const ddp::PlanError& e) {
+    return {kExitUsage, e.what()};
+  } catch (const std::invalid_argument& e) {
+    return {kExitUsage, e.what()};
+  } catch (const std::exception& e) {
+    return {kExitFailure, e.what()};
+  }
+}
+
+int parse_command_line(int argc, char** argv, CommandLine& cli) {
+  CLI::App app{"trainer: data-parallel training with LibTorch over NCCL and MPI.\n"
+               "Start one process per GPU: mpirun -np 8 trainer --config run.yaml"};
+  app.add_option("--config", cli.config_path, "YAML run configuration")->check(CLI::ExistingFile);
+  app.add_option("--set", cli.overrides, "override a key: --set section.key=value (repeatable)")
+      ->take_all();
+  app.add_flag("--print-config", cli.print_config, "print the effective configuration and exit");
+  app.add_flag("--dry-run", cli.dry_run, "print the plan (ranks, devices, batches, model) and exit");
+  app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
+  app.set_version_flag("--version", fmt::format("trainer 0.1.0 (LibTorch {})", TORCH_VERSION));
+  const bool speaks = launcher_rank(process_environment()) == 0;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {
+      if (speaks) app.exit(e);
+      return kExitOk + 1000;  // printed help or version: done
+    }
+    if (speaks) fmt::print(stderr, "trainer: error: {}\nRun 'trainer --help' for usage.\n", e.what());
+    return kExitUsage;
+  }
+  if (cli.help_config) {
+    if (speaks) fmt::print("{}", config_reference());
+    return kExitOk + 1000;
+  }
+  if (cli.config_path.empty()) {
+    if (speaks) fmt::print(stderr, "trainer: error: --config FILE is required\nRun 'trainer --help' for usage.\n");
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+int count_nodes(const std::vector<std::string>& hosts) {
+  std::vector<std::string> unique = hosts;
+  std::sort(unique.begin(), unique.end());
+  return static_cast<int>(std::unique(unique.begin(), unique.end()) - unique.begin());
+}
+
+int run(int argc, char** argv) {
+  CommandLine cli;
+  if (const int rc = parse_command_line(argc, argv, cli); rc != kExitOk) {
+    return rc >= 1000 ? rc - 1000 : rc;
+  }
+
+  ddp::MpiRuntime mpi(&argc, &argv);
+  const int rank = mpi.topology().rank;
+  // Start-up votes use a fixed deadline: the configured one is not known yet.
+  auto bootstrap = mpi.world(std::chrono::seconds(120));
+
+  // Phase 1: launch discovery and configuration.
+  LaunchInfo launch;
+  Config config;
+  int code = agree(*bootstrap, attempt([&] {
+    launch = resolve_launch(mpi.topology(), process_environment());
+    config = load_config(cli.config_path, cli.overrides);
+  }));
+  if (code != kExitOk) return code;
+  setup_logging(rank, launch.world_size, config.log.level);
+  if (cli.print_config) {
+    if (rank == 0) fmt::print("{}", config_to_yaml(config));
+    return kExitOk;
+  }
+
+  // Phase 2: devices, data, model, batch plan.
+  DeviceBinding binding;
+  std::unique_ptr<data::Dataset> dataset;
+  std::shared_ptr<models::Model> model;
+  const int threads = config.train.threads > 0
+                          ? static_cast<int>(config.train.threads)
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                            launch.local_size);
+  code = agree(*bootstrap, attempt([&] {
+    const auto env = process_environment();
+    binding = bind_device(config.train.device, launch.local_rank, launch.local_size,
+                          visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
+    if (config.ddp.backend == "nccl") {
+      throw DeviceError("ddp.backend: 'nccl' is not available in this build yet; use auto or mpi");
+    }
+    if (binding.device.is_cuda()) c10::cuda::set_device(binding.device.index());
+    at::set_num_threads(threads);
+    dataset = data::make_dataset(config.data);
+    ddp::BatchPlan::make(config.train.global_batch_size, launch.world_size, launch.rank,
+                         config.train.micro_batch_size);
+    ddp::RankSampler(dataset->size(), config.train.global_batch_size, config.train.seed);
+    at::manual_seed(config.train.seed);
+    model = models::create_model(config.model, {dataset->input_dim(), dataset->num_classes()});
+  }));
+  if (code != kExitOk) return code;
+
+  auto comm = mpi.world(std::chrono::duration<double>(config.ddp.timeout_s));
+  train::Trainer trainer(config.train, config.checkpoint, config.log, *comm, model, *dataset,
+                         binding.device);
+
+  int64_t n_params = 0;
+  for (const auto& p : model->parameters()) n_params += p.numel();
+  const auto hosts = ddp::all_gather_strings(*comm, launch.hostname);
+  const auto lines = ddp::all_gather_strings(
+      *comm, fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {}  batch {}",
+                         rank, launch.hostname, launch.local_rank, launch.local_size,
+                         binding.description, threads, trainer.plan().describe()));
+  spdlog::info("trainer 0.1.0 (LibTorch {}), launched by {}: {} rank(s) on {} node(s), backend {}",
+               TORCH_VERSION, launch.launcher, launch.world_size, count_nodes(hosts), comm->backend());
+  spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}", config.model.name,
+               n_params, config.data.dataset, dataset->size(), config.train.global_batch_size);
+  for (const auto& line : lines) spdlog::info("{}", line);
+  if (trainer.plan().micro_clamped) {
+    spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
+                 config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
+  }
+  if (cli.dry_run) {
+    spdlog::info("dry run: nothing trained");
+    return kExitOk;
+  }
+
+  install_stop_handlers();
+  const auto summary = trainer.run(stop_requested);
+  spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.1f} samples/s", summary.steps_done,
+               summary.first_loss, summary.last_loss, summary.samples_per_s);
+  comm->barrier("shutdown");
+  return summary.stopped ? 128 + std::max(stop_signal(), 0) : kExitOk;
+}
+
+}  // namespace
+}  // namespace launcher
+
+int main(int argc, char** argv) {
+  using namespace launcher;
+  try {
+    return run(argc, argv);
+  } catch (const ddp::CommTimeout& e) {
+    spdlog::error("{}", e.what());
+    spdlog::error("aborting the job (exit code {})", kExitTimeout);
+    ddp::MpiRuntime::abort(kExitTimeout);
+  } catch (const std::exception& e) {
+    // After start-up a failure on one rank cannot be voted on (the others may be inside a
+    // collective): end the whole job.
+    spdlog::error("{}", e.what());
+    ddp::MpiRuntime::abort(kExitFailure);
+  }
+}

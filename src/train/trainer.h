@@ -1,0 +1,76 @@
+// Trainer: the data-parallel training loop of one rank.
+//
+// Contract: every rank constructs a Trainer with the same options, a model of the same
+// architecture and the same dataset; construction broadcasts parameters and buffers from rank 0.
+// Every step issues the same collectives in the same order on every rank (gradients, then the
+// status vote), whatever happens locally, so ranks never wait on an operation another rank skips.
+// The Trainer owns the optimizer; the model and communicator are borrowed.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <torch/optim/adamw.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "data/dataset.h"
+#include "ddp/batch_plan.h"
+#include "ddp/communicator.h"
+#include "ddp/rank_sampler.h"
+#include "models/model.h"
+#include "train/options.h"
+
+namespace train {
+
+struct StepResult {
+  double loss = 0;       // mean loss over the global batch
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  bool stop = false;     // some rank asked to stop (a signal); all ranks agree
+};
+
+struct RunSummary {
+  int64_t steps_done = 0;
+  double first_loss = 0;
+  double last_loss = 0;
+  double samples_per_s = 0;  // over steps after the first (which includes warm-up)
+  bool stopped = false;
+};
+
+class Trainer {
+ public:
+  Trainer(const TrainOptions& options, const CheckpointOptions& checkpoint, const LogOptions& log,
+          ddp::Communicator& comm, std::shared_ptr<models::Model> model,
+          const data::Dataset& dataset, c10::Device device);
+
+  // Runs train.steps steps; `stop_requested` is polled each step and voted on by all ranks.
+  RunSummary run(const std::function<bool()>& stop_requested = nullptr);
+
+  // One optimizer step over global batch `step`.
+  StepResult step(int64_t step, bool stop_requested = false);
+
+  const ddp::BatchPlan& plan() const { return plan_; }
+  models::Model& model() { return *model_; }
+
+  // Rank 0 writes the model's parameters and buffers to `path`; other ranks do nothing.
+  void save_checkpoint(const std::string& path) const;
+
+ private:
+  void broadcast_model();
+  void all_reduce_gradients();
+
+  TrainOptions options_;
+  CheckpointOptions checkpoint_;
+  LogOptions log_;
+  ddp::Communicator& comm_;
+  std::shared_ptr<models::Model> model_;
+  const data::Dataset& dataset_;
+  c10::Device device_;
+  ddp::BatchPlan plan_;
+  ddp::RankSampler sampler_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+};
+
+}  // namespace train
