@@ -67,9 +67,9 @@ class Loader {
   }
 
   void apply(Config& config, const KeyDef& key, const YAML::Node& value, const std::string& location) {
+    origin_[key.path] = location;  // given, even if the value is rejected below
     try {
       key.set(config, value);
-      origin_[key.path] = location;
     } catch (const schema::ValueError& e) {
       error(location, fmt::format("{}: {}", key.path, e.what()));
     }

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# End-to-end checks of the trainer binary, as a user runs it.
+#   e2e.sh CASE TRAINER SOURCE_DIR
+# Each case prints what it ran and why it failed; exit 0 means the case passed.
+set -uo pipefail
+case_name=$1 trainer=$2 src=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=$work/out.txt
+
+fail() { echo "FAIL [$case_name]: $*"; echo "----- output -----"; cat "$out"; exit 1; }
+run() {  # run CMD...: records output and exit code in $rc
+  echo "+ $*"
+  "$@" >"$out" 2>&1
+  rc=$?
+}
+expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
+expect_grep() { grep -qE -- "$1" "$out" || fail "output lacks /$1/"; }
+expect_no_grep() { ! grep -qE -- "$1" "$out" || fail "output has /$1/"; }
+
+# loss_drops: the 'done:' line's last loss is below half the first.
+loss_drops() {
+  local line first last
+  line=$(grep -E "done: [0-9]+ steps, loss" "$out" | tail -1) || fail "no 'done:' line"
+  first=$(sed -E 's/.*loss ([0-9.]+) -> ([0-9.]+).*/\1/' <<<"$line")
+  last=$(sed -E 's/.*loss ([0-9.]+) -> ([0-9.]+).*/\2/' <<<"$line")
+  awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.5 * f) }' || fail "loss did not drop: $first -> $last"
+  echo "loss $first -> $last"
+}
+
+quick=(--config "$src/configs/quickstart.yaml" --set train.steps=150)
+bad=$work/bad.yaml
+cat >"$bad" <<'YAML'
+model:
+  name: mlp
+train:
+  global_batch_size: lots
+YAML
+
+case $case_name in
+  quickstart_np1)
+    run "$trainer" "${quick[@]}"
+    expect_rc 0; expect_grep "step +150/150"; expect_grep "samples/s"; loss_drops ;;
+  quickstart_np2)
+    run mpirun -np 2 "$trainer" "${quick[@]}"
+    expect_rc 0; expect_grep "\[0/2\]"; expect_grep "2 rank\(s\)"; loss_drops ;;
+  bad_config_np2)
+    start=$(date +%s)
+    run timeout 10 mpirun -np 2 "$trainer" --config "$bad"
+    expect_rc 2
+    expect_grep "bad.yaml:4: train.global_batch_size: expected an integer, got 'lots'"
+    [ "$(grep -c "train.global_batch_size" "$out")" = 1 ] || fail "the message is not printed exactly once"
+    echo "exited $rc after $(( $(date +%s) - start )) s" ;;
+  bad_config_rank1_only)
+    # Only rank 1 sees a broken file: rank 0 must not be left waiting, and rank 1 says why.
+    good=$work/good.yaml; cp "$src/configs/quickstart.yaml" "$good"
+    cat >"$work/pick.sh" <<SH
+#!/usr/bin/env bash
+if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$trainer" --config "$bad"; else exec "$trainer" --config "$good"; fi
+SH
+    chmod +x "$work/pick.sh"
+    run timeout 10 mpirun -np 2 "$work/pick.sh"
+    expect_rc 2; expect_grep "error on rank 1: .*bad.yaml:4: train.global_batch_size" ;;
+  unknown_key_suggests)
+    run "$trainer" "${quick[@]}" --set train.global_bach_size=8
+    expect_rc 2; expect_grep "unknown key 'train.global_bach_size' \(did you mean 'train.global_batch_size'\?\)" ;;
+  missing_config_file)
+    run "$trainer" --config "$work/nope.yaml"
+    expect_rc 2; expect_grep "nope.yaml"; expect_no_grep "terminate called|Aborted" ;;
+  bad_cli)
+    run "$trainer" --config "$src/configs/quickstart.yaml" --frobnicate
+    expect_rc 2; expect_grep "frobnicate" ;;
+  world_larger_than_batch)
+    run timeout 20 mpirun -np 3 "$trainer" "${quick[@]}" --set train.global_batch_size=2
+    expect_rc 2; expect_grep "smaller than the world size 3" ;;
+  cuda_without_gpu)
+    run "$trainer" "${quick[@]}" --set train.device=cuda
+    expect_rc 2; expect_grep "train.device is 'cuda' but this process sees no CUDA device" ;;
+  srun_without_pmix)
+    # What srun without --mpi=pmix looks like from inside: SLURM says 3 tasks, MPI a world of 1.
+    run env SLURM_PROCID=1 SLURM_STEP_ID=0 SLURM_NTASKS=3 SLURM_LOCALID=1 "$trainer" "${quick[@]}"
+    expect_rc 2; expect_grep "SLURM_NTASKS=3 but MPI says world size = 1"; expect_grep "--mpi=pmix" ;;
+  dry_run)
+    run mpirun -np 3 "$trainer" "${quick[@]}" --dry-run --set train.global_batch_size=100 --set train.micro_batch_size=16
+    expect_rc 0
+    expect_grep "rank +0 .*batch 34 samples \[0, 34\) in 3 micro-batch\(es\) of 16 \(last 2\)"
+    expect_grep "rank +2 .*batch 33 samples \[67, 100\)"
+    expect_grep "dry run: nothing trained"; expect_no_grep "step +1/" ;;
+  print_config_roundtrip)
+    run "$trainer" "${quick[@]}" --print-config --set train.lr=0.02
+    expect_rc 0; expect_grep "^  lr: 0.02$"
+    cp "$out" "$work/printed.yaml"
+    run "$trainer" --config "$work/printed.yaml" --dry-run
+    expect_rc 0 ;;
+  help_config)
+    run "$trainer" --help-config
+    expect_rc 0; expect_grep "^train.global_batch_size +integer +required"; expect_grep "^ddp.timeout_s" ;;
+  checkpoint_and_signal)
+    # SIGINT mid-run: the step finishes, the ranks agree, a checkpoint is written, exit 130.
+    echo "+ $trainer ${quick[*]} --set train.steps=1000000 (then SIGINT)"
+    "$trainer" "${quick[@]}" --set train.steps=1000000 --set checkpoint.dir="$work/ckpt" >"$out" 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do grep -q "step " "$out" && break; sleep 0.1; done
+    kill -INT $pid
+    wait $pid; rc=$?
+    expect_rc 130
+    [ -f "$work/ckpt/final.pt" ] || fail "no checkpoint at $work/ckpt/final.pt"
+    expect_grep "stop requested \(signal\)" ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
+echo "PASS [$case_name]"
