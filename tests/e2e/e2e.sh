@@ -28,7 +28,7 @@ loss_drops() {
   echo "loss $first -> $last"
 }
 
-quick=(--config "$src/configs/quickstart.yaml" --set train.steps=150)
+quick=(--config "$src/configs/quickstart.yaml" --set train.steps=150 --set log.every=25)
 bad=$work/bad.yaml
 cat >"$bad" <<'YAML'
 model:
