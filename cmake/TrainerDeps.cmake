@@ -31,7 +31,7 @@ if(TARGET CUDA::cudart)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
   # Prefer the NCCL that LibTorch itself loads (the wheel's), so the process holds one copy.
   get_filename_component(_torch_lib_dir "${TORCH_LIBRARY}" DIRECTORY)
-  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+  find_library(NCCL_LIBRARY NAMES libnccl.so.2 nccl NAMES_PER_DIR
     HINTS ${_torch_lib_dir}/../../nvidia/nccl/lib ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(TRAINER_HAVE_CUDA ON)

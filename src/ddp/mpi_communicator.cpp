@@ -82,9 +82,13 @@ class MpiWork final : public Work {
         posted_(Clock::now()), on_complete_(std::move(on_complete)) {}
 
   ~MpiWork() noexcept override {
-    // A Work dropped unwaited must not leave MPI writing into freed memory.
-    if (!done_ && request_ != MPI_REQUEST_NULL && !timed_out_) {
-      MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    // Never wait here: a Work dropped unfinished (an exception unwinding past it, a timed-out
+    // peer) could wait forever. MPI forbids freeing an active collective request, and it may
+    // still write into the buffers, so both are leaked on purpose; this happens only on the way
+    // to ending the process.
+    if (!done_ && request_ != MPI_REQUEST_NULL) {
+      new MPI_Request(request_);
+      new std::function<void()>(std::move(on_complete_));
     }
   }
 
@@ -104,7 +108,6 @@ class MpiWork final : public Work {
     for (int64_t polls = 0; !is_completed(); ++polls) {
       const auto waited = Clock::now() - posted_;
       if (waited > timeout_) {
-        timed_out_ = true;
         throw CommTimeout(fmt::format(
             "rank {}: {} did not complete at step {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
             "s. Another rank is stalled, dead, or issuing different collectives.",
@@ -134,7 +137,6 @@ class MpiWork final : public Work {
   std::function<void()> on_complete_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
-  bool timed_out_ = false;
 };
 
 }  // namespace
@@ -151,6 +153,11 @@ MpiCommunicator::~MpiCommunicator() noexcept {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::duplicate(
+    std::chrono::duration<double> timeout) const {
+  return std::make_unique<MpiCommunicator>(comm_, timeout);
 }
 
 WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::string_view what) {

@@ -27,6 +27,9 @@ class MpiCommunicator final : public Communicator {
   WorkPtr all_gather_async(at::Tensor output, at::Tensor input, std::string_view what) override;
   WorkPtr barrier_async(std::string_view what) override;
 
+  // A new communicator over the same ranks, with its own MPI context. Collective.
+  std::unique_ptr<MpiCommunicator> duplicate(std::chrono::duration<double> timeout) const;
+
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

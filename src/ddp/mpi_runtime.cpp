@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdlib>
+#include <exception>
 
 #include "ddp/check.h"
 #include "ddp/mpi_communicator.h"
@@ -13,7 +14,7 @@ namespace ddp {
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   int provided = 0;
-  TRAINER_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  TRAINER_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
   // Errors come back as return codes, so the check macros can turn them into exceptions.
   TRAINER_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   TRAINER_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &topology_.rank));
@@ -30,6 +31,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 }
 
 MpiRuntime::~MpiRuntime() noexcept {
+  // MPI_Finalize synchronises with the other ranks: while an exception is unwinding, a peer may
+  // be stalled or gone, and finalising would hang. The code that catches it aborts the job.
+  if (std::uncaught_exceptions() > 0) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

@@ -2,8 +2,9 @@
 // and the communicators built on MPI. MPI is the control plane of the job: bootstrap, small
 // votes, and the data plane for CPU tensors.
 //
-// One MpiRuntime per process, created before any other ddp object and destroyed last.
-// Not copyable or movable.
+// One MpiRuntime per process, created before any other ddp object and destroyed last. Its
+// destructor finalises MPI, except while an exception unwinds (then a peer may be gone, and the
+// code that catches the exception must call abort()). Not copyable or movable.
 #pragma once
 
 #include <chrono>

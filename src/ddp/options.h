@@ -6,8 +6,11 @@
 namespace ddp {
 
 struct DdpOptions {
-  std::string backend;   // auto | nccl | mpi
-  double timeout_s = 0;  // deadline of every collective
+  std::string backend;           // auto | nccl | mpi
+  double timeout_s = 0;          // deadline of every collective
+  double first_bucket_mb = 0;    // cap of the first gradient bucket
+  double bucket_mb = 0;          // cap of the other buckets
+  bool find_unused_parameters = false;
 };
 
 }  // namespace ddp

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "launcher/config_schema.h"
@@ -40,17 +41,23 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-std::string suggestion(const std::string& path) {
-  const KeyDef* best = nullptr;
+std::string suggestion(const std::string& name, const std::vector<std::string>& candidates) {
+  const std::string* best = nullptr;
   size_t best_distance = 4;  // more than 3 edits away is no longer a typo
-  for (const auto& k : schema::keys()) {
-    const size_t d = edit_distance(path, k.path);
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(name, c);
     if (d < best_distance) {
-      best = &k;
+      best = &c;
       best_distance = d;
     }
   }
-  return best ? fmt::format(" (did you mean '{}'?)", best->path) : std::string();
+  return best ? fmt::format(" (did you mean '{}'?)", *best) : std::string();
+}
+
+std::vector<std::string> key_paths() {
+  std::vector<std::string> paths;
+  for (const auto& k : schema::keys()) paths.push_back(k.path);
+  return paths;
 }
 
 // Collects problems with their locations; thrown together as one ConfigError.
@@ -71,6 +78,7 @@ class Loader {
     try {
       key.set(config, value);
     } catch (const schema::ValueError& e) {
+      rejected_.insert(key.path);
       error(location, fmt::format("{}: {}", key.path, e.what()));
     }
   }
@@ -83,10 +91,15 @@ class Loader {
     }
     const auto known_sections = schema::sections();
     for (const auto& section : root) {
-      const std::string name = section.first.as<std::string>();
       const std::string at = where(section.first.Mark());
+      if (!section.first.IsScalar()) {
+        error(at, "a section name must be a plain word (model, data, train, ...)");
+        continue;
+      }
+      const std::string name = section.first.Scalar();
       if (std::find(known_sections.begin(), known_sections.end(), name) == known_sections.end()) {
-        error(at, fmt::format("unknown section '{}'{}; sections are: {}", name, suggestion(name),
+        error(at, fmt::format("unknown section '{}'{}; sections are: {}", name,
+                              suggestion(name, known_sections),
                               fmt::join(known_sections, ", ")));
         continue;
       }
@@ -96,8 +109,12 @@ class Loader {
         continue;
       }
       for (const auto& entry : section.second) {
-        const std::string path = name + "." + entry.first.as<std::string>();
         const std::string key_at = where(entry.first.Mark());
+        if (!entry.first.IsScalar()) {
+          error(key_at, fmt::format("a key in section '{}' must be a plain name", name));
+          continue;
+        }
+        const std::string path = name + "." + entry.first.Scalar();
         if (const KeyDef* key = find_key(path)) {
           if (origin_.count(path) && origin_[path] != "default") {
             error(key_at, fmt::format("{}: given twice (first at {})", path, origin_[path]));
@@ -105,7 +122,7 @@ class Loader {
           }
           apply(config, *key, entry.second, key_at);
         } else {
-          error(key_at, fmt::format("unknown key '{}'{}", path, suggestion(path)));
+          error(key_at, fmt::format("unknown key '{}'{}", path, suggestion(path, key_paths())));
         }
       }
     }
@@ -121,7 +138,7 @@ class Loader {
     const std::string path = text.substr(0, eq);
     const KeyDef* key = find_key(path);
     if (key == nullptr) {
-      error(location, fmt::format("unknown key '{}'{}", path, suggestion(path)));
+      error(location, fmt::format("unknown key '{}'{}", path, suggestion(path, key_paths())));
       return;
     }
     YAML::Node value;
@@ -146,6 +163,8 @@ class Loader {
 
   // Rules between keys, reported where the user wrote one of them.
   void check_relations(const Config& c) {
+    // A rule between keys only means something when both values were accepted.
+    if (rejected_.count("train.warmup_steps") || rejected_.count("train.steps")) return;
     if (c.train.warmup_steps >= c.train.steps && c.train.steps > 1) {
       const bool warmup_given = origin_["train.warmup_steps"] != "default";
       error(warmup_given ? origin_["train.warmup_steps"] : origin_["train.steps"],
@@ -176,6 +195,7 @@ class Loader {
   std::string source_;
   std::vector<std::string> errors_;
   std::map<std::string, std::string> origin_;  // key path -> where its value came from
+  std::set<std::string> rejected_;             // keys given a value that was rejected
 };
 
 Config build(const YAML::Node& root, const std::string& source,

@@ -78,7 +78,7 @@ KeyDef integer(std::string path, Access<int64_t> access, std::string def, int64_
 }
 
 KeyDef seed(std::string path, Access<uint64_t> access, std::string def, std::string description) {
-  return {std::move(path), "integer", std::move(def), ">= 0", std::move(description), false,
+  return {std::move(path), "integer", std::move(def), "0 .. 2^63-1", std::move(description), false,
           [=](Config& c, const YAML::Node& n) {
             const int64_t v = parse_int(n);
             if (v < 0) throw ValueError(fmt::format("{} is out of range: must be >= 0", v));
@@ -106,6 +106,13 @@ KeyDef real(std::string path, Access<double> access, std::string def, double lo,
           [=](const Config& c) { return fmt::format("{}", field(access, c)); }};
 }
 
+// A string, written back quoted where YAML needs it (spaces, '#', ':', '~', ...).
+std::string yaml_string(const std::string& value) {
+  YAML::Emitter out;
+  out << YAML::DoubleQuoted << value;
+  return out.c_str();
+}
+
 KeyDef text(std::string path, Access<std::string> access, std::string def,
             std::string description) {
   return {std::move(path), "string", def.empty() ? "\"\"" : std::move(def), "", std::move(description),
@@ -113,7 +120,7 @@ KeyDef text(std::string path, Access<std::string> access, std::string def,
           [=](Config& c, const YAML::Node& n) {
             access(c) = n.IsNull() ? std::string() : scalar(n, "a string");
           },
-          [=](const Config& c) { return field(access, c).empty() ? "\"\"" : field(access, c); }};
+          [=](const Config& c) { return yaml_string(field(access, c)); }};
 }
 
 KeyDef choice(std::string path, Access<std::string> access, std::string def,
@@ -130,6 +137,21 @@ KeyDef choice(std::string path, Access<std::string> access, std::string def,
             access(c) = v;
           },
           [=](const Config& c) { return field(access, c); }};
+}
+
+KeyDef boolean(std::string path, Access<bool> access, std::string def, std::string description) {
+  return {std::move(path), "boolean", std::move(def), "true | false", std::move(description), false,
+          [=](Config& c, const YAML::Node& n) {
+            const std::string& v = scalar(n, "true or false");
+            if (v == "true" || v == "True" || v == "yes") {
+              access(c) = true;
+            } else if (v == "false" || v == "False" || v == "no") {
+              access(c) = false;
+            } else {
+              throw ValueError(fmt::format("expected true or false, got '{}'", v));
+            }
+          },
+          [=](const Config& c) { return std::string(field(access, c) ? "true" : "false"); }};
 }
 
 // A positive integer, or `auto` (stored as 0).
@@ -175,7 +197,7 @@ std::vector<KeyDef> declare() {
       real("data.label_noise", FIELD(data.label_noise), "0.0", 0.0, 1.0, false, false, "fraction of synthetic labels replaced at random"),
       seed("data.seed", FIELD(data.seed), "1234", "seed of the synthetic data"),
 
-      choice("train.device", FIELD(train.device), "auto", {"auto", "cpu", "cuda"}, "auto: a GPU per rank when there are enough, else CPU"),
+      choice("train.device", FIELD(train.device), "auto", {"auto", "cpu", "cuda"}, "auto: a GPU per rank where GPUs are visible, else CPU"),
       integer("train.global_batch_size", FIELD(train.global_batch_size), "", 1, 1LL << 31, "samples per optimizer step across all ranks"),
       integer_or_auto("train.micro_batch_size", FIELD(train.micro_batch_size), "auto", "samples per forward/backward on a rank (auto: the whole per-rank batch)"),
       integer("train.steps", FIELD(train.steps), "100", 1, kMax, "optimizer steps to train"),
@@ -192,6 +214,9 @@ std::vector<KeyDef> declare() {
 
       choice("ddp.backend", FIELD(ddp.backend), "auto", {"auto", "nccl", "mpi"}, "auto: NCCL for CUDA tensors, MPI for CPU"),
       real("ddp.timeout_s", FIELD(ddp.timeout_s), "600", 0.0, 7 * 86400.0, true, false, "deadline of every collective; past it the job ends instead of hanging"),
+      real("ddp.first_bucket_mb", FIELD(ddp.first_bucket_mb), "1", 0.0, 65536.0, true, false, "cap of the first gradient bucket (MiB): small, so communication starts early"),
+      real("ddp.bucket_mb", FIELD(ddp.bucket_mb), "25", 0.0, 65536.0, true, false, "cap of the other gradient buckets (MiB)"),
+      boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
 
       text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),
       integer("checkpoint.every", FIELD(checkpoint.every), "0", 0, kMax, "save every N steps (0: only at the end)"),

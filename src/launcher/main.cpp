@@ -16,10 +16,12 @@
 #include <thread>
 
 #include "data/dataset.h"
+#include "ddp/backend.h"
 #include "ddp/batch_plan.h"
 #include "ddp/errors.h"
 #include "ddp/gather.h"
 #include "ddp/mpi_runtime.h"
+#include "ddp/nccl_communicator.h"
 #include "ddp/rank_sampler.h"
 #include "launcher/config.h"
 #include "launcher/device.h"
@@ -125,13 +127,30 @@ int count_nodes(const std::vector<std::string>& hosts) {
   return static_cast<int>(std::unique(unique.begin(), unique.end()) - unique.begin());
 }
 
+int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli);
+
 int run(int argc, char** argv) {
   CommandLine cli;
   if (const int rc = parse_command_line(argc, argv, cli); rc != kExitOk) {
     return rc >= 1000 ? rc - 1000 : rc;
   }
-
   ddp::MpiRuntime mpi(&argc, &argv);
+  // Failures are caught while MPI is still up: after start-up a failure on one rank cannot be
+  // voted on (the others may be inside a collective), so it ends the whole job.
+  try {
+    return train_with_mpi(mpi, cli);
+  } catch (const ddp::CommTimeout& e) {
+    spdlog::error("{}", e.what());
+    spdlog::error("aborting the job (exit code {})", kExitTimeout);
+    ddp::MpiRuntime::abort(kExitTimeout);
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    spdlog::error("aborting the job (exit code {})", kExitFailure);
+    ddp::MpiRuntime::abort(kExitFailure);
+  }
+}
+
+int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   const int rank = mpi.topology().rank;
   // Start-up votes use a fixed deadline: the configured one is not known yet.
   auto bootstrap = mpi.world(std::chrono::seconds(120));
@@ -152,6 +171,7 @@ int run(int argc, char** argv) {
 
   // Phase 2: devices, data, model, batch plan.
   DeviceBinding binding;
+  std::string backend;
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;
   const int threads = config.train.threads > 0
@@ -162,9 +182,7 @@ int run(int argc, char** argv) {
     const auto env = process_environment();
     binding = bind_device(config.train.device, launch.local_rank, launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
-    if (config.ddp.backend == "nccl") {
-      throw DeviceError("ddp.backend: 'nccl' is not available in this build yet; use auto or mpi");
-    }
+    backend = ddp::resolve_backend(config.ddp.backend, binding.device, ddp::nccl_available());
     if (binding.device.is_cuda()) c10::cuda::set_device(binding.device.index());
     at::set_num_threads(threads);
     dataset = data::make_dataset(config.data);
@@ -176,9 +194,20 @@ int run(int argc, char** argv) {
   }));
   if (code != kExitOk) return code;
 
-  auto comm = mpi.world(std::chrono::duration<double>(config.ddp.timeout_s));
-  train::Trainer trainer(config.train, config.checkpoint, config.log, *comm, model, *dataset,
-                         binding.device);
+  // Phase 3: communicators and the trainer (parameter check, buckets, broadcast from rank 0).
+  const auto timeout = std::chrono::duration<double>(config.ddp.timeout_s);
+  auto control = mpi.world(timeout);
+  std::unique_ptr<ddp::Communicator> data_comm;
+  std::unique_ptr<train::Trainer> trainer_ptr;
+  code = agree(*control, attempt([&] {
+    data_comm = ddp::make_data_communicator(backend, binding.device, *control, timeout);
+    trainer_ptr = std::make_unique<train::Trainer>(config.train, config.ddp, config.checkpoint,
+                                                   config.log, *control, *data_comm, model,
+                                                   *dataset, binding.device);
+  }));
+  if (code != kExitOk) return code;
+  train::Trainer& trainer = *trainer_ptr;
+  auto* comm = control.get();
 
   int64_t n_params = 0;
   for (const auto& p : model->parameters()) n_params += p.numel();
@@ -188,7 +217,13 @@ int run(int argc, char** argv) {
                          rank, launch.hostname, launch.local_rank, launch.local_size,
                          binding.description, threads, trainer.plan().describe()));
   spdlog::info("trainer 0.1.0 (LibTorch {}), launched by {}: {} rank(s) on {} node(s), backend {}",
-               TORCH_VERSION, launch.launcher, launch.world_size, count_nodes(hosts), comm->backend());
+               TORCH_VERSION, launch.launcher, launch.world_size, count_nodes(hosts), data_comm->backend());
+  const auto& buckets = trainer.reducer().layout();
+  int64_t bucket_bytes = 0;
+  for (const auto& b : buckets) bucket_bytes += b.bytes();
+  spdlog::info("gradients: {} bucket(s), {:.2f} MiB (first {:.2f} MiB, cap {} MiB)", buckets.size(),
+               bucket_bytes / 1048576.0, buckets.empty() ? 0.0 : buckets[0].bytes() / 1048576.0,
+               config.ddp.bucket_mb);
   spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}", config.model.name,
                n_params, config.data.dataset, dataset->size(), config.train.global_batch_size);
   for (const auto& line : lines) spdlog::info("{}", line);
@@ -213,17 +248,11 @@ int run(int argc, char** argv) {
 }  // namespace launcher
 
 int main(int argc, char** argv) {
-  using namespace launcher;
   try {
-    return run(argc, argv);
-  } catch (const ddp::CommTimeout& e) {
-    spdlog::error("{}", e.what());
-    spdlog::error("aborting the job (exit code {})", kExitTimeout);
-    ddp::MpiRuntime::abort(kExitTimeout);
+    return launcher::run(argc, argv);
   } catch (const std::exception& e) {
-    // After start-up a failure on one rank cannot be voted on (the others may be inside a
-    // collective): end the whole job.
-    spdlog::error("{}", e.what());
-    ddp::MpiRuntime::abort(kExitFailure);
+    // Before or while MPI starts: nothing to agree with yet.
+    fmt::print(stderr, "trainer: error: {}\n", e.what());
+    return launcher::kExitFailure;
   }
 }

@@ -21,20 +21,28 @@ double seconds_since(Clock::time_point t) {
 }
 }  // namespace
 
-Trainer::Trainer(const TrainOptions& options, const CheckpointOptions& checkpoint,
-                 const LogOptions& log, ddp::Communicator& comm,
+Trainer::Trainer(const TrainOptions& options, const ddp::DdpOptions& ddp,
+                 const CheckpointOptions& checkpoint, const LogOptions& log,
+                 ddp::Communicator& control, ddp::Communicator& data,
                  std::shared_ptr<models::Model> model, const data::Dataset& dataset,
                  c10::Device device)
-    : options_(options), checkpoint_(checkpoint), log_(log), comm_(comm),
+    : options_(options), checkpoint_(checkpoint), log_(log), control_(control), data_(data),
       model_(std::move(model)), dataset_(dataset), device_(device),
-      plan_(ddp::BatchPlan::make(options.global_batch_size, comm.size(), comm.rank(),
+      plan_(ddp::BatchPlan::make(options.global_batch_size, control.size(), control.rank(),
                                  options.micro_batch_size)),
       sampler_(dataset.size(), options.global_batch_size, options.seed) {
   model_->to(device_);
+  ddp::NamedParameters named;
+  for (auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
+  // Persistent state is allocated before step 1 (DESIGN.md, OOM protocol): the Reducer's
+  // gradient buckets now, the optimizer's state on its first step.
+  reducer_ = std::make_unique<ddp::Reducer>(
+      std::move(named), data_,
+      ddp::ReducerOptions{static_cast<int64_t>(ddp.first_bucket_mb * (1 << 20)),
+                          static_cast<int64_t>(ddp.bucket_mb * (1 << 20)),
+                          ddp.find_unused_parameters});
   broadcast_model();
   params_ = model_->parameters();
-  // Persistent state is allocated before step 1 (DESIGN.md, OOM protocol): gradients now.
-  for (auto& p : params_) p.mutable_grad() = at::zeros_like(p);
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       params_, torch::optim::AdamWOptions(options_.lr)
                    .betas({options_.beta1, options_.beta2})
@@ -45,34 +53,23 @@ Trainer::Trainer(const TrainOptions& options, const CheckpointOptions& checkpoin
 void Trainer::broadcast_model() {
   at::NoGradGuard no_grad;
   for (auto& item : model_->named_parameters()) {
-    comm_.broadcast(item.value().data(), 0, "parameter " + item.key());
+    data_.broadcast(item.value().data(), 0, "parameter " + item.key());
   }
-  for (auto& item : model_->named_buffers()) comm_.broadcast(item.value(), 0, "buffer " + item.key());
-}
-
-void Trainer::all_reduce_gradients() {
-  // One flat SUM all-reduce over every gradient (the bucketed, overlapped Reducer replaces it).
-  std::vector<at::Tensor> flat_grads;
-  flat_grads.reserve(params_.size());
-  for (auto& p : params_) flat_grads.push_back(p.grad().reshape(-1));
-  at::Tensor flat = at::cat(flat_grads);
-  comm_.all_reduce(flat, ddp::ReduceOp::kSum, "gradients");
-  int64_t offset = 0;
-  for (auto& p : params_) {
-    const int64_t n = p.numel();
-    p.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p));
-    offset += n;
-  }
+  for (auto& item : model_->named_buffers()) data_.broadcast(item.value(), 0, "buffer " + item.key());
 }
 
 StepResult Trainer::step(int64_t step, bool stop_requested) {
-  comm_.set_step(step);
-  for (auto& p : params_) p.mutable_grad().zero_();
+  control_.set_step(step);
+  data_.set_step(step);
+  reducer_->zero_grad();
 
   const data::Batch batch = dataset_.get(sampler_.indices(step, plan_.offset, plan_.per_rank));
   at::Tensor local_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
   int64_t offset = 0;
-  for (const int64_t n : plan_.micro_sizes) {
+  for (size_t m = 0; m < plan_.micro_sizes.size(); ++m) {
+    const int64_t n = plan_.micro_sizes[m];
+    // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync).
+    reducer_->begin_micro_batch(/*sync=*/m + 1 == plan_.micro_sizes.size());
     const auto inputs = batch.inputs.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
     const auto targets = batch.targets.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
     // Weighted by its share of the global batch: the SUM over ranks is the global mean.
@@ -81,12 +78,12 @@ StepResult Trainer::step(int64_t step, bool stop_requested) {
     local_loss += loss.detach().to(at::kDouble);
     offset += n;
   }
-  all_reduce_gradients();
+  reducer_->finish();
 
   // Status vote: one small all-reduce every step carrying the loss and any stop request.
   at::Tensor vote = at::stack({local_loss.cpu(), at::scalar_tensor(stop_requested ? 1.0 : 0.0,
                                                                    at::kDouble)});
-  comm_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
+  control_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
 
   StepResult r;
   r.loss = vote[0].item<double>();
@@ -147,7 +144,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {
-  if (comm_.rank() != 0) return;
+  if (control_.rank() != 0) return;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());
   torch::serialize::OutputArchive archive;
   model_->save(archive);

@@ -2,9 +2,11 @@
 //
 // Contract: every rank constructs a Trainer with the same options, a model of the same
 // architecture and the same dataset; construction broadcasts parameters and buffers from rank 0.
-// Every step issues the same collectives in the same order on every rank (gradients, then the
-// status vote), whatever happens locally, so ranks never wait on an operation another rank skips.
-// The Trainer owns the optimizer; the model and communicator are borrowed.
+// Every step issues the same collectives in the same order on every rank (gradient buckets on the
+// data communicator, then the status vote on the control communicator), whatever happens locally,
+// so ranks never wait on an operation another rank skips. `control` is MPI (CPU tensors); `data`
+// carries gradients (NCCL for CUDA, MPI for CPU; it may be the same object as `control`).
+// The Trainer owns the optimizer and the Reducer; the model and communicators are borrowed.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -17,7 +19,9 @@
 #include "data/dataset.h"
 #include "ddp/batch_plan.h"
 #include "ddp/communicator.h"
+#include "ddp/options.h"
 #include "ddp/rank_sampler.h"
+#include "ddp/reducer.h"
 #include "models/model.h"
 #include "train/options.h"
 
@@ -40,9 +44,9 @@ struct RunSummary {
 
 class Trainer {
  public:
-  Trainer(const TrainOptions& options, const CheckpointOptions& checkpoint, const LogOptions& log,
-          ddp::Communicator& comm, std::shared_ptr<models::Model> model,
-          const data::Dataset& dataset, c10::Device device);
+  Trainer(const TrainOptions& options, const ddp::DdpOptions& ddp, const CheckpointOptions& checkpoint,
+          const LogOptions& log, ddp::Communicator& control, ddp::Communicator& data,
+          std::shared_ptr<models::Model> model, const data::Dataset& dataset, c10::Device device);
 
   // Runs train.steps steps; `stop_requested` is polled each step and voted on by all ranks.
   RunSummary run(const std::function<bool()>& stop_requested = nullptr);
@@ -51,6 +55,7 @@ class Trainer {
   StepResult step(int64_t step, bool stop_requested = false);
 
   const ddp::BatchPlan& plan() const { return plan_; }
+  const ddp::Reducer& reducer() const { return *reducer_; }
   models::Model& model() { return *model_; }
 
   // Rank 0 writes the model's parameters and buffers to `path`; other ranks do nothing.
@@ -58,18 +63,19 @@ class Trainer {
 
  private:
   void broadcast_model();
-  void all_reduce_gradients();
 
   TrainOptions options_;
   CheckpointOptions checkpoint_;
   LogOptions log_;
-  ddp::Communicator& comm_;
+  ddp::Communicator& control_;
+  ddp::Communicator& data_;
   std::shared_ptr<models::Model> model_;
   const data::Dataset& dataset_;
   c10::Device device_;
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;
   std::vector<at::Tensor> params_;
+  std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
 };
 

@@ -106,6 +106,31 @@ SH
     expect_rc 130
     [ -f "$work/ckpt/final.pt" ] || fail "no checkpoint at $work/ckpt/final.pt"
     expect_grep "stop requested \(signal\)" ;;
+  stalled_rank_times_out)
+    # Rank 1 is frozen with SIGSTOP mid-training: the others must end the job, with a message
+    # naming the operation and step, within 30 s (ddp.timeout_s: 10), instead of hanging.
+    echo "+ mpirun -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 (then SIGSTOP rank 1)"
+    mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 >"$out" 2>&1 &
+    mpirun_pid=$!
+    for _ in $(seq 300); do grep -q "step " "$out" && break; sleep 0.1; done
+    victim=""
+    for p in $(pgrep -f "$trainer"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
+    done
+    [ -n "$victim" ] || fail "could not find rank 1's process"
+    kill -STOP "$victim"
+    stopped_at=$(date +%s)
+    for _ in $(seq 600); do kill -0 $mpirun_pid 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $mpirun_pid 2>/dev/null; then
+      kill -CONT "$victim"; kill -KILL $mpirun_pid; fail "the job still runs 60 s after rank 1 stopped"
+    fi
+    wait $mpirun_pid; rc=$?
+    took=$(( $(date +%s) - stopped_at ))
+    echo "job ended $took s after SIGSTOP with exit code $rc"
+    [ "$rc" != 0 ] || fail "exit code 0 after a stalled rank"
+    [ "$took" -le 30 ] || fail "took $took s (> 30 s)"
+    expect_grep "did not complete at step [0-9]+: waited 1[0-9]\.[0-9] s, past ddp.timeout_s = 10 s"
+    expect_grep "aborting the job" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -17,10 +17,12 @@ struct Case {
   int64_t global_batch;
   std::string micro_batch;
   double grad_clip;
+  double bucket_mb = 25;  // also the first bucket's cap
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << "global_batch " << c.global_batch << " micro " << c.micro_batch << " clip " << c.grad_clip;
+  *os << "global_batch " << c.global_batch << " micro " << c.micro_batch << " clip " << c.grad_clip
+      << " bucket_mb " << c.bucket_mb;
 }
 
 std::string config_text(const Case& c) {
@@ -36,17 +38,20 @@ train:
   warmup_steps: 3
   grad_clip: {}
   seed: 11
-)", c.global_batch, c.micro_batch, c.grad_clip);
+ddp: {{first_bucket_mb: {}, bucket_mb: {}}}
+)", c.global_batch, c.micro_batch, c.grad_clip, c.bucket_mb, c.bucket_mb);
 }
 
 std::vector<at::Tensor> train_parameters(ddp::Communicator& comm, const Case& c,
-                                         std::vector<at::Tensor>* initial = nullptr) {
+                                         std::vector<at::Tensor>* initial = nullptr,
+                                         size_t* buckets = nullptr) {
   const auto config = launcher::parse_config(config_text(c), "equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, {dataset->input_dim(), dataset->num_classes()});
-  train::Trainer trainer(config.train, config.checkpoint, config.log, comm, model, *dataset,
-                         c10::Device(c10::kCPU));
+  train::Trainer trainer(config.train, config.ddp, config.checkpoint, config.log, comm, comm,
+                         model, *dataset, c10::Device(c10::kCPU));
+  if (buckets != nullptr) *buckets = trainer.reducer().layout().size();
   if (initial != nullptr) {
     for (const auto& p : model->parameters()) initial->push_back(p.detach().clone());
   }
@@ -73,7 +78,8 @@ TEST_P(Equivalence, WorldMatchesSingleProcess) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto self = trainer_test::runtime().self(std::chrono::seconds(60));
   std::vector<at::Tensor> initial;
-  const auto distributed = train_parameters(*world, c, &initial);
+  size_t buckets = 0;
+  const auto distributed = train_parameters(*world, c, &initial, &buckets);
   const auto reference = train_parameters(*self, c);
   ASSERT_EQ(distributed.size(), reference.size());
   const double err = relative_error(distributed, reference);
@@ -89,8 +95,8 @@ TEST_P(Equivalence, WorldMatchesSingleProcess) {
     EXPECT_TRUE(at::equal(max, min));
   }
   if (world->rank() == 0) {
-    fmt::print("world {} global batch {} micro {}: relative error {:.2e}\n", world->size(),
-               c.global_batch, c.micro_batch, err);
+    fmt::print("world {} global batch {} micro {} buckets {} ({} MiB): relative error {:.2e}\n",
+               world->size(), c.global_batch, c.micro_batch, buckets, c.bucket_mb, err);
   }
 }
 
@@ -100,6 +106,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{13, "auto", 1.0},   // divides by none
                       Case{13, "2", 1.0},      // micro-batches with accumulation, uneven
                       Case{7, "1", 0.05},      // one sample per micro-batch; clipping active
-                      Case{32, "5", 0.0}));    // no clipping, ragged last micro-batch
+                      Case{32, "5", 0.0},      // no clipping, ragged last micro-batch
+                      Case{13, "2", 1.0, 1.0 / 1024},  // 1 KB buckets: many, params split
+                      Case{13, "2", 1.0, 65536}));     // one bucket for everything
 
 }  // namespace

@@ -129,8 +129,12 @@ TEST(ConfigErrors, SectionThatIsNotAMapping) {
 }
 
 TEST(ConfigErrors, TopLevelThatIsNotAMapping) {
+  // Nothing was read, so the required keys are missing too.
   const std::string message = config_error("- model\n- train\n");
-  expect_one_problem(message, "bad.yaml:1", {"the top level must be a mapping"});
+  EXPECT_THAT(message, StartsWith("3 problems in the configuration:\n"
+                                  "bad.yaml:1: the top level must be a mapping of sections"));
+  EXPECT_THAT(message, HasSubstr("\nbad.yaml: model.name: required, but not given"));
+  EXPECT_THAT(message, HasSubstr("\nbad.yaml: train.global_batch_size: required, but not given"));
 }
 
 // A required key given with a bad value is reported once, for its value, not also as missing.
@@ -229,7 +233,7 @@ TEST(ConfigErrors, KeyGivenTwice) {
 }
 
 TEST(ConfigErrors, KeyGivenTwiceInARepeatedSection) {
-  const std::string message = config_error(kMinimal + "  steps: 7\ntrain:\n  steps: 9\n");
+  const std::string message = config_error(kMinimal + "  steps: 70\ntrain:\n  steps: 90\n");
   EXPECT_EQ(message, "bad.yaml:7: train.steps: given twice (first at bad.yaml:5)");
 }
 
@@ -265,6 +269,13 @@ TEST(ConfigErrors, WarmupRelationBrokenByAnOverride) {
   EXPECT_EQ(message,
             "--set train.steps=8: train.warmup_steps (default) = 10 must be smaller than "
             "train.steps = 8");
+}
+
+// A rejected value is reported once; the relation is not checked against a value the user never
+// gave (here the default warmup of 10, which the message would attribute to line 6).
+TEST(ConfigErrors, RejectedValueIsNotUsedInRelations) {
+  const std::string message = config_error(kMinimal + "  steps: 5\n  warmup_steps: abc\n");
+  EXPECT_EQ(message, "bad.yaml:6: train.warmup_steps: expected an integer, got 'abc'");
 }
 
 // ---- --set ----
@@ -570,7 +581,8 @@ const std::vector<std::string> kEveryKey = {
     "train.device", "train.global_batch_size", "train.micro_batch_size", "train.steps",
     "train.lr", "train.min_lr_ratio", "train.warmup_steps", "train.weight_decay", "train.beta1",
     "train.beta2", "train.eps", "train.grad_clip", "train.seed", "train.threads",
-    "ddp.backend", "ddp.timeout_s",
+    "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
+    "ddp.find_unused_parameters",
     "checkpoint.dir", "checkpoint.every",
     "log.level", "log.every"};
 

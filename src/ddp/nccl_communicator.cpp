@@ -1,0 +1,284 @@
+#include "ddp/nccl_communicator.h"
+
+#include <fmt/format.h>
+
+#include "ddp/errors.h"
+
+#if TRAINER_HAVE_CUDA
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <thread>
+
+#include "ddp/check.h"
+
+namespace ddp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ncclFloat32;
+    case at::kDouble: return ncclFloat64;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kInt: return ncclInt32;
+    case at::kLong: return ncclInt64;
+    case at::kChar: return ncclInt8;
+    case at::kByte:
+    case at::kBool: return ncclUint8;
+    default:
+      throw CommError(fmt::format("rank {}: NCCL communicator: unsupported dtype {}",
+                                  detail::world_rank_or_unknown(), c10::toString(t)));
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op, at::ScalarType t) {
+  switch (op) {
+    case ReduceOp::kSum: return t == at::kBool ? ncclMax : ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// Owns the NCCL communicator and the communication stream. Non-copyable; the destructor never
+// throws (an aborted or failed communicator is aborted rather than destroyed).
+class NcclComm {
+ public:
+  NcclComm(ncclComm_t comm, int device) : comm_(comm), device_(device) {}
+  ~NcclComm() noexcept {
+    if (comm_ == nullptr) return;
+    if (aborted_) return;
+    ncclCommAbort(comm_);  // abort never waits on peers, so shutdown cannot hang
+  }
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  ncclComm_t get() const { return comm_; }
+  int device() const { return device_; }
+
+  // Polls the communicator's asynchronous state until it is no longer in progress.
+  void wait_ready(Clock::time_point deadline, const std::string& what, int rank) {
+    ncclResult_t state = ncclInProgress;
+    while (true) {
+      TRAINER_NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
+      if (state != ncclInProgress) break;
+      if (Clock::now() > deadline) {
+        abort();
+        throw CommTimeout(fmt::format("rank {}: NCCL {} did not complete before ddp.timeout_s", rank, what));
+      }
+      std::this_thread::yield();
+    }
+    if (state != ncclSuccess) {
+      abort();
+      throw CommError(fmt::format("rank {}: NCCL {} failed: {}", rank, what, ncclGetErrorString(state)));
+    }
+  }
+
+  void abort() noexcept {
+    if (!aborted_ && comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      aborted_ = true;
+    }
+  }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  int device_ = 0;
+  bool aborted_ = false;
+};
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclComm> comm, cudaEvent_t done, at::cuda::CUDAStream caller,
+           std::string what, int64_t step, int rank, std::chrono::duration<double> timeout,
+           std::function<void()> on_complete)
+      : comm_(std::move(comm)), done_event_(done), caller_(caller), what_(std::move(what)),
+        step_(step), rank_(rank), timeout_(timeout), posted_(Clock::now()),
+        on_complete_(std::move(on_complete)) {}
+
+  ~NcclWork() noexcept override { cudaEventDestroy(done_event_); }
+
+  bool is_completed() override {
+    if (done_) return true;
+    const cudaError_t q = cudaEventQuery(done_event_);
+    if (q == cudaErrorNotReady) {
+      ncclResult_t state = ncclSuccess;
+      TRAINER_NCCL_CHECK(ncclCommGetAsyncError(comm_->get(), &state));
+      if (state != ncclSuccess && state != ncclInProgress) {
+        comm_->abort();
+        throw CommError(fmt::format("rank {}: NCCL {} at step {} failed: {}", rank_, what_, step_,
+                                    ncclGetErrorString(state)));
+      }
+      return false;
+    }
+    TRAINER_CUDA_CHECK(q);
+    done_ = true;
+    // Later work on the caller's stream sees the result.
+    TRAINER_CUDA_CHECK(cudaStreamWaitEvent(caller_.stream(), done_event_, 0));
+    if (on_complete_) on_complete_();
+    return true;
+  }
+
+  void wait() override {
+    while (!is_completed()) {
+      const auto waited = Clock::now() - posted_;
+      if (waited > timeout_) {
+        comm_->abort();
+        throw CommTimeout(fmt::format(
+            "rank {}: {} did not complete at step {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
+            "s. Another rank is stalled, dead, or issuing different collectives. NCCL "
+            "communicator aborted.",
+            rank_, what_, step_, std::chrono::duration<double>(waited).count(), timeout_.count()));
+      }
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  std::shared_ptr<NcclComm> comm_;
+  cudaEvent_t done_event_;
+  at::cuda::CUDAStream caller_;
+  std::string what_;
+  int64_t step_;
+  int rank_;
+  std::chrono::duration<double> timeout_;
+  Clock::time_point posted_;
+  std::function<void()> on_complete_;
+  bool done_ = false;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& bootstrap, int device, std::chrono::duration<double> timeout)
+      : rank_(bootstrap.rank()), size_(bootstrap.size()), device_(device),
+        stream_(at::cuda::getStreamFromPool(/*isHighPriority=*/true, device)) {
+    timeout_ = timeout;
+    c10::cuda::CUDAGuard guard(device_);
+    ncclUniqueId id{};
+    if (rank_ == 0) TRAINER_NCCL_CHECK(ncclGetUniqueId(&id));
+    at::Tensor id_bytes = at::empty({static_cast<int64_t>(sizeof(id))}, at::kByte);
+    std::memcpy(id_bytes.data_ptr(), &id, sizeof(id));
+    bootstrap.broadcast(id_bytes, 0, "NCCL unique id");
+    std::memcpy(&id, id_bytes.data_ptr(), sizeof(id));
+
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t raw = nullptr;
+    TRAINER_NCCL_CHECK(ncclCommInitRankConfig(&raw, size_, id, rank_, &config));
+    comm_ = std::make_shared<NcclComm>(raw, device_);
+    comm_->wait_ready(Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_),
+                      "communicator initialisation", rank_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string_view backend() const override { return "nccl"; }
+
+  WorkPtr all_reduce_async(at::Tensor tensor, ReduceOp op, std::string_view what) override {
+    check_tensor(tensor, what);
+    return post(tensor, fmt::format("all_reduce({}) of {} ({} x {})", to_string(op), what,
+                                    tensor.numel(), c10::toString(tensor.scalar_type())),
+                [&](cudaStream_t s) {
+                  return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                                       nccl_type(tensor.scalar_type()),
+                                       nccl_op(op, tensor.scalar_type()), comm_->get(), s);
+                });
+  }
+
+  WorkPtr broadcast_async(at::Tensor tensor, int root, std::string_view what) override {
+    check_tensor(tensor, what);
+    return post(tensor, fmt::format("broadcast from rank {} of {}", root, what), [&](cudaStream_t s) {
+      return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                           nccl_type(tensor.scalar_type()), root, comm_->get(), s);
+    });
+  }
+
+  WorkPtr all_gather_async(at::Tensor output, at::Tensor input, std::string_view what) override {
+    check_tensor(input, what);
+    check_tensor(output, what);
+    if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
+      throw CommError(fmt::format("rank {}: all_gather of {}: output must hold {} x {} elements",
+                                  rank_, what, size_, input.numel()));
+    }
+    c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
+    return post(output, fmt::format("all_gather of {}", what), [&](cudaStream_t s) {
+      return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
+                           nccl_type(input.scalar_type()), comm_->get(), s);
+    });
+  }
+
+  WorkPtr barrier_async(std::string_view what) override {
+    at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+    return all_reduce_async(one, ReduceOp::kSum, fmt::format("barrier ({})", what));
+  }
+
+ private:
+  void check_tensor(const at::Tensor& t, std::string_view what) const {
+    if (!t.is_cuda() || !t.is_contiguous()) {
+      throw CommError(fmt::format("rank {}: NCCL {}: needs a contiguous CUDA tensor, got {} {}",
+                                  rank_, what, t.device().str(),
+                                  t.is_contiguous() ? "contiguous" : "non-contiguous"));
+    }
+  }
+
+  template <class Launch>
+  WorkPtr post(const at::Tensor& tensor, std::string what, Launch&& launch) {
+    c10::cuda::CUDAGuard guard(device_);
+    const auto caller = at::cuda::getCurrentCUDAStream(device_);
+    cudaEvent_t ready = nullptr;
+    cudaEvent_t done = nullptr;
+    TRAINER_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    TRAINER_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    // The communication stream starts after the work queued so far on the caller's stream.
+    TRAINER_CUDA_CHECK(cudaEventRecord(ready, caller.stream()));
+    TRAINER_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), ready, 0));
+    cudaEventDestroy(ready);
+    c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream_);
+    TRAINER_NCCL_CHECK(launch(stream_.stream()));
+    comm_->wait_ready(Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_), what, rank_);
+    TRAINER_CUDA_CHECK(cudaEventRecord(done, stream_.stream()));
+    return std::make_unique<NcclWork>(comm_, done, caller, std::move(what), step_, rank_, timeout_,
+                                      [keep = tensor] {});
+  }
+
+  int rank_;
+  int size_;
+  int device_;
+  at::cuda::CUDAStream stream_;
+  std::shared_ptr<NcclComm> comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device,
+                                                     std::chrono::duration<double> timeout) {
+  return std::make_unique<NcclCommunicator>(bootstrap, device, timeout);
+}
+
+bool nccl_available() { return true; }
+
+}  // namespace ddp
+
+#else  // !TRAINER_HAVE_CUDA
+
+namespace ddp {
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int,
+                                                     std::chrono::duration<double>) {
+  throw CommError("this trainer was built without CUDA/NCCL; use ddp.backend: mpi");
+}
+
+bool nccl_available() { return false; }
+
+}  // namespace ddp
+
+#endif

@@ -1,0 +1,93 @@
+// Reducer: the gradient all-reduce of data-parallel training, bucketed and overlapped with
+// backward (as in c10d's Reducer and Horovod's fusion buffer, without a copy into the buffer).
+//
+// Contract:
+// - Every rank constructs it with the same parameter list (checked: names, shapes, dtypes; the
+//   error says which parameter differs on which rank) and calls the same methods in the same
+//   order. Buckets are reduced in one fixed order on every rank, whatever order gradients land in.
+// - Gradients are views into flat bucket buffers allocated once, here; nothing else may replace
+//   a parameter's .grad (zero them with zero_grad()).
+// - Per optimizer step: zero_grad(); for each micro-batch begin_micro_batch(last) then backward;
+//   finish(). Micro-batches before the last only accumulate (no_sync); during the last one's
+//   backward, a post-accumulate-grad hook marks each parameter ready and a bucket's SUM
+//   all-reduce is posted as soon as its last gradient lands. finish() posts what is left and
+//   waits for every bucket.
+// - A parameter that got no gradient in the synced backward is an error naming it, unless
+//   find_unused_parameters, which reduces whatever it holds (zero if never used) instead.
+// - Hooks may run on autograd's device threads; the Reducer serialises them with a mutex.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddp/buckets.h"
+#include "ddp/communicator.h"
+
+namespace ddp {
+
+struct ReducerOptions {
+  int64_t first_bucket_bytes = 1 << 20;
+  int64_t bucket_bytes = 25 << 20;
+  bool find_unused_parameters = false;
+};
+
+// Parameters that differ between ranks, or parameters that got no gradient.
+class ParameterError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
+
+// Checks that every rank holds the same parameter list; throws ParameterError naming the first
+// parameter that differs and the ranks that disagree. Collective.
+void verify_same_parameters(Communicator& comm, const NamedParameters& params);
+
+class Reducer {
+ public:
+  Reducer(NamedParameters params, Communicator& comm, ReducerOptions options);
+  ~Reducer() noexcept;
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
+
+  void zero_grad();
+  void begin_micro_batch(bool sync);
+  void finish();
+
+  const std::vector<BucketLayout>& layout() const { return layout_; }
+  // Bucket indices in the order their all-reduces were posted in the last synced step.
+  const std::vector<size_t>& launch_order() const { return launch_order_; }
+  // Buckets posted while backward was still running in the last synced step (overlap).
+  size_t launched_during_backward() const { return launched_during_backward_; }
+
+  // Called by the hooks; public for them only.
+  void on_gradient_ready(size_t param);
+
+ private:
+  void post_ready_buckets();  // in bucket order, stopping at the first bucket not yet ready
+  void drive_progress();
+
+  NamedParameters params_;
+  Communicator& comm_;
+  ReducerOptions options_;
+  std::vector<BucketLayout> layout_;
+  std::vector<at::Tensor> buffers_;       // one flat buffer per bucket
+  std::vector<size_t> bucket_of_;         // param -> bucket
+  std::vector<int64_t> pending_;          // bucket -> parameters not yet ready this step
+  std::vector<char> ready_;               // param -> marked ready this step
+  std::vector<WorkPtr> works_;            // bucket -> its all-reduce, once posted
+  std::vector<size_t> launch_order_;
+  size_t next_bucket_ = 0;
+  size_t launched_during_backward_ = 0;
+  bool sync_ = false;
+  bool in_backward_ = false;
+  std::mutex mutex_;
+};
+
+}  // namespace ddp

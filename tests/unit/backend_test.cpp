@@ -1,0 +1,35 @@
+// Backend choice: NCCL for CUDA tensors, MPI for CPU ones; impossible choices name ddp.backend.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "ddp/backend.h"
+
+namespace {
+
+using ddp::resolve_backend;
+using ::testing::HasSubstr;
+const c10::Device kCpu(c10::kCPU);
+const c10::Device kGpu(c10::kCUDA, 0);
+
+TEST(Backend, AutoPicksNcclForCudaAndMpiForCpu) {
+  EXPECT_EQ(resolve_backend("auto", kGpu, true), "nccl");
+  EXPECT_EQ(resolve_backend("auto", kCpu, true), "mpi");
+  EXPECT_EQ(resolve_backend("auto", kGpu, false), "mpi");
+  EXPECT_EQ(resolve_backend("mpi", kGpu, true), "mpi");
+  EXPECT_EQ(resolve_backend("nccl", kGpu, true), "nccl");
+}
+
+TEST(Backend, NcclOnCpuIsAnErrorNamingTheKey) {
+  try {
+    resolve_backend("nccl", kCpu, true);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("ddp.backend: 'nccl'"));
+    EXPECT_THAT(e.what(), HasSubstr("cpu"));
+  }
+  EXPECT_THROW(resolve_backend("nccl", kGpu, false), std::invalid_argument);
+}
+
+}  // namespace

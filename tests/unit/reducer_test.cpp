@@ -1,0 +1,236 @@
+// Bucket assignment and the Reducer, in one process over a FakeCommunicator.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/linear.h>
+
+#include "ddp/buckets.h"
+#include "ddp/reducer.h"
+#include "fake_communicator.h"
+
+namespace {
+
+using ddp::assign_buckets;
+using ddp::BucketLayout;
+using ddp::ParamMeta;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ParamMeta f32(int64_t numel) { return {numel, at::kFloat, c10::Device(c10::kCPU)}; }
+
+std::vector<std::vector<size_t>> members(const std::vector<BucketLayout>& buckets) {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : buckets) out.push_back(b.params);
+  return out;
+}
+
+TEST(Buckets, ReverseOrderFirstBucketSmallRestLarger) {
+  // 6 params of 100 floats (400 B). First cap 800 B (2 params), then 1200 B (3 params).
+  const auto buckets = assign_buckets(std::vector<ParamMeta>(6, f32(100)), 800, 1200);
+  EXPECT_THAT(members(buckets), ElementsAre(ElementsAre(5, 4), ElementsAre(3, 2, 1), ElementsAre(0)));
+  EXPECT_THAT(buckets[0].offsets, ElementsAre(0, 100));
+  EXPECT_EQ(buckets[1].numel, 300);
+  EXPECT_EQ(buckets[1].bytes(), 1200);
+}
+
+TEST(Buckets, ParameterLargerThanTheCapGetsItsOwnBucket) {
+  const auto buckets = assign_buckets({f32(10), f32(1000), f32(10), f32(10)}, 100, 100);
+  EXPECT_THAT(members(buckets), ElementsAre(ElementsAre(3, 2), ElementsAre(1), ElementsAre(0)));
+  EXPECT_EQ(buckets[1].bytes(), 4000);
+}
+
+TEST(Buckets, OneBucketWhenTheCapsAreHuge) {
+  const auto buckets = assign_buckets(std::vector<ParamMeta>(5, f32(1000)), 1LL << 40, 1LL << 40);
+  ASSERT_EQ(buckets.size(), 1u);
+  EXPECT_THAT(buckets[0].params, ElementsAre(4, 3, 2, 1, 0));
+  EXPECT_THAT(buckets[0].offsets, ElementsAre(0, 1000, 2000, 3000, 4000));
+}
+
+TEST(Buckets, MixedDtypesNeverShareABucket) {
+  const ParamMeta half{100, at::kHalf, c10::Device(c10::kCPU)};
+  const auto buckets = assign_buckets({f32(100), half, f32(100), half}, 1 << 20, 1 << 20);
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0].dtype, at::kHalf);  // param 3 comes first in reverse order
+  EXPECT_THAT(buckets[0].params, ElementsAre(3, 1));
+  EXPECT_EQ(buckets[1].dtype, at::kFloat);
+  EXPECT_THAT(buckets[1].params, ElementsAre(2, 0));
+  EXPECT_EQ(buckets[0].bytes(), 400);
+}
+
+TEST(Buckets, EveryParameterExactlyOnceAndCapsRespected) {
+  std::vector<ParamMeta> params;
+  for (int i = 0; i < 50; ++i) params.push_back(f32(1 + (i * 37) % 300));
+  const auto buckets = assign_buckets(params, 500, 2000);
+  std::vector<int> seen(params.size(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const int64_t cap = b == 0 ? 500 : 2000;
+    if (buckets[b].params.size() > 1) EXPECT_LE(buckets[b].bytes(), cap) << "bucket " << b;
+    for (size_t k : buckets[b].params) ++seen[k];
+  }
+  for (int count : seen) EXPECT_EQ(count, 1);
+}
+
+// A three-layer network whose parameters we hand to the Reducer.
+struct Net {
+  torch::nn::Linear l1{8, 16}, l2{16, 16}, l3{16, 4};
+  ddp::NamedParameters named() {
+    ddp::NamedParameters out;
+    int i = 0;
+    for (auto* l : {&l1, &l2, &l3}) {
+      out.emplace_back("l" + std::to_string(++i) + ".weight", (*l)->weight);
+      out.emplace_back("l" + std::to_string(i) + ".bias", (*l)->bias);
+    }
+    return out;
+  }
+  at::Tensor loss(const at::Tensor& x) { return l3(at::relu(l2(at::relu(l1(x))))).pow(2).mean(); }
+};
+
+// The gradient all-reduces posted (the start-up parameter check uses collectives too).
+std::vector<std::string> bucket_ops(const trainer_test::FakeCommunicator& comm) {
+  std::vector<std::string> out;
+  for (const auto& op : comm.ops) {
+    if (op.kind == "all_reduce" && op.what.rfind("bucket ", 0) == 0) out.push_back(op.what);
+  }
+  return out;
+}
+
+int all_reduces(const trainer_test::FakeCommunicator& comm) {
+  return static_cast<int>(bucket_ops(comm).size());
+}
+
+TEST(Reducer, GradientsAreViewsIntoTheBucketBuffers) {
+  Net net;
+  trainer_test::FakeCommunicator comm;
+  ddp::Reducer reducer(net.named(), comm, {256, 512, false});
+  for (const auto& [name, p] : net.named()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_TRUE(p.grad().is_contiguous()) << name;
+    EXPECT_FALSE(p.grad().is_leaf() && p.grad().data_ptr() == nullptr);
+  }
+  reducer.zero_grad();
+  reducer.begin_micro_batch(true);
+  const auto storage = net.l1->weight.grad().data_ptr();
+  net.loss(at::randn({5, 8})).backward();
+  reducer.finish();
+  EXPECT_EQ(net.l1->weight.grad().data_ptr(), storage) << "autograd replaced the view";
+}
+
+TEST(Reducer, BucketsLaunchDuringBackwardInFixedOrder) {
+  Net net;
+  trainer_test::FakeCommunicator comm(/*world=*/3);
+  // Small caps: several buckets, posted from the hooks while backward still runs.
+  ddp::Reducer reducer(net.named(), comm, {100, 300, false});
+  ASSERT_GE(reducer.layout().size(), 3u);
+  reducer.zero_grad();
+  reducer.begin_micro_batch(true);
+  const at::Tensor x = at::randn({5, 8});
+  net.loss(x).backward();
+  EXPECT_EQ(all_reduces(comm), static_cast<int>(reducer.layout().size()))
+      << "every bucket was posted before finish()";
+  EXPECT_EQ(reducer.launched_during_backward(), reducer.layout().size());
+  reducer.finish();
+  std::vector<size_t> expected(reducer.layout().size());
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(reducer.launch_order(), expected);
+  const auto posted = bucket_ops(comm);
+  for (size_t b = 0; b < posted.size(); ++b) EXPECT_EQ(posted[b], "bucket " + std::to_string(b));
+}
+
+TEST(Reducer, ReadinessOutOfOrderStillPostsInBucketOrder) {
+  Net net;
+  trainer_test::FakeCommunicator comm;
+  ddp::Reducer reducer(net.named(), comm, {100, 300, false});
+  reducer.begin_micro_batch(true);
+  // Mark parameters ready in registration order (the reverse of what buckets expect).
+  for (size_t k = 0; k < 6; ++k) reducer.on_gradient_ready(k);
+  reducer.finish();
+  std::vector<size_t> expected(reducer.layout().size());
+  std::iota(expected.begin(), expected.end(), 0);
+  EXPECT_EQ(reducer.launch_order(), expected);
+  EXPECT_EQ(reducer.launched_during_backward(), reducer.layout().size());
+}
+
+TEST(Reducer, SumOverRanksIsAppliedToTheGradients) {
+  Net net;
+  const at::Tensor x = at::randn({5, 8});
+  net.loss(x).backward();
+  const at::Tensor plain = net.l2->weight.grad().clone();
+  net.l2->weight.mutable_grad() = at::Tensor();
+  trainer_test::FakeCommunicator comm(/*world=*/4);
+  ddp::Reducer reducer(net.named(), comm, {1 << 20, 1 << 20, false});
+  reducer.zero_grad();
+  reducer.begin_micro_batch(true);
+  net.loss(x).backward();
+  reducer.finish();
+  EXPECT_TRUE(at::allclose(net.l2->weight.grad(), plain * 4));
+}
+
+TEST(Reducer, NoSyncMicroBatchesAccumulateWithoutCommunicating) {
+  Net net;
+  trainer_test::FakeCommunicator comm;
+  ddp::Reducer reducer(net.named(), comm, {100, 300, false});
+  const at::Tensor a = at::randn({3, 8});
+  const at::Tensor b = at::randn({4, 8});
+  reducer.zero_grad();
+  reducer.begin_micro_batch(false);
+  net.loss(a).backward();
+  EXPECT_EQ(all_reduces(comm), 0);
+  reducer.begin_micro_batch(true);
+  net.loss(b).backward();
+  reducer.finish();
+  EXPECT_EQ(all_reduces(comm), static_cast<int>(reducer.layout().size()));
+  const at::Tensor accumulated = net.l1->weight.grad().clone();
+
+  // The same two micro-batches without the Reducer.
+  Net twin;
+  for (size_t i = 0; i < 6; ++i) twin.named()[i].second.data().copy_(net.named()[i].second.data());
+  twin.loss(a).backward();
+  twin.loss(b).backward();
+  EXPECT_TRUE(at::allclose(accumulated, twin.l1->weight.grad()));
+}
+
+TEST(Reducer, UnusedParameterIsAnErrorNamingIt) {
+  Net net;
+  trainer_test::FakeCommunicator comm;
+  ddp::Reducer reducer(net.named(), comm, {1 << 20, 1 << 20, false});
+  comm.set_step(12);
+  reducer.begin_micro_batch(true);
+  net.l2(at::relu(net.l1(at::randn({2, 8})))).sum().backward();  // l3 unused
+  try {
+    reducer.finish();
+    FAIL() << "expected ParameterError";
+  } catch (const ddp::ParameterError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("2 parameter(s) received no gradient at step 12"));
+    EXPECT_THAT(e.what(), HasSubstr("l3.weight, l3.bias"));
+    EXPECT_THAT(e.what(), HasSubstr("ddp.find_unused_parameters: true"));
+  }
+}
+
+TEST(Reducer, FindUnusedParametersReducesZeros) {
+  Net net;
+  trainer_test::FakeCommunicator comm(/*world=*/2);
+  ddp::Reducer reducer(net.named(), comm, {100, 300, true});
+  reducer.zero_grad();
+  reducer.begin_micro_batch(true);
+  net.l2(at::relu(net.l1(at::randn({2, 8})))).sum().backward();
+  reducer.finish();
+  EXPECT_EQ(all_reduces(comm), static_cast<int>(reducer.layout().size()));
+  EXPECT_TRUE(at::equal(net.l3->weight.grad(), at::zeros_like(net.l3->weight)));
+  EXPECT_GT(net.l1->weight.grad().abs().sum().item<float>(), 0.f);
+}
+
+TEST(Reducer, ParameterListsThatMatchPassVerification) {
+  Net net;
+  trainer_test::FakeCommunicator comm(/*world=*/3);
+  EXPECT_NO_THROW(ddp::verify_same_parameters(comm, net.named()));
+}
+
+TEST(Reducer, HooksAreRemovedWithTheReducer) {
+  Net net;
+  trainer_test::FakeCommunicator comm;
+  { ddp::Reducer reducer(net.named(), comm, {1 << 20, 1 << 20, false}); }
+  net.loss(at::randn({2, 8})).backward();  // would reach a dead Reducer if a hook were left
+  EXPECT_EQ(all_reduces(comm), 0);
+}
+
+}  // namespace
