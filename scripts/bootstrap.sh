@@ -12,7 +12,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # 1. Debian packages.
-apt_packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
+apt_packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv procps
   openmpi-bin libopenmpi-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev)
 missing=()
