@@ -90,13 +90,24 @@ Reducer::~Reducer() noexcept {
 }
 
 void Reducer::zero_grad() {
+  std::lock_guard<std::mutex> lock(mutex_);
   for (auto& buffer : buffers_) buffer.zero_();
+  state_ = StepState::kIdle;
 }
 
 void Reducer::begin_micro_batch(bool sync) {
   std::lock_guard<std::mutex> lock(mutex_);
-  sync_ = sync;
-  if (!sync) return;
+  if (state_ == StepState::kSyncing || state_ == StepState::kDone) {
+    throw std::logic_error("Reducer: a micro-batch after the synced one; call zero_grad() first");
+  }
+  if (sync) {
+    start_sync();
+  } else {
+    state_ = StepState::kAccumulating;
+  }
+}
+
+void Reducer::start_sync() {
   for (size_t b = 0; b < layout_.size(); ++b) {
     pending_[b] = static_cast<int64_t>(layout_[b].params.size());
     works_[b].reset();
@@ -106,11 +117,12 @@ void Reducer::begin_micro_batch(bool sync) {
   next_bucket_ = 0;
   launched_during_backward_ = 0;
   in_backward_ = true;
+  state_ = StepState::kSyncing;
 }
 
 void Reducer::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!sync_) return;  // no_sync micro-batch: accumulate only
+  if (state_ != StepState::kSyncing) return;  // no_sync micro-batch: accumulate only
   if (ready_[param]) {
     throw ParameterError(fmt::format(
         "parameter '{}' received a gradient twice in one synced backward; call "
@@ -139,31 +151,49 @@ void Reducer::drive_progress() {
   }
 }
 
+void Reducer::mark_all_ready() {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (!ready_[k]) {
+      ready_[k] = 1;
+      --pending_[bucket_of_[k]];
+    }
+  }
+}
+
+void Reducer::wait_all() {
+  for (size_t b = 0; b < layout_.size(); ++b) works_[b]->wait();
+  state_ = StepState::kDone;
+}
+
 void Reducer::finish() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!sync_) throw std::logic_error("Reducer::finish() without begin_micro_batch(true)");
+  if (state_ != StepState::kSyncing) {
+    throw std::logic_error("Reducer::finish() without begin_micro_batch(true)");
+  }
   in_backward_ = false;
   std::vector<std::string> unused;
   for (size_t k = 0; k < params_.size(); ++k) {
     if (!ready_[k]) unused.push_back(params_[k].first);
   }
-  if (!unused.empty()) {
-    if (!options_.find_unused_parameters) {
-      throw ParameterError(fmt::format(
-          "rank {}: {} parameter(s) received no gradient at step {}: {}. If the model leaves them "
-          "unused on purpose, set ddp.find_unused_parameters: true.",
-          comm_.rank(), unused.size(), comm_.step(), fmt::join(unused, ", ")));
-    }
-    for (size_t k = 0; k < params_.size(); ++k) {
-      if (!ready_[k]) {
-        ready_[k] = 1;
-        --pending_[bucket_of_[k]];
-      }
-    }
+  if (!unused.empty() && !options_.find_unused_parameters) {
+    throw ParameterError(fmt::format(
+        "rank {}: {} parameter(s) received no gradient at step {}: {}. If the model leaves them "
+        "unused on purpose, set ddp.find_unused_parameters: true.",
+        comm_.rank(), unused.size(), comm_.step(), fmt::join(unused, ", ")));
   }
+  mark_all_ready();
   post_ready_buckets();
-  for (size_t b = 0; b < layout_.size(); ++b) works_[b]->wait();
-  sync_ = false;
+  wait_all();
+}
+
+void Reducer::abandon() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ == StepState::kDone) return;  // every bucket was posted and completed
+  if (state_ != StepState::kSyncing) start_sync();
+  in_backward_ = false;
+  mark_all_ready();
+  post_ready_buckets();
+  wait_all();
 }
 
 }  // namespace ddp

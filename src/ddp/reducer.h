@@ -14,6 +14,9 @@
 //   waits for every bucket.
 // - A parameter that got no gradient in the synced backward is an error naming it, unless
 //   find_unused_parameters, which reduces whatever it holds (zero if never used) instead.
+// - After an out-of-memory error anywhere in the step, abandon() posts every bucket not posted yet
+//   (contents are thrown away by the caller) and waits, so the failing rank issues exactly the
+//   collectives the others do (DESIGN.md, OOM protocol, point 3).
 // - Hooks may run on autograd's device threads; the Reducer serialises them with a mutex.
 #pragma once
 
@@ -56,9 +59,10 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  void zero_grad();
+  void zero_grad();  // also starts a new step
   void begin_micro_batch(bool sync);
   void finish();
+  void abandon();
 
   const std::vector<BucketLayout>& layout() const { return layout_; }
   // Bucket indices in the order their all-reduces were posted in the last synced step.
@@ -70,7 +74,12 @@ class Reducer {
   void on_gradient_ready(size_t param);
 
  private:
+  enum class StepState { kIdle, kAccumulating, kSyncing, kDone };
+
+  void start_sync();          // resets per-step readiness; state becomes kSyncing
   void post_ready_buckets();  // in bucket order, stopping at the first bucket not yet ready
+  void mark_all_ready();
+  void wait_all();
   void drive_progress();
 
   NamedParameters params_;
@@ -85,7 +94,7 @@ class Reducer {
   std::vector<size_t> launch_order_;
   size_t next_bucket_ = 0;
   size_t launched_during_backward_ = 0;
-  bool sync_ = false;
+  StepState state_ = StepState::kIdle;
   bool in_backward_ = false;
   std::mutex mutex_;
 };

@@ -176,8 +176,7 @@ class Loader {
   void set_defaults(Config& config) {
     for (const auto& k : schema::keys()) {
       if (k.required) continue;
-      const std::string def = k.default_text == "\"\"" ? std::string() : k.default_text;
-      k.set(config, YAML::Node(def));
+      k.set(config, YAML::Load(k.default_text));  // defaults are YAML, like the user's values
       origin_[k.path] = "default";
     }
   }

@@ -11,6 +11,7 @@
 
 #include "data/dataset.h"
 #include "ddp/options.h"
+#include "memory/options.h"
 #include "models/model.h"
 #include "train/options.h"
 
@@ -22,8 +23,11 @@ struct Config {
   data::DataOptions data;
   train::TrainOptions train;
   ddp::DdpOptions ddp;
+  memory::MemoryOptions memory;
   train::CheckpointOptions checkpoint;
   train::LogOptions log;
+
+  train::TrainerOptions trainer_options() const { return {train, ddp, memory, checkpoint, log}; }
 };
 
 class ConfigError : public std::runtime_error {

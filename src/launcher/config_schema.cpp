@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 
+#include "memory/allocator_guard.h"
 #include "models/registry.h"
 
 namespace launcher::schema {
@@ -154,6 +155,49 @@ KeyDef boolean(std::string path, Access<bool> access, std::string def, std::stri
           [=](const Config& c) { return std::string(field(access, c) ? "true" : "false"); }};
 }
 
+// A list of choices, e.g. [halve_micro_batch, uncache_embeddings]; [] is allowed.
+KeyDef choice_list(std::string path, Access<std::vector<std::string>> access, std::string def,
+                   std::vector<std::string> options, std::string description) {
+  return {std::move(path), "list", std::move(def), fmt::format("of: {}", fmt::join(options, ", ")),
+          std::move(description), false,
+          [=](Config& c, const YAML::Node& n) {
+            if (!n.IsSequence()) {
+              throw ValueError(fmt::format("expected a list like [{}], got {}", options[0], kind_of(n)));
+            }
+            std::vector<std::string> values;
+            for (const auto& item : n) {
+              const std::string& v = scalar(item, "one of the choices");
+              if (std::find(options.begin(), options.end(), v) == options.end()) {
+                throw ValueError(fmt::format("'{}' is not one of: {}", v, fmt::join(options, ", ")));
+              }
+              values.push_back(v);
+            }
+            access(c) = std::move(values);
+          },
+          [=](const Config& c) { return fmt::format("[{}]", fmt::join(field(access, c), ", ")); }};
+}
+
+// A string checked by `validate` (which throws std::invalid_argument with the reason).
+KeyDef checked_text(std::string path, Access<std::string> access, std::string description,
+                    std::function<void(const std::string&)> validate) {
+  const std::string key_path = path;
+  KeyDef key = text(std::move(path), access, "", std::move(description));
+  auto set = key.set;
+  key.set = [=](Config& c, const YAML::Node& n) {
+    set(c, n);
+    try {
+      validate(access(c));
+    } catch (const std::invalid_argument& e) {
+      // The validator may name the key itself; the loader adds it anyway.
+      std::string why = e.what();
+      const std::string prefix = key_path + ": ";
+      if (why.rfind(prefix, 0) == 0) why = why.substr(prefix.size());
+      throw ValueError(why);
+    }
+  };
+  return key;
+}
+
 // A positive integer, or `auto` (stored as 0).
 KeyDef integer_or_auto(std::string path, Access<int64_t> access, std::string def,
                        std::string description) {
@@ -217,6 +261,13 @@ std::vector<KeyDef> declare() {
       real("ddp.first_bucket_mb", FIELD(ddp.first_bucket_mb), "1", 0.0, 65536.0, true, false, "cap of the first gradient bucket (MiB): small, so communication starts early"),
       real("ddp.bucket_mb", FIELD(ddp.bucket_mb), "25", 0.0, 65536.0, true, false, "cap of the other gradient buckets (MiB)"),
       boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
+
+      choice_list("memory.fallback", FIELD(memory.fallback), "[halve_micro_batch, uncache_embeddings]", {"halve_micro_batch", "uncache_embeddings"}, "what to do, in order, when a rank runs out of memory in a step"),
+      integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),
+      real("memory.fraction", FIELD(memory.fraction), "0", 0.0, 1.0, false, false, "CUDA: cap of each process's share of its device memory (0: no cap)"),
+      real("memory.cpu_budget_mb", FIELD(memory.cpu_budget_mb), "0", 0.0, kInf, false, true, "CPU: tensor memory budget per rank in MiB; beyond it allocations fail as out of memory (0: none)"),
+      checked_text("memory.inject_oom", FIELD(memory.inject_oom), "test hook: fail allocations at 'rank:step:phase[:times]; ...' (phase forward|backward, times N|always)",
+                   [](const std::string& v) { memory::parse_injections(v); }),
 
       text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),
       integer("checkpoint.every", FIELD(checkpoint.every), "0", 0, kMax, "save every N steps (0: only at the end)"),

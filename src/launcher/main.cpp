@@ -6,6 +6,7 @@
 
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -29,6 +30,8 @@
 #include "launcher/launch.h"
 #include "launcher/logging.h"
 #include "launcher/signals.h"
+#include "memory/allocator_guard.h"
+#include "memory/oom.h"
 #include "models/registry.h"
 #include "train/trainer.h"
 
@@ -84,6 +87,8 @@ Outcome attempt(Fn&& fn) {
     return {kExitUsage, e.what()};
   } catch (const std::invalid_argument& e) {
     return {kExitUsage, e.what()};
+  } catch (const c10::Error& e) {
+    return {kExitFailure, e.what_without_backtrace()};  // LibTorch's backtrace helps no user
   } catch (const std::exception& e) {
     return {kExitFailure, e.what()};
   }
@@ -143,6 +148,10 @@ int run(int argc, char** argv) {
     spdlog::error("{}", e.what());
     spdlog::error("aborting the job (exit code {})", kExitTimeout);
     ddp::MpiRuntime::abort(kExitTimeout);
+  } catch (const c10::Error& e) {
+    spdlog::error("{}", e.what_without_backtrace());
+    spdlog::error("aborting the job (exit code {})", kExitFailure);
+    ddp::MpiRuntime::abort(kExitFailure);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     spdlog::error("aborting the job (exit code {})", kExitFailure);
@@ -183,7 +192,16 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     binding = bind_device(config.train.device, launch.local_rank, launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
     backend = ddp::resolve_backend(config.ddp.backend, binding.device, ddp::nccl_available());
-    if (binding.device.is_cuda()) c10::cuda::set_device(binding.device.index());
+    if (binding.device.is_cuda()) {
+      c10::cuda::set_device(binding.device.index());
+      if (config.memory.fraction > 0) {
+        c10::cuda::CUDACachingAllocator::setMemoryFraction(config.memory.fraction,
+                                                           binding.device.index());
+      }
+    }
+    auto& guard = memory::CpuAllocatorGuard::instance();
+    guard.set_budget(static_cast<int64_t>(config.memory.cpu_budget_mb * 1048576.0));
+    guard.set_injections(launch.rank, memory::parse_injections(config.memory.inject_oom));
     at::set_num_threads(threads);
     dataset = data::make_dataset(config.data);
     ddp::BatchPlan::make(config.train.global_batch_size, launch.world_size, launch.rank,
@@ -201,9 +219,8 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   std::unique_ptr<train::Trainer> trainer_ptr;
   code = agree(*control, attempt([&] {
     data_comm = ddp::make_data_communicator(backend, binding.device, *control, timeout);
-    trainer_ptr = std::make_unique<train::Trainer>(config.train, config.ddp, config.checkpoint,
-                                                   config.log, *control, *data_comm, model,
-                                                   *dataset, binding.device);
+    trainer_ptr = std::make_unique<train::Trainer>(config.trainer_options(), *control, *data_comm,
+                                                   model, *dataset, binding.device);
   }));
   if (code != kExitOk) return code;
   train::Trainer& trainer = *trainer_ptr;
@@ -237,9 +254,18 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   }
 
   install_stop_handlers();
-  const auto summary = trainer.run(stop_requested);
-  spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.1f} samples/s", summary.steps_done,
-               summary.first_loss, summary.last_loss, summary.samples_per_s);
+  train::RunSummary summary;
+  try {
+    summary = trainer.run(stop_requested);
+  } catch (const memory::OutOfMemoryFatal& e) {
+    // Every rank throws this after the same vote: a clean, agreed exit.
+    if (rank == 0) print_error(0, e.what());
+    comm->barrier("out-of-memory exit");
+    return kExitOutOfMemory;
+  }
+  spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.1f} samples/s, {} memory fallback(s)",
+               summary.steps_done, summary.first_loss, summary.last_loss, summary.samples_per_s,
+               summary.fallbacks);
   comm->barrier("shutdown");
   return summary.stopped ? 128 + std::max(stop_signal(), 0) : kExitOk;
 }

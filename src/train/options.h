@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "ddp/options.h"
+#include "memory/options.h"
+
 namespace train {
 
 struct TrainOptions {
@@ -32,6 +35,15 @@ struct CheckpointOptions {
 struct LogOptions {
   std::string level;
   int64_t every = 0;
+};
+
+// Everything the Trainer is configured with.
+struct TrainerOptions {
+  TrainOptions train;
+  ddp::DdpOptions ddp;
+  memory::MemoryOptions memory;
+  CheckpointOptions checkpoint;
+  LogOptions log;
 };
 
 }  // namespace train

@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize/output-archive.h>
@@ -9,6 +11,9 @@
 #include <filesystem>
 #include <limits>
 
+#include "ddp/gather.h"
+#include "memory/allocator_guard.h"
+#include "memory/oom.h"
 #include "memory/process_memory.h"
 #include "train/schedule.h"
 
@@ -19,35 +24,51 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// The micro-batch every rank starts from: the configured one, or a whole per-rank slice
+// (the larger slice, so the number is the same on every rank).
+int64_t initial_micro_batch(const TrainOptions& t, int world) {
+  const int64_t largest_slice = (t.global_batch_size + world - 1) / world;
+  return t.micro_batch_size > 0 ? std::min(t.micro_batch_size, largest_slice) : largest_slice;
+}
+
+std::vector<memory::Rung> parse_ladder(const std::vector<std::string>& names) {
+  std::vector<memory::Rung> rungs;
+  for (const auto& n : names) rungs.push_back(memory::parse_rung(n));
+  return rungs;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 }  // namespace
 
-Trainer::Trainer(const TrainOptions& options, const ddp::DdpOptions& ddp,
-                 const CheckpointOptions& checkpoint, const LogOptions& log,
-                 ddp::Communicator& control, ddp::Communicator& data,
-                 std::shared_ptr<models::Model> model, const data::Dataset& dataset,
-                 c10::Device device)
-    : options_(options), checkpoint_(checkpoint), log_(log), control_(control), data_(data),
-      model_(std::move(model)), dataset_(dataset), device_(device),
-      plan_(ddp::BatchPlan::make(options.global_batch_size, control.size(), control.rank(),
-                                 options.micro_batch_size)),
-      sampler_(dataset.size(), options.global_batch_size, options.seed) {
+Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
+                 ddp::Communicator& data, std::shared_ptr<models::Model> model,
+                 const data::Dataset& dataset, c10::Device device)
+    : options_(options), control_(control), data_(data), model_(std::move(model)),
+      dataset_(dataset), device_(device),
+      micro_batch_(initial_micro_batch(options.train, control.size())),
+      plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
+                                 options.train.micro_batch_size)),
+      sampler_(dataset.size(), options.train.global_batch_size, options.train.seed),
+      ladder_(parse_ladder(options.memory.fallback), micro_batch_, options.memory.min_micro_batch,
+              /*has_cache=*/false) {
   model_->to(device_);
   ddp::NamedParameters named;
   for (auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
-  // Persistent state is allocated before step 1 (DESIGN.md, OOM protocol): the Reducer's
-  // gradient buckets now, the optimizer's state on its first step.
+  // Persistent state is allocated before step 1 (DESIGN.md, OOM protocol): gradient buckets
+  // and optimizer state now, so a step can only run out of activation memory.
+  const auto& d = options_.ddp;
   reducer_ = std::make_unique<ddp::Reducer>(
       std::move(named), data_,
-      ddp::ReducerOptions{static_cast<int64_t>(ddp.first_bucket_mb * (1 << 20)),
-                          static_cast<int64_t>(ddp.bucket_mb * (1 << 20)),
-                          ddp.find_unused_parameters});
+      ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
+                          static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters});
   broadcast_model();
   params_ = model_->parameters();
+  const auto& t = options_.train;
   optimizer_ = std::make_unique<torch::optim::AdamW>(
-      params_, torch::optim::AdamWOptions(options_.lr)
-                   .betas({options_.beta1, options_.beta2})
-                   .eps(options_.eps)
-                   .weight_decay(options_.weight_decay));
+      params_, torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(
+                   t.weight_decay));
+  allocate_optimizer_state();
 }
 
 void Trainer::broadcast_model() {
@@ -58,56 +79,136 @@ void Trainer::broadcast_model() {
   for (auto& item : model_->named_buffers()) data_.broadcast(item.value(), 0, "buffer " + item.key());
 }
 
-StepResult Trainer::step(int64_t step, bool stop_requested) {
-  control_.set_step(step);
-  data_.set_step(step);
-  reducer_->zero_grad();
-
-  const data::Batch batch = dataset_.get(sampler_.indices(step, plan_.offset, plan_.per_rank));
-  at::Tensor local_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
-  int64_t offset = 0;
-  for (size_t m = 0; m < plan_.micro_sizes.size(); ++m) {
-    const int64_t n = plan_.micro_sizes[m];
-    // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync).
-    reducer_->begin_micro_batch(/*sync=*/m + 1 == plan_.micro_sizes.size());
-    const auto inputs = batch.inputs.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
-    const auto targets = batch.targets.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
-    // Weighted by its share of the global batch: the SUM over ranks is the global mean.
-    const at::Tensor loss = model_->loss(inputs, targets) * plan_.weight(n);
-    loss.backward();
-    local_loss += loss.detach().to(at::kDouble);
-    offset += n;
+void Trainer::allocate_optimizer_state() {
+  // What AdamW would create lazily at its first step, created now.
+  for (const auto& p : params_) {
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(0);
+    state->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
+    state->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
+    optimizer_->state()[p.unsafeGetTensorImpl()] = std::move(state);
   }
-  reducer_->finish();
+}
 
-  // Status vote: one small all-reduce every step carrying the loss and any stop request.
-  at::Tensor vote = at::stack({local_loss.cpu(), at::scalar_tensor(stop_requested ? 1.0 : 0.0,
-                                                                   at::kDouble)});
-  control_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
+Trainer::Attempt Trainer::forward_backward(int64_t step) {
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  // On CUDA, allocations bypass the CPU allocator: injections are checked at phase starts.
+  auto enter = [&](memory::Phase phase) {
+    guard.set_phase(step + 1, phase);  // step numbers users see (logs, inject_oom) start at 1
+    if (device_.is_cuda()) guard.check_injection(0);
+  };
+  Attempt attempt;
+  memory::Phase phase = memory::Phase::kNone;
+  try {
+    const data::Batch batch = dataset_.get(sampler_.indices(step, plan_.offset, plan_.per_rank));
+    at::Tensor local_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+    int64_t offset = 0;
+    for (size_t m = 0; m < plan_.micro_sizes.size(); ++m) {
+      const int64_t n = plan_.micro_sizes[m];
+      // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync).
+      reducer_->begin_micro_batch(/*sync=*/m + 1 == plan_.micro_sizes.size());
+      enter(phase = memory::Phase::kForward);
+      const auto inputs = batch.inputs.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
+      const auto targets = batch.targets.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
+      // Weighted by its share of the global batch: the SUM over ranks is the global mean.
+      const at::Tensor loss = model_->loss(inputs, targets) * plan_.weight(n);
+      enter(phase = memory::Phase::kBackward);
+      loss.backward();
+      enter(phase = memory::Phase::kNone);
+      local_loss += loss.detach().to(at::kDouble);
+      offset += n;
+    }
+    reducer_->finish();
+    attempt.local_loss = local_loss.item<double>();
+  } catch (const c10::OutOfMemoryError& e) {
+    guard.set_phase(step + 1, memory::Phase::kNone);
+    attempt.failure = fmt::format("rank {} in {} (micro-batch {}): {}", control_.rank(),
+                                  memory::to_string(phase), plan_.micro_batch,
+                                  first_line(e.what_without_backtrace()));
+    // The step's tensors are gone with the scope above; the buckets not posted yet still are.
+    reducer_->abandon();
+  }
+  return attempt;
+}
 
+StepResult Trainer::step(int64_t step, bool stop_requested) {
+  control_.set_step(step + 1);
+  data_.set_step(step + 1);
   StepResult r;
-  r.loss = vote[0].item<double>();
-  r.stop = vote[1].item<double>() > 0;
-  r.lr = learning_rate(step, options_.steps, options_.warmup_steps, options_.lr,
-                       options_.min_lr_ratio);
+  for (;; ++r.attempts) {
+    reducer_->zero_grad();
+    const Attempt attempt = forward_backward(step);
+    // Status vote: one small all-reduce every step: the loss, stop requests, failures.
+    at::Tensor vote = at::tensor({attempt.local_loss, stop_requested ? 1.0 : 0.0,
+                                  attempt.failure.empty() ? 0.0 : 1.0}, at::kDouble);
+    control_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
+    r.stop = vote[1].item<double>() > 0;
+    if (vote[2].item<double>() == 0) {
+      r.loss = vote[0].item<double>();
+      break;
+    }
+    fall_back(step, attempt.failure);
+  }
+  const auto& t = options_.train;
+  r.lr = learning_rate(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
   }
-  const double max_norm =
-      options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
+  const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
   r.grad_norm = torch::nn::utils::clip_grad_norm_(params_, max_norm);
   optimizer_->step();
   return r;
 }
 
+void Trainer::fall_back(int64_t step, const std::string& my_failure) {
+  std::vector<std::string> failures;
+  for (auto& f : ddp::all_gather_strings(control_, my_failure)) {
+    if (!f.empty()) failures.push_back(std::move(f));
+  }
+  const auto action = ladder_.next();
+  if (!action) {
+    std::string where = "no checkpoint written (checkpoint.dir is not set)";
+    if (!options_.checkpoint.dir.empty()) {
+      const std::string path = fmt::format("{}/oom_step_{:06d}.pt", options_.checkpoint.dir, step + 1);
+      save_checkpoint(path);
+      where = "checkpoint written to " + path;
+    }
+    throw memory::OutOfMemoryFatal(fmt::format(
+        "out of memory at step {} with every fallback spent (memory.fallback = [{}], micro-batch "
+        "{} = memory.min_micro_batch):\n  {}\n{}. Lower train.global_batch_size, use a smaller "
+        "model, or give each rank more memory.",
+        step + 1, fmt::join(options_.memory.fallback, ", "), ladder_.micro_batch(),
+        fmt::join(failures, "\n  "), where));
+  }
+  ++fallbacks_;
+  const auto old_plan = plan_;
+  if (action->rung == memory::Rung::kHalveMicroBatch) {
+    micro_batch_ = action->new_micro_batch;
+    plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(),
+                                 control_.rank(), micro_batch_);
+    if (control_.rank() == 0) spdlog::warn(
+        "step {}: out of memory on {} rank(s): {}. Fallback {}: micro-batch {} -> {}, "
+        "accumulation {} -> {} (rank 0); global batch {} unchanged; retrying the step.",
+        step + 1, failures.size(), fmt::join(failures, "; "), memory::to_string(action->rung),
+        old_plan.micro_batch, plan_.micro_batch, old_plan.accumulation(), plan_.accumulation(),
+        plan_.global_batch);
+  } else {
+    model_->to(device_);  // placeholder for the model's cache release (recommender)
+    if (control_.rank() == 0) spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}; retrying the step.",
+                 step + 1, failures.size(), fmt::join(failures, "; "),
+                 memory::to_string(action->rung));
+  }
+}
+
 RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   RunSummary summary;
-  spdlog::info("training {} steps, global batch {} on {} rank(s); rank {}: {}", options_.steps,
+  const auto& t = options_.train;
+  spdlog::info("training {} steps, global batch {} on {} rank(s); rank {}: {}", t.steps,
                plan_.global_batch, plan_.world_size, plan_.rank, plan_.describe());
   auto window_start = Clock::now();
   auto steady_start = Clock::now();
   int64_t window_steps = 0;
-  for (int64_t s = 0; s < options_.steps; ++s) {
+  for (int64_t s = 0; s < t.steps; ++s) {
     const StepResult r = step(s, stop_requested && stop_requested());
     ++window_steps;
     summary.steps_done = s + 1;
@@ -116,18 +217,19 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       steady_start = Clock::now();
     }
     summary.last_loss = r.loss;
-    const bool last = s + 1 == options_.steps || r.stop;
-    if (s == 0 || (s + 1) % log_.every == 0 || last) {
+    const bool last = s + 1 == t.steps || r.stop;
+    if (s == 0 || (s + 1) % options_.log.every == 0 || last) {
       const double elapsed = seconds_since(window_start);
       const auto mem = memory::sample_process_memory();
       spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} {:>9.1f} samples/s rss {:.0f} MiB",
-                   s + 1, options_.steps, r.loss, r.lr, r.grad_norm,
+                   s + 1, t.steps, r.loss, r.lr, r.grad_norm,
                    window_steps * plan_.global_batch / elapsed, mem.resident_bytes / 1048576.0);
       window_start = Clock::now();
       window_steps = 0;
     }
-    if (!checkpoint_.dir.empty() && checkpoint_.every > 0 && (s + 1) % checkpoint_.every == 0) {
-      save_checkpoint(fmt::format("{}/step_{:06d}.pt", checkpoint_.dir, s + 1));
+    const auto& ckpt = options_.checkpoint;
+    if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
+      save_checkpoint(fmt::format("{}/step_{:06d}.pt", ckpt.dir, s + 1));
     }
     if (r.stop) {
       spdlog::warn("stop requested (signal): stopping after step {}", s + 1);
@@ -139,7 +241,8 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
     summary.samples_per_s =
         (summary.steps_done - 1) * plan_.global_batch / seconds_since(steady_start);
   }
-  if (!checkpoint_.dir.empty()) save_checkpoint(checkpoint_.dir + "/final.pt");
+  summary.fallbacks = fallbacks_;
+  if (!options_.checkpoint.dir.empty()) save_checkpoint(options_.checkpoint.dir + "/final.pt");
   return summary;
 }
 

@@ -1,12 +1,19 @@
 // Trainer: the data-parallel training loop of one rank.
 //
 // Contract: every rank constructs a Trainer with the same options, a model of the same
-// architecture and the same dataset; construction broadcasts parameters and buffers from rank 0.
-// Every step issues the same collectives in the same order on every rank (gradient buckets on the
-// data communicator, then the status vote on the control communicator), whatever happens locally,
-// so ranks never wait on an operation another rank skips. `control` is MPI (CPU tensors); `data`
-// carries gradients (NCCL for CUDA, MPI for CPU; it may be the same object as `control`).
-// The Trainer owns the optimizer and the Reducer; the model and communicators are borrowed.
+// architecture and the same dataset; construction checks that the parameter lists match,
+// allocates every persistent buffer (gradient buckets, optimizer state) and broadcasts parameters
+// and buffers from rank 0. Every step issues the same collectives in the same order on every rank
+// (gradient buckets on the data communicator, then the status vote on the control communicator),
+// whatever happens locally, so ranks never wait on an operation another rank skips. `control` is
+// MPI (CPU tensors); `data` carries gradients (NCCL for CUDA, MPI for CPU; it may be the same
+// object as `control`). The Trainer owns the optimizer and the Reducer; the model and
+// communicators are borrowed.
+//
+// Out of memory (DESIGN.md, "The OOM protocol"): a rank that runs out during forward or backward
+// drops the step's tensors, posts its remaining buckets and votes "failed"; if any rank failed,
+// all ranks zero their gradients, take the next rung of memory.fallback together and run the same
+// global batch again. Past the last rung, every rank throws memory::OutOfMemoryFatal.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -14,14 +21,16 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "data/dataset.h"
 #include "ddp/batch_plan.h"
 #include "ddp/communicator.h"
-#include "ddp/options.h"
 #include "ddp/rank_sampler.h"
 #include "ddp/reducer.h"
+#include "memory/fallback.h"
 #include "models/model.h"
 #include "train/options.h"
 
@@ -32,6 +41,7 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool stop = false;     // some rank asked to stop (a signal); all ranks agree
+  int attempts = 1;      // 1 + the fallbacks this step needed
 };
 
 struct RunSummary {
@@ -40,40 +50,50 @@ struct RunSummary {
   double last_loss = 0;
   double samples_per_s = 0;  // over steps after the first (which includes warm-up)
   bool stopped = false;
+  int fallbacks = 0;
 };
 
 class Trainer {
  public:
-  Trainer(const TrainOptions& options, const ddp::DdpOptions& ddp, const CheckpointOptions& checkpoint,
-          const LogOptions& log, ddp::Communicator& control, ddp::Communicator& data,
+  Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp::Communicator& data,
           std::shared_ptr<models::Model> model, const data::Dataset& dataset, c10::Device device);
 
   // Runs train.steps steps; `stop_requested` is polled each step and voted on by all ranks.
   RunSummary run(const std::function<bool()>& stop_requested = nullptr);
 
-  // One optimizer step over global batch `step`.
+  // One optimizer step over global batch `step`, retried with fallbacks after an OOM.
   StepResult step(int64_t step, bool stop_requested = false);
 
   const ddp::BatchPlan& plan() const { return plan_; }
   const ddp::Reducer& reducer() const { return *reducer_; }
   models::Model& model() { return *model_; }
+  int fallbacks() const { return fallbacks_; }
 
   // Rank 0 writes the model's parameters and buffers to `path`; other ranks do nothing.
   void save_checkpoint(const std::string& path) const;
 
  private:
+  struct Attempt {
+    double local_loss = 0;
+    std::string failure;  // this rank's out-of-memory description; empty when none
+  };
+  Attempt forward_backward(int64_t step);
+  // After a failed vote: the next rung on every rank, or OutOfMemoryFatal.
+  void fall_back(int64_t step, const std::string& my_failure);
   void broadcast_model();
+  void allocate_optimizer_state();
 
-  TrainOptions options_;
-  CheckpointOptions checkpoint_;
-  LogOptions log_;
+  TrainerOptions options_;
   ddp::Communicator& control_;
   ddp::Communicator& data_;
   std::shared_ptr<models::Model> model_;
   const data::Dataset& dataset_;
   c10::Device device_;
+  int64_t micro_batch_;  // job-wide micro-batch (the same on every rank)
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;
+  memory::FallbackLadder ladder_;
+  int fallbacks_ = 0;
   std::vector<at::Tensor> params_;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;

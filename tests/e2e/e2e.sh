@@ -129,8 +129,28 @@ SH
     echo "job ended $took s after SIGSTOP with exit code $rc"
     [ "$rc" != 0 ] || fail "exit code 0 after a stalled rank"
     [ "$took" -le 30 ] || fail "took $took s (> 30 s)"
-    expect_grep "did not complete at step [0-9]+: waited 1[0-9]\.[0-9] s, past ddp.timeout_s = 10 s"
+    expect_grep "did not complete at step [0-9]+: waited [0-9]+\.[0-9] s, past ddp.timeout_s = 10 s"
     expect_grep "aborting the job" ;;
+  oom_fallback_np3)
+    # An OOM injected on rank 1 at step 5 in backward: the job falls back and finishes.
+    run mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=30 --set memory.inject_oom=1:5:backward
+    expect_rc 0
+    expect_grep "\[0/3\] \[warning\] step 5: out of memory on 1 rank\(s\): rank 1 in backward .*Fallback halve_micro_batch: micro-batch 171 -> 85"
+    [ "$(grep -c "out of memory on" "$out")" = 1 ] || fail "the fallback is not logged exactly once"
+    expect_grep "done: 30 steps, .* 1 memory fallback\(s\)" ;;
+  oom_past_last_rung_np2)
+    # Every attempt fails: every rank exits 4 with one message naming rank, step and bytes.
+    run timeout 30 mpirun -np 2 "$trainer" "${quick[@]}" --set memory.inject_oom=1:3:forward:always \
+      --set memory.min_micro_batch=64 --set checkpoint.dir="$work/ckpt"
+    expect_rc 4
+    expect_grep "trainer: error: out of memory at step 3 with every fallback spent"
+    expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes"
+    expect_grep "checkpoint written to .*/ckpt/oom_step_000003.pt"
+    [ -f "$work/ckpt/oom_step_000003.pt" ] || fail "no checkpoint"
+    [ "$(grep -c "with every fallback spent" "$out")" = 1 ] || fail "message not printed exactly once" ;;
+  bad_injection_spec)
+    run "$trainer" "${quick[@]}" --set memory.inject_oom=1:5:sideways
+    expect_rc 2; expect_grep "memory.inject_oom: '1:5:sideways': phase 'sideways' is not forward or backward" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

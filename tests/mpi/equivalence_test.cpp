@@ -49,8 +49,8 @@ std::vector<at::Tensor> train_parameters(ddp::Communicator& comm, const Case& c,
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, {dataset->input_dim(), dataset->num_classes()});
-  train::Trainer trainer(config.train, config.ddp, config.checkpoint, config.log, comm, comm,
-                         model, *dataset, c10::Device(c10::kCPU));
+  train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
+                         c10::Device(c10::kCPU));
   if (buckets != nullptr) *buckets = trainer.reducer().layout().size();
   if (initial != nullptr) {
     for (const auto& p : model->parameters()) initial->push_back(p.detach().clone());

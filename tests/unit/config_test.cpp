@@ -71,7 +71,7 @@ TEST(ConfigErrors, UnknownSectionListsTheSections) {
   const std::string message = config_error(kMinimal + "optimizer:\n  lr: 0.1\n");
   expect_one_problem(message, "bad.yaml:5",
                      {"unknown section 'optimizer'",
-                      "sections are: model, data, train, ddp, checkpoint, log"});
+                      "sections are: model, data, train, ddp, memory, checkpoint, log"});
 }
 
 // A misspelt section should get the same did-you-mean help as a misspelt key.
@@ -583,6 +583,8 @@ const std::vector<std::string> kEveryKey = {
     "train.beta2", "train.eps", "train.grad_clip", "train.seed", "train.threads",
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
     "ddp.find_unused_parameters",
+    "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
+    "memory.inject_oom",
     "checkpoint.dir", "checkpoint.every",
     "log.level", "log.every"};
 

@@ -1,0 +1,19 @@
+// Options of the memory section of the config (declared with defaults in
+// launcher/config_schema.cpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace memory {
+
+struct MemoryOptions {
+  std::vector<std::string> fallback;  // rungs, in order: halve_micro_batch, uncache_embeddings
+  int64_t min_micro_batch = 1;        // halve_micro_batch never goes below this
+  double fraction = 0;                // CUDA: cap of this process's share of the device (0: none)
+  double cpu_budget_mb = 0;           // CPU: tensor memory budget per rank (0: none)
+  std::string inject_oom;             // test hook: "rank:step:phase[:times]; ..."
+};
+
+}  // namespace memory
