@@ -7,12 +7,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace data {
 
 struct Batch {
-  at::Tensor inputs;   // [n, input_dim] float32
-  at::Tensor targets;  // [n] int64 class ids
+  at::Tensor inputs;   // [n, input_dim]: float32 features, or int64 ids (movielens)
+  at::Tensor targets;  // [n] int64 class ids (zeros where the task has none)
 };
 
 class Dataset {
@@ -34,9 +35,15 @@ struct DataOptions {
   int64_t teacher_hidden = 0;
   double label_noise = 0.0;
   uint64_t seed = 0;
+  std::string path;       // movielens: a directory holding ratings.dat and movies.dat
+  int64_t text_len = 64;  // movielens: bytes of each item's text
 };
 
-// Throws std::invalid_argument for an unknown dataset name.
+// The dataset names make_dataset knows.
+std::vector<std::string> dataset_names();
+
+// Throws std::invalid_argument for an unknown dataset name; each dataset throws its own errors
+// for bad files.
 std::unique_ptr<Dataset> make_dataset(const DataOptions& options);
 
 }  // namespace data

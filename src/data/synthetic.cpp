@@ -2,10 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
-#include <fmt/format.h>
 
 #include <cmath>
-#include <stdexcept>
 
 namespace data {
 
@@ -29,12 +27,6 @@ SyntheticClassification::SyntheticClassification(const DataOptions& o)
 
 Batch SyntheticClassification::get(const at::Tensor& indices) const {
   return {inputs_.index_select(0, indices), targets_.index_select(0, indices)};
-}
-
-std::unique_ptr<Dataset> make_dataset(const DataOptions& options) {
-  if (options.dataset == "synthetic") return std::make_unique<SyntheticClassification>(options);
-  throw std::invalid_argument(
-      fmt::format("unknown dataset '{}'; known datasets: synthetic", options.dataset));
 }
 
 }  // namespace data

@@ -13,14 +13,25 @@ namespace models {
 // The model section of the config (declared with defaults in launcher/config_schema.cpp).
 struct ModelOptions {
   std::string name;
-  int64_t hidden_dim = 0;
-  int64_t depth = 0;
+  int64_t hidden_dim = 0;  // width of each hidden layer (recommender: of the item tower)
+  int64_t depth = 0;       // number of hidden layers (recommender: of the item tower)
+  // recommender
+  int64_t embedding_dim = 0;    // user and item vectors (and the text encoder's output)
+  int64_t encoder_dim = 0;      // text encoder width
+  int64_t encoder_layers = 0;   // text encoder blocks
+  int64_t encoder_heads = 0;    // text encoder attention heads (divides encoder_dim)
+  int64_t text_len = 0;         // text encoder positions; 0: the data's item text length
+  std::string encoder_weights;  // safetensors file for the text encoder; empty: seeded random
 };
 
 // What the data says the model must accept and produce.
 struct ModelShape {
   int64_t input_dim = 0;
   int64_t num_classes = 0;
+  // Id-based data (recommender): users, items and each item's text, int64 [num_items, L].
+  int64_t num_users = 0;
+  int64_t num_items = 0;
+  at::Tensor item_text;
 };
 
 class Model : public torch::nn::Module {
@@ -28,6 +39,12 @@ class Model : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
   // Mean loss over the batch.
   virtual at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) = 0;
+  // Embedding caches (the OOM fallback's last rung): build_cache() allocates them, on the model's
+  // device, before the first step; uncache() releases them for good (the model then computes
+  // what they held on the fly) and returns false when there was nothing left to release.
+  // Models without caches keep these no-ops.
+  virtual void build_cache() {}
+  virtual bool uncache() { return false; }
 };
 
 }  // namespace models

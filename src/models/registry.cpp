@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "models/mlp.h"
+#include "models/recommender.h"
 
 namespace models {
 namespace {
@@ -18,6 +19,20 @@ const std::map<std::string, Factory>& builtin() {
   static const std::map<std::string, Factory> models = {
       {"mlp", [](const ModelOptions& o, const ModelShape& s) {
          return std::make_shared<Mlp>(s.input_dim, o.hidden_dim, o.depth, s.num_classes);
+       }},
+      {"recommender", [](const ModelOptions& o, const ModelShape& s) {
+         RecommenderOptions r;
+         r.embedding_dim = o.embedding_dim;
+         r.mlp_hidden = o.hidden_dim;
+         r.mlp_depth = o.depth;
+         r.encoder.dim = o.encoder_dim;
+         r.encoder.layers = o.encoder_layers;
+         r.encoder.heads = o.encoder_heads;
+         const int64_t data_len = s.item_text.defined() ? s.item_text.size(1) : 0;
+         r.encoder.max_len = o.text_len > 0 ? o.text_len : data_len;
+         r.encoder.out_dim = o.embedding_dim;
+         r.encoder_weights = o.encoder_weights;
+         return std::make_shared<Recommender>(s.num_users, s.num_items, s.item_text, r);
        }},
   };
   return models;

@@ -1,0 +1,22 @@
+#include "data/dataset.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+#include "data/movielens.h"
+#include "data/synthetic.h"
+
+namespace data {
+
+std::vector<std::string> dataset_names() { return {"movielens", "synthetic"}; }
+
+std::unique_ptr<Dataset> make_dataset(const DataOptions& options) {
+  if (options.dataset == "synthetic") return std::make_unique<SyntheticClassification>(options);
+  if (options.dataset == "movielens") return std::make_unique<MovieLensDataset>(options);
+  throw std::invalid_argument(fmt::format("unknown dataset '{}'; known datasets: {}",
+                                          options.dataset, fmt::join(dataset_names(), ", ")));
+}
+
+}  // namespace data

@@ -1,0 +1,90 @@
+// MovieLensDataset: implicit-feedback training samples from MovieLens-1M files, for a BPR
+// recommender.
+//
+// Files (in DataOptions::path):
+//   movies.dat   MovieID::Title::Genres          (Genres '|'-separated)
+//   ratings.dat  UserID::MovieID::Rating::Timestamp
+// Every rating counts as an interaction, whatever its value. Blank lines are skipped; a trailing
+// '\r' is dropped. A malformed line (wrong field count, a non-integer field, a rating of a movie
+// movies.dat does not list, a MovieID listed twice) is a MovieLensError naming file:line and the
+// problem.
+//
+// Ids: users are the UserIDs that rate something, movies every MovieID of movies.dat; each is
+// remapped to a dense 0-based index in ascending order of its original id (user_ids() and
+// movie_ids() map back).
+//
+// Leave-last-out split: each user's latest interaction (largest timestamp; among equal
+// timestamps, the one later in ratings.dat) is held out for evaluation, the rest are training
+// samples. A user with a single interaction has nothing left to train on if it is held out, so
+// such users are kept for training only and have no held-out row.
+//
+// Samples: sample i is the i-th training interaction (in ratings.dat order) and reads as
+// inputs (user, positive item, negative item). The negative is drawn uniformly from the items
+// other than the positive by a counter-based hash of (seed, i): the same index always gives the
+// same negative, whoever reads it, so every rank and world size sees the same samples (and a
+// sample keeps its negative across epochs). The negative may be another item the user rated.
+//
+// Item text: the bytes of "Title | Genres" (UTF-8; movies.dat of ML-1M is ISO-8859-1, so a
+// title that is not valid UTF-8 is converted from Latin-1), cut to text_len bytes and padded with
+// kTextPadId. Immutable after construction; get() is safe to call from several threads.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+
+namespace data {
+
+// Padding id of item texts: one past the byte values. Must equal models::TextEncoder::kPadId
+// (data knows nothing of models; a unit test holds the two together).
+inline constexpr int64_t kTextPadId = 256;
+
+class MovieLensError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class MovieLensDataset final : public Dataset {
+ public:
+  // Reads `dir`/movies.dat and `dir`/ratings.dat. Throws MovieLensError (a missing file, a bad
+  // line, fewer than 2 movies) and std::invalid_argument (text_len < 1).
+  MovieLensDataset(const std::string& dir, int64_t text_len, uint64_t seed);
+  // The same from the data section: path, text_len, seed.
+  explicit MovieLensDataset(const DataOptions& options);
+
+  int64_t size() const override { return train_users_.size(0); }
+  int64_t input_dim() const override { return 3; }
+  int64_t num_classes() const override { return 0; }
+  // inputs int64 [n, 3] (user, positive, negative); targets int64 zeros [n].
+  // Throws std::out_of_range for an index outside [0, size()).
+  Batch get(const at::Tensor& indices) const override;
+
+  int64_t num_users() const { return static_cast<int64_t>(user_ids_.size()); }
+  int64_t num_items() const { return static_cast<int64_t>(movie_ids_.size()); }
+  // int64 [num_items, text_len]: bytes of "Title | Genres", padded with kTextPadId.
+  const at::Tensor& item_text() const { return item_text_; }
+  // int64 [n_eval_users, 2] (user, item), one row per user with >= 2 interactions, by user.
+  const at::Tensor& held_out() const { return held_out_; }
+  // int64 [size(), 2] (user, item): every training interaction, in sample order (to mask seen
+  // items when ranking held-out ones).
+  at::Tensor train_interactions() const;
+  // Dense index -> original id.
+  const std::vector<int64_t>& user_ids() const { return user_ids_; }
+  const std::vector<int64_t>& movie_ids() const { return movie_ids_; }
+  // The negative item of sample `index` whose positive is `positive`.
+  int64_t negative(int64_t index, int64_t positive) const;
+
+ private:
+  uint64_t seed_;
+  std::vector<int64_t> user_ids_;
+  std::vector<int64_t> movie_ids_;
+  at::Tensor train_users_;  // int64 [size()]
+  at::Tensor train_items_;  // int64 [size()]
+  at::Tensor held_out_;
+  at::Tensor item_text_;
+};
+
+}  // namespace data

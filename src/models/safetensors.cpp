@@ -1,0 +1,233 @@
+#include "models/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <vector>
+
+// Tensor bytes are copied as they lie in memory; the format is little-endian.
+static_assert(std::endian::native == std::endian::little,
+              "safetensors I/O assumes a little-endian host");
+
+namespace models {
+namespace {
+
+using nlohmann::json;
+
+struct DtypeInfo {
+  const char* name;
+  at::ScalarType type;
+};
+
+constexpr std::array<DtypeInfo, 10> kDtypes{{
+    {"F64", at::kDouble},
+    {"F32", at::kFloat},
+    {"F16", at::kHalf},
+    {"BF16", at::kBFloat16},
+    {"I64", at::kLong},
+    {"I32", at::kInt},
+    {"I16", at::kShort},
+    {"I8", at::kChar},
+    {"U8", at::kByte},
+    {"BOOL", at::kBool},
+}};
+
+std::optional<at::ScalarType> dtype_from_name(const std::string& name) {
+  for (const auto& d : kDtypes) {
+    if (name == d.name) return d.type;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> dtype_name(at::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (type == d.type) return std::string(d.name);
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> dtype_names() {
+  std::vector<std::string> names;
+  for (const auto& d : kDtypes) names.emplace_back(d.name);
+  return names;
+}
+
+template <class... Args>
+SafetensorsError error(const std::string& path, fmt::format_string<Args...> what, Args&&... args) {
+  return SafetensorsError(
+      fmt::format("{}: {}", path, fmt::format(what, std::forward<Args>(args)...)));
+}
+
+// A JSON value that must be a non-negative integer (shapes and offsets).
+bool as_size(const json& v, uint64_t& out) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned()) {
+    out = v.get<uint64_t>();
+    return true;
+  }
+  const int64_t s = v.get<int64_t>();
+  if (s < 0) return false;
+  out = static_cast<uint64_t>(s);
+  return true;
+}
+
+// One header entry, checked against the data section (`data_bytes` long).
+struct Entry {
+  at::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+Entry parse_entry(const std::string& path, const std::string& name, const json& e,
+                  uint64_t data_bytes) {
+  const auto bad = [&](const std::string& what) {
+    return error(path, "tensor '{}': {}", name, what);
+  };
+  if (!e.is_object()) throw bad("header entry is not a JSON object");
+  if (!e.contains("dtype") || !e["dtype"].is_string()) throw bad("missing string 'dtype'");
+  const std::string dtype = e["dtype"].get<std::string>();
+  const auto type = dtype_from_name(dtype);
+  if (!type) {
+    throw bad(
+        fmt::format("unknown dtype '{}' (supported: {})", dtype, fmt::join(dtype_names(), ", ")));
+  }
+
+  if (!e.contains("shape") || !e["shape"].is_array()) throw bad("missing array 'shape'");
+  Entry out{*type, {}, 0, 0};
+  uint64_t numel = 1;
+  for (const auto& d : e["shape"]) {
+    uint64_t n = 0;
+    if (!as_size(d, n) || n > uint64_t(INT64_MAX)) {
+      throw bad(fmt::format("shape {} holds a value that is not a non-negative integer",
+                            e["shape"].dump()));
+    }
+    if (n != 0 && numel > UINT64_MAX / n)
+      throw bad(fmt::format("shape {} is too large", e["shape"].dump()));
+    numel *= n;
+    out.shape.push_back(static_cast<int64_t>(n));
+  }
+  const uint64_t elem = c10::elementSize(*type);
+  if (numel > UINT64_MAX / elem) throw bad(fmt::format("shape {} is too large", e["shape"].dump()));
+
+  const json& off = e.contains("data_offsets") ? e["data_offsets"] : json();
+  if (!off.is_array() || off.size() != 2 || !as_size(off[0], out.begin) ||
+      !as_size(off[1], out.end)) {
+    throw bad("'data_offsets' must be [begin, end] with non-negative integers");
+  }
+  if (out.begin > out.end || out.end > data_bytes) {
+    throw bad(fmt::format("data_offsets [{}, {}] are out of range: the data section holds {} bytes",
+                          out.begin, out.end, data_bytes));
+  }
+  if (out.end - out.begin != numel * elem) {
+    throw bad(fmt::format("data_offsets [{}, {}] span {} bytes, but shape {} of {} needs {}",
+                          out.begin, out.end, out.end - out.begin, e["shape"].dump(), dtype,
+                          numel * elem));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw error(path, "cannot open the file: {}", std::strerror(errno));
+  const std::streamoff end = in.tellg();
+  if (end < 0) throw error(path, "cannot read the file size");
+  const auto file_bytes = static_cast<uint64_t>(end);
+  in.seekg(0);
+
+  if (file_bytes < 8) {
+    throw error(path, "truncated: {} bytes, fewer than the 8-byte header length", file_bytes);
+  }
+  std::array<unsigned char, 8> len_bytes{};
+  in.read(reinterpret_cast<char*>(len_bytes.data()), 8);
+  uint64_t header_bytes = 0;
+  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | len_bytes[i];
+  if (header_bytes > file_bytes - 8) {
+    throw error(path, "truncated: the header length says {} bytes but only {} follow", header_bytes,
+                file_bytes - 8);
+  }
+  std::string header(header_bytes, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  if (!in) throw error(path, "cannot read the {}-byte header", header_bytes);
+
+  json j;
+  try {
+    j = json::parse(header);
+  } catch (const json::parse_error& e) {
+    throw error(path, "the header is not valid JSON: {}", e.what());
+  }
+  if (!j.is_object()) throw error(path, "the header is not a JSON object");
+
+  const uint64_t data_start = 8 + header_bytes;
+  const uint64_t data_bytes = file_bytes - data_start;
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "__metadata__") continue;
+    const Entry e = parse_entry(path, name, value, data_bytes);
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+    const auto bytes = static_cast<std::streamsize>(e.end - e.begin);
+    if (bytes > 0) {
+      in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+      in.read(static_cast<char*>(t.data_ptr()), bytes);
+      if (!in || in.gcount() != bytes) {
+        throw error(path, "tensor '{}': cannot read its {} bytes", name, bytes);
+      }
+    }
+    tensors.emplace(name, std::move(t));
+  }
+  return tensors;
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<at::Tensor> ordered;
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    if (name == "__metadata__") throw error(path, "'__metadata__' is not a valid tensor name");
+    const auto dtype = dtype_name(tensor.scalar_type());
+    if (!dtype) {
+      throw error(path, "tensor '{}': dtype {} cannot be written (supported: {})", name,
+                  c10::toString(tensor.scalar_type()), fmt::join(dtype_names(), ", "));
+    }
+    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+    const uint64_t bytes = t.numel() * t.element_size();
+    header[name] = {
+        {"dtype", *dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    ordered.push_back(std::move(t));
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw error(path, "cannot open the file for writing: {}", std::strerror(errno));
+  std::array<char, 8> len_bytes{};
+  uint64_t n = text.size();
+  for (auto& b : len_bytes) {
+    b = static_cast<char>(n & 0xff);
+    n >>= 8;
+  }
+  out.write(len_bytes.data(), 8);
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  // Offsets were assigned in this order.
+  for (const auto& t : ordered) {
+    out.write(static_cast<const char*>(t.data_ptr()),
+              static_cast<std::streamsize>(t.numel() * t.element_size()));
+  }
+  out.close();
+  if (!out) throw error(path, "writing the file failed");
+}
+
+}  // namespace models
