@@ -163,6 +163,21 @@ class Loader {
 
   // Rules between keys, reported where the user wrote one of them.
   void check_relations(const Config& c) {
+    auto given = [&](const char* key) { return !rejected_.count(key); };
+    auto at = [&](const char* key) {
+      return origin_[key] == "default" ? source_ + " (default)" : origin_[key];
+    };
+    if (c.model.name == "recommender" && given("model.encoder_dim") && given("model.encoder_heads") &&
+        c.model.encoder_dim % c.model.encoder_heads != 0) {
+      error(at("model.encoder_heads"),
+            fmt::format("model.encoder_heads = {} must divide model.encoder_dim = {}",
+                        c.model.encoder_heads, c.model.encoder_dim));
+    }
+    if (c.data.dataset == "movielens" && c.data.path.empty() && given("data.path")) {
+      error(at("data.dataset"), "data.path: required when data.dataset is movielens (a directory "
+                                "holding ratings.dat and movies.dat; scripts/make_movielens.py "
+                                "writes one)");
+    }
     // A rule between keys only means something when both values were accepted.
     if (rejected_.count("train.warmup_steps") || rejected_.count("train.steps")) return;
     if (c.train.warmup_steps >= c.train.steps && c.train.steps > 1) {

@@ -208,7 +208,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
                          config.train.micro_batch_size);
     ddp::RankSampler(dataset->size(), config.train.global_batch_size, config.train.seed);
     at::manual_seed(config.train.seed);
-    model = models::create_model(config.model, {dataset->input_dim(), dataset->num_classes()});
+    model = models::create_model(config.model, train::model_shape_for(*dataset));
   }));
   if (code != kExitOk) return code;
 

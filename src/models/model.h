@@ -45,6 +45,8 @@ class Model : public torch::nn::Module {
   // Models without caches keep these no-ops.
   virtual void build_cache() {}
   virtual bool uncache() { return false; }
+  // Whether there is a cache that uncache() would release.
+  virtual bool has_cache() const { return false; }
 };
 
 }  // namespace models

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "data/movielens.h"
 #include "ddp/gather.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
@@ -41,6 +42,16 @@ std::vector<memory::Rung> parse_ladder(const std::vector<std::string>& names) {
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 }  // namespace
 
+models::ModelShape model_shape_for(const data::Dataset& dataset) {
+  models::ModelShape shape{dataset.input_dim(), dataset.num_classes()};
+  if (const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset)) {
+    shape.num_users = ml->num_users();
+    shape.num_items = ml->num_items();
+    shape.item_text = ml->item_text();
+  }
+  return shape;
+}
+
 Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
                  ddp::Communicator& data, std::shared_ptr<models::Model> model,
                  const data::Dataset& dataset, c10::Device device)
@@ -50,9 +61,12 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
       sampler_(dataset.size(), options.train.global_batch_size, options.train.seed),
-      ladder_(parse_ladder(options.memory.fallback), micro_batch_, options.memory.min_micro_batch,
-              /*has_cache=*/false) {
+      ladder_({}, micro_batch_, options.memory.min_micro_batch, /*has_cache=*/false) {
+  // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
   model_->to(device_);
+  model_->build_cache();  // embedding caches are persistent: allocated before step 1
+  ladder_ = memory::FallbackLadder(parse_ladder(options_.memory.fallback), micro_batch_,
+                                   options_.memory.min_micro_batch, model_->has_cache());
   ddp::NamedParameters named;
   for (auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
   // Persistent state is allocated before step 1 (DESIGN.md, OOM protocol): gradient buckets
@@ -193,10 +207,13 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
         old_plan.micro_batch, plan_.micro_batch, old_plan.accumulation(), plan_.accumulation(),
         plan_.global_batch);
   } else {
-    model_->to(device_);  // placeholder for the model's cache release (recommender)
-    if (control_.rank() == 0) spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}; retrying the step.",
-                 step + 1, failures.size(), fmt::join(failures, "; "),
-                 memory::to_string(action->rung));
+    model_->uncache();
+    if (control_.rank() == 0) {
+      spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: embedding caches "
+                   "released, embeddings now computed per micro-batch; retrying the step.",
+                   step + 1, failures.size(), fmt::join(failures, "; "),
+                   memory::to_string(action->rung));
+    }
   }
 }
 

@@ -53,6 +53,9 @@ struct RunSummary {
   int fallbacks = 0;
 };
 
+// What `dataset` requires of a model: feature and class counts, or users, items and item texts.
+models::ModelShape model_shape_for(const data::Dataset& dataset);
+
 class Trainer {
  public:
   Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp::Communicator& data,

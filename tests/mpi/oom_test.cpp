@@ -168,3 +168,45 @@ TEST_F(Oom, ThirtySeededRandomInjectionsAllCompleteAndMatch) {
 }
 
 }  // namespace
+
+namespace {
+
+// The last rung on the model it was made for: once halving is spent, the recommender releases
+// its cached item embeddings and computes them per micro-batch; the run matches one that never
+// ran out of memory (cached and uncached give the same loss).
+std::vector<at::Tensor> train_recommender(ddp::Communicator& comm, const std::string& inject,
+                                          bool* cached_at_end) {
+  const auto config = launcher::parse_config(
+      fmt::format(R"(
+model: {{name: recommender, embedding_dim: 16, encoder_dim: 32, encoder_layers: 1, encoder_heads: 2, hidden_dim: 16, depth: 1}}
+data: {{dataset: movielens, path: {}/data/movielens-sample, text_len: 24}}
+train: {{device: cpu, global_batch_size: 48, steps: 6, lr: 0.01, warmup_steps: 1, seed: 4}}
+memory: {{min_micro_batch: 48, inject_oom: "{}"}}
+)", TRAINER_SOURCE_DIR, inject),
+      "recommender.yaml");
+  memory::CpuAllocatorGuard::instance().set_injections(comm.rank(), memory::parse_injections(inject));
+  const auto dataset = data::make_dataset(config.data);
+  at::manual_seed(config.train.seed);
+  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
+  for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  memory::CpuAllocatorGuard::instance().set_injections(0, {});
+  *cached_at_end = model->has_cache();
+  std::vector<at::Tensor> out;
+  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+TEST(OomRecommender, UncacheRungReleasesCachesOnEveryRankAndMatches) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  bool cached = false;
+  const auto reference = train_recommender(*comm, "", &cached);
+  EXPECT_TRUE(cached);
+  // The floor (48) is the whole batch: halving is spent from the start, so the first failure
+  // can only uncache.
+  const auto run = train_recommender(*comm, fmt::format("{}:3:backward", comm->size() - 1), &cached);
+  EXPECT_FALSE(cached) << "rank " << comm->rank() << " kept its cache";
+  EXPECT_LT(relative_error(run, reference), 1e-5);
+}
+
+}  // namespace
