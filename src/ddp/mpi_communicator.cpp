@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <functional>
 #include <thread>
 
 #include "ddp/check.h"
@@ -54,32 +53,49 @@ MPI_Op mpi_op(ReduceOp op, at::ScalarType t) {
   return MPI_SUM;
 }
 
-// The buffer MPI works on: the tensor itself when it is contiguous CPU memory of an MPI type,
-// otherwise a contiguous CPU copy that is written back on completion.
-struct Staged {
-  at::Tensor user;
-  at::Tensor buffer;
-  bool copy_back = false;
+// What an operation is, for messages; formatted only when one is needed (a timeout).
+struct OpInfo {
+  const char* kind;  // "all_reduce(sum)", "broadcast", ...
+  std::string what;
+  int64_t numel = 0;
+  at::ScalarType dtype = at::kFloat;
+
+  std::string describe() const {
+    return fmt::format("{} of {} ({} x {})", kind, what, numel, c10::toString(dtype));
+  }
 };
 
-Staged stage(const at::Tensor& t) {
-  Staged s{t, t, false};
-  if (!t.is_cpu() || !t.is_contiguous() || needs_upcast(t.scalar_type())) {
-    auto dtype = needs_upcast(t.scalar_type()) ? at::kFloat : t.scalar_type();
-    s.buffer = t.to(at::TensorOptions().device(at::kCPU).dtype(dtype),
-                    /*non_blocking=*/false, /*copy=*/true)
-                   .contiguous();
-    s.copy_back = true;
+const char* all_reduce_kind(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "all_reduce(sum)";
+    case ReduceOp::kAvg: return "all_reduce(avg)";
+    case ReduceOp::kMax: return "all_reduce(max)";
+    case ReduceOp::kMin: return "all_reduce(min)";
   }
-  return s;
+  return "all_reduce";
+}
+
+// The buffer MPI works on: the tensor itself when it is contiguous CPU memory of an MPI type,
+// otherwise a contiguous CPU copy that is written back on completion.
+at::Tensor staging_buffer(const at::Tensor& t, bool* copy_back) {
+  *copy_back = !t.is_cpu() || !t.is_contiguous() || needs_upcast(t.scalar_type());
+  if (!*copy_back) return t;
+  const auto dtype = needs_upcast(t.scalar_type()) ? at::kFloat : t.scalar_type();
+  return t.to(at::TensorOptions().device(at::kCPU).dtype(dtype), /*non_blocking=*/false,
+              /*copy=*/true)
+      .contiguous();
 }
 
 class MpiWork final : public Work {
  public:
-  MpiWork(std::string what, int64_t step, int rank, std::chrono::duration<double> timeout,
-          std::function<void()> on_complete)
-      : what_(std::move(what)), step_(step), rank_(rank), timeout_(timeout),
-        posted_(Clock::now()), on_complete_(std::move(on_complete)) {}
+  // `buffer` is what MPI reads and writes; on completion it is divided by `divide_by` (AVG,
+  // when > 0) and copied into `user` (when `copy_back`). `keep` stays alive as long as MPI may
+  // read it (an all_gather's input).
+  MpiWork(OpInfo info, int64_t step, int rank, std::chrono::duration<double> timeout,
+          at::Tensor buffer, at::Tensor user, bool copy_back, int divide_by, at::Tensor keep = {})
+      : info_(std::move(info)), step_(step), rank_(rank), timeout_(timeout), posted_(Clock::now()),
+        buffer_(std::move(buffer)), user_(std::move(user)), keep_(std::move(keep)),
+        copy_back_(copy_back), divide_by_(divide_by) {}
 
   ~MpiWork() noexcept override {
     // Never wait here: a Work dropped unfinished (an exception unwinding past it, a timed-out
@@ -88,7 +104,8 @@ class MpiWork final : public Work {
     // to ending the process.
     if (!done_ && request_ != MPI_REQUEST_NULL) {
       new MPI_Request(request_);
-      new std::function<void()>(std::move(on_complete_));
+      new at::Tensor(std::move(buffer_));
+      new at::Tensor(std::move(keep_));
     }
   }
 
@@ -103,22 +120,23 @@ class MpiWork final : public Work {
   }
 
   void wait() override {
-    // Spin briefly (latency), then yield (ranks may share cores), then sleep (a long wait
-    // for a slow peer should not burn a core).
-    for (int64_t polls = 0; !is_completed(); ++polls) {
-      const auto waited = Clock::now() - posted_;
-      if (waited > timeout_) {
+    // Poll MPI_Test (Open MPI progresses only inside MPI calls), yielding the core to ranks that
+    // share it. Only a wait that has lasted seconds (a slow or stalled peer) backs off to
+    // sleeping, so it does not burn a core until the deadline.
+    const auto started = Clock::now();
+    while (!is_completed()) {
+      const auto now = Clock::now();
+      if (now - posted_ > timeout_) {
         throw CommTimeout(fmt::format(
             "rank {}: {} did not complete at step {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
             "s. Another rank is stalled, dead, or issuing different collectives.",
-            rank_, what_, step_, std::chrono::duration<double>(waited).count(),
+            rank_, info_.describe(), step_, std::chrono::duration<double>(now - posted_).count(),
             timeout_.count()));
       }
-      if (polls < 1000) continue;
-      if (waited < std::chrono::milliseconds(50)) {
+      if (now - started < std::chrono::seconds(2)) {
         std::this_thread::yield();
       } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
     }
   }
@@ -126,15 +144,20 @@ class MpiWork final : public Work {
  private:
   void complete() {
     done_ = true;
-    if (on_complete_) on_complete_();
+    if (divide_by_ > 0) buffer_.div_(divide_by_);
+    if (copy_back_) user_.copy_(buffer_);
   }
 
-  std::string what_;
+  OpInfo info_;
   int64_t step_;
   int rank_;
   std::chrono::duration<double> timeout_;
   Clock::time_point posted_;
-  std::function<void()> on_complete_;
+  at::Tensor buffer_;
+  at::Tensor user_;
+  at::Tensor keep_;
+  bool copy_back_;
+  int divide_by_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
 };
@@ -165,31 +188,30 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::s
     throw CommError(fmt::format("rank {}: all_reduce(avg) needs a floating-point tensor, got {}",
                                 rank_, c10::toString(tensor.scalar_type())));
   }
-  auto s = std::make_shared<Staged>(stage(tensor));
-  const int world = size_;
+  bool copy_back = false;
+  at::Tensor buffer = staging_buffer(tensor, &copy_back);
+  const auto dtype = buffer.scalar_type();
+  const auto count = static_cast<int>(buffer.numel());
+  void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      fmt::format("all_reduce({}) of {} ({} x {})", to_string(op), what, s->buffer.numel(),
-                  c10::toString(tensor.scalar_type())),
-      step_, rank_, timeout_, [s, op, world] {
-        if (op == ReduceOp::kAvg) s->buffer.div_(world);
-        if (s->copy_back) s->user.copy_(s->buffer);
-      });
-  const auto dtype = s->buffer.scalar_type();
-  TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, s->buffer.data_ptr(),
-                                   static_cast<int>(s->buffer.numel()), mpi_type(dtype),
-                                   mpi_op(op, dtype), comm_, work->request()));
+      OpInfo{all_reduce_kind(op), std::string(what), tensor.numel(), tensor.scalar_type()}, step_,
+      rank_, timeout_, std::move(buffer), tensor, copy_back, op == ReduceOp::kAvg ? size_ : 0);
+  TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(dtype), mpi_op(op, dtype),
+                                   comm_, work->request()));
   return work;
 }
 
 WorkPtr MpiCommunicator::broadcast_async(at::Tensor tensor, int root, std::string_view what) {
-  auto s = std::make_shared<Staged>(stage(tensor));
+  bool copy_back = false;
+  at::Tensor buffer = staging_buffer(tensor, &copy_back);
+  const auto dtype = buffer.scalar_type();
+  const auto count = static_cast<int>(buffer.numel());
+  void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      fmt::format("broadcast from rank {} of {}", root, what), step_, rank_, timeout_,
-      [s] {
-        if (s->copy_back) s->user.copy_(s->buffer);
-      });
-  TRAINER_MPI_CHECK(MPI_Ibcast(s->buffer.data_ptr(), static_cast<int>(s->buffer.numel()),
-                               mpi_type(s->buffer.scalar_type()), root, comm_, work->request()));
+      OpInfo{"broadcast", fmt::format("{} from rank {}", what, root), tensor.numel(),
+             tensor.scalar_type()},
+      step_, rank_, timeout_, std::move(buffer), tensor, copy_back, 0);
+  TRAINER_MPI_CHECK(MPI_Ibcast(data, count, mpi_type(dtype), root, comm_, work->request()));
   return work;
 }
 
@@ -201,22 +223,25 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
         what, size_, input.numel(), c10::toString(input.scalar_type()), output.numel(),
         c10::toString(output.scalar_type())));
   }
-  auto in = std::make_shared<Staged>(stage(input));
-  auto out = std::make_shared<Staged>(stage(output));
-  auto work = std::make_unique<MpiWork>(fmt::format("all_gather of {}", what), step_, rank_,
-                                        timeout_, [in, out] {
-                                          if (out->copy_back) out->user.copy_(out->buffer);
-                                        });
-  const auto type = mpi_type(in->buffer.scalar_type());
-  const int count = static_cast<int>(in->buffer.numel());
-  TRAINER_MPI_CHECK(MPI_Iallgather(in->buffer.data_ptr(), count, type, out->buffer.data_ptr(),
-                                   count, type, comm_, work->request()));
+  bool in_copied = false;
+  bool out_copy_back = false;
+  at::Tensor in = staging_buffer(input, &in_copied);
+  at::Tensor out = staging_buffer(output, &out_copy_back);
+  const auto type = mpi_type(in.scalar_type());
+  const int count = static_cast<int>(in.numel());
+  void* in_data = in.data_ptr();
+  void* out_data = out.data_ptr();
+  auto work = std::make_unique<MpiWork>(
+      OpInfo{"all_gather", std::string(what), input.numel(), input.scalar_type()}, step_, rank_,
+      timeout_, std::move(out), output, out_copy_back, 0, std::move(in));
+  TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
+                                   work->request()));
   return work;
 }
 
 WorkPtr MpiCommunicator::barrier_async(std::string_view what) {
-  auto work = std::make_unique<MpiWork>(fmt::format("barrier ({})", what), step_, rank_,
-                                        timeout_, nullptr);
+  auto work = std::make_unique<MpiWork>(OpInfo{"barrier", std::string(what), 0, at::kByte}, step_,
+                                        rank_, timeout_, at::Tensor(), at::Tensor(), false, 0);
   TRAINER_MPI_CHECK(MPI_Ibarrier(comm_, work->request()));
   return work;
 }

@@ -43,7 +43,9 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 }  // namespace
 
 models::ModelShape model_shape_for(const data::Dataset& dataset) {
-  models::ModelShape shape{dataset.input_dim(), dataset.num_classes()};
+  models::ModelShape shape;
+  shape.input_dim = dataset.input_dim();
+  shape.num_classes = dataset.num_classes();
   if (const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset)) {
     shape.num_users = ml->num_users();
     shape.num_items = ml->num_items();
