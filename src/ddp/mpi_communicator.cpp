@@ -91,9 +91,10 @@ class MpiWork final : public Work {
   // `buffer` is what MPI reads and writes; on completion it is divided by `divide_by` (AVG,
   // when > 0) and copied into `user` (when `copy_back`). `keep` stays alive as long as MPI may
   // read it (an all_gather's input).
-  MpiWork(OpInfo info, int64_t step, int rank, std::chrono::duration<double> timeout,
+  MpiWork(OpInfo info, int64_t step, int rank, std::chrono::duration<double> timeout, bool yield,
           at::Tensor buffer, at::Tensor user, bool copy_back, int divide_by, at::Tensor keep = {})
-      : info_(std::move(info)), step_(step), rank_(rank), timeout_(timeout), posted_(Clock::now()),
+      : info_(std::move(info)), step_(step), rank_(rank), timeout_(timeout), yield_(yield),
+        posted_(Clock::now()),
         buffer_(std::move(buffer)), user_(std::move(user)), keep_(std::move(keep)),
         copy_back_(copy_back), divide_by_(divide_by) {}
 
@@ -120,9 +121,10 @@ class MpiWork final : public Work {
   }
 
   void wait() override {
-    // Poll MPI_Test (Open MPI progresses only inside MPI calls), yielding the core to ranks that
-    // share it. Only a wait that has lasted seconds (a slow or stalled peer) backs off to
-    // sleeping, so it does not burn a core until the deadline.
+    // Poll MPI_Test (Open MPI progresses only inside MPI calls); yield the core between polls only
+    // where ranks outnumber cores (as Open MPI does), since yielding costs ~5% bandwidth on 1-4 MB
+    // buffers (bench/RESULTS.md). Only a wait that has lasted seconds (a slow or stalled peer)
+    // backs off to sleeping, so it does not burn a core until the deadline.
     const auto started = Clock::now();
     while (!is_completed()) {
       const auto now = Clock::now();
@@ -134,7 +136,7 @@ class MpiWork final : public Work {
             timeout_.count()));
       }
       if (now - started < std::chrono::seconds(2)) {
-        std::this_thread::yield();
+        if (yield_) std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
@@ -152,6 +154,7 @@ class MpiWork final : public Work {
   int64_t step_;
   int rank_;
   std::chrono::duration<double> timeout_;
+  bool yield_;
   Clock::time_point posted_;
   at::Tensor buffer_;
   at::Tensor user_;
@@ -170,6 +173,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> ti
   TRAINER_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   TRAINER_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   timeout_ = timeout;
+  MPI_Comm node = MPI_COMM_NULL;
+  TRAINER_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  int local_size = 1;
+  TRAINER_MPI_CHECK(MPI_Comm_size(node, &local_size));
+  MPI_Comm_free(&node);
+  oversubscribed_ = local_size > static_cast<int>(std::thread::hardware_concurrency());
 }
 
 MpiCommunicator::~MpiCommunicator() noexcept {
@@ -195,7 +204,8 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::s
   void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
       OpInfo{all_reduce_kind(op), std::string(what), tensor.numel(), tensor.scalar_type()}, step_,
-      rank_, timeout_, std::move(buffer), tensor, copy_back, op == ReduceOp::kAvg ? size_ : 0);
+      rank_, timeout_, oversubscribed_, std::move(buffer), tensor, copy_back,
+      op == ReduceOp::kAvg ? size_ : 0);
   TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(dtype), mpi_op(op, dtype),
                                    comm_, work->request()));
   return work;
@@ -210,7 +220,7 @@ WorkPtr MpiCommunicator::broadcast_async(at::Tensor tensor, int root, std::strin
   auto work = std::make_unique<MpiWork>(
       OpInfo{"broadcast", fmt::format("{} from rank {}", what, root), tensor.numel(),
              tensor.scalar_type()},
-      step_, rank_, timeout_, std::move(buffer), tensor, copy_back, 0);
+      step_, rank_, timeout_, oversubscribed_, std::move(buffer), tensor, copy_back, 0);
   TRAINER_MPI_CHECK(MPI_Ibcast(data, count, mpi_type(dtype), root, comm_, work->request()));
   return work;
 }
@@ -233,7 +243,7 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
   void* out_data = out.data_ptr();
   auto work = std::make_unique<MpiWork>(
       OpInfo{"all_gather", std::string(what), input.numel(), input.scalar_type()}, step_, rank_,
-      timeout_, std::move(out), output, out_copy_back, 0, std::move(in));
+      timeout_, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
   TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
                                    work->request()));
   return work;
@@ -241,7 +251,8 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
 
 WorkPtr MpiCommunicator::barrier_async(std::string_view what) {
   auto work = std::make_unique<MpiWork>(OpInfo{"barrier", std::string(what), 0, at::kByte}, step_,
-                                        rank_, timeout_, at::Tensor(), at::Tensor(), false, 0);
+                                        rank_, timeout_, oversubscribed_, at::Tensor(),
+                                        at::Tensor(), false, 0);
   TRAINER_MPI_CHECK(MPI_Ibarrier(comm_, work->request()));
   return work;
 }

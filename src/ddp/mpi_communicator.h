@@ -34,6 +34,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
+  bool oversubscribed_ = false;  // more ranks on this node than cores: yield while polling
 };
 
 }  // namespace ddp

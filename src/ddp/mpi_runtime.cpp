@@ -1,6 +1,7 @@
 #include "ddp/mpi_runtime.h"
 
 #include <mpi.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <array>
@@ -13,6 +14,11 @@
 namespace ddp {
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  // Gradients travel as MPI_Iallreduce (non-blocking, so they have deadlines), which Open MPI runs
+  // in its libnbc component. Its default for small worlds is a binomial tree: 0.6x the bandwidth
+  // of blocking MPI_Allreduce on 1-64 MB buffers here; ring matches it (bench/RESULTS.md). A
+  // user's own choice (environment or mpirun --mca) wins: setenv does not overwrite.
+  setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
   int provided = 0;
   TRAINER_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
   // Errors come back as return codes, so the check macros can turn them into exceptions.
