@@ -96,7 +96,7 @@ train: {global_batch_size: 32, micro_batch_size: 8, steps: 20, lr: 0.01, warmup_
 )", "gpu.yaml", {"train.device=" + device});
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, {dataset->input_dim(), dataset->num_classes()});
+  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
   const c10::Device dev = device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   train::Trainer trainer(config.trainer_options(), control, data, model, *dataset, dev);
   for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);

@@ -48,7 +48,7 @@ std::vector<at::Tensor> train_parameters(ddp::Communicator& comm, const Case& c,
   const auto config = launcher::parse_config(config_text(c), "equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, {dataset->input_dim(), dataset->num_classes()});
+  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
                          c10::Device(c10::kCPU));
   if (buckets != nullptr) *buckets = trainer.reducer().layout().size();

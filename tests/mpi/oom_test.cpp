@@ -44,7 +44,7 @@ train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2
   } reset;
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, {dataset->input_dim(), dataset->num_classes()});
+  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
   for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   TrainedRun run;
