@@ -276,6 +276,8 @@ std::vector<KeyDef> declare() {
       real("memory.cpu_budget_mb", FIELD(memory.cpu_budget_mb), "0", 0.0, kInf, false, true, "CPU: tensor memory budget per rank in MiB; beyond it allocations fail as out of memory (0: none)"),
       checked_text("memory.inject_oom", FIELD(memory.inject_oom), "test hook: fail allocations at 'rank:step:phase[:times]; ...' (phase forward|backward, times N|always)",
                    [](const std::string& v) { memory::parse_injections(v); }),
+      integer("memory.check_every", FIELD(memory.check_every), "100", 0, kMax, "log every rank's memory every N steps (0: at start and end only)"),
+      real("memory.high_watermark", FIELD(memory.high_watermark), "0.92", 0.0, 1.0, true, false, "warn when a rank uses more than this share of its device (or CPU budget)"),
 
       text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),
       integer("checkpoint.every", FIELD(checkpoint.every), "0", 0, kMax, "save every N steps (0: only at the end)"),

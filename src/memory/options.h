@@ -14,6 +14,8 @@ struct MemoryOptions {
   double fraction = 0;                // CUDA: cap of this process's share of the device (0: none)
   double cpu_budget_mb = 0;           // CPU: tensor memory budget per rank (0: none)
   std::string inject_oom;             // test hook: "rank:step:phase[:times]; ..."
+  int64_t check_every = 0;            // memory table every N steps (0: at start and end only)
+  double high_watermark = 0;          // warn above this share of a rank's device (or budget)
 };
 
 }  // namespace memory

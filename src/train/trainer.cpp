@@ -14,6 +14,7 @@
 #include "data/movielens.h"
 #include "ddp/gather.h"
 #include "memory/allocator_guard.h"
+#include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "memory/process_memory.h"
 #include "train/schedule.h"
@@ -224,6 +225,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   const auto& t = options_.train;
   spdlog::info("training {} steps, global batch {} on {} rank(s); rank {}: {}", t.steps,
                plan_.global_batch, plan_.world_size, plan_.rank, plan_.describe());
+  report_memory("memory before step 1: parameters, buckets, optimizer state, caches");
   auto window_start = Clock::now();
   auto steady_start = Clock::now();
   int64_t window_steps = 0;
@@ -246,6 +248,10 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       window_start = Clock::now();
       window_steps = 0;
     }
+    const int64_t every = options_.memory.check_every;
+    if ((every > 0 && (s + 1) % every == 0) || last) {
+      report_memory(fmt::format("memory at step {} (peak since the last table)", s + 1));
+    }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
       save_checkpoint(fmt::format("{}/step_{:06d}.pt", ckpt.dir, s + 1));
@@ -263,6 +269,25 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   summary.fallbacks = fallbacks_;
   if (!options_.checkpoint.dir.empty()) save_checkpoint(options_.checkpoint.dir + "/final.pt");
   return summary;
+}
+
+void Trainer::report_memory(const std::string& title) {
+  const auto mine = memory::sample_memory(device_).to_vector();
+  at::Tensor all = at::empty({control_.size() * memory::MemorySample::kFields}, at::kDouble);
+  control_.all_gather(all, at::tensor(mine, at::kDouble), "memory table");
+  memory::reset_peaks(device_);
+  if (control_.rank() != 0) return;
+  std::vector<memory::MemorySample> samples;
+  const double* v = all.data_ptr<double>();
+  for (int r = 0; r < control_.size(); ++r) {
+    samples.push_back(memory::MemorySample::from_vector(v + r * memory::MemorySample::kFields));
+  }
+  std::vector<std::string> warnings;
+  std::string table = memory::format_memory_table(samples, title, options_.memory.high_watermark,
+                                                  &warnings);
+  table.pop_back();  // spdlog ends the line
+  spdlog::info("{}", table);
+  for (const auto& w : warnings) spdlog::warn("memory: {}", w);
 }
 
 void Trainer::save_checkpoint(const std::string& path) const {

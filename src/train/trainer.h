@@ -85,6 +85,8 @@ class Trainer {
   void fall_back(int64_t step, const std::string& my_failure);
   void broadcast_model();
   void allocate_optimizer_state();
+  // Gathers every rank's memory sample to rank 0, which logs the table. Collective.
+  void report_memory(const std::string& title);
 
   TrainerOptions options_;
   ddp::Communicator& control_;

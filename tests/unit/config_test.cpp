@@ -254,7 +254,7 @@ const std::vector<std::string> kEveryKey = {
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
     "ddp.find_unused_parameters",
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
-    "memory.inject_oom",
+    "memory.inject_oom", "memory.check_every", "memory.high_watermark",
     "checkpoint.dir", "checkpoint.every",
     "log.level", "log.every"};
 
