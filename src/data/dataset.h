@@ -37,6 +37,7 @@ struct DataOptions {
   uint64_t seed = 0;
   std::string path;       // movielens: a directory holding ratings.dat and movies.dat
   int64_t text_len = 64;  // movielens: bytes of each item's text
+  int64_t negatives = 8;  // movielens: samples (each with its own negative) per interaction
 };
 
 // The dataset names make_dataset knows.

@@ -127,12 +127,17 @@ std::string path_from(const DataOptions& o) {
 }  // namespace
 
 MovieLensDataset::MovieLensDataset(const DataOptions& o)
-    : MovieLensDataset(path_from(o), o.text_len, o.seed) {}
+    : MovieLensDataset(path_from(o), o.text_len, o.seed, o.negatives) {}
 
-MovieLensDataset::MovieLensDataset(const std::string& dir, int64_t text_len, uint64_t seed)
-    : seed_(seed) {
+MovieLensDataset::MovieLensDataset(const std::string& dir, int64_t text_len, uint64_t seed,
+                                   int64_t negatives_per_interaction)
+    : seed_(seed), negatives_per_interaction_(negatives_per_interaction) {
   if (text_len < 1) {
     throw std::invalid_argument(fmt::format("movielens: text_len must be >= 1, got {}", text_len));
+  }
+  if (negatives_per_interaction < 1) {
+    throw std::invalid_argument(fmt::format(
+        "movielens: negatives per interaction must be >= 1, got {}", negatives_per_interaction));
   }
   const std::string slash = dir.empty() || dir.back() == '/' ? "" : "/";
   const std::string movies_path = dir + slash + "movies.dat";
@@ -242,15 +247,17 @@ Batch MovieLensDataset::get(const at::Tensor& indices) const {
   const auto* index = idx.data_ptr<int64_t>();
   const auto* users = train_users_.data_ptr<int64_t>();
   const auto* items = train_items_.data_ptr<int64_t>();
+  const int64_t interactions = num_interactions();
   for (int64_t k = 0; k < n; ++k) {
     const int64_t i = index[k];
     if (i < 0 || i >= size()) {
       throw std::out_of_range(
           fmt::format("movielens: sample index {} is outside [0, {})", i, size()));
     }
-    out[k][0] = users[i];
-    out[k][1] = items[i];
-    out[k][2] = negative(i, items[i]);
+    const int64_t j = i % interactions;
+    out[k][0] = users[j];
+    out[k][1] = items[j];
+    out[k][2] = negative(i, items[j]);
   }
   return {inputs, at::zeros({n}, kInt64)};
 }

@@ -242,6 +242,7 @@ std::vector<KeyDef> declare() {
       choice("data.dataset", FIELD(data.dataset), "synthetic", data::dataset_names(), "dataset to train on"),
       text("data.path", FIELD(data.path), "", "movielens: directory with ratings.dat and movies.dat"),
       integer("data.text_len", FIELD(data.text_len), "64", 1, 1 << 16, "movielens: bytes of item text (title | genres) per item"),
+      integer("data.negatives", FIELD(data.negatives), "8", 1, 1000, "movielens: samples per training interaction per epoch, each with its own random negative item"),
       integer("data.num_samples", FIELD(data.num_samples), "16384", 1, 1LL << 40, "samples in the synthetic dataset"),
       integer("data.input_dim", FIELD(data.input_dim), "32", 1, 1 << 20, "features per synthetic sample"),
       integer("data.num_classes", FIELD(data.num_classes), "10", 2, 1 << 20, "classes of the synthetic task"),
@@ -251,7 +252,7 @@ std::vector<KeyDef> declare() {
 
       choice("train.device", FIELD(train.device), "auto", {"auto", "cpu", "cuda"}, "auto: a GPU per rank where GPUs are visible, else CPU"),
       integer("train.global_batch_size", FIELD(train.global_batch_size), "", 1, 1LL << 31, "samples per optimizer step across all ranks"),
-      integer_or_auto("train.micro_batch_size", FIELD(train.micro_batch_size), "auto", "samples per forward/backward on a rank (auto: the whole per-rank batch)"),
+      integer_or_auto("train.micro_batch_size", FIELD(train.micro_batch_size), "auto", "samples per forward/backward on a rank (auto: the largest that fits memory.target_fraction, at most the per-rank batch)"),
       integer("train.steps", FIELD(train.steps), "100", 1, kMax, "optimizer steps to train"),
       real("train.lr", FIELD(train.lr), "0.001", 0.0, 10.0, true, false, "peak learning rate (AdamW)"),
       real("train.min_lr_ratio", FIELD(train.min_lr_ratio), "0.1", 0.0, 1.0, false, false, "final learning rate as a fraction of the peak (cosine decay)"),
@@ -263,6 +264,7 @@ std::vector<KeyDef> declare() {
       real("train.grad_clip", FIELD(train.grad_clip), "1.0", 0.0, kInf, false, true, "clip the global gradient norm to this (0: no clipping)"),
       seed("train.seed", FIELD(train.seed), "42", "seed of initialisation and data order"),
       integer("train.threads", FIELD(train.threads), "0", 0, 4096, "CPU threads per rank (0: cores / ranks on the node)"),
+      integer("train.eval_every", FIELD(train.eval_every), "0", 0, kMax, "movielens: log HR@10 and NDCG@10 on the held-out items every N steps (0: after the last step only)"),
 
       choice("ddp.backend", FIELD(ddp.backend), "auto", {"auto", "nccl", "mpi"}, "auto: NCCL for CUDA tensors, MPI for CPU"),
       real("ddp.timeout_s", FIELD(ddp.timeout_s), "600", 0.0, 7 * 86400.0, true, false, "deadline of every collective; past it the job ends instead of hanging"),
@@ -277,6 +279,7 @@ std::vector<KeyDef> declare() {
       checked_text("memory.inject_oom", FIELD(memory.inject_oom), "test hook: fail allocations at 'rank:step:phase[:times]; ...' (phase forward|backward, times N|always)",
                    [](const std::string& v) { memory::parse_injections(v); }),
       integer("memory.check_every", FIELD(memory.check_every), "100", 0, kMax, "log every rank's memory every N steps (0: at start and end only)"),
+      real("memory.target_fraction", FIELD(memory.target_fraction), "0.85", 0.0, 1.0, true, false, "train.micro_batch_size auto: the largest micro-batch whose estimated peak fits this share of the device (or CPU budget)"),
       real("memory.high_watermark", FIELD(memory.high_watermark), "0.92", 0.0, 1.0, true, false, "warn when a rank uses more than this share of its device (or CPU budget)"),
 
       text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),

@@ -244,6 +244,8 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}", config.model.name,
                n_params, config.data.dataset, dataset->size(), config.train.global_batch_size);
   for (const auto& line : lines) spdlog::info("{}", line);
+  spdlog::info("memory plan (rank 0): {}",
+               trainer.memory_estimate().describe(trainer.plan().micro_batch));
   if (trainer.plan().micro_clamped) {
     spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
                  config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);

@@ -16,6 +16,7 @@ struct MemoryOptions {
   std::string inject_oom;             // test hook: "rank:step:phase[:times]; ..."
   int64_t check_every = 0;            // memory table every N steps (0: at start and end only)
   double high_watermark = 0;          // warn above this share of a rank's device (or budget)
+  double target_fraction = 0;         // micro_batch_size auto: plan to use this share of it
 };
 
 }  // namespace memory

@@ -25,6 +25,7 @@ struct TrainOptions {
   double grad_clip = 0;  // 0: no clipping
   uint64_t seed = 0;
   int64_t threads = 0;   // 0: cores / local ranks
+  int64_t eval_every = 0;  // movielens: HR@10 / NDCG@10 every N steps (0: after the last step only)
 };
 
 struct CheckpointOptions {

@@ -17,6 +17,7 @@
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "memory/process_memory.h"
+#include "train/evaluation.h"
 #include "train/schedule.h"
 
 namespace train {
@@ -67,9 +68,18 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
       ladder_({}, micro_batch_, options.memory.min_micro_batch, /*has_cache=*/false) {
   // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
   model_->to(device_);
+  auto state_bytes = [&] {
+    int64_t bytes = 0;
+    for (const auto& p : model_->parameters()) bytes += p.nbytes();
+    for (const auto& b : model_->buffers()) bytes += b.nbytes();
+    return bytes;
+  };
+  estimate_.parameters = state_bytes();
   model_->build_cache();  // embedding caches are persistent: allocated before step 1
-  ladder_ = memory::FallbackLadder(parse_ladder(options_.memory.fallback), micro_batch_,
-                                   options_.memory.min_micro_batch, model_->has_cache());
+  estimate_.caches = state_bytes() - estimate_.parameters;
+  estimate_.other = std::max<int64_t>(
+      0, memory::sample_memory(device_).tensor_bytes - estimate_.parameters - estimate_.caches);
+  probe_activations();
   ddp::NamedParameters named;
   for (auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
   // Persistent state is allocated before step 1 (DESIGN.md, OOM protocol): gradient buckets
@@ -86,6 +96,52 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
       params_, torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(
                    t.weight_decay));
   allocate_optimizer_state();
+  for (const auto& b : reducer_->layout()) estimate_.gradients += b.bytes();
+  for (const auto& p : params_) estimate_.optimizer_state += 2 * p.nbytes();  // AdamW moments
+  choose_micro_batch();
+  ladder_ = memory::FallbackLadder(parse_ladder(options_.memory.fallback), micro_batch_,
+                                   options_.memory.min_micro_batch, model_->has_cache());
+}
+
+void Trainer::probe_activations() {
+  const data::Batch batch = dataset_.get(sampler_.indices(0, plan_.offset, plan_.per_rank));
+  estimate_.batch = batch.inputs.nbytes() + batch.targets.nbytes();
+  // Gradients exist in training (bucket views): give them memory now, so backward only adds
+  // activations; they are dropped again before the Reducer makes its views.
+  for (auto& p : model_->parameters()) p.mutable_grad() = at::zeros_like(p);
+  const int64_t b2 = std::min<int64_t>(plan_.per_rank, 16);
+  const int64_t b1 = std::max<int64_t>(1, b2 / 2);
+  int64_t peaks[2] = {0, 0};
+  const int64_t sizes[2] = {b1, b2};
+  for (int i = 0; i < (b2 > b1 ? 2 : 1); ++i) {
+    memory::reset_peaks(device_);
+    const int64_t base = memory::sample_memory(device_).tensor_bytes;
+    {
+      const auto inputs = batch.inputs.narrow(0, 0, sizes[i]).to(device_);
+      const auto targets = batch.targets.narrow(0, 0, sizes[i]).to(device_);
+      model_->loss(inputs, targets).backward();
+    }
+    peaks[i] = memory::sample_memory(device_).tensor_peak_bytes - base;
+  }
+  memory::fit_activations(b1, peaks[0], b2, b2 > b1 ? peaks[1] : peaks[0], &estimate_);
+  for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
+}
+
+void Trainer::choose_micro_batch() {
+  if (options_.train.micro_batch_size > 0) return;
+  const int64_t total = memory::sample_memory(device_).total_bytes;
+  // Capped at the largest slice (the same on every rank; BatchPlan clamps per rank), not this
+  // rank's: the minimum over ranks must not split a larger slice into micro-batches of n and 1.
+  int64_t micro = initial_micro_batch(options_.train, control_.size());
+  if (total > 0) {
+    micro = memory::largest_micro_batch(
+        estimate_, static_cast<int64_t>(options_.memory.target_fraction * total), micro);
+  }
+  at::Tensor agreed = at::tensor({micro}, at::kLong);
+  control_.all_reduce(agreed, ddp::ReduceOp::kMin, "micro-batch agreement");
+  micro_batch_ = agreed.item<int64_t>();
+  plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
+                               micro_batch_);
 }
 
 void Trainer::broadcast_model() {
@@ -248,9 +304,13 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       window_start = Clock::now();
       window_steps = 0;
     }
+    if (s + 1 == std::min<int64_t>(3, t.steps)) compare_estimate(s + 1);
     const int64_t every = options_.memory.check_every;
     if ((every > 0 && (s + 1) % every == 0) || last) {
       report_memory(fmt::format("memory at step {} (peak since the last table)", s + 1));
+    }
+    if ((t.eval_every > 0 && (s + 1) % t.eval_every == 0) || last) {
+      evaluate_and_log(control_, *model_, dataset_, s + 1);  // collective; movielens only
     }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
@@ -269,6 +329,20 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   summary.fallbacks = fallbacks_;
   if (!options_.checkpoint.dir.empty()) save_checkpoint(options_.checkpoint.dir + "/final.pt");
   return summary;
+}
+
+void Trainer::compare_estimate(int64_t step) {
+  // Peak since the start table (reset there), the largest over ranks, against the largest plan.
+  at::Tensor v = at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes),
+                             static_cast<double>(estimate_.peak(plan_.micro_batch))}, at::kDouble);
+  control_.all_reduce(v, ddp::ReduceOp::kMax, "memory estimate check");
+  const double measured = v[0].item<double>();
+  const double estimated = v[1].item<double>();
+  if (control_.rank() == 0 && measured > 0) {
+    spdlog::info("memory after step {}: estimated peak {:.1f} MiB, measured {:.1f} MiB ({:+.0f}%)",
+                 step, estimated / 1048576.0, measured / 1048576.0,
+                 100.0 * (estimated - measured) / measured);
+  }
 }
 
 void Trainer::report_memory(const std::string& title) {

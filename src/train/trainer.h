@@ -30,6 +30,7 @@
 #include "ddp/communicator.h"
 #include "ddp/rank_sampler.h"
 #include "ddp/reducer.h"
+#include "memory/estimator.h"
 #include "memory/fallback.h"
 #include "models/model.h"
 #include "train/options.h"
@@ -71,6 +72,8 @@ class Trainer {
   const ddp::Reducer& reducer() const { return *reducer_; }
   models::Model& model() { return *model_; }
   int fallbacks() const { return fallbacks_; }
+  // This rank's memory plan (activations from the probe at construction).
+  const memory::MemoryEstimate& memory_estimate() const { return estimate_; }
 
   // Rank 0 writes the model's parameters and buffers to `path`; other ranks do nothing.
   void save_checkpoint(const std::string& path) const;
@@ -85,8 +88,14 @@ class Trainer {
   void fall_back(int64_t step, const std::string& my_failure);
   void broadcast_model();
   void allocate_optimizer_state();
+  // Peak of forward + backward at two micro-batch sizes, before the Reducer's hooks exist.
+  void probe_activations();
+  // micro_batch_size auto: the largest micro-batch that fits, the same on every rank. Collective.
+  void choose_micro_batch();
   // Gathers every rank's memory sample to rank 0, which logs the table. Collective.
   void report_memory(const std::string& title);
+  // Rank 0 logs the plan's peak against the measured one. Collective.
+  void compare_estimate(int64_t step);
 
   TrainerOptions options_;
   ddp::Communicator& control_;
@@ -98,6 +107,7 @@ class Trainer {
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;
   memory::FallbackLadder ladder_;
+  memory::MemoryEstimate estimate_;
   int fallbacks_ = 0;
   std::vector<at::Tensor> params_;
   std::unique_ptr<ddp::Reducer> reducer_;

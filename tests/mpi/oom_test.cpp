@@ -133,7 +133,7 @@ TEST_F(Oom, EmptyLadderFailsAtTheFirstOom) {
 TEST_F(Oom, CpuBudgetExceededFallsBackAndMatches) {
   auto& guard = memory::CpuAllocatorGuard::instance();
   const std::string wide = "model.hidden_dim=512";
-  const std::string big_batch = "train.global_batch_size=960";
+  const std::string big_batch = "train.global_batch_size=1920";
   TrainedRun unlimited;
   auto peak_of = [&](std::vector<std::string> overrides) {
     guard.reset_peak();
@@ -148,10 +148,24 @@ TEST_F(Oom, CpuBudgetExceededFallsBackAndMatches) {
       peak_of({wide, big_batch, fmt::format("train.micro_batch_size={}", reference.final_micro_batch / 2)}).first;
   ASSERT_LT(half, full);
   const double budget_mb = (guard.allocated_bytes() + (full + half) / 2) / 1048576.0;
-  const TrainedRun run = train(*comm_, "", {wide, big_batch, fmt::format("memory.cpu_budget_mb={}", budget_mb)});
+  // The full micro-batch, given explicitly: the plan for `auto` would avoid the OOM (next test).
+  const TrainedRun run = train(*comm_, "", {wide, big_batch, fmt::format("memory.cpu_budget_mb={}", budget_mb),
+                                           fmt::format("train.micro_batch_size={}", reference.final_micro_batch)});
   EXPECT_EQ(run.fallbacks, 1);
   EXPECT_EQ(run.final_micro_batch, reference.final_micro_batch / 2);
   EXPECT_LT(relative_error(run.params, reference.params), 1e-5);
+
+  // micro_batch_size auto under the same budget: the memory plan picks a micro-batch that fits
+  // (the same on every rank), so no step runs out, and the result is the same.
+  const TrainedRun planned = train(*comm_, "", {wide, big_batch, fmt::format("memory.cpu_budget_mb={}", budget_mb)});
+  EXPECT_EQ(planned.fallbacks, 0);
+  EXPECT_LT(planned.final_micro_batch, reference.final_micro_batch);
+  EXPECT_GE(planned.final_micro_batch, 1);
+  at::Tensor micro = at::tensor({planned.final_micro_batch}, at::kLong);
+  at::Tensor micro_max = micro.clone();
+  comm_->all_reduce(micro_max, ddp::ReduceOp::kMax);
+  EXPECT_EQ(micro.item<int64_t>(), micro_max.item<int64_t>()) << "ranks disagree on the micro-batch";
+  EXPECT_LT(relative_error(planned.params, reference.params), 1e-5);
 }
 
 TEST_F(Oom, ThirtySeededRandomInjectionsAllCompleteAndMatch) {

@@ -246,15 +246,16 @@ TEST(Config, YamlDumpRoundTripsStringsThatNeedQuoting) {
 const std::vector<std::string> kEveryKey = {
     "model.name", "model.hidden_dim", "model.depth", "model.embedding_dim", "model.encoder_dim",
     "model.encoder_layers", "model.encoder_heads", "model.text_len", "model.encoder_weights",
-    "data.dataset", "data.path", "data.text_len", "data.num_samples", "data.input_dim", "data.num_classes",
-    "data.teacher_hidden", "data.label_noise", "data.seed",
+    "data.dataset", "data.path", "data.text_len", "data.negatives", "data.num_samples",
+    "data.input_dim", "data.num_classes", "data.teacher_hidden", "data.label_noise", "data.seed",
     "train.device", "train.global_batch_size", "train.micro_batch_size", "train.steps",
     "train.lr", "train.min_lr_ratio", "train.warmup_steps", "train.weight_decay", "train.beta1",
-    "train.beta2", "train.eps", "train.grad_clip", "train.seed", "train.threads",
+    "train.beta2", "train.eps", "train.grad_clip", "train.seed", "train.threads", "train.eval_every",
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
     "ddp.find_unused_parameters",
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
-    "memory.inject_oom", "memory.check_every", "memory.high_watermark",
+    "memory.inject_oom", "memory.check_every", "memory.target_fraction",
+    "memory.high_watermark",
     "checkpoint.dir", "checkpoint.every",
     "log.level", "log.every"};
 

@@ -4,6 +4,7 @@
 
 #include "memory/allocator_guard.h"
 #include "memory/fallback.h"
+#include "memory/estimator.h"
 #include "memory/memory_stats.h"
 
 #include <ATen/ATen.h>
@@ -137,6 +138,48 @@ TEST(MemoryTable, CpuSampleCountsTensorsThroughTheGuard) {
   EXPECT_EQ(after.tensor_bytes - before.tensor_bytes, 4 << 20);
   EXPECT_GT(after.resident_bytes, 0);
   EXPECT_GT(after.total_bytes, 0);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(MemoryEstimate, PeakAddsEveryKindAndFitsTheProbe) {
+  memory::MemoryEstimate e;
+  e.parameters = 1000;
+  e.gradients = 1000;
+  e.optimizer_state = 2000;
+  e.caches = 500;
+  e.batch = 100;
+  // Probe: 8 samples peak at 3000, 16 samples at 5000 -> 250/sample + 1000 fixed.
+  memory::fit_activations(8, 3000, 16, 5000, &e);
+  EXPECT_EQ(e.activation_per_sample, 250);
+  EXPECT_EQ(e.activation_fixed, 1000);
+  EXPECT_EQ(e.persistent(), 4500);
+  EXPECT_EQ(e.peak(10), 4500 + 100 + 1000 + 2500);
+  EXPECT_THAT(e.describe(10), HasSubstr("at micro-batch 10"));
+}
+
+TEST(MemoryEstimate, LargestMicroBatchThatFits) {
+  memory::MemoryEstimate e;
+  e.parameters = 4000;
+  e.activation_fixed = 1000;
+  e.activation_per_sample = 100;
+  EXPECT_EQ(memory::largest_micro_batch(e, 5000 + 100 * 37 + 99, 64), 37);
+  EXPECT_EQ(memory::largest_micro_batch(e, 1 << 30, 64), 64) << "capped at the per-rank batch";
+  EXPECT_EQ(memory::largest_micro_batch(e, 100, 64), 1) << "nothing fits: the fallback decides";
+  e.activation_per_sample = 0;
+  EXPECT_EQ(memory::largest_micro_batch(e, 100, 64), 64);
+}
+
+TEST(MemoryEstimate, SingleProbeSizeIsAllPerSample) {
+  memory::MemoryEstimate e;
+  memory::fit_activations(4, 4000, 4, 4000, &e);
+  EXPECT_EQ(e.activation_fixed, 0);
+  EXPECT_EQ(e.activation_per_sample, 1000);
+  memory::fit_activations(4, 4000, 8, 3000, &e);  // noise: a smaller peak for a larger batch
+  EXPECT_EQ(e.activation_per_sample, 0);
+  EXPECT_EQ(e.activation_fixed, 4000);
 }
 
 }  // namespace

@@ -83,8 +83,10 @@ TEST_F(MovieLens, LeaveLastOutInClosedForm) {
   // Users 0 and 2 hold out item 2; user 1 has a single rating and no held-out row.
   EXPECT_THAT(flat(ds.held_out()), ElementsAre(0, 2, 2, 2));
   EXPECT_EQ(ds.held_out().sizes(), (std::vector<int64_t>{2, 2}));
-  // Lines 1, 2, 4, 5, 6 in file order.
-  EXPECT_EQ(ds.size(), 5);
+  // Lines 1, 2, 4, 5, 6 in file order; 8 samples (negatives) per interaction by default.
+  EXPECT_EQ(ds.num_interactions(), 5);
+  EXPECT_EQ(ds.negatives_per_interaction(), 8);
+  EXPECT_EQ(ds.size(), 40);
   EXPECT_THAT(flat(ds.train_interactions()), ElementsAre(2, 0, 0, 1, 2, 1, 1, 2, 0, 0));
   EXPECT_EQ(ds.input_dim(), 3);
   EXPECT_EQ(ds.num_classes(), 0);
@@ -97,7 +99,7 @@ TEST_F(MovieLens, SamplesAreUserPositiveNegative) {
   EXPECT_EQ(b.inputs.scalar_type(), at::kLong);
   EXPECT_THAT(flat(b.inputs.narrow(1, 0, 2)), ElementsAre(0, 0, 2, 0, 2, 1));
   EXPECT_TRUE(at::equal(b.targets, at::zeros({3}, at::kLong)));
-  EXPECT_THROW(ds.get(at::tensor({5}, at::kLong)), std::out_of_range);
+  EXPECT_THROW(ds.get(at::tensor({40}, at::kLong)), std::out_of_range);
   EXPECT_THROW(ds.get(at::tensor({-1}, at::kLong)), std::out_of_range);
 }
 
@@ -122,7 +124,7 @@ TEST_F(MovieLens, BlankLinesAndCrlfAreAccepted) {
   const MovieLensDataset ds(
       write("1::A::Drama\r\n\r\n2::B::War\r\n", "1::1::5::1\r\n\n1::2::3::2\r\n"), 16, 0);
   EXPECT_EQ(ds.num_items(), 2);
-  EXPECT_EQ(ds.size(), 1);
+  EXPECT_EQ(ds.num_interactions(), 1);
   EXPECT_EQ(text_of(ds.item_text()[1]), "B | War");
   // Line numbers count the blank lines.
   EXPECT_THAT(load_error("1::A::Drama\n\n2::B\n", "1::1::5::1\n"), HasSubstr("movies.dat:3:"));
@@ -194,7 +196,8 @@ TEST(MovieLensSample, ParsesAndSplits) {
   EXPECT_EQ(ml.num_users(), 300);
   EXPECT_EQ(ml.num_items(), 300);
   EXPECT_EQ(ml.held_out().size(0), 300);  // every sample user has >= 10 ratings
-  EXPECT_EQ(ml.size() + ml.held_out().size(0), 6048);
+  EXPECT_EQ(ml.num_interactions() + ml.held_out().size(0), 6048);
+  EXPECT_EQ(ml.size(), 8 * ml.num_interactions());  // data.negatives defaults to 8
   EXPECT_EQ(ml.item_text().sizes(), (std::vector<int64_t>{300, 48}));
   EXPECT_THAT(data::dataset_names(), ::testing::Contains("movielens"));
 }
@@ -207,7 +210,7 @@ TEST(MovieLensSample, NegativesAreDeterministicUniformAndNeverThePositive) {
   EXPECT_FALSE(neg.eq(pos).any().item<bool>());
   EXPECT_TRUE(neg.ge(0).all().item<bool>());
   EXPECT_TRUE(neg.lt(ds.num_items()).all().item<bool>());
-  // Every item turns up as a negative (about 19 times each).
+  // Every item turns up as a negative (about 150 times each).
   const std::vector<int64_t> negatives = flat(neg);
   EXPECT_EQ(std::set<int64_t>(negatives.begin(), negatives.end()).size(), size_t(ds.num_items()));
 
@@ -222,6 +225,27 @@ TEST(MovieLensSample, NegativesAreDeterministicUniformAndNeverThePositive) {
   const at::Tensor in2 = other.get(all).inputs;
   EXPECT_TRUE(at::equal(in2.narrow(1, 0, 2), in.narrow(1, 0, 2)));
   EXPECT_GT(in2.select(1, 2).ne(neg).sum().item<int64_t>(), ds.size() / 2);
+}
+
+TEST(MovieLensSample, EachInteractionRepeatsWithFreshNegatives) {
+  const MovieLensDataset ds(kSample, 16, 42, 3);
+  const int64_t n = ds.num_interactions();
+  ASSERT_EQ(ds.size(), 3 * n);
+  const at::Tensor in = ds.get(at::arange(ds.size(), at::kLong)).inputs;
+  // Sample i is interaction i mod n: copies k = 0, 1, 2 share (user, positive)...
+  const at::Tensor pairs = ds.train_interactions();
+  for (int64_t k = 0; k < 3; ++k) {
+    EXPECT_TRUE(at::equal(in.narrow(0, k * n, n).narrow(1, 0, 2), pairs)) << "copy " << k;
+  }
+  // ... with their own negatives (equal by chance about once in 299).
+  const at::Tensor neg = in.select(1, 2);
+  EXPECT_LT(neg.narrow(0, 0, n).eq(neg.narrow(0, n, n)).sum().item<int64_t>(), n / 50);
+  EXPECT_LT(neg.narrow(0, n, n).eq(neg.narrow(0, 2 * n, n)).sum().item<int64_t>(), n / 50);
+  // The negative is a function of (seed, index) alone: K does not change the first copy.
+  const MovieLensDataset one(kSample, 16, 42, 1);
+  EXPECT_EQ(one.size(), n);
+  EXPECT_TRUE(at::equal(one.get(at::arange(n, at::kLong)).inputs, in.narrow(0, 0, n)));
+  EXPECT_THROW(MovieLensDataset(kSample, 16, 42, 0), std::invalid_argument);
 }
 
 TEST_F(MovieLens, WithTwoItemsTheNegativeIsTheOtherItem) {

@@ -1,0 +1,122 @@
+#include "train/evaluation.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+#include "data/movielens.h"
+#include "models/recommender.h"
+
+namespace train {
+namespace {
+
+// Scores held per chunk of users: [chunk, num_items] floats, about 16 MiB.
+constexpr int64_t kScoresPerChunk = int64_t(1) << 22;
+
+// (hits, ndcg sum) of `ranks`, as a double [2] tensor on the CPU.
+at::Tensor metric_sums(const at::Tensor& ranks, int64_t k) {
+  if (k < 1) throw std::invalid_argument(fmt::format("ranking metrics: k must be >= 1, got {}", k));
+  const at::Tensor r = ranks.reshape({-1}).to(at::kDouble);
+  const at::Tensor hit = r.lt(static_cast<double>(k));
+  const at::Tensor gain = at::where(hit, 1.0 / at::log2(r + 2.0), at::zeros_like(r));
+  return at::stack({hit.to(at::kDouble).sum(), gain.sum()}).to(at::kCPU);
+}
+
+}  // namespace
+
+RankingMetrics ranking_metrics_from_ranks(const at::Tensor& ranks, int64_t k) {
+  const at::Tensor sums = metric_sums(ranks, k);
+  RankingMetrics m;
+  m.users = ranks.numel();
+  if (m.users > 0) {
+    m.hit_rate = sums[0].item<double>() / static_cast<double>(m.users);
+    m.ndcg = sums[1].item<double>() / static_cast<double>(m.users);
+  }
+  return m;
+}
+
+at::Tensor held_out_ranks(const at::Tensor& scores, const at::Tensor& held_items,
+                          const at::Tensor& seen_rows, const at::Tensor& seen_items) {
+  const auto device = scores.device();
+  // The held-out item's own score, before masking: it competes even if the user also has it in
+  // training (a repeated rating).
+  const at::Tensor target = scores.gather(1, held_items.to(device).to(at::kLong).view({-1, 1}));
+  at::Tensor masked = scores.clone();
+  if (seen_rows.numel() > 0) {
+    masked.index_put_({seen_rows.to(device).to(at::kLong), seen_items.to(device).to(at::kLong)},
+                      -std::numeric_limits<float>::infinity());
+  }
+  return masked.gt(target).sum(1);
+}
+
+RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model,
+                                const data::Dataset& dataset, int64_t k) {
+  const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset);
+  auto* recommender = dynamic_cast<models::Recommender*>(&model);
+  if (ml == nullptr || recommender == nullptr) return {};
+  if (k < 1) throw std::invalid_argument(fmt::format("ranking metrics: k must be >= 1, got {}", k));
+  at::NoGradGuard no_grad;
+
+  // This rank's contiguous slice of the held-out users (BatchPlan's rule, empty slices allowed).
+  const at::Tensor& held = ml->held_out();  // [n, 2] (user, item), by user
+  const int64_t n = held.size(0);
+  const int world = control.size(), rank = control.rank();
+  const int64_t base = n / world, extra = n % world;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  const int64_t count = base + (rank < extra ? 1 : 0);
+
+  const auto params = recommender->parameters();
+  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+  const at::Tensor interactions = ml->train_interactions();  // [m, 2] (user, item), CPU
+  const at::Tensor inter_users = interactions.select(1, 0).contiguous();
+  const at::Tensor inter_items = interactions.select(1, 1).contiguous();
+  at::Tensor row_of_user = at::full({ml->num_users()}, -1, at::kLong);  // chunk row, or -1
+
+  const int64_t chunk = std::max<int64_t>(1, kScoresPerChunk / std::max<int64_t>(1, ml->num_items()));
+  at::Tensor sums = at::zeros({3}, at::kDouble);  // hits, ndcg, users
+  for (int64_t start = begin; start < begin + count; start += chunk) {
+    const int64_t rows = std::min(chunk, begin + count - start);
+    const at::Tensor slice = held.narrow(0, start, rows);
+    const at::Tensor users = slice.select(1, 0).contiguous();
+    const at::Tensor items = slice.select(1, 1).contiguous();
+    row_of_user.index_put_({users}, at::arange(rows, at::kLong));
+    const at::Tensor row = row_of_user.index_select(0, inter_users);
+    const at::Tensor seen = row.ge(0);
+    const at::Tensor seen_rows = row.masked_select(seen);
+    const at::Tensor seen_items = inter_items.masked_select(seen);
+    row_of_user.index_put_({users}, -1);
+
+    const at::Tensor scores = recommender->score_all(users.to(device));
+    const at::Tensor ranks = held_out_ranks(scores, items, seen_rows, seen_items);
+    sums.narrow(0, 0, 2).add_(metric_sums(ranks, k));
+    sums[2] += static_cast<double>(rows);
+  }
+  control.all_reduce(sums, ddp::ReduceOp::kSum, "ranking evaluation");
+  RankingMetrics m;
+  m.users = static_cast<int64_t>(sums[2].item<double>());
+  if (m.users > 0) {
+    m.hit_rate = sums[0].item<double>() / static_cast<double>(m.users);
+    m.ndcg = sums[1].item<double>() / static_cast<double>(m.users);
+  }
+  return m;
+}
+
+RankingMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
+                                const data::Dataset& dataset, int64_t step) {
+  constexpr int64_t k = 10;
+  const RankingMetrics m = evaluate_ranking(control, model, dataset, k);
+  const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset);
+  if (control.rank() == 0 && m.users > 0 && ml != nullptr) {
+    // A uniformly random ranking's HR@k, roughly (it ignores the masked training items).
+    const double random = std::min(1.0, static_cast<double>(k) / static_cast<double>(ml->num_items()));
+    spdlog::info("eval step {}: HR@{} {:.3f} NDCG@{} {:.3f} over {} users (random: {:.3f})", step,
+                 k, m.hit_rate, k, m.ndcg, m.users, random);
+  }
+  return m;
+}
+
+}  // namespace train

@@ -1,0 +1,56 @@
+// Ranking evaluation of a recommender on MovieLens's held-out interactions (leave-last-out).
+//
+// For each user with a held-out item, every item is scored (Recommender::score_all); the items the
+// user has in training are masked out (score -inf; the held-out item itself always competes), and
+// the held-out item's rank is the number of remaining items that score strictly higher (0: best).
+//   HR@k   = mean over users of [rank < k]
+//   NDCG@k = mean over users of [rank < k] / log2(rank + 2)      (one relevant item: IDCG = 1)
+//
+// Distributed: rank r of W scores a contiguous slice of the held-out users (the same rule as the
+// batch plan: users / W each, the first users mod W ranks one more), and one SUM all-reduce of
+// (hits, ndcg, users) on the control communicator gives every rank the same global metrics. Every
+// rank issues exactly that one collective, whatever its slice (even an empty one), so the result
+// does not depend on W beyond float rounding of the sums.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "data/dataset.h"
+#include "ddp/communicator.h"
+#include "models/model.h"
+
+namespace train {
+
+struct RankingMetrics {
+  double hit_rate = 0;  // HR@k, in [0, 1]
+  double ndcg = 0;      // NDCG@k, in [0, 1]
+  int64_t users = 0;    // held-out users evaluated (0: nothing to evaluate)
+};
+
+// The metrics of held-out items ranked `ranks` (int64 [n], 0-based, any device). Pure; n = 0 gives
+// zeros. Throws std::invalid_argument for k < 1.
+RankingMetrics ranking_metrics_from_ranks(const at::Tensor& ranks, int64_t k);
+
+// The rank of each row's held-out item: scores float [u, num_items]; held_items int64 [u] (the
+// held-out item of each row); seen_rows, seen_items int64 [m]: the (row, item) pairs to mask (the
+// rows' training items). Counts, per row, the items other than masked ones scoring strictly above
+// the held-out item. Pure: `scores` is not modified. Returns int64 [u] on the scores' device.
+at::Tensor held_out_ranks(const at::Tensor& scores, const at::Tensor& held_items,
+                          const at::Tensor& seen_rows, const at::Tensor& seen_items);
+
+// HR@k and NDCG@k over every held-out user of `dataset`, the same on every rank. Collective on
+// `control` (one all-reduce) when `dataset` is a data::MovieLensDataset and `model` a
+// models::Recommender; otherwise returns users = 0 without communicating (the dataset and model
+// types are the same on every rank, so ranks still agree). Runs under no-grad on the model's
+// device, in chunks of users.
+RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model,
+                                const data::Dataset& dataset, int64_t k);
+
+// The trainer's evaluation hook: evaluate_ranking with k = 10, and rank 0 logs
+// "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)". Collective as above.
+RankingMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
+                                const data::Dataset& dataset, int64_t step);
+
+}  // namespace train
