@@ -246,7 +246,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   for (const auto& line : lines) spdlog::info("{}", line);
   spdlog::info("memory plan (rank 0): {}",
                trainer.memory_estimate().describe(trainer.plan().micro_batch));
-  if (trainer.plan().micro_clamped) {
+  if (trainer.plan().micro_clamped && config.train.micro_batch_size > 0) {
     spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
                  config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
   }
