@@ -114,7 +114,8 @@ SH
     mpirun_pid=$!
     for _ in $(seq 300); do grep -q "step " "$out" && break; sleep 0.1; done
     victim=""
-    for p in $(pgrep -f "$trainer"); do
+    # Only this job's ranks (mpirun's children): other tests may run trainers at the same time.
+    for p in $(pgrep -P $mpirun_pid); do
       tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
     done
     [ -n "$victim" ] || fail "could not find rank 1's process"
