@@ -2,6 +2,7 @@
 // training. Every test skips with a reason where no CUDA device is present; on a GPU machine they
 // run in full. Run under mpirun -np 1 (MPI is the control plane that bootstraps NCCL).
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -11,6 +12,7 @@
 #include "ddp/nccl_communicator.h"
 #include "ddp/reducer.h"
 #include "launcher/config.h"
+#include "memory/memory_stats.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/trainer.h"
@@ -119,6 +121,59 @@ TEST(Gpu, TrainingOnGpuMatchesCpuWithinFp32Tolerance) {
     norm += on_cpu[i].pow(2).sum().item<double>();
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-4);
+}
+
+// A wide MLP whose activations dominate its memory, on the GPU.
+std::unique_ptr<train::Trainer> gpu_trainer(ddp::Communicator& control, ddp::Communicator& data,
+                                            const std::vector<std::string>& overrides,
+                                            std::shared_ptr<models::Model>* model_out,
+                                            std::unique_ptr<data::Dataset>* data_out) {
+  const auto config = launcher::parse_config(R"(
+model: {name: mlp, hidden_dim: 4096, depth: 4}
+data: {num_samples: 16384, input_dim: 256, num_classes: 16, teacher_hidden: 64, seed: 3}
+train: {device: cuda, global_batch_size: 8192, steps: 6, lr: 0.001, warmup_steps: 1, seed: 5}
+)", "gpu-memory.yaml", overrides);
+  *data_out = data::make_dataset(config.data);
+  at::manual_seed(config.train.seed);
+  *model_out = models::create_model(config.model, train::model_shape_for(**data_out));
+  return std::make_unique<train::Trainer>(config.trainer_options(), control, data, *model_out,
+                                          **data_out, c10::Device(c10::kCUDA, 0));
+}
+
+TEST(Gpu, MemoryEstimateWithinFifteenPercentOfMeasuredPeak) {
+  SKIP_WITHOUT_GPU();
+  auto control = trainer_test::runtime().world(std::chrono::seconds(120));
+  auto comm = nccl(*control);
+  std::shared_ptr<models::Model> model;
+  std::unique_ptr<data::Dataset> dataset;
+  auto trainer = gpu_trainer(*control, *comm, {"train.micro_batch_size=2048"}, &model, &dataset);
+  trainer->step(0);
+  memory::reset_peaks(c10::Device(c10::kCUDA, 0));
+  for (int64_t s = 1; s < 4; ++s) trainer->step(s);
+  const double measured = memory::sample_memory(c10::Device(c10::kCUDA, 0)).tensor_peak_bytes;
+  const double estimated = trainer->memory_estimate().peak(trainer->plan().micro_batch);
+  EXPECT_LT(std::abs(estimated - measured) / measured, 0.15)
+      << "estimated " << estimated / 1048576 << " MiB, measured " << measured / 1048576 << " MiB";
+}
+
+// A real CUDA OOM: the caching allocator capped (memory.fraction) between what a half and a full
+// micro-batch need; the step falls back and the run completes.
+TEST(Gpu, MemoryFractionProvokesARealOomThatFallsBack) {
+  SKIP_WITHOUT_GPU();
+  auto control = trainer_test::runtime().world(std::chrono::seconds(120));
+  auto comm = nccl(*control);
+  std::shared_ptr<models::Model> model;
+  std::unique_ptr<data::Dataset> dataset;
+  auto trainer = gpu_trainer(*control, *comm, {"train.micro_batch_size=8192"}, &model, &dataset);
+  const auto& e = trainer->memory_estimate();
+  const double total = memory::sample_memory(c10::Device(c10::kCUDA, 0)).total_bytes;
+  const double between = (e.peak(8192) + e.peak(4096)) / 2.0;
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(between / total, 0);
+  for (int64_t s = 0; s < 6; ++s) trainer->step(s);
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, 0);
+  EXPECT_GE(trainer->fallbacks(), 1);
+  EXPECT_LE(trainer->plan().micro_batch, 4096);
 }
 
 }  // namespace
