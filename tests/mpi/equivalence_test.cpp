@@ -13,6 +13,8 @@
 
 namespace {
 
+using trainer_test::relative_error;
+
 struct Case {
   int64_t global_batch;
   std::string micro_batch;
@@ -61,15 +63,6 @@ std::vector<at::Tensor> train_parameters(ddp::Communicator& comm, const Case& c,
   return out;
 }
 
-double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  double diff = 0;
-  double norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i].to(at::kDouble) - b[i].to(at::kDouble)).pow(2).sum().item<double>();
-    norm += b[i].to(at::kDouble).pow(2).sum().item<double>();
-  }
-  return std::sqrt(diff / norm);
-}
 
 class Equivalence : public ::testing::TestWithParam<Case> {};
 

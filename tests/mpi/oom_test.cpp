@@ -18,6 +18,7 @@
 
 namespace {
 
+using trainer_test::relative_error;
 using ::testing::HasSubstr;
 
 struct TrainedRun {
@@ -54,14 +55,6 @@ train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2
   return run;
 }
 
-double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff += (a[i].to(at::kDouble) - b[i].to(at::kDouble)).pow(2).sum().item<double>();
-    norm += b[i].to(at::kDouble).pow(2).sum().item<double>();
-  }
-  return std::sqrt(diff / norm);
-}
 
 class Oom : public ::testing::Test {
  protected:
