@@ -204,6 +204,8 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     guard.set_injections(launch.rank, memory::parse_injections(config.memory.inject_oom));
     at::set_num_threads(threads);
     dataset = data::make_dataset(config.data);
+    // Built here only to be checked: the Trainer (phase 3) builds them again, but its
+    // constructor runs collectives, and a user mistake must end at this vote, before any.
     ddp::BatchPlan::make(config.train.global_batch_size, launch.world_size, launch.rank,
                          config.train.micro_batch_size);
     ddp::RankSampler(dataset->size(), config.train.global_batch_size, config.train.seed);
