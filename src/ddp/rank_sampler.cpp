@@ -23,7 +23,10 @@ at::Tensor RankSampler::indices(int64_t step, int64_t offset, int64_t count) {
   if (epoch != epoch_) {
     // Distinct, well-mixed seeds per epoch (splitmix64 constant).
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + 0x9E3779B97F4A7C15ULL * (epoch + 1));
-    permutation_ = at::randperm(dataset_size_, gen, at::TensorOptions().dtype(at::kLong));
+    // Into the same storage every epoch: the permutation is a loader buffer allocated once
+    // (DESIGN.md, OOM protocol), not a new N x 8 bytes at each epoch boundary.
+    if (!permutation_.defined()) permutation_ = at::empty({dataset_size_}, at::kLong);
+    at::randperm_out(permutation_, dataset_size_, gen);
     epoch_ = epoch;
   }
   const int64_t start = (step % steps_per_epoch_) * global_batch_ + offset;

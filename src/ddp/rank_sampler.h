@@ -19,8 +19,13 @@ class RankSampler {
 
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
-  // Dataset indices (int64, CPU) of positions [offset, offset+count) of global step `step`.
+  // Dataset indices (int64, CPU) of positions [offset, offset+count) of global step `step`: a
+  // view into the epoch's permutation, valid until the next epoch starts.
   at::Tensor indices(int64_t step, int64_t offset, int64_t count);
+
+  // Bytes of the epoch permutation (N x int64): allocated by the first indices() call and
+  // reused by every later epoch.
+  int64_t buffer_bytes() const { return dataset_size_ * static_cast<int64_t>(sizeof(int64_t)); }
 
  private:
   int64_t dataset_size_;
