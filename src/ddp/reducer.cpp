@@ -65,11 +65,14 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
   std::vector<ParamMeta> meta;
   for (const auto& [name, p] : params_) meta.push_back({p.numel(), p.scalar_type(), p.device()});
   layout_ = assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);
+  // Every buffer first: if one allocation runs out of memory, no parameter has been touched yet.
+  for (const auto& bucket : layout_) {
+    buffers_.push_back(
+        at::zeros({bucket.numel}, at::TensorOptions().dtype(bucket.dtype).device(bucket.device)));
+  }
   bucket_of_.resize(params_.size());
   for (size_t b = 0; b < layout_.size(); ++b) {
     const auto& bucket = layout_[b];
-    buffers_.push_back(
-        at::zeros({bucket.numel}, at::TensorOptions().dtype(bucket.dtype).device(bucket.device)));
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t k = bucket.params[j];
       at::Tensor& p = params_[k].second;

@@ -5,6 +5,9 @@
 // - Every rank constructs it with the same parameter list (checked: names, shapes, dtypes; the
 //   error says which parameter differs on which rank) and calls the same methods in the same
 //   order. Buckets are reduced in one fixed order on every rank, whatever order gradients land in.
+// - Construction runs the check (a collective) and then only allocates: every bucket buffer
+//   before any parameter is touched, so one that runs out of memory leaves the parameters as they
+//   were (the Trainer votes on it).
 // - Gradients are views into flat bucket buffers allocated once, here; nothing else may replace
 //   a parameter's .grad (zero them with zero_grad()).
 // - Per optimizer step: zero_grad(); for each micro-batch begin_micro_batch(last) then backward;
@@ -65,6 +68,8 @@ class Reducer {
   void abandon();
 
   const std::vector<BucketLayout>& layout() const { return layout_; }
+  // The flat gradient buffers, one per bucket: every parameter's gradient exactly once.
+  const std::vector<at::Tensor>& buffers() const { return buffers_; }
   // Bucket indices in the order their all-reduces were posted in the last synced step.
   const std::vector<size_t>& launch_order() const { return launch_order_; }
   // Buckets posted while backward was still running in the last synced step (overlap).

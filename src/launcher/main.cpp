@@ -72,8 +72,11 @@ int agree(ddp::Communicator& comm, const Outcome& mine) {
   return code;
 }
 
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Runs one start-up phase of this rank; `doing` names it in an out-of-memory message.
 template <class Fn>
-Outcome attempt(Fn&& fn) {
+Outcome attempt(const char* doing, Fn&& fn) {
   try {
     fn();
     return {};
@@ -87,6 +90,13 @@ Outcome attempt(Fn&& fn) {
     return {kExitUsage, e.what()};
   } catch (const std::invalid_argument& e) {
     return {kExitUsage, e.what()};
+  } catch (const memory::OutOfMemoryFatal& e) {
+    return {kExitOutOfMemory, e.what()};  // agreed by every rank (Trainer construction)
+  } catch (const c10::OutOfMemoryError& e) {
+    return {kExitOutOfMemory,
+            fmt::format("out of memory {}: {}\nGive each rank more memory (memory.cpu_budget_mb "
+                        "on CPU, memory.fraction on a GPU) or use a smaller model or data set.",
+                        doing, first_line(e.what_without_backtrace()))};
   } catch (const c10::Error& e) {
     return {kExitFailure, e.what_without_backtrace()};  // LibTorch's backtrace helps no user
   } catch (const std::exception& e) {
@@ -148,6 +158,10 @@ int run(int argc, char** argv) {
     spdlog::error("{}", e.what());
     spdlog::error("aborting the job (exit code {})", kExitTimeout);
     ddp::MpiRuntime::abort(kExitTimeout);
+  } catch (const memory::OutOfMemoryAbort& e) {
+    spdlog::error("{}", e.what());
+    spdlog::error("aborting the job (exit code {})", kExitOutOfMemory);
+    ddp::MpiRuntime::abort(kExitOutOfMemory);
   } catch (const c10::Error& e) {
     spdlog::error("{}", e.what_without_backtrace());
     spdlog::error("aborting the job (exit code {})", kExitFailure);
@@ -167,7 +181,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   // Phase 1: launch discovery and configuration.
   LaunchInfo launch;
   Config config;
-  int code = agree(*bootstrap, attempt([&] {
+  int code = agree(*bootstrap, attempt("reading the configuration", [&] {
     launch = resolve_launch(mpi.topology(), process_environment());
     config = load_config(cli.config_path, cli.overrides);
   }));
@@ -187,7 +201,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
                           ? static_cast<int>(config.train.threads)
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                             launch.local_size);
-  code = agree(*bootstrap, attempt([&] {
+  code = agree(*bootstrap, attempt("loading the data set and building the model", [&] {
     const auto env = process_environment();
     binding = bind_device(config.train.device, launch.local_rank, launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
@@ -219,7 +233,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   auto control = mpi.world(timeout);
   std::unique_ptr<ddp::Communicator> data_comm;
   std::unique_ptr<train::Trainer> trainer_ptr;
-  code = agree(*control, attempt([&] {
+  code = agree(*control, attempt("setting up the trainer", [&] {
     data_comm = ddp::make_data_communicator(backend, binding.device, *control, timeout);
     trainer_ptr = std::make_unique<train::Trainer>(config.trainer_options(), *control, *data_comm,
                                                    model, *dataset, binding.device);

@@ -17,6 +17,7 @@ const char* to_string(Phase phase) {
   switch (phase) {
     case Phase::kForward: return "forward";
     case Phase::kBackward: return "backward";
+    case Phase::kOptimizer: return "optimizer";
     case Phase::kNone: break;
   }
   return "outside a step";
@@ -55,8 +56,10 @@ std::vector<Injection> parse_injections(const std::string& text) {
       inj.phase = Phase::kForward;
     } else if (f[2] == "backward") {
       inj.phase = Phase::kBackward;
+    } else if (f[2] == "optimizer") {
+      inj.phase = Phase::kOptimizer;
     } else {
-      throw bad(fmt::format("phase '{}' is not forward or backward", f[2]));
+      throw bad(fmt::format("phase '{}' is not forward, backward or optimizer", f[2]));
     }
     if (f.size() == 4) inj.times = f[3] == "always" ? -1 : static_cast<int>(number(f[3], "times"));
     out.push_back(inj);

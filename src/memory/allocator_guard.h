@@ -16,7 +16,10 @@
 
 namespace memory {
 
-enum class Phase { kNone, kForward, kBackward };
+// The optimizer phase (gradient clipping and the update) allocates nothing by design
+// (train/optimizer.h); an injection there fires at its start and tests that an out-of-memory
+// error the protocol cannot undo ends the job instead of hanging it.
+enum class Phase { kNone, kForward, kBackward, kOptimizer };
 const char* to_string(Phase phase);
 
 struct Injection {

@@ -10,10 +10,10 @@ std::string MemoryEstimate::describe(int64_t micro) const {
   constexpr double kMiB = 1048576.0;
   return fmt::format(
       "parameters {:.1f} MiB, gradient buckets {:.1f} MiB, optimizer state {:.1f} MiB, caches "
-      "{:.1f} MiB, other tensors {:.1f} MiB, batch {:.1f} MiB, activations {:.1f} MiB + {:.3f} "
+      "{:.1f} MiB, other tensors {:.1f} MiB, loader {:.1f} MiB, activations {:.1f} MiB + {:.3f} "
       "MiB/sample -> peak {:.1f} MiB at micro-batch {}",
       parameters / kMiB, gradients / kMiB, optimizer_state / kMiB, caches / kMiB, other / kMiB,
-      batch / kMiB,
+      loader / kMiB,
       activation_fixed / kMiB, activation_per_sample / kMiB, peak(micro) / kMiB, micro);
 }
 

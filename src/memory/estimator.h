@@ -12,17 +12,17 @@ namespace memory {
 struct MemoryEstimate {
   int64_t parameters = 0;        // parameters and buffers
   int64_t gradients = 0;         // gradient buckets
-  int64_t optimizer_state = 0;   // e.g. AdamW: two moments per parameter
+  int64_t optimizer_state = 0;   // AdamW: two moments per parameter, in its dtype
   int64_t caches = 0;            // embedding caches (released by uncache_embeddings)
   int64_t other = 0;             // other live tensors on the device (e.g. an in-memory data set)
-  int64_t batch = 0;             // this rank's slice of the global batch, as loaded
+  int64_t loader = 0;            // the sampler's epoch permutation and this rank's batch as loaded
   int64_t activation_fixed = 0;  // activation peak independent of the micro-batch
   int64_t activation_per_sample = 0;
 
   int64_t persistent() const { return parameters + gradients + optimizer_state + caches + other; }
   // Peak tensor memory of a step at micro-batch `micro`.
   int64_t peak(int64_t micro) const {
-    return persistent() + batch + activation_fixed + activation_per_sample * micro;
+    return persistent() + loader + activation_fixed + activation_per_sample * micro;
   }
   std::string describe(int64_t micro) const;
 };

@@ -4,7 +4,6 @@
 #include <c10/util/Exception.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/serialize/output-archive.h>
 
 #include <chrono>
@@ -66,65 +65,105 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
                                  options.train.micro_batch_size)),
       sampler_(dataset.size(), options.train.global_batch_size, options.train.seed),
       ladder_({}, micro_batch_, options.memory.min_micro_batch, /*has_cache=*/false) {
-  // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
-  model_->to(device_);
-  auto state_bytes = [&] {
-    int64_t bytes = 0;
-    for (const auto& p : model_->parameters()) bytes += p.nbytes();
-    for (const auto& b : model_->buffers()) bytes += b.nbytes();
-    return bytes;
-  };
-  estimate_.parameters = state_bytes();
-  model_->build_cache();  // embedding caches are persistent: allocated before step 1
-  estimate_.caches = state_bytes() - estimate_.parameters;
-  estimate_.other = std::max<int64_t>(
-      0, memory::sample_memory(device_).tensor_bytes - estimate_.parameters - estimate_.caches);
-  probe_activations();
+  // Persistent memory is allocated before step 1 (DESIGN.md, OOM protocol), so a step can only
+  // run out of activation memory. Local allocations come first and are voted on before the
+  // first collective that needs them: a rank that runs out here must not leave the others
+  // waiting in a collective it never joins.
+  allocate_agreed("parameters, embedding caches and optimizer state", [&] {
+    // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
+    model_->to(device_);
+    auto state_bytes = [&] {
+      int64_t bytes = 0;
+      for (const auto& p : model_->parameters()) bytes += p.nbytes();
+      for (const auto& b : model_->buffers()) bytes += b.nbytes();
+      return bytes;
+    };
+    estimate_.parameters = state_bytes();
+    model_->build_cache();
+    estimate_.caches = state_bytes() - estimate_.parameters;
+    estimate_.other = std::max<int64_t>(
+        0, memory::sample_memory(device_).tensor_bytes - estimate_.parameters - estimate_.caches);
+    params_ = model_->parameters();
+    const auto& t = options_.train;
+    optimizer_ = std::make_unique<FusedAdamW>(
+        params_, AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay});
+    estimate_.optimizer_state = optimizer_->state_bytes();
+  });
   ddp::NamedParameters named;
   for (auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
-  // Persistent state is allocated before step 1 (DESIGN.md, OOM protocol): gradient buckets
-  // and optimizer state now, so a step can only run out of activation memory.
   const auto& d = options_.ddp;
-  reducer_ = std::make_unique<ddp::Reducer>(
-      std::move(named), data_,
-      ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
-                          static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters});
-  broadcast_model();
-  params_ = model_->parameters();
-  const auto& t = options_.train;
-  optimizer_ = std::make_unique<torch::optim::AdamW>(
-      params_, torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(
-                   t.weight_decay));
-  allocate_optimizer_state();
+  allocate_agreed("gradient buckets", [&] {
+    // The Reducer checks the parameter lists (collective, before this rank can fail) and then
+    // only allocates.
+    reducer_ = std::make_unique<ddp::Reducer>(
+        std::move(named), data_,
+        ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
+                            static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters});
+    clipper_ = std::make_unique<GradClipper>(reducer_->buffers());
+  });
   for (const auto& b : reducer_->layout()) estimate_.gradients += b.bytes();
-  for (const auto& p : params_) estimate_.optimizer_state += 2 * p.nbytes();  // AdamW moments
+  // Last, so that it measures activations with everything persistent already in place.
+  allocate_agreed("the loader's buffers and the activation probe", [&] { probe_activations(); });
+  broadcast_model();
   choose_micro_batch();
   ladder_ = memory::FallbackLadder(parse_ladder(options_.memory.fallback), micro_batch_,
                                    options_.memory.min_micro_batch, model_->has_cache());
 }
 
+void Trainer::allocate_agreed(const std::string& what, const std::function<void()>& allocate) {
+  std::string failure;
+  try {
+    allocate();
+  } catch (const c10::OutOfMemoryError& e) {
+    failure = fmt::format("rank {}: {}", control_.rank(), first_line(e.what_without_backtrace()));
+  }
+  at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
+  control_.all_reduce(failed, ddp::ReduceOp::kMax, "allocation vote");
+  if (failed.item<int>() == 0) return;
+  std::vector<std::string> failures;
+  for (auto& f : ddp::all_gather_strings(control_, failure)) {
+    if (!f.empty()) failures.push_back(std::move(f));
+  }
+  throw memory::OutOfMemoryFatal(fmt::format(
+      "out of memory before step 1, allocating {}:\n  {}\nWhat a rank keeps for the whole run "
+      "(parameters, gradient buckets, optimizer state, embedding caches, the data set) must fit "
+      "before training starts; memory.fallback only shrinks activations. Give each rank more "
+      "memory (memory.cpu_budget_mb on CPU, memory.fraction on a GPU) or use a smaller model or "
+      "data set.",
+      what, fmt::join(failures, "\n  ")));
+}
+
 void Trainer::probe_activations() {
   const data::Batch batch = dataset_.get(sampler_.indices(0, plan_.offset, plan_.per_rank));
-  estimate_.batch = batch.inputs.nbytes() + batch.targets.nbytes();
-  // Gradients exist in training (bucket views): give them memory now, so backward only adds
-  // activations; they are dropped again before the Reducer makes its views.
-  for (auto& p : model_->parameters()) p.mutable_grad() = at::zeros_like(p);
-  const int64_t b2 = std::min<int64_t>(plan_.per_rank, 16);
-  const int64_t b1 = std::max<int64_t>(1, b2 / 2);
-  int64_t peaks[2] = {0, 0};
-  const int64_t sizes[2] = {b1, b2};
-  for (int i = 0; i < (b2 > b1 ? 2 : 1); ++i) {
-    memory::reset_peaks(device_);
-    const int64_t base = memory::sample_memory(device_).tensor_bytes;
-    {
-      const auto inputs = batch.inputs.narrow(0, 0, sizes[i]).to(device_);
-      const auto targets = batch.targets.narrow(0, 0, sizes[i]).to(device_);
-      model_->loss(inputs, targets).backward();
+  estimate_.loader = sampler_.buffer_bytes() + batch.inputs.nbytes() + batch.targets.nbytes();
+  // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
+  reducer_->zero_grad();
+  reducer_->begin_micro_batch(/*sync=*/false);
+  // Two small micro-batches, halved while even they run out of memory (a large model on a small
+  // device); a probe that cannot run one sample ends the start-up (allocate_agreed).
+  for (int64_t b2 = std::min<int64_t>(plan_.per_rank, 16);; b2 /= 2) {
+    const int64_t b1 = std::max<int64_t>(1, b2 / 2);
+    const int64_t sizes[2] = {b1, b2};
+    int64_t peaks[2] = {0, 0};
+    try {
+      for (int i = 0; i < (b2 > b1 ? 2 : 1); ++i) {
+        memory::reset_peaks(device_);
+        const int64_t base = memory::sample_memory(device_).tensor_bytes;
+        {
+          const auto inputs = batch.inputs.narrow(0, 0, sizes[i]).to(device_);
+          const auto targets = batch.targets.narrow(0, 0, sizes[i]).to(device_);
+          model_->loss(inputs, targets).backward();
+        }
+        peaks[i] = memory::sample_memory(device_).tensor_peak_bytes - base;
+      }
+    } catch (const c10::OutOfMemoryError&) {
+      if (b2 == 1) throw;
+      continue;
     }
-    peaks[i] = memory::sample_memory(device_).tensor_peak_bytes - base;
+    memory::fit_activations(b1, peaks[0], b2, b2 > b1 ? peaks[1] : peaks[0], &estimate_);
+    break;
   }
-  memory::fit_activations(b1, peaks[0], b2, b2 > b1 ? peaks[1] : peaks[0], &estimate_);
-  for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
+  reducer_->zero_grad();
 }
 
 void Trainer::choose_micro_batch() {
@@ -137,9 +176,18 @@ void Trainer::choose_micro_batch() {
     micro = memory::largest_micro_batch(
         estimate_, static_cast<int64_t>(options_.memory.target_fraction * total), micro);
   }
-  at::Tensor agreed = at::tensor({micro}, at::kLong);
+  const bool fits = total <= 0 || estimate_.peak(micro) <=
+                                      static_cast<int64_t>(options_.memory.target_fraction * total);
+  at::Tensor agreed = at::tensor({micro, fits ? int64_t{1} : int64_t{0}}, at::kLong);
   control_.all_reduce(agreed, ddp::ReduceOp::kMin, "micro-batch agreement");
-  micro_batch_ = agreed.item<int64_t>();
+  micro_batch_ = agreed[0].item<int64_t>();
+  if (agreed[1].item<int64_t>() == 0 && control_.rank() == 0) {
+    spdlog::warn("train.micro_batch_size auto: even a micro-batch of {} is estimated above "
+                 "memory.target_fraction = {} of some rank's memory (rank 0: {:.1f} of {:.1f} MiB); "
+                 "expect out-of-memory fallbacks",
+                 micro_batch_, options_.memory.target_fraction,
+                 estimate_.peak(micro_batch_) / 1048576.0, total / 1048576.0);
+  }
   plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
                                micro_batch_);
 }
@@ -150,17 +198,6 @@ void Trainer::broadcast_model() {
     data_.broadcast(item.value().data(), 0, "parameter " + item.key());
   }
   for (auto& item : model_->named_buffers()) data_.broadcast(item.value(), 0, "buffer " + item.key());
-}
-
-void Trainer::allocate_optimizer_state() {
-  // What AdamW would create lazily at its first step, created now.
-  for (const auto& p : params_) {
-    auto state = std::make_unique<torch::optim::AdamWParamState>();
-    state->step(0);
-    state->exp_avg(at::zeros_like(p, at::MemoryFormat::Preserve));
-    state->exp_avg_sq(at::zeros_like(p, at::MemoryFormat::Preserve));
-    optimizer_->state()[p.unsafeGetTensorImpl()] = std::move(state);
-  }
 }
 
 Trainer::Attempt Trainer::forward_backward(int64_t step) {
@@ -224,12 +261,23 @@ StepResult Trainer::step(int64_t step, bool stop_requested) {
   }
   const auto& t = options_.train;
   r.lr = learning_rate(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
-  for (auto& group : optimizer_->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(r.lr);
+  // After the vote nothing can be retried: the update changes the parameters. It allocates
+  // nothing by design (train/optimizer.h); if it still runs out, this rank ends the job.
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  guard.set_phase(step + 1, memory::Phase::kOptimizer);
+  try {
+    guard.check_injection(0);
+    r.grad_norm = clipper_->clip(t.grad_clip);
+    optimizer_->step(r.lr);
+  } catch (const c10::OutOfMemoryError& e) {
+    guard.set_phase(step + 1, memory::Phase::kNone);
+    throw memory::OutOfMemoryAbort(fmt::format(
+        "rank {} ran out of memory in the optimizer step of step {}: {}. The step allocates "
+        "nothing (its state is allocated before step 1), so something else took this rank's "
+        "memory; its parameters may be half updated, so the job ends here.",
+        control_.rank(), step + 1, first_line(e.what_without_backtrace())));
   }
-  const double max_norm = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
-  r.grad_norm = torch::nn::utils::clip_grad_norm_(params_, max_norm);
-  optimizer_->step();
+  guard.set_phase(step + 1, memory::Phase::kNone);
   return r;
 }
 
@@ -246,12 +294,20 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
       save_checkpoint(path);
       where = "checkpoint written to " + path;
     }
+    // Accumulation keeps the global batch whatever the micro-batch: only a smaller micro-batch,
+    // model or footprint helps, never a smaller global batch.
+    const int64_t micro = ladder_.micro_batch();
+    const std::string advice =
+        micro > 1 ? fmt::format("Let the micro-batch shrink further (memory.min_micro_batch = {}, "
+                                "memory.fallback), use a smaller model, or give each rank more "
+                                "memory.", options_.memory.min_micro_batch)
+                  : "Even one sample per micro-batch does not fit: use a smaller model or give "
+                    "each rank more memory.";
     throw memory::OutOfMemoryFatal(fmt::format(
         "out of memory at step {} with every fallback spent (memory.fallback = [{}], micro-batch "
-        "{} = memory.min_micro_batch):\n  {}\n{}. Lower train.global_batch_size, use a smaller "
-        "model, or give each rank more memory.",
-        step + 1, fmt::join(options_.memory.fallback, ", "), ladder_.micro_batch(),
-        fmt::join(failures, "\n  "), where));
+        "{}):\n  {}\n{}. {}",
+        step + 1, fmt::join(options_.memory.fallback, ", "), micro, fmt::join(failures, "\n  "),
+        where, advice));
   }
   ++fallbacks_;
   const auto old_plan = plan_;

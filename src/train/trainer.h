@@ -13,11 +13,12 @@
 // Out of memory (DESIGN.md, "The OOM protocol"): a rank that runs out during forward or backward
 // drops the step's tensors, posts its remaining buckets and votes "failed"; if any rank failed,
 // all ranks zero their gradients, take the next rung of memory.fallback together and run the same
-// global batch again. Past the last rung, every rank throws memory::OutOfMemoryFatal.
+// global batch again. Past the last rung, every rank throws memory::OutOfMemoryFatal; so does
+// every rank when some rank cannot allocate its persistent state at construction. The optimizer
+// step allocates nothing; if it runs out anyway, that rank throws memory::OutOfMemoryAbort.
 #pragma once
 
 #include <c10/core/Device.h>
-#include <torch/optim/adamw.h>
 
 #include <functional>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "memory/estimator.h"
 #include "memory/fallback.h"
 #include "models/model.h"
+#include "train/optimizer.h"
 #include "train/options.h"
 
 namespace train {
@@ -86,9 +88,12 @@ class Trainer {
   Attempt forward_backward(int64_t step);
   // After a failed vote: the next rung on every rank, or OutOfMemoryFatal.
   void fall_back(int64_t step, const std::string& my_failure);
+  // Runs `allocate` (this rank's persistent allocations, no collectives), then votes: if any
+  // rank ran out of memory, every rank throws the same memory::OutOfMemoryFatal. Collective.
+  void allocate_agreed(const std::string& what, const std::function<void()>& allocate);
   void broadcast_model();
-  void allocate_optimizer_state();
-  // Peak of forward + backward at two micro-batch sizes, before the Reducer's hooks exist.
+  // Peak of forward + backward at two micro-batch sizes (halved while they run out of memory),
+  // once everything persistent is allocated. Local: no collectives.
   void probe_activations();
   // micro_batch_size auto: the largest micro-batch that fits, the same on every rank. Collective.
   void choose_micro_batch();
@@ -111,7 +116,8 @@ class Trainer {
   int fallbacks_ = 0;
   std::vector<at::Tensor> params_;
   std::unique_ptr<ddp::Reducer> reducer_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<FusedAdamW> optimizer_;
+  std::unique_ptr<GradClipper> clipper_;
 };
 
 }  // namespace train

@@ -149,9 +149,26 @@ SH
     expect_grep "checkpoint written to .*/ckpt/oom_step_000003.pt"
     [ -f "$work/ckpt/oom_step_000003.pt" ] || fail "no checkpoint"
     [ "$(grep -c "with every fallback spent" "$out")" = 1 ] || fail "message not printed exactly once" ;;
+  oom_in_optimizer_aborts_np3)
+    # After the status vote nothing can be retried: an OOM in the (allocation-free) optimizer
+    # step of rank 1 ends the whole job with exit 4 and a message naming rank and step.
+    start=$(date +%s)
+    run timeout 30 mpirun -np 3 "$trainer" "${quick[@]}" --set memory.inject_oom=1:5:optimizer
+    expect_rc 4
+    expect_grep "rank 1 ran out of memory in the optimizer step of step 5"
+    expect_no_grep "step +150/150"
+    echo "exited $rc after $(( $(date +%s) - start )) s" ;;
+  oom_before_step1_np2)
+    # Persistent state that does not fit is not a fallback case: every rank stops before step 1.
+    run timeout 30 mpirun -np 2 "$trainer" "${quick[@]}" --set model.hidden_dim=2048 --set memory.cpu_budget_mb=100
+    expect_rc 4
+    expect_grep "trainer: error: out of memory before step 1, allocating parameters, embedding caches and optimizer state"
+    expect_grep "rank 1: CPU out of memory: tried to allocate [0-9]+ bytes; [0-9]+ bytes free of the 104857600 byte budget"
+    expect_no_grep "step +1/"
+    [ "$(grep -c "out of memory before step 1" "$out")" = 1 ] || fail "message not printed exactly once" ;;
   bad_injection_spec)
     run "$trainer" "${quick[@]}" --set memory.inject_oom=1:5:sideways
-    expect_rc 2; expect_grep "memory.inject_oom: '1:5:sideways': phase 'sideways' is not forward or backward" ;;
+    expect_rc 2; expect_grep "memory.inject_oom: '1:5:sideways': phase 'sideways' is not forward, backward or optimizer" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -105,6 +105,7 @@ TEST_F(Oom, BelowTheFloorEveryRankFailsWithTheMessage) {
     EXPECT_THAT(e.what(), HasSubstr("out of memory at step 4 with every fallback spent"));
     EXPECT_THAT(e.what(), HasSubstr(fmt::format("rank {} in backward (micro-batch 8)", victim)));
     EXPECT_THAT(e.what(), HasSubstr("tried to allocate"));
+    EXPECT_THAT(e.what(), HasSubstr("memory.min_micro_batch = 8"));
   }
   // Every rank is still in step: the job can end cleanly.
   comm_->barrier("after fatal OOM");

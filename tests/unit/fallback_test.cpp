@@ -80,6 +80,7 @@ TEST(InjectionSpec, ParsesEntries) {
   EXPECT_EQ(v[0].times, 1);
   EXPECT_EQ(v[1].times, -1);
   EXPECT_EQ(v[2].times, 2);
+  EXPECT_EQ(memory::parse_injections("0:1:optimizer")[0].phase, memory::Phase::kOptimizer);
   EXPECT_TRUE(memory::parse_injections("").empty());
 }
 
@@ -150,7 +151,7 @@ TEST(MemoryEstimate, PeakAddsEveryKindAndFitsTheProbe) {
   e.gradients = 1000;
   e.optimizer_state = 2000;
   e.caches = 500;
-  e.batch = 100;
+  e.loader = 100;
   // Probe: 8 samples peak at 3000, 16 samples at 5000 -> 250/sample + 1000 fixed.
   memory::fit_activations(8, 3000, 16, 5000, &e);
   EXPECT_EQ(e.activation_per_sample, 250);

@@ -1,0 +1,156 @@
+// The memory plan against the memory a run really uses, on CPU at 2 and 3 ranks: for each shipped
+// config the estimated peak is within 15% of the measured one (tensor memory through the CPU
+// allocator guard, net of whatever earlier tests left alive). And what must be allocated before
+// step 1 either is, on every rank, or every rank stops with the same OutOfMemoryFatal.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "launcher/config.h"
+#include "memory/allocator_guard.h"
+#include "memory/oom.h"
+#include "models/registry.h"
+#include "mpi_test_env.h"
+#include "train/trainer.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct PlanCheck {
+  double estimated = 0;  // MiB above what was alive before the run
+  double measured = 0;
+  int64_t micro_batch = 0;
+};
+
+PlanCheck estimate_and_measure(ddp::Communicator& comm, const std::string& config_file,
+                               std::vector<std::string> overrides) {
+  overrides.push_back("train.device=cpu");
+  const auto config = launcher::load_config(fmt::format("{}/configs/{}", TRAINER_SOURCE_DIR, config_file),
+                                            overrides);
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  const int64_t base = guard.allocated_bytes();
+  PlanCheck check;
+  {
+    const auto dataset = data::make_dataset(config.data);
+    at::manual_seed(config.train.seed);
+    auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+    train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
+    guard.reset_peak();  // the probe's own peak is not the run's
+    for (int64_t s = 0; s < 3; ++s) trainer.step(s);
+    check.measured = (guard.peak_bytes() - base) / 1048576.0;
+    check.estimated = (trainer.memory_estimate().peak(trainer.plan().micro_batch) - base) / 1048576.0;
+    check.micro_batch = trainer.plan().micro_batch;
+  }
+  EXPECT_EQ(guard.allocated_bytes(), base) << "the run left tensors behind";
+  return check;
+}
+
+void expect_within_15_percent(const PlanCheck& c, const std::string& what) {
+  if (trainer_test::runtime().topology().rank == 0) {
+    fmt::print("[   plan   ] {}: estimated {:.2f} MiB, measured {:.2f} MiB ({:+.1f}%)\n", what,
+               c.estimated, c.measured, 100.0 * (c.estimated - c.measured) / c.measured);
+  }
+  EXPECT_LT(std::abs(c.estimated - c.measured) / c.measured, 0.15)
+      << what << ": estimated " << c.estimated << " MiB, measured " << c.measured
+      << " MiB at micro-batch " << c.micro_batch;
+}
+
+TEST(MemoryPlan, QuickstartEstimateWithinFifteenPercent) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(120));
+  const PlanCheck whole = estimate_and_measure(*comm, "quickstart.yaml", {"train.steps=30", "train.warmup_steps=2"});
+  expect_within_15_percent(whole, "quickstart, micro-batch auto");
+  // Accumulation: four micro-batches per rank hold a quarter of the activations.
+  const PlanCheck quarter = estimate_and_measure(
+      *comm, "quickstart.yaml",
+      {"train.steps=30", "train.warmup_steps=2", fmt::format("train.micro_batch_size={}", whole.micro_batch / 4)});
+  expect_within_15_percent(quarter, "quickstart, a quarter micro-batch");
+  EXPECT_LT(quarter.measured, whole.measured);
+}
+
+TEST(MemoryPlan, RecommenderEstimateWithinFifteenPercent) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(120));
+  const PlanCheck c = estimate_and_measure(
+      *comm, "recommender.yaml",
+      {"train.steps=30", fmt::format("data.path={}/data/movielens-sample", TRAINER_SOURCE_DIR)});
+  expect_within_15_percent(c, "recommender");
+}
+
+// A small MLP on synthetic data, and no CPU budget once it goes out of scope.
+struct SmallRun {
+  SmallRun(int hidden, int input_dim, int global_batch)
+      : config(launcher::parse_config(fmt::format(R"(
+model: {{name: mlp, hidden_dim: {}, depth: 2}}
+data: {{num_samples: 512, input_dim: {}, num_classes: 4, teacher_hidden: 8, seed: 2}}
+train: {{device: cpu, global_batch_size: {}, steps: 4, lr: 0.01, warmup_steps: 1, seed: 9}}
+)", hidden, input_dim, global_batch), "small.yaml")),
+        dataset(data::make_dataset(config.data)),
+        model(models::create_model(config.model, train::model_shape_for(*dataset))) {}
+  ~SmallRun() { memory::CpuAllocatorGuard::instance().set_budget(0); }
+  launcher::Config config;
+  std::unique_ptr<data::Dataset> dataset;
+  std::shared_ptr<models::Model> model;
+};
+
+// One rank cannot hold its optimizer state: every rank throws the same OutOfMemoryFatal from the
+// Trainer's constructor, naming that rank, and none is left inside a collective.
+TEST(MemoryPlan, PersistentStateThatDoesNotFitOnOneRankStopsEveryRank) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  SmallRun run(256, 16, 48);
+  int64_t param_bytes = 0;
+  for (const auto& p : run.model->parameters()) param_bytes += p.nbytes();
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  const int victim = comm->size() - 1;
+  // Room for a little, not for two moments per parameter.
+  if (comm->rank() == victim) guard.set_budget(guard.allocated_bytes() + param_bytes / 2);
+  try {
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    FAIL() << "expected OutOfMemoryFatal on every rank";
+  } catch (const memory::OutOfMemoryFatal& e) {
+    EXPECT_THAT(e.what(), HasSubstr("out of memory before step 1"));
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format("rank {}: CPU out of memory: tried to allocate", victim)));
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("rank 0:")));
+  }
+  comm->barrier("after the allocation vote");
+}
+
+// The activation probe itself runs out of memory at 16 samples on a device that holds 12: it
+// halves its sizes and the Trainer still starts; a device without room for one sample stops every
+// rank before step 1 with the same message.
+TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  SmallRun run(512, 64, 96);
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  auto drop_gradients = [&] {
+    for (auto& p : run.model->parameters()) p.mutable_grad() = at::Tensor();  // the old buckets' views
+  };
+  memory::MemoryEstimate free_run;
+  {
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    free_run = trainer.memory_estimate();
+  }
+  drop_gradients();
+  ASSERT_GT(free_run.activation_per_sample, 0);
+  guard.set_budget(free_run.peak(12));
+  {
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    const auto& e = trainer.memory_estimate();
+    EXPECT_NEAR(e.activation_per_sample, free_run.activation_per_sample, 0.1 * free_run.activation_per_sample);
+    EXPECT_LE(e.peak(trainer.plan().micro_batch), free_run.peak(12));
+    for (int64_t s = 0; s < 2; ++s) trainer.step(s);
+    EXPECT_EQ(trainer.fallbacks(), 0);
+  }
+  drop_gradients();
+  guard.set_budget(free_run.peak(0) - free_run.activation_fixed / 2);
+  try {
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    FAIL() << "expected OutOfMemoryFatal on every rank";
+  } catch (const memory::OutOfMemoryFatal& e) {
+    EXPECT_THAT(e.what(), HasSubstr("out of memory before step 1, allocating the loader's buffers and the activation probe"));
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format("rank {}: CPU out of memory", comm->size() - 1)));
+  }
+  comm->barrier("after the probe");
+}
+
+}  // namespace
