@@ -15,7 +15,8 @@ struct MemoryEstimate {
   int64_t optimizer_state = 0;   // AdamW: two moments per parameter, in its dtype
   int64_t caches = 0;            // embedding caches (released by uncache_embeddings)
   int64_t other = 0;             // other live tensors on the device (e.g. an in-memory data set)
-  int64_t loader = 0;            // the sampler's epoch permutation and this rank's batch as loaded
+  int64_t loader = 0;            // the sampler's epoch permutation and this rank's batch as
+                                 // loaded (host memory: counted on CPU runs only)
   int64_t activation_fixed = 0;  // activation peak independent of the micro-batch
   int64_t activation_per_sample = 0;
 

@@ -135,7 +135,11 @@ void Trainer::allocate_agreed(const std::string& what, const std::function<void(
 
 void Trainer::probe_activations() {
   const data::Batch batch = dataset_.get(sampler_.indices(0, plan_.offset, plan_.per_rank));
-  estimate_.loader = sampler_.buffer_bytes() + batch.inputs.nbytes() + batch.targets.nbytes();
+  // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
+  // micro-batch copied to the device is measured with the activations below.)
+  if (device_.is_cpu()) {
+    estimate_.loader = sampler_.buffer_bytes() + batch.inputs.nbytes() + batch.targets.nbytes();
+  }
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer_->zero_grad();
   reducer_->begin_micro_batch(/*sync=*/false);
