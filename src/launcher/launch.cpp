@@ -72,6 +72,21 @@ int launcher_rank(const EnvLookup& env) {
   return 0;
 }
 
+void check_launch_before_mpi(const EnvLookup& env) {
+  const bool srun_task = env("SLURM_STEP_ID") || env("SLURM_STEPID");
+  if (!srun_task || env("OMPI_COMM_WORLD_RANK") || env("PMIX_RANK")) return;
+  // Under mpirun inside an allocation, OMPI_COMM_WORLD_RANK is set; under srun --mpi=pmix,
+  // PMIX_RANK is. Anything else would end in MPI_Init ("OMPI was not built with SLURM's PMI
+  // support"), which sends users to rebuild Open MPI instead of adding one flag.
+  const auto type = env("SLURM_MPI_TYPE");
+  throw LaunchError(fmt::format(
+      "started by srun {} (SLURM_PROCID={}), so MPI cannot join the tasks into one job: this "
+      "Open MPI connects srun tasks through PMIx only.\nRun 'srun --mpi=pmix ...' (or set "
+      "MpiDefault=pmix in slurm.conf), or start the ranks with mpirun inside the allocation.",
+      type && *type != "none" ? fmt::format("with --mpi={}", *type) : std::string("without --mpi=pmix"),
+      env("SLURM_PROCID").value_or("?")));
+}
+
 LaunchInfo resolve_launch(const ddp::MpiTopology& mpi, const EnvLookup& env) {
   LaunchInfo info{"none", mpi.rank, mpi.world_size, mpi.local_rank, mpi.local_size, mpi.hostname};
   const auto expected = detect(env);

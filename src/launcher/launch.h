@@ -33,6 +33,11 @@ EnvLookup process_environment();
 
 LaunchInfo resolve_launch(const ddp::MpiTopology& mpi, const EnvLookup& env);
 
+// Launch mistakes that MPI_Init itself would turn into an abort with a misleading message, found
+// from the environment before MPI starts: a task of an srun step that srun did not give PMIx
+// (no --mpi=pmix), which this Open MPI cannot join into one job. Throws LaunchError.
+void check_launch_before_mpi(const EnvLookup& env);
+
 // The world rank the launcher gave this process, before MPI is up (for deciding who prints
 // command-line errors). 0 when no launcher variable is set.
 int launcher_rank(const EnvLookup& env);

@@ -149,6 +149,13 @@ int run(int argc, char** argv) {
   if (const int rc = parse_command_line(argc, argv, cli); rc != kExitOk) {
     return rc >= 1000 ? rc - 1000 : rc;
   }
+  try {
+    check_launch_before_mpi(process_environment());
+  } catch (const LaunchError& e) {
+    // Every task finds the same: the first one speaks for the job.
+    if (launcher_rank(process_environment()) == 0) print_error(0, e.what());
+    return kExitUsage;
+  }
   ddp::MpiRuntime mpi(&argc, &argv);
   // Failures are caught while MPI is still up: after start-up a failure on one rank cannot be
   // voted on (the others may be inside a collective), so it ends the whole job.
@@ -249,8 +256,10 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
       *comm, fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {}  batch {}",
                          rank, launch.hostname, launch.local_rank, launch.local_size,
                          binding.description, threads, trainer.plan().describe()));
-  spdlog::info("trainer 0.1.0 (LibTorch {}), launched by {}: {} rank(s) on {} node(s), backend {}",
-               TORCH_VERSION, launch.launcher, launch.world_size, count_nodes(hosts), data_comm->backend());
+  spdlog::info("trainer 0.1.0 (LibTorch {}), {}: {} rank(s) on {} node(s), backend {}",
+               TORCH_VERSION,
+               launch.launcher == "none" ? "started without a launcher" : "launched by " + launch.launcher,
+               launch.world_size, count_nodes(hosts), data_comm->backend());
   const auto& buckets = trainer.reducer().layout();
   int64_t bucket_bytes = 0;
   for (const auto& b : buckets) bucket_bytes += b.bytes();

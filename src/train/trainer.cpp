@@ -377,7 +377,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       save_checkpoint(fmt::format("{}/step_{:06d}.pt", ckpt.dir, s + 1));
     }
     if (r.stop) {
-      spdlog::warn("stop requested (signal): stopping after step {}", s + 1);
+      if (control_.rank() == 0) spdlog::warn("stop requested (signal): stopping after step {}", s + 1);
       summary.stopped = true;
       break;
     }

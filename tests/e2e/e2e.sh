@@ -77,9 +77,11 @@ SH
     run "$trainer" "${quick[@]}" --set train.device=cuda
     expect_rc 2; expect_grep "train.device is 'cuda' but this process sees no CUDA device" ;;
   srun_without_pmix)
-    # What srun without --mpi=pmix looks like from inside: SLURM says 3 tasks, MPI a world of 1.
-    run env SLURM_PROCID=1 SLURM_STEP_ID=0 SLURM_NTASKS=3 SLURM_LOCALID=1 "$trainer" "${quick[@]}"
-    expect_rc 2; expect_grep "SLURM_NTASKS=3 but MPI says world size = 1"; expect_grep "--mpi=pmix" ;;
+    # What srun without --mpi=pmix looks like from inside (no PMIX_RANK): stopped before MPI_Init.
+    # The real thing runs in the slurm tests.
+    run env SLURM_PROCID=0 SLURM_STEP_ID=0 SLURM_NTASKS=3 SLURM_LOCALID=0 "$trainer" "${quick[@]}"
+    expect_rc 2; expect_grep "trainer: error: started by srun without --mpi=pmix \(SLURM_PROCID=0\)"
+    expect_grep "--mpi=pmix"; expect_no_grep "MPI_Init" ;;
   dry_run)
     run mpirun -np 3 "$trainer" "${quick[@]}" --dry-run --set train.global_batch_size=100 --set train.micro_batch_size=16
     expect_rc 0

@@ -139,6 +139,37 @@ TEST(ResolveLaunch, SrunWithoutPmixSeesAWorldOfOne) {
   EXPECT_THAT(message, HasSubstr("srun --mpi=pmix"));
 }
 
+// What a task of a real srun step sees (checked on the local SLURM of the `slurm` tests): without
+// --mpi=pmix there is no PMIX_RANK, and MPI_Init would abort with Open MPI's own advice to
+// rebuild it, so the trainer stops first.
+std::string before_mpi_error(std::map<std::string, std::string> vars) {
+  try {
+    launcher::check_launch_before_mpi(fake_env(std::move(vars)));
+  } catch (const LaunchError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckLaunchBeforeMpi, SrunWithoutPmixIsStoppedBeforeMpiInit) {
+  const std::string message = before_mpi_error({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}});
+  EXPECT_THAT(message, HasSubstr("started by srun without --mpi=pmix (SLURM_PROCID=1)"));
+  EXPECT_THAT(message, HasSubstr("Run 'srun --mpi=pmix ...'"));
+  EXPECT_THAT(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "3"}, {"SLURM_MPI_TYPE", "pmi2"},
+                                {"PMI_RANK", "0"}}),
+              HasSubstr("started by srun with --mpi=pmi2"));
+  EXPECT_THAT(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEPID", "3"}, {"SLURM_MPI_TYPE", "none"}}),
+              HasSubstr("without --mpi=pmix"));
+}
+
+TEST(CheckLaunchBeforeMpi, PmixMpirunAndBatchScriptsPass) {
+  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "2"}, {"SLURM_STEP_ID", "0"}, {"PMIX_RANK", "2"},
+                              {"SLURM_MPI_TYPE", "pmix"}}), "");
+  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"OMPI_COMM_WORLD_RANK", "1"}}), "");
+  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "99"}}), "");  // the batch script
+  EXPECT_EQ(before_mpi_error({}), "");
+}
+
 TEST(ResolveLaunch, BatchScriptWithoutSrunIsNoLauncher) {
   // sbatch sets SLURM_PROCID for the batch script itself, but no step: the trainer was run bare.
   const LaunchInfo info = resolve_launch(
