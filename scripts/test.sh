@@ -3,5 +3,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
+# The `slurm` tests run jobs on a real single-node SLURM; it is installed and started here where
+# that is possible (root), and those tests are reported as skipped where it is not.
+if [ "$(id -u)" = 0 ]; then
+  scripts/local-slurm.sh || echo "[test] no local SLURM: the slurm tests will be skipped"
+fi
 source scripts/env.sh
 exec ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"

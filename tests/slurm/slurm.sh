@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The trainer under a real SLURM (DESIGN.md, test tier 3, label `slurm`): the local single-node
+# cluster of scripts/local-slurm.sh. Exit 77 (skipped) when no SLURM answers.
+#   slurm.sh CASE TRAINER SOURCE_DIR
+set -uo pipefail
+case_name=$1 trainer=$2 src=$3
+if ! "$src/scripts/local-slurm.sh" --check; then
+  echo "SKIP [$case_name]: no SLURM answers here (run scripts/local-slurm.sh as root)"
+  exit 77
+fi
+work=$(mktemp -d)
+jobs=()
+cleanup() {
+  [ ${#jobs[@]} -gt 0 ] && scancel "${jobs[@]}" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+out=$work/out.txt
+
+fail() { echo "FAIL [$case_name]: $*"; echo "----- output -----"; cat "$out"; exit 1; }
+run() {  # run CMD...: records output and exit code in $rc
+  echo "+ $*"
+  "$@" >"$out" 2>&1
+  rc=$?
+}
+expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
+expect_grep() { grep -qE -- "$1" "$out" || fail "output lacks /$1/"; }
+expect_no_grep() { ! grep -qE -- "$1" "$out" || fail "output has /$1/"; }
+# The job's log becomes the output the expectations read.
+job_log() { cat "$work"/job-*.log >>"$out" 2>/dev/null; }
+
+quick=(--config "$src/configs/quickstart.yaml" --set train.steps=60 --set train.warmup_steps=5 --set log.every=20)
+# Resources of the shipped batch script scaled down to this CPU-only node.
+small=(--ntasks-per-node=3 --cpus-per-task=1 --gpus-per-node=0 --output="$work/job-%j.log")
+
+case $case_name in
+  srun_pmix_np3)
+    run timeout 120 srun --mpi=pmix -n 3 "$trainer" "${quick[@]}"
+    expect_rc 0
+    expect_grep "launched by srun: 3 rank\(s\) on 1 node\(s\)"
+    expect_grep "rank +2 +host .* local rank 2/3"
+    expect_grep "done: 60 steps, loss 2.7732 -> " ;;
+  srun_without_pmix)
+    # MpiDefault=none: srun gives the tasks no PMIx; every task stops before MPI_Init, one speaks.
+    run timeout 60 srun --mpi=none -n 2 "$trainer" "${quick[@]}"
+    expect_rc 2
+    expect_grep "trainer: error: started by srun without --mpi=pmix \(SLURM_PROCID=0\)"
+    [ "$(grep -c "started by srun" "$out")" = 1 ] || fail "the message is not printed exactly once"
+    expect_no_grep "MPI_Init|OMPI was not built" ;;
+  sbatch_script_np3)
+    # The shipped batch script, as a user submits it (sbatch --wait returns the job's exit code).
+    cd "$work"
+    run env TRAINER="$trainer" timeout 180 sbatch --wait "${small[@]}" "$src/slurm/train.sbatch" \
+      "$src/configs/quickstart.yaml" --set train.steps=60 --set train.warmup_steps=5
+    job_log
+    expect_rc 0
+    expect_grep "launched by srun: 3 rank\(s\)"
+    expect_grep "done: 60 steps" ;;
+  mpirun_in_sbatch_np3)
+    cd "$work"
+    run timeout 180 sbatch --wait -n 3 --output="$work/job-%j.log" --wrap "mpirun $trainer ${quick[*]}"
+    job_log
+    expect_rc 0
+    expect_grep "launched by mpirun: 3 rank\(s\)"
+    expect_grep "done: 60 steps" ;;
+  scancel_writes_checkpoint)
+    # scancel sends SIGTERM to every task: the ranks agree on a last step, rank 0 writes
+    # final.pt, and all exit 143 well within KillWait.
+    cd "$work"
+    job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
+      "$src/slurm/train.sbatch" "$src/configs/quickstart.yaml" --set train.steps=1000000 \
+      --set train.warmup_steps=5 --set log.every=50 --set checkpoint.dir="$work/ckpt") || fail "sbatch failed"
+    jobs+=("$job")
+    for _ in $(seq 1 60); do grep -q "step  *50/" "$work"/job-*.log 2>/dev/null && break; sleep 1; done
+    grep -q "step  *50/" "$work"/job-*.log 2>/dev/null || { job_log; fail "the job did not reach step 50 in 60 s"; }
+    scancel "$job"
+    for _ in $(seq 1 60); do squeue -h -j "$job" 2>/dev/null | grep -q . || break; sleep 1; done
+    job_log
+    expect_grep "stop requested \(signal\): stopping after step [0-9]+"
+    [ "$(grep -c "stop requested" "$out")" = 1 ] || fail "the stop is not logged exactly once"
+    expect_grep "checkpoint written: .*/ckpt/final.pt"
+    [ -s "$work/ckpt/final.pt" ] || fail "no final.pt"
+    expect_grep "tasks 0-1: Exited with exit code 143" ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
+echo "PASS [$case_name]"
