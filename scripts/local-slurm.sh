@@ -28,17 +28,8 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-packages=(slurm-wlm munge libpmix-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null && apt-get install -y -q "${missing[@]}" >/dev/null; }
-fi
+source "$(dirname "$0")/env.sh"
+install_debian_packages slurm-wlm munge libpmix-dev
 
 conf=/etc/slurm/slurm.conf
 marker="# written by trainer scripts/local-slurm.sh"

@@ -6,17 +6,7 @@ set -uo pipefail
 case_name=$1 trainer=$2 src=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-out=$work/out.txt
-
-fail() { echo "FAIL [$case_name]: $*"; echo "----- output -----"; cat "$out"; exit 1; }
-run() {  # run CMD...: records output and exit code in $rc
-  echo "+ $*"
-  "$@" >"$out" 2>&1
-  rc=$?
-}
-expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
-expect_grep() { grep -qE -- "$1" "$out" || fail "output lacks /$1/"; }
-expect_no_grep() { ! grep -qE -- "$1" "$out" || fail "output has /$1/"; }
+source "$src/tests/case_lib.sh"
 
 # loss_drops: the 'done:' line's last loss is below half the first.
 loss_drops() {

@@ -15,17 +15,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-out=$work/out.txt
-
-fail() { echo "FAIL [$case_name]: $*"; echo "----- output -----"; cat "$out"; exit 1; }
-run() {  # run CMD...: records output and exit code in $rc
-  echo "+ $*"
-  "$@" >"$out" 2>&1
-  rc=$?
-}
-expect_rc() { [ "$rc" = "$1" ] || fail "exit code $rc, expected $1"; }
-expect_grep() { grep -qE -- "$1" "$out" || fail "output lacks /$1/"; }
-expect_no_grep() { ! grep -qE -- "$1" "$out" || fail "output has /$1/"; }
+source "$src/tests/case_lib.sh"
 # The job's log becomes the output the expectations read.
 job_log() { cat "$work"/job-*.log >>"$out" 2>/dev/null; }
 
