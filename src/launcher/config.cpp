@@ -178,6 +178,10 @@ class Loader {
                                 "holding ratings.dat and movies.dat; scripts/make_movielens.py "
                                 "writes one)");
     }
+    if (c.checkpoint.resume == "auto" && c.checkpoint.dir.empty() && given("checkpoint.resume")) {
+      error(at("checkpoint.resume"), "checkpoint.resume: 'auto' looks for the latest checkpoint in "
+                                     "checkpoint.dir, which is not set");
+    }
     // A rule between keys only means something when both values were accepted.
     if (rejected_.count("train.warmup_steps") || rejected_.count("train.steps")) return;
     if (c.train.warmup_steps >= c.train.steps && c.train.steps > 1) {

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include "data/dataset.h"
@@ -33,6 +34,7 @@
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/registry.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace launcher {
@@ -88,6 +90,8 @@ Outcome attempt(const char* doing, Fn&& fn) {
     return {kExitUsage, e.what()};
   } catch (const ddp::PlanError& e) {
     return {kExitUsage, e.what()};
+  } catch (const train::CheckpointError& e) {
+    return {kExitUsage, fmt::format("checkpoint.resume: {}", e.what())};
   } catch (const std::invalid_argument& e) {
     return {kExitUsage, e.what()};
   } catch (const memory::OutOfMemoryFatal& e) {
@@ -204,6 +208,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   std::string backend;
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;
+  std::optional<train::Checkpoint> checkpoint;
   const int threads = config.train.threads > 0
                           ? static_cast<int>(config.train.threads)
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
@@ -232,6 +237,20 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     ddp::RankSampler(dataset->size(), config.train.global_batch_size, config.train.seed);
     at::manual_seed(config.train.seed);
     model = models::create_model(config.model, train::model_shape_for(*dataset));
+    // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
+    const auto& resume = config.checkpoint.resume;
+    if (!resume.empty() && rank == 0) {
+      const std::string path =
+          resume == "auto" ? train::latest_checkpoint(config.checkpoint.dir) : resume;
+      if (!path.empty()) {
+        checkpoint = train::read_checkpoint(path);
+        train::check_compatible(*checkpoint, *model);
+        train::apply_model_state(*checkpoint, *model);
+      } else {
+        spdlog::info("checkpoint.resume: auto: no checkpoint in {} yet; starting at step 1",
+                     config.checkpoint.dir);
+      }
+    }
   }));
   if (code != kExitOk) return code;
 
@@ -244,6 +263,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     data_comm = ddp::make_data_communicator(backend, binding.device, *control, timeout);
     trainer_ptr = std::make_unique<train::Trainer>(config.trainer_options(), *control, *data_comm,
                                                    model, *dataset, binding.device);
+    trainer_ptr->resume(checkpoint ? &*checkpoint : nullptr);
   }));
   if (code != kExitOk) return code;
   train::Trainer& trainer = *trainer_ptr;
@@ -275,6 +295,17 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
                  config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
   }
+  if (checkpoint) {
+    const auto& meta = checkpoint->meta;
+    spdlog::info("resumed from {}: {} steps done (written by {} rank(s)); continuing at step {}",
+                 checkpoint->path, meta.step, meta.world_size, meta.step + 1);
+    if (meta.global_batch_size != config.train.global_batch_size || meta.seed != config.train.seed) {
+      spdlog::warn("the checkpoint was written with train.global_batch_size = {} and train.seed = "
+                   "{}, this run has {} and {}: the data order differs from the original run's",
+                   meta.global_batch_size, meta.seed, config.train.global_batch_size,
+                   config.train.seed);
+    }
+  }
   if (cli.dry_run) {
     spdlog::info("dry run: nothing trained");
     return kExitOk;
@@ -290,9 +321,13 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     comm->barrier("out-of-memory exit");
     return kExitOutOfMemory;
   }
-  spdlog::info("done: {} steps, loss {:.4f} -> {:.4f}, {:.1f} samples/s, {} memory fallback(s)",
-               summary.steps_done, summary.first_loss, summary.last_loss, summary.samples_per_s,
-               summary.fallbacks);
+  const int64_t start = trainer.start_step();
+  if (summary.steps_done > start) {
+    spdlog::info("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s, {} memory fallback(s)",
+                 summary.steps_done,
+                 start > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start) : "",
+                 summary.first_loss, summary.last_loss, summary.samples_per_s, summary.fallbacks);
+  }
   comm->barrier("shutdown");
   return summary.stopped ? 128 + std::max(stop_signal(), 0) : kExitOk;
 }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace models {
 
@@ -47,6 +48,9 @@ class Model : public torch::nn::Module {
   virtual bool uncache() { return false; }
   // Whether there is a cache that uncache() would release.
   virtual bool has_cache() const { return false; }
+  // Names (as in named_buffers()) of the buffers that hold caches: derived state, left out of
+  // checkpoints and rebuilt by build_cache().
+  virtual std::vector<std::string> cache_buffer_names() const { return {}; }
 };
 
 }  // namespace models

@@ -72,6 +72,7 @@ class Recommender final : public Model {
 
   bool cached() const { return cached_; }
   bool has_cache() const override { return cached_; }
+  std::vector<std::string> cache_buffer_names() const override { return {"item_cache"}; }
   // Whether the cache currently holds every item's encoding.
   bool cache_built() const { return item_cache_.size(0) == num_items_; }
   int64_t num_users() const { return num_users_; }

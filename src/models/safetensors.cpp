@@ -135,10 +135,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   return out;
 }
 
-}  // namespace
-
-std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
+// Opens `path` and parses its header; `in` is left open for the data.
+json read_header(const std::string& path, std::ifstream& in, uint64_t* file_bytes_out,
+                 uint64_t* header_bytes_out) {
+  in.open(path, std::ios::binary | std::ios::ate);
   if (!in) throw error(path, "cannot open the file: {}", std::strerror(errno));
   const std::streamoff end = in.tellg();
   if (end < 0) throw error(path, "cannot read the file size");
@@ -168,6 +168,37 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path) {
   }
   if (!j.is_object()) throw error(path, "the header is not a JSON object");
 
+  *file_bytes_out = file_bytes;
+  *header_bytes_out = header_bytes;
+  return j;
+}
+
+std::map<std::string, std::string> metadata_of(const std::string& path, const json& j) {
+  std::map<std::string, std::string> out;
+  const auto it = j.find("__metadata__");
+  if (it == j.end()) return out;
+  if (!it->is_object()) throw error(path, "'__metadata__' is not a JSON object");
+  for (const auto& [key, value] : it->items()) {
+    if (!value.is_string()) throw error(path, "metadata '{}' is not a string", key);
+    out.emplace(key, value.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  std::ifstream in;
+  uint64_t file_bytes = 0, header_bytes = 0;
+  return metadata_of(path, read_header(path, in, &file_bytes, &header_bytes));
+}
+
+std::map<std::string, at::Tensor> read_safetensors(const std::string& path,
+                                                   std::map<std::string, std::string>* metadata) {
+  std::ifstream in;
+  uint64_t file_bytes = 0, header_bytes = 0;
+  const json j = read_header(path, in, &file_bytes, &header_bytes);
+  if (metadata != nullptr) *metadata = metadata_of(path, j);
   const uint64_t data_start = 8 + header_bytes;
   const uint64_t data_bytes = file_bytes - data_start;
   std::map<std::string, at::Tensor> tensors;

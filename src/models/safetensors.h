@@ -26,8 +26,13 @@ class SafetensorsError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Reads every tensor of the file at `path`. Throws SafetensorsError.
-std::map<std::string, at::Tensor> read_safetensors(const std::string& path);
+// Reads every tensor of the file at `path`, and its string metadata when `metadata` is given.
+// Throws SafetensorsError.
+std::map<std::string, at::Tensor> read_safetensors(
+    const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
+
+// Reads only the header's string metadata (cheap: no tensor data). Throws SafetensorsError.
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 
 // Writes `tensors` (any device and layout; copied to contiguous CPU memory) to `path`, with
 // optional string `metadata`. The header is padded with spaces to a multiple of 8 bytes, as the

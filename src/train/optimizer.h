@@ -40,6 +40,8 @@ class FusedAdamW {
   void step(double lr);
 
   int64_t steps() const { return steps_; }
+  // Resuming: the steps already taken (bias correction continues from there).
+  void set_steps(int64_t steps) { steps_ = steps; }
   // Bytes of optimizer state: two moments per parameter, in the parameter's dtype.
   int64_t state_bytes() const;
   const std::vector<at::Tensor>& exp_avgs() const { return exp_avgs_; }

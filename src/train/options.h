@@ -31,6 +31,7 @@ struct TrainOptions {
 struct CheckpointOptions {
   std::string dir;    // empty: no checkpoints
   int64_t every = 0;  // 0: only at the end
+  std::string resume;  // a checkpoint file, "auto" (the latest in dir, if any) or empty
 };
 
 struct LogOptions {

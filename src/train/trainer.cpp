@@ -4,7 +4,6 @@
 #include <c10/util/Exception.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-#include <torch/serialize/output-archive.h>
 
 #include <chrono>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "memory/process_memory.h"
+#include "train/checkpoint.h"
 #include "train/evaluation.h"
 #include "train/schedule.h"
 
@@ -294,8 +294,10 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
   if (!action) {
     std::string where = "no checkpoint written (checkpoint.dir is not set)";
     if (!options_.checkpoint.dir.empty()) {
-      const std::string path = fmt::format("{}/oom_step_{:06d}.pt", options_.checkpoint.dir, step + 1);
-      save_checkpoint(path);
+      // Steps before this one are complete; resuming from it re-runs this step.
+      const std::string path =
+          fmt::format("{}/oom_step_{:06d}.safetensors", options_.checkpoint.dir, step + 1);
+      save_checkpoint(path, step);
       where = "checkpoint written to " + path;
     }
     // Accumulation keeps the global batch whatever the micro-batch: only a smaller micro-batch,
@@ -339,23 +341,31 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
 RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   RunSummary summary;
   const auto& t = options_.train;
-  spdlog::info("training {} steps, global batch {} on {} rank(s); rank {}: {}", t.steps,
-               plan_.global_batch, plan_.world_size, plan_.rank, plan_.describe());
-  report_memory("memory before step 1: parameters, buckets, optimizer state, caches");
+  const int64_t start = start_step_;
+  summary.steps_done = start;
+  if (start >= t.steps) {
+    spdlog::info("the checkpoint has {} steps done, train.steps = {}: nothing to train", start, t.steps);
+    return summary;
+  }
+  spdlog::info("training {} steps{}, global batch {} on {} rank(s); rank {}: {}", t.steps,
+               start > 0 ? fmt::format(" from step {}", start + 1) : "", plan_.global_batch,
+               plan_.world_size, plan_.rank, plan_.describe());
+  report_memory(fmt::format("memory before step {}: parameters, buckets, optimizer state, caches",
+                            start + 1));
   auto window_start = Clock::now();
   auto steady_start = Clock::now();
   int64_t window_steps = 0;
-  for (int64_t s = 0; s < t.steps; ++s) {
+  for (int64_t s = start; s < t.steps; ++s) {
     const StepResult r = step(s, stop_requested && stop_requested());
     ++window_steps;
     summary.steps_done = s + 1;
-    if (s == 0) {
+    if (s == start) {
       summary.first_loss = r.loss;
       steady_start = Clock::now();
     }
     summary.last_loss = r.loss;
     const bool last = s + 1 == t.steps || r.stop;
-    if (s == 0 || (s + 1) % options_.log.every == 0 || last) {
+    if (s == start || (s + 1) % options_.log.every == 0 || last) {
       const double elapsed = seconds_since(window_start);
       const auto mem = memory::sample_process_memory();
       spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} {:>9.1f} samples/s rss {:.0f} MiB",
@@ -364,7 +374,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       window_start = Clock::now();
       window_steps = 0;
     }
-    if (s + 1 == std::min<int64_t>(3, t.steps)) compare_estimate(s + 1);
+    if (s + 1 == std::min<int64_t>(start + 3, t.steps)) compare_estimate(s + 1);
     const int64_t every = options_.memory.check_every;
     if ((every > 0 && (s + 1) % every == 0) || last) {
       report_memory(fmt::format("memory at step {} (peak since the last table)", s + 1));
@@ -374,7 +384,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
     }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
-      save_checkpoint(fmt::format("{}/step_{:06d}.pt", ckpt.dir, s + 1));
+      save_checkpoint(fmt::format("{}/step_{:06d}.safetensors", ckpt.dir, s + 1), s + 1);
     }
     if (r.stop) {
       if (control_.rank() == 0) spdlog::warn("stop requested (signal): stopping after step {}", s + 1);
@@ -382,12 +392,14 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       break;
     }
   }
-  if (summary.steps_done > 1) {
+  if (summary.steps_done - start > 1) {
     summary.samples_per_s =
-        (summary.steps_done - 1) * plan_.global_batch / seconds_since(steady_start);
+        (summary.steps_done - start - 1) * plan_.global_batch / seconds_since(steady_start);
   }
   summary.fallbacks = fallbacks_;
-  if (!options_.checkpoint.dir.empty()) save_checkpoint(options_.checkpoint.dir + "/final.pt");
+  if (!options_.checkpoint.dir.empty()) {
+    save_checkpoint(options_.checkpoint.dir + "/final.safetensors", summary.steps_done);
+  }
   return summary;
 }
 
@@ -424,13 +436,35 @@ void Trainer::report_memory(const std::string& title) {
   for (const auto& w : warnings) spdlog::warn("memory: {}", w);
 }
 
-void Trainer::save_checkpoint(const std::string& path) const {
+void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
   if (control_.rank() != 0) return;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  torch::serialize::OutputArchive archive;
-  model_->save(archive);
-  archive.save_to(path);
-  spdlog::info("checkpoint written: {}", path);
+  write_checkpoint(path, *model_, optimizer_->exp_avgs(), optimizer_->exp_avg_sqs(),
+                   {steps_done, options_.train.global_batch_size, options_.train.seed,
+                    control_.size()});
+  spdlog::info("checkpoint written: {} ({} steps done)", path, steps_done);
+}
+
+void Trainer::resume(const Checkpoint* ckpt) {
+  // Rank 0 read the file (and already holds its parameters, broadcast at construction).
+  at::Tensor step = at::tensor({ckpt != nullptr ? ckpt->meta.step : int64_t{-1}}, at::kLong);
+  control_.broadcast(step, 0, "resume step");
+  const int64_t steps_done = step.item<int64_t>();
+  if (steps_done < 0) return;
+  at::NoGradGuard no_grad;
+  size_t i = 0;
+  for (const auto& item : model_->named_parameters()) {
+    const at::Tensor& m = optimizer_->exp_avgs()[i];
+    const at::Tensor& v = optimizer_->exp_avg_sqs()[i];
+    if (ckpt != nullptr) {
+      m.copy_(ckpt->tensors.at("adamw.exp_avg." + item.key()));
+      v.copy_(ckpt->tensors.at("adamw.exp_avg_sq." + item.key()));
+    }
+    data_.broadcast(m, 0, "AdamW state of " + item.key());
+    data_.broadcast(v, 0, "AdamW state of " + item.key());
+    ++i;
+  }
+  optimizer_->set_steps(steps_done);
+  start_step_ = steps_done;
 }
 
 }  // namespace train

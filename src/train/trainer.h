@@ -34,6 +34,7 @@
 #include "memory/estimator.h"
 #include "memory/fallback.h"
 #include "models/model.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/options.h"
 
@@ -77,8 +78,16 @@ class Trainer {
   // This rank's memory plan (activations from the probe at construction).
   const memory::MemoryEstimate& memory_estimate() const { return estimate_; }
 
-  // Rank 0 writes the model's parameters and buffers to `path`; other ranks do nothing.
-  void save_checkpoint(const std::string& path) const;
+  // Rank 0 writes a checkpoint (train/checkpoint.h) with `steps_done` optimizer steps to `path`;
+  // other ranks do nothing.
+  void save_checkpoint(const std::string& path, int64_t steps_done);
+
+  // Continues from a checkpoint that rank 0 read (and whose parameters it applied to the model
+  // before construction): AdamW's moments and the step count are broadcast from rank 0, and
+  // run() starts after the checkpoint's last step. Other ranks pass nullptr; so does rank 0
+  // when there is nothing to resume. Collective.
+  void resume(const Checkpoint* ckpt);
+  int64_t start_step() const { return start_step_; }
 
  private:
   struct Attempt {
@@ -114,6 +123,7 @@ class Trainer {
   memory::FallbackLadder ladder_;
   memory::MemoryEstimate estimate_;
   int fallbacks_ = 0;
+  int64_t start_step_ = 0;  // optimizer steps already done (resumed from a checkpoint)
   std::vector<at::Tensor> params_;
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<FusedAdamW> optimizer_;

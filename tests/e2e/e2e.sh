@@ -96,7 +96,7 @@ SH
     kill -INT $pid
     wait $pid; rc=$?
     expect_rc 130
-    [ -f "$work/ckpt/final.pt" ] || fail "no checkpoint at $work/ckpt/final.pt"
+    [ -f "$work/ckpt/final.safetensors" ] || fail "no checkpoint at $work/ckpt/final.safetensors"
     expect_grep "stop requested \(signal\)" ;;
   stalled_rank_times_out)
     # Rank 1 is frozen with SIGSTOP mid-training: the others must end the job, with a message
@@ -138,8 +138,8 @@ SH
     expect_rc 4
     expect_grep "trainer: error: out of memory at step 3 with every fallback spent"
     expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes"
-    expect_grep "checkpoint written to .*/ckpt/oom_step_000003.pt"
-    [ -f "$work/ckpt/oom_step_000003.pt" ] || fail "no checkpoint"
+    expect_grep "checkpoint written to .*/ckpt/oom_step_000003.safetensors"
+    [ -f "$work/ckpt/oom_step_000003.safetensors" ] || fail "no checkpoint"
     [ "$(grep -c "with every fallback spent" "$out")" = 1 ] || fail "message not printed exactly once" ;;
   oom_in_optimizer_aborts_np3)
     # After the status vote nothing can be retried: an OOM in the (allocation-free) optimizer
@@ -158,6 +158,33 @@ SH
     expect_grep "rank 1: CPU out of memory: tried to allocate [0-9]+ bytes; [0-9]+ bytes free of the 104857600 byte budget"
     expect_no_grep "step +1/"
     [ "$(grep -c "out of memory before step 1" "$out")" = 1 ] || fail "message not printed exactly once" ;;
+  resume_on_more_ranks)
+    # 150 steps on 2 ranks, or 75 on 2 and the rest on 3 from the step-75 checkpoint: the same
+    # final loss (the global batch, the data order and AdamW's state carry over).
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.dir="$work/ckpt" --set checkpoint.every=75
+    expect_rc 0
+    whole=$(grep -oE "done: 150 steps, loss [0-9.]+ -> [0-9.]+" "$out" | grep -oE "[0-9.]+$")
+    [ -n "$whole" ] || fail "no final loss"
+    [ -f "$work/ckpt/step_000075.safetensors" ] || fail "no step-75 checkpoint"
+    run mpirun -np 3 "$trainer" "${quick[@]}" --set checkpoint.resume="$work/ckpt/step_000075.safetensors"
+    expect_rc 0
+    expect_grep "resumed from .*step_000075.safetensors: 75 steps done \(written by 2 rank\(s\)\); continuing at step 76"
+    expect_grep "step +76/150"; expect_no_grep "step +1/150"
+    expect_grep "done: 150 steps \(75 in this run\), loss [0-9.]+ -> $whole,"
+    echo "final loss $whole both ways" ;;
+  resume_errors)
+    # A missing file, a checkpoint of another model, 'auto' without a directory: exit 2, named.
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.resume="$work/nope.safetensors"
+    expect_rc 2; expect_grep "trainer: error: checkpoint.resume: .*nope.safetensors: cannot open the file"
+    run "$trainer" "${quick[@]}" --set train.steps=30 --set checkpoint.dir="$work/ckpt"
+    expect_rc 0
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set model.hidden_dim=64 \
+      --set checkpoint.resume="$work/ckpt/final.safetensors"
+    expect_rc 2
+    expect_grep "'param.hidden.0.weight' is \[512, 64\] Float in the checkpoint but \[64, 64\] Float in the model"
+    [ "$(grep -c "trainer: error" "$out")" = 1 ] || fail "the message is not printed exactly once"
+    run "$trainer" "${quick[@]}" --set checkpoint.resume=auto
+    expect_rc 2; expect_grep "checkpoint.resume: 'auto' looks for the latest checkpoint in checkpoint.dir, which is not set" ;;
   bad_injection_spec)
     run "$trainer" "${quick[@]}" --set memory.inject_oom=1:5:sideways
     expect_rc 2; expect_grep "memory.inject_oom: '1:5:sideways': phase 'sideways' is not forward, backward or optimizer" ;;

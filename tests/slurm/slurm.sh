@@ -53,13 +53,15 @@ case $case_name in
     expect_rc 0
     expect_grep "launched by mpirun: 3 rank\(s\)"
     expect_grep "done: 60 steps" ;;
-  scancel_writes_checkpoint)
+  scancel_then_resume)
     # scancel sends SIGTERM to every task: the ranks agree on a last step, rank 0 writes
-    # final.pt, and all exit 143 well within KillWait.
+    # final.safetensors, and all exit 143 well within KillWait. The same job submitted again with
+    # checkpoint.resume: auto continues after that step (a preempted, requeued job).
     cd "$work"
     job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
       "$src/slurm/train.sbatch" "$src/configs/quickstart.yaml" --set train.steps=1000000 \
-      --set train.warmup_steps=5 --set log.every=50 --set checkpoint.dir="$work/ckpt") || fail "sbatch failed"
+      --set train.warmup_steps=5 --set log.every=50 --set checkpoint.dir="$work/ckpt" \
+      --set checkpoint.resume=auto) || fail "sbatch failed"
     jobs+=("$job")
     for _ in $(seq 1 60); do grep -q "step  *50/" "$work"/job-*.log 2>/dev/null && break; sleep 1; done
     grep -q "step  *50/" "$work"/job-*.log 2>/dev/null || { job_log; fail "the job did not reach step 50 in 60 s"; }
@@ -68,9 +70,21 @@ case $case_name in
     job_log
     expect_grep "stop requested \(signal\): stopping after step [0-9]+"
     [ "$(grep -c "stop requested" "$out")" = 1 ] || fail "the stop is not logged exactly once"
-    expect_grep "checkpoint written: .*/ckpt/final.pt"
-    [ -s "$work/ckpt/final.pt" ] || fail "no final.pt"
-    expect_grep "tasks 0-1: Exited with exit code 143" ;;
+    expect_grep "checkpoint written: .*/ckpt/final.safetensors"
+    [ -s "$work/ckpt/final.safetensors" ] || fail "no final.safetensors"
+    expect_grep "tasks 0-1: Exited with exit code 143"
+    expect_grep "auto: no checkpoint in .*/ckpt yet; starting at step 1"
+    stopped=$(grep -oE "stopping after step [0-9]+" "$out" | grep -oE "[0-9]+$")
+    # Resubmitted: 100 more steps, from the checkpoint.
+    rm -f "$work"/job-*.log
+    run env TRAINER="$trainer" timeout 180 sbatch --wait "${small[@]}" --ntasks-per-node=2 \
+      "$src/slurm/train.sbatch" "$src/configs/quickstart.yaml" --set train.steps=$((stopped + 100)) \
+      --set train.warmup_steps=5 --set log.every=50 --set checkpoint.dir="$work/ckpt" \
+      --set checkpoint.resume=auto
+    job_log
+    expect_rc 0
+    expect_grep "resumed from .*/ckpt/final.safetensors: $stopped steps done \(written by 2 rank\(s\)\); continuing at step $((stopped + 1))"
+    expect_grep "done: $((stopped + 100)) steps \(100 in this run\)" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

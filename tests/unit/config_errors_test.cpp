@@ -88,6 +88,12 @@ TEST(ConfigErrors, MappingForString) {
   EXPECT_EQ(message, "bad.yaml:6: checkpoint.dir: expected a string, got a mapping");
 }
 
+TEST(ConfigErrors, ResumeAutoNeedsACheckpointDirectory) {
+  const std::string message = config_error(kMinimal + "checkpoint:\n  resume: auto\n");
+  EXPECT_EQ(message, "bad.yaml:6: checkpoint.resume: 'auto' looks for the latest checkpoint in "
+                     "checkpoint.dir, which is not set");
+}
+
 TEST(ConfigErrors, SectionThatIsNotAMapping) {
   const std::string message = config_error(kMinimal + "ddp: mpi\n");
   EXPECT_EQ(message, "bad.yaml:5: section 'ddp' must be a mapping of keys");

@@ -1,0 +1,193 @@
+#include "train/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include "models/safetensors.h"
+
+namespace train {
+namespace {
+
+constexpr const char* kFormat = "trainer-checkpoint-1";
+
+std::vector<std::string> cache_names(const models::Model& model) { return model.cache_buffer_names(); }
+
+bool is_cache(const std::vector<std::string>& caches, const std::string& name) {
+  return std::find(caches.begin(), caches.end(), name) != caches.end();
+}
+
+// Every tensor the model's checkpoint holds, by key: parameters first (the likeliest to differ
+// and the clearest to report), then buffers, then the moments.
+std::vector<std::pair<std::string, at::Tensor>> expected_tensors(models::Model& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  const auto params = model.named_parameters();
+  for (const auto& item : params) out.emplace_back("param." + item.key(), item.value());
+  const auto caches = cache_names(model);
+  for (const auto& item : model.named_buffers()) {
+    if (!is_cache(caches, item.key())) out.emplace_back("buffer." + item.key(), item.value());
+  }
+  for (const char* moment : {"adamw.exp_avg.", "adamw.exp_avg_sq."}) {
+    for (const auto& item : params) out.emplace_back(moment + item.key(), item.value());
+  }
+  return out;
+}
+
+template <class T>
+T parse_number(const std::string& path, const std::map<std::string, std::string>& meta,
+               const char* key) {
+  const auto it = meta.find(key);
+  if (it == meta.end()) throw CheckpointError(fmt::format("{}: no '{}' in its metadata", path, key));
+  T v{};
+  const auto& s = it->second;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) {
+    throw CheckpointError(fmt::format("{}: metadata '{}' = '{}' is not a number", path, key, s));
+  }
+  return v;
+}
+
+std::string describe(const at::Tensor& t) {
+  return fmt::format("{} {}", t.sizes(), c10::toString(t.scalar_type()));
+}
+
+}  // namespace
+
+void write_checkpoint(const std::string& path, models::Model& model,
+                      const std::vector<at::Tensor>& exp_avgs,
+                      const std::vector<at::Tensor>& exp_avg_sqs, const CheckpointMeta& meta) {
+  std::map<std::string, at::Tensor> tensors;
+  size_t i = 0;
+  for (const auto& item : model.named_parameters()) {
+    tensors.emplace("param." + item.key(), item.value().detach());
+    if (i < exp_avgs.size()) {
+      tensors.emplace("adamw.exp_avg." + item.key(), exp_avgs[i]);
+      tensors.emplace("adamw.exp_avg_sq." + item.key(), exp_avg_sqs[i]);
+    }
+    ++i;
+  }
+  const auto caches = cache_names(model);
+  for (const auto& item : model.named_buffers()) {
+    if (!is_cache(caches, item.key())) tensors.emplace("buffer." + item.key(), item.value());
+  }
+  const std::map<std::string, std::string> metadata = {
+      {"format", kFormat},
+      {"step", std::to_string(meta.step)},
+      {"global_batch_size", std::to_string(meta.global_batch_size)},
+      {"seed", std::to_string(meta.seed)},
+      {"world_size", std::to_string(meta.world_size)},
+  };
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  if (ec) {
+    throw CheckpointError(fmt::format("cannot create the directory of {}: {}", path, ec.message()));
+  }
+  const std::string tmp = path + ".tmp";
+  try {
+    models::write_safetensors(tmp, tensors, metadata);
+  } catch (const models::SafetensorsError& e) {
+    std::remove(tmp.c_str());
+    throw CheckpointError(e.what());
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw CheckpointError(fmt::format("cannot move {} into place as {}", tmp, path));
+  }
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  Checkpoint ckpt;
+  ckpt.path = path;
+  std::map<std::string, std::string> meta;
+  try {
+    ckpt.tensors = models::read_safetensors(path, &meta);
+  } catch (const models::SafetensorsError& e) {
+    throw CheckpointError(e.what());
+  }
+  const auto format = meta.find("format");
+  if (format == meta.end() || format->second != kFormat) {
+    throw CheckpointError(fmt::format(
+        "{}: not a trainer checkpoint (metadata 'format' is '{}', expected '{}')", path,
+        format == meta.end() ? "" : format->second, kFormat));
+  }
+  ckpt.meta.step = parse_number<int64_t>(path, meta, "step");
+  ckpt.meta.global_batch_size = parse_number<int64_t>(path, meta, "global_batch_size");
+  ckpt.meta.seed = parse_number<uint64_t>(path, meta, "seed");
+  ckpt.meta.world_size = parse_number<int>(path, meta, "world_size");
+  return ckpt;
+}
+
+void check_compatible(const Checkpoint& ckpt, models::Model& model) {
+  const auto expected = expected_tensors(model);
+  for (const auto& [key, t] : expected) {
+    const auto it = ckpt.tensors.find(key);
+    if (it == ckpt.tensors.end()) {
+      throw CheckpointError(fmt::format(
+          "{}: the model has '{}' ({}), the checkpoint does not: it was written for another model "
+          "(compare the model section of the config)", ckpt.path, key, describe(t)));
+    }
+    if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type()) {
+      throw CheckpointError(fmt::format(
+          "{}: '{}' is {} in the checkpoint but {} in the model (compare the model section of "
+          "the config)", ckpt.path, key, describe(it->second), describe(t)));
+    }
+  }
+  std::set<std::string> keys;
+  for (const auto& [key, t] : expected) keys.insert(key);
+  for (const auto& [key, t] : ckpt.tensors) {
+    if (!keys.count(key)) {
+      throw CheckpointError(fmt::format(
+          "{}: the checkpoint has '{}' ({}), the model does not: it was written for another "
+          "model (compare the model section of the config)", ckpt.path, key, describe(t)));
+    }
+  }
+}
+
+void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
+  at::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    item.value().copy_(ckpt.tensors.at("param." + item.key()));
+  }
+  const auto caches = cache_names(model);
+  for (auto& item : model.named_buffers()) {
+    if (!is_cache(caches, item.key())) item.value().copy_(ckpt.tensors.at("buffer." + item.key()));
+  }
+}
+
+std::string latest_checkpoint(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  std::string best;
+  int64_t best_step = -1;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
+    const std::string path = entry.path().string();
+    try {
+      const auto meta = models::read_safetensors_metadata(path);
+      const auto format = meta.find("format");
+      if (format == meta.end() || format->second != kFormat) continue;
+      const auto step = parse_number<int64_t>(path, meta, "step");
+      // Ties (final and step_N of the same step): the name decides, so the choice is stable.
+      if (step > best_step || (step == best_step && path > best)) {
+        best_step = step;
+        best = path;
+      }
+    } catch (const std::exception&) {
+      continue;  // not a checkpoint, or a damaged one: an older checkpoint is better than none
+    }
+  }
+  return best;
+}
+
+}  // namespace train

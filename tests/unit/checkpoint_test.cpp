@@ -1,0 +1,149 @@
+// Checkpoint files (train/checkpoint.h): what a run writes is what a resume reads; a file for
+// another model, a file that is not a checkpoint and a missing file are errors naming the file and
+// the tensor; `auto` finds the checkpoint with the most steps.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "models/registry.h"
+#include "models/safetensors.h"
+#include "temp_dir.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<models::Model> mlp(int64_t hidden, uint64_t seed) {
+  at::manual_seed(seed);
+  models::ModelOptions o;
+  o.name = "mlp";
+  o.hidden_dim = hidden;
+  o.depth = 2;
+  models::ModelShape shape;
+  shape.input_dim = 6;
+  shape.num_classes = 3;
+  return models::create_model(o, shape);
+}
+
+std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> moments(models::Model& m, double fill) {
+  std::vector<at::Tensor> a, v;
+  for (const auto& p : m.parameters()) {
+    a.push_back(at::full_like(p, fill));
+    v.push_back(at::full_like(p, fill * fill));
+  }
+  return {a, v};
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const train::CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Writes a checkpoint of `model` with moments filled with `fill` and `fill`^2 to `path`.
+void write(const std::string& path, models::Model& model, double fill, train::CheckpointMeta meta) {
+  const auto [m, v] = moments(model, fill);
+  train::write_checkpoint(path, model, m, v, meta);
+}
+
+TEST(Checkpoint, WhatIsWrittenIsWhatIsRead) {
+  test::TempDir dir;
+  auto written = mlp(8, 1);
+  const std::string path = dir.file("step_000007.safetensors");
+  write(path, *written, 0.25, {7, 96, 42, 3});
+  EXPECT_NE(::access((path + ".tmp").c_str(), F_OK), 0) << "the temporary file was left behind";
+
+  const auto ckpt = train::read_checkpoint(path);
+  EXPECT_EQ(ckpt.meta.step, 7);
+  EXPECT_EQ(ckpt.meta.global_batch_size, 96);
+  EXPECT_EQ(ckpt.meta.seed, 42u);
+  EXPECT_EQ(ckpt.meta.world_size, 3);
+  auto resumed = mlp(8, 2);  // other weights, same architecture
+  EXPECT_EQ(error_of([&] { train::check_compatible(ckpt, *resumed); }), "");
+  train::apply_model_state(ckpt, *resumed);
+  const auto a = written->named_parameters();
+  const auto b = resumed->named_parameters();
+  for (const auto& item : a) EXPECT_TRUE(item.value().equal(*b.find(item.key()))) << item.key();
+  const auto first = a.begin()->key();
+  EXPECT_TRUE(ckpt.tensors.at("adamw.exp_avg_sq." + first).equal(at::full_like(*a.find(first), 0.0625)));
+}
+
+TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
+  test::TempDir dir;
+  auto written = mlp(8, 1);
+  const std::string path = dir.file("final.safetensors");
+  write(path, *written, 0.1, {3, 16, 1, 1});
+  const auto ckpt = train::read_checkpoint(path);
+  auto wider = mlp(16, 1);
+  const std::string message = error_of([&] { train::check_compatible(ckpt, *wider); });
+  EXPECT_THAT(message, HasSubstr(path + ": 'param.hidden.0.weight' is [8, 6] Float in the "
+                                        "checkpoint but [16, 6] Float in the model"))
+      << message;
+  models::ModelOptions deeper_options;
+  deeper_options.name = "mlp";
+  deeper_options.hidden_dim = 8;
+  deeper_options.depth = 3;
+  models::ModelShape shape;
+  shape.input_dim = 6;
+  shape.num_classes = 3;
+  auto deeper = models::create_model(deeper_options, shape);
+  EXPECT_THAT(error_of([&] { train::check_compatible(ckpt, *deeper); }),
+              HasSubstr("the model has 'param.hidden.2.weight' ([8, 8] Float), the checkpoint does not"));
+}
+
+TEST(Checkpoint, MissingFilesAndOtherSafetensorsAreErrorsNamingTheFile) {
+  test::TempDir dir;
+  EXPECT_THAT(error_of([&] { train::read_checkpoint(dir.file("nope.safetensors")); }),
+              HasSubstr(dir.file("nope.safetensors")));
+  const std::string weights = dir.file("weights.safetensors");
+  models::write_safetensors(weights, {{"w", at::ones({2})}});
+  EXPECT_THAT(error_of([&] { train::read_checkpoint(weights); }),
+              HasSubstr(weights + ": not a trainer checkpoint"));
+}
+
+TEST(Checkpoint, LatestIsTheOneWithTheMostStepsAndSkipsOthers) {
+  test::TempDir dir;
+  EXPECT_EQ(train::latest_checkpoint(dir.path()), "");
+  EXPECT_EQ(train::latest_checkpoint(dir.file("absent")), "");
+  auto model = mlp(4, 1);
+  write(dir.file("step_000020.safetensors"), *model, 0, {20, 8, 1, 1});
+  write(dir.file("step_000100.safetensors"), *model, 0, {100, 8, 1, 1});
+  write(dir.file("oom_step_000051.safetensors"), *model, 0, {50, 8, 1, 1});
+  models::write_safetensors(dir.file("weights.safetensors"), {{"w", at::ones({2})}});
+  std::ofstream(dir.file("torn.safetensors")) << "garbage";
+  EXPECT_EQ(train::latest_checkpoint(dir.path()), dir.file("step_000100.safetensors"));
+}
+
+TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
+  test::TempDir dir;
+  models::ModelOptions o;
+  o.name = "recommender";
+  o.hidden_dim = 8;
+  o.depth = 1;
+  o.embedding_dim = 8;
+  o.encoder_dim = 8;
+  o.encoder_layers = 1;
+  o.encoder_heads = 2;
+  models::ModelShape shape;
+  shape.num_users = 5;
+  shape.num_items = 7;
+  shape.item_text = at::randint(1, 200, {7, 6}, at::kLong);
+  auto cached = models::create_model(o, shape);
+  cached->build_cache();
+  ASSERT_TRUE(cached->has_cache());
+  const std::string path = dir.file("final.safetensors");
+  write(path, *cached, 0, {1, 8, 1, 1});
+  const auto ckpt = train::read_checkpoint(path);
+  EXPECT_FALSE(ckpt.tensors.count("buffer.item_cache"));
+  EXPECT_TRUE(ckpt.tensors.count("buffer.item_text"));
+  auto fresh = models::create_model(o, shape);  // no cache built yet
+  EXPECT_EQ(error_of([&] { train::check_compatible(ckpt, *fresh); }), "");
+}
+
+}  // namespace
