@@ -186,7 +186,7 @@ int run(int argc, char** argv) {
 
 int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   const int rank = mpi.topology().rank;
-  // Start-up votes use a fixed deadline: the configured one is not known yet.
+  // The first vote uses a fixed deadline: the configured one is not known yet.
   auto bootstrap = mpi.world(std::chrono::seconds(120));
 
   // Phase 1: launch discovery and configuration.
@@ -203,7 +203,11 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     return kExitOk;
   }
 
-  // Phase 2: devices, data, model, batch plan.
+  // Phase 2: devices, data, model, batch plan, the checkpoint to resume from. Its vote waits up
+  // to ddp.timeout_s: loading a large data set, or (rank 0 alone) a large checkpoint, can take
+  // longer than the fixed start-up deadline.
+  const auto timeout = std::chrono::duration<double>(config.ddp.timeout_s);
+  auto control = mpi.world(timeout);
   DeviceBinding binding;
   std::string backend;
   std::unique_ptr<data::Dataset> dataset;
@@ -213,7 +217,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
                           ? static_cast<int>(config.train.threads)
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                             launch.local_size);
-  code = agree(*bootstrap, attempt("loading the data set and building the model", [&] {
+  code = agree(*control, attempt("loading the data set and building the model", [&] {
     const auto env = process_environment();
     binding = bind_device(config.train.device, launch.local_rank, launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
@@ -255,8 +259,6 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   if (code != kExitOk) return code;
 
   // Phase 3: communicators and the trainer (parameter check, buckets, broadcast from rank 0).
-  const auto timeout = std::chrono::duration<double>(config.ddp.timeout_s);
-  auto control = mpi.world(timeout);
   std::unique_ptr<ddp::Communicator> data_comm;
   std::unique_ptr<train::Trainer> trainer_ptr;
   code = agree(*control, attempt("setting up the trainer", [&] {
