@@ -91,7 +91,7 @@ Outcome attempt(const char* doing, Fn&& fn) {
   } catch (const ddp::PlanError& e) {
     return {kExitUsage, e.what()};
   } catch (const train::CheckpointError& e) {
-    return {kExitUsage, fmt::format("checkpoint.resume: {}", e.what())};
+    return {kExitUsage, e.what()};
   } catch (const std::invalid_argument& e) {
     return {kExitUsage, e.what()};
   } catch (const memory::OutOfMemoryFatal& e) {
@@ -242,13 +242,18 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     at::manual_seed(config.train.seed);
     model = models::create_model(config.model, train::model_shape_for(*dataset));
     // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
+    if (!config.checkpoint.dir.empty() && rank == 0) train::check_checkpoint_dir(config.checkpoint.dir);
     const auto& resume = config.checkpoint.resume;
     if (!resume.empty() && rank == 0) {
       const std::string path =
           resume == "auto" ? train::latest_checkpoint(config.checkpoint.dir) : resume;
       if (!path.empty()) {
-        checkpoint = train::read_checkpoint(path);
-        train::check_compatible(*checkpoint, *model);
+        try {
+          checkpoint = train::read_checkpoint(path);
+          train::check_compatible(*checkpoint, *model);
+        } catch (const train::CheckpointError& e) {
+          throw train::CheckpointError(fmt::format("checkpoint.resume: {}", e.what()));
+        }
         train::apply_model_state(*checkpoint, *model);
       } else {
         spdlog::info("checkpoint.resume: auto: no checkpoint in {} yet; starting at step 1",

@@ -7,12 +7,16 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <system_error>
 
 #include "models/safetensors.h"
+
+#include <unistd.h>
 
 namespace train {
 namespace {
@@ -162,6 +166,24 @@ void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
   for (auto& item : model.named_buffers()) {
     if (!is_cache(caches, item.key())) item.value().copy_(ckpt.tensors.at("buffer." + item.key()));
   }
+}
+
+void check_checkpoint_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw CheckpointError(fmt::format("checkpoint.dir = '{}': cannot create it: {}", dir, ec.message()));
+  }
+  const std::string probe = fmt::format("{}/.trainer-write-test-{}", dir, ::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  const int err = errno;
+  if (f == nullptr) {
+    throw CheckpointError(fmt::format("checkpoint.dir = '{}': cannot write there: {}", dir,
+                                      std::strerror(err)));
+  }
+  std::fclose(f);
+  std::remove(probe.c_str());
 }
 
 std::string latest_checkpoint(const std::string& dir) {

@@ -62,6 +62,11 @@ void check_compatible(const Checkpoint& ckpt, models::Model& model);
 // Copies the checkpoint's parameters and non-cache buffers into `model`.
 void apply_model_state(const Checkpoint& ckpt, models::Model& model);
 
+// Creates `dir` if needed and checks that a file can be written there, so that a typo in
+// checkpoint.dir stops the job at start-up instead of at its first checkpoint, hours later.
+// Throws CheckpointError naming the key and the directory.
+void check_checkpoint_dir(const std::string& dir);
+
 // The checkpoint in `dir` with the most steps completed (read from each *.safetensors file's
 // metadata; files that are not checkpoints are ignored); "" when there is none.
 std::string latest_checkpoint(const std::string& dir);

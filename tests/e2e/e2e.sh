@@ -184,7 +184,12 @@ SH
     expect_grep "'param.hidden.0.weight' is \[512, 64\] Float in the checkpoint but \[64, 64\] Float in the model"
     [ "$(grep -c "trainer: error" "$out")" = 1 ] || fail "the message is not printed exactly once"
     run "$trainer" "${quick[@]}" --set checkpoint.resume=auto
-    expect_rc 2; expect_grep "checkpoint.resume: 'auto' looks for the latest checkpoint in checkpoint.dir, which is not set" ;;
+    expect_rc 2; expect_grep "checkpoint.resume: 'auto' looks for the latest checkpoint in checkpoint.dir, which is not set"
+    # A checkpoint.dir that cannot be written stops the job before step 1, not at its end.
+    touch "$work/file"
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.dir="$work/file/ckpt"
+    expect_rc 2; expect_grep "trainer: error: checkpoint.dir = '.*/file/ckpt': cannot create it"
+    expect_no_grep "step +1/" ;;
   bad_injection_spec)
     run "$trainer" "${quick[@]}" --set memory.inject_oom=1:5:sideways
     expect_rc 2; expect_grep "memory.inject_oom: '1:5:sideways': phase 'sideways' is not forward, backward or optimizer" ;;
