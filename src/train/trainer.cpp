@@ -172,7 +172,11 @@ void Trainer::probe_activations() {
 
 void Trainer::choose_micro_batch() {
   if (options_.train.micro_batch_size > 0) return;
-  const int64_t total = memory::sample_memory(device_).total_bytes;
+  int64_t total = memory::sample_memory(device_).total_bytes;
+  // memory.fraction caps this process's share of the GPU (the caching allocator's limit).
+  if (device_.is_cuda() && options_.memory.fraction > 0) {
+    total = static_cast<int64_t>(options_.memory.fraction * total);
+  }
   // Capped at the largest slice (the same on every rank; BatchPlan clamps per rank), not this
   // rank's: the minimum over ranks must not split a larger slice into micro-batches of n and 1.
   int64_t micro = initial_micro_batch(options_.train, control_.size());
