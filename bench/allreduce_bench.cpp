@@ -29,6 +29,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_util.h"
+
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
 
@@ -55,12 +57,7 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--min-iters", a.min_iters, "operations per sample, at least")->check(CLI::PositiveNumber);
   app.add_option("--max-mb", a.max_mb, "largest size in MiB")->check(CLI::PositiveNumber);
   app.add_flag("--iwait", a.iwait, "also time MPI_Iallreduce + MPI_Wait");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) std::exit(app.exit(e));
-    throw std::invalid_argument(e.what());
-  }
+  bench::parse_or_exit(app, argc, argv);
   return a;
 }
 
@@ -73,12 +70,6 @@ double max_over_ranks(double seconds) {
   double out = 0;
   check_mpi(MPI_Allreduce(&seconds, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD), "max");
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 std::string human_bytes(int64_t bytes) {
@@ -211,8 +202,8 @@ int main(int argc, char** argv) {
         comm_t.push_back(timed(run_comm, iters) / iters);
         if (args.iwait) iwait_t.push_back(timed(run_iwait, iters) / iters);
       }
-      rows.push_back({bytes, iters, median(raw_t), median(comm_t),
-                      args.iwait ? median(iwait_t) : 0.0});
+      rows.push_back({bytes, iters, bench::median(raw_t), bench::median(comm_t),
+                      args.iwait ? bench::median(iwait_t) : 0.0});
       if (rank == 0) {
         fmt::print(stderr, "{:>7}: {} samples x {} ops; raw {} comm {}\n", human_bytes(bytes),
                    args.samples, iters, human_time(rows.back().raw_s),

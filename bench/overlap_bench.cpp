@@ -29,6 +29,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_util.h"
+
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
 #include "launcher/config.h"
@@ -70,12 +72,7 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--first-mb", a.first_mb, "overlap on: first bucket cap (MiB)");
   app.add_option("--bucket-mb", a.bucket_mb, "overlap on: bucket cap (MiB)");
   app.add_option("--threads", a.threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) std::exit(app.exit(e));
-    throw std::invalid_argument(e.what());
-  }
+  bench::parse_or_exit(app, argc, argv);
   return a;
 }
 
@@ -134,12 +131,6 @@ struct Setup {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 double min_of(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 
 }  // namespace
@@ -177,16 +168,16 @@ int main(int argc, char** argv) {
         s->steps(a.steps, /*timed=*/true);
         if (rank == 0) {
           fmt::print(stderr, "round {} {}: median {:.1f} ms\n", r + 1, s->name,
-                     median(std::vector<double>(s->step_s.end() - a.steps, s->step_s.end())) *
+                     bench::median(std::vector<double>(s->step_s.end() - a.steps, s->step_s.end())) *
                          1e3);
         }
       }
     }
 
     if (rank == 0) {
-      const double t_on = median(on.step_s);
-      const double t_off = median(off.step_s);
-      const double t_none = median(none.step_s);
+      const double t_on = bench::median(on.step_s);
+      const double t_off = bench::median(off.step_s);
+      const double t_none = bench::median(none.step_s);
       fmt::print("\noverlap_bench: mlp hidden {} depth {} input {} ({} params, {:.1f} MiB "
                  "gradients), {} ranks x batch {}, {} thread(s)/rank; {} rounds x {} steps, "
                  "medians\n\n",
@@ -197,7 +188,7 @@ int main(int argc, char** argv) {
       fmt::print("|---|---:|---:|---:|---:|---:|\n");
       for (auto* s : all) {
         const auto& red = s->trainer->reducer();
-        const double t = median(s->step_s);
+        const double t = bench::median(s->step_s);
         fmt::print("| {} | {} | {} | {:.1f} ms | {:.1f} ms | {:+.1f} ms |\n", s->name,
                    red.layout().size(), red.launched_during_backward(), t * 1e3,
                    min_of(s->step_s) * 1e3, (t - t_none) * 1e3);

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Here (a Debian 12 machine with network): downloads the Debian packages the trainer builds and
+# runs against, for a machine that has the CUDA toolkit and PyTorch but no network and none of
+# them (the GPU machines lent through the `device` tool). They land in .device/debs (ignored by
+# .gitignore); carry `.device` to that machine and run scripts/device-check.sh there.
+# Only libraries and headers: compilers, libc and the like are the machine's own.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .device/debs
+packages=(
+  # Open MPI 4.1 and what libmpi, mpirun and their components load
+  libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libpmix2 libhwloc15 libltdl7
+  libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1
+  librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libnuma1 libmunge2
+  # the rest of the build
+  libyaml-cpp0.7 libyaml-cpp-dev libfmt9 libfmt-dev libspdlog1.10 libspdlog-dev libcli11-dev
+  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
+)
+cd .device/debs
+rm -f ./*.deb
+apt-get download "${packages[@]}" >/dev/null
+echo "[device-deps] $(ls | wc -l) packages, $(du -sh . | cut -f1) in .device/debs"
