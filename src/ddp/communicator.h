@@ -65,8 +65,12 @@ class Communicator {
   }
   void barrier(std::string_view what = "barrier") { barrier_async(what)->wait(); }
 
-  // The training step the next operations belong to, for messages only.
+  // The training step the next operations belong to, for messages only (-1: start-up).
   void set_step(int64_t step) { step_ = step; }
+  // "at step N", or "during start-up (before step 1)" for operations before any step.
+  static std::string when(int64_t step) {
+    return step >= 1 ? "at step " + std::to_string(step) : "during start-up (before step 1)";
+  }
   int64_t step() const { return step_; }
 
   std::chrono::duration<double> timeout() const { return timeout_; }

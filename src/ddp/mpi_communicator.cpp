@@ -130,9 +130,9 @@ class MpiWork final : public Work {
       const auto now = Clock::now();
       if (now - posted_ > timeout_) {
         throw CommTimeout(fmt::format(
-            "rank {}: {} did not complete at step {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
+            "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
             "s. Another rank is stalled, dead, or issuing different collectives.",
-            rank_, info_.describe(), step_, std::chrono::duration<double>(now - posted_).count(),
+            rank_, info_.describe(), Communicator::when(step_), std::chrono::duration<double>(now - posted_).count(),
             timeout_.count()));
       }
       if (now - started < std::chrono::seconds(2)) {

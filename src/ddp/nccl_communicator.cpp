@@ -134,10 +134,10 @@ class NcclWork final : public Work {
       if (waited > timeout_) {
         comm_->abort();
         throw CommTimeout(fmt::format(
-            "rank {}: {} did not complete at step {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
+            "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
             "s. Another rank is stalled, dead, or issuing different collectives. NCCL "
             "communicator aborted.",
-            rank_, what_, step_, std::chrono::duration<double>(waited).count(), timeout_.count()));
+            rank_, what_, Communicator::when(step_), std::chrono::duration<double>(waited).count(), timeout_.count()));
       }
       std::this_thread::yield();
     }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "ddp/backend.h"
+#include "ddp/communicator.h"
 
 namespace {
 
@@ -30,6 +31,16 @@ TEST(Backend, NcclOnCpuIsAnErrorNamingTheKey) {
     EXPECT_THAT(e.what(), HasSubstr("cpu"));
   }
   EXPECT_THROW(resolve_backend("nccl", kGpu, false), std::invalid_argument);
+}
+
+}  // namespace
+
+namespace {
+
+// Timeout messages say where in the run they happened; before step 1 there is no step to name.
+TEST(Communicator, MessagesNameTheStepOrStartUp) {
+  EXPECT_EQ(ddp::Communicator::when(7), "at step 7");
+  EXPECT_EQ(ddp::Communicator::when(-1), "during start-up (before step 1)");
 }
 
 }  // namespace
