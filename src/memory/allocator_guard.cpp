@@ -11,6 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "memory/process_memory.h"
+
 namespace memory {
 
 const char* to_string(Phase phase) {
@@ -102,8 +104,14 @@ void maybe_inject(int64_t bytes) {
   for (auto& inj : s.injections) {
     if (inj.rank != s.rank || inj.step != s.step.load() || inj.phase != phase || inj.times == 0) continue;
     if (inj.times > 0) --inj.times;
-    throw_oom(bytes, fmt::format("injected by memory.inject_oom ({}:{}:{})", inj.rank, inj.step,
-                                 to_string(inj.phase)));
+    // What a real error would say: what was free. (On CUDA the injection stands in for the
+    // device's allocator; the host's figures are all this layer knows.)
+    const int64_t budget = s.budget.load();
+    const std::string free =
+        budget > 0 ? fmt::format("{} bytes free of the {} byte budget", budget - s.allocated.load(), budget)
+                   : fmt::format("{} bytes available on this machine", sample_machine_memory().available_bytes);
+    throw_oom(bytes, fmt::format("injected by memory.inject_oom ({}:{}:{}); {}", inj.rank, inj.step,
+                                 to_string(inj.phase), free));
   }
 }
 

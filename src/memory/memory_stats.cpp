@@ -50,21 +50,6 @@ const Nvml& nvml() {
   return n;
 }
 
-// MemAvailable / MemTotal from /proc/meminfo, in bytes; -1 when unreadable.
-std::pair<int64_t, int64_t> machine_memory() {
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (f == nullptr) return {-1, -1};
-  int64_t available = -1, total = -1;
-  char line[256];
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    long long kib = 0;
-    if (std::sscanf(line, "MemTotal: %lld kB", &kib) == 1) total = kib * 1024;
-    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) available = kib * 1024;
-  }
-  std::fclose(f);
-  return {available, total};
-}
-
 std::string mib(int64_t bytes) {
   return bytes < 0 ? std::string("n/a") : fmt::format("{:.0f}", bytes / kMiB);
 }
@@ -139,7 +124,9 @@ MemorySample sample_memory(c10::Device device) {
     s.total_bytes = guard.budget_bytes();
     s.free_bytes = guard.budget_bytes() - guard.allocated_bytes();
   } else {
-    std::tie(s.free_bytes, s.total_bytes) = machine_memory();
+    const MachineMemory machine = sample_machine_memory();
+    s.free_bytes = machine.available_bytes;
+    s.total_bytes = machine.total_bytes;
   }
   return s;
 }

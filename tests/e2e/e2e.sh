@@ -137,7 +137,7 @@ SH
       --set memory.min_micro_batch=64 --set checkpoint.dir="$work/ckpt"
     expect_rc 4
     expect_grep "trainer: error: out of memory at step 3 with every fallback spent"
-    expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes"
+    expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes; injected by memory.inject_oom \(1:3:forward\); [0-9]+ bytes available on this machine"
     expect_grep "checkpoint written to .*/ckpt/oom_step_000003.safetensors"
     [ -f "$work/ckpt/oom_step_000003.safetensors" ] || fail "no checkpoint"
     [ "$(grep -c "with every fallback spent" "$out")" = 1 ] || fail "message not printed exactly once" ;;
