@@ -2,34 +2,41 @@
 
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 namespace memory {
+namespace {
+
+// Reads "Name:   N kB" lines of a /proc file into the matching outputs, in bytes. Outputs whose
+// line is missing (or the whole file, where /proc is unavailable) keep their values.
+void read_kib_fields(const char* path, std::initializer_list<std::pair<const char*, int64_t*>> fields) noexcept {
+  std::FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    for (const auto& [name, out] : fields) {
+      const size_t n = std::strlen(name);
+      long long kib = 0;
+      if (std::strncmp(line, name, n) == 0 && line[n] == ':' && std::sscanf(line + n + 1, "%lld kB", &kib) == 1) {
+        *out = kib * 1024;
+      }
+    }
+  }
+  std::fclose(f);
+}
+
+}  // namespace
 
 ProcessMemory sample_process_memory() noexcept {
   ProcessMemory m;
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return m;
-  char line[256];
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    long long kib = 0;
-    if (std::sscanf(line, "VmRSS: %lld kB", &kib) == 1) m.resident_bytes = kib * 1024;
-    if (std::sscanf(line, "VmHWM: %lld kB", &kib) == 1) m.peak_resident_bytes = kib * 1024;
-  }
-  std::fclose(f);
+  read_kib_fields("/proc/self/status", {{"VmRSS", &m.resident_bytes}, {"VmHWM", &m.peak_resident_bytes}});
   return m;
 }
 
 MachineMemory sample_machine_memory() noexcept {
   MachineMemory m;
-  std::FILE* f = std::fopen("/proc/meminfo", "r");
-  if (f == nullptr) return m;
-  char line[256];
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    long long kib = 0;
-    if (std::sscanf(line, "MemTotal: %lld kB", &kib) == 1) m.total_bytes = kib * 1024;
-    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) m.available_bytes = kib * 1024;
-  }
-  std::fclose(f);
+  read_kib_fields("/proc/meminfo", {{"MemTotal", &m.total_bytes}, {"MemAvailable", &m.available_bytes}});
   return m;
 }
 
