@@ -241,8 +241,8 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     ddp::RankSampler(dataset->size(), config.train.global_batch_size, config.train.seed);
     at::manual_seed(config.train.seed);
     model = models::create_model(config.model, train::model_shape_for(*dataset));
-    // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
     if (!config.checkpoint.dir.empty() && rank == 0) train::check_checkpoint_dir(config.checkpoint.dir);
+    // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
     const auto& resume = config.checkpoint.resume;
     if (!resume.empty() && rank == 0) {
       const std::string path =

@@ -14,34 +14,36 @@
 #include <set>
 #include <system_error>
 
-#include "models/safetensors.h"
-
 #include <unistd.h>
+
+#include "models/safetensors.h"
 
 namespace train {
 namespace {
 
 constexpr const char* kFormat = "trainer-checkpoint-1";
 
-std::vector<std::string> cache_names(const models::Model& model) { return model.cache_buffer_names(); }
-
-bool is_cache(const std::vector<std::string>& caches, const std::string& name) {
-  return std::find(caches.begin(), caches.end(), name) != caches.end();
+// The model's tensors in a checkpoint, under their keys: parameters first (the likeliest to differ
+// and the clearest to report), then every buffer but the caches (build_cache() rebuilds those).
+std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters()) out.emplace_back("param." + item.key(), item.value());
+  const auto caches = model.cache_buffer_names();
+  for (const auto& item : model.named_buffers()) {
+    if (std::find(caches.begin(), caches.end(), item.key()) == caches.end()) {
+      out.emplace_back("buffer." + item.key(), item.value());
+    }
+  }
+  return out;
 }
 
-// Every tensor the model's checkpoint holds, by key: parameters first (the likeliest to differ
-// and the clearest to report), then buffers, then the moments.
+// Everything a checkpoint of `model` holds: its entries, then both moments of each parameter
+// (with the parameter, whose shape and dtype they share).
 std::vector<std::pair<std::string, at::Tensor>> expected_tensors(models::Model& model) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto out = model_entries(model);
   const auto params = model.named_parameters();
-  for (const auto& item : params) out.emplace_back("param." + item.key(), item.value());
-  const auto caches = cache_names(model);
-  for (const auto& item : model.named_buffers()) {
-    if (!is_cache(caches, item.key())) out.emplace_back("buffer." + item.key(), item.value());
-  }
-  for (const char* moment : {"adamw.exp_avg.", "adamw.exp_avg_sq."}) {
-    for (const auto& item : params) out.emplace_back(moment + item.key(), item.value());
-  }
+  for (const auto& item : params) out.emplace_back(exp_avg_key(item.key()), item.value());
+  for (const auto& item : params) out.emplace_back(exp_avg_sq_key(item.key()), item.value());
   return out;
 }
 
@@ -65,22 +67,21 @@ std::string describe(const at::Tensor& t) {
 
 }  // namespace
 
+std::string exp_avg_key(const std::string& param) { return "adamw.exp_avg." + param; }
+std::string exp_avg_sq_key(const std::string& param) { return "adamw.exp_avg_sq." + param; }
+
 void write_checkpoint(const std::string& path, models::Model& model,
                       const std::vector<at::Tensor>& exp_avgs,
                       const std::vector<at::Tensor>& exp_avg_sqs, const CheckpointMeta& meta) {
   std::map<std::string, at::Tensor> tensors;
-  size_t i = 0;
-  for (const auto& item : model.named_parameters()) {
-    tensors.emplace("param." + item.key(), item.value().detach());
-    if (i < exp_avgs.size()) {
-      tensors.emplace("adamw.exp_avg." + item.key(), exp_avgs[i]);
-      tensors.emplace("adamw.exp_avg_sq." + item.key(), exp_avg_sqs[i]);
-    }
-    ++i;
+  for (const auto& [key, t] : model_entries(model)) tensors.emplace(key, t.detach());
+  const auto params = model.named_parameters();
+  if (exp_avgs.size() != params.size() || exp_avg_sqs.size() != params.size()) {
+    throw std::logic_error("write_checkpoint: one pair of moments per parameter");
   }
-  const auto caches = cache_names(model);
-  for (const auto& item : model.named_buffers()) {
-    if (!is_cache(caches, item.key())) tensors.emplace("buffer." + item.key(), item.value());
+  for (size_t i = 0; i < params.size(); ++i) {
+    tensors.emplace(exp_avg_key(params[i].key()), exp_avgs[i]);
+    tensors.emplace(exp_avg_sq_key(params[i].key()), exp_avg_sqs[i]);
   }
   const std::map<std::string, std::string> metadata = {
       {"format", kFormat},
@@ -159,13 +160,7 @@ void check_compatible(const Checkpoint& ckpt, models::Model& model) {
 
 void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
   at::NoGradGuard no_grad;
-  for (auto& item : model.named_parameters()) {
-    item.value().copy_(ckpt.tensors.at("param." + item.key()));
-  }
-  const auto caches = cache_names(model);
-  for (auto& item : model.named_buffers()) {
-    if (!is_cache(caches, item.key())) item.value().copy_(ckpt.tensors.at("buffer." + item.key()));
-  }
+  for (auto& [key, t] : model_entries(model)) t.copy_(ckpt.tensors.at(key));
 }
 
 void check_checkpoint_dir(const std::string& dir) {

@@ -46,6 +46,10 @@ struct Checkpoint {
   std::map<std::string, at::Tensor> tensors;  // CPU
 };
 
+// Keys of AdamW's moments for the parameter named `param`.
+std::string exp_avg_key(const std::string& param);
+std::string exp_avg_sq_key(const std::string& param);
+
 // Rank 0 writes: the model (parameters, non-cache buffers), AdamW's moments (one pair per
 // parameter, in named_parameters() order) and `meta`. Throws CheckpointError.
 void write_checkpoint(const std::string& path, models::Model& model,

@@ -120,10 +120,7 @@ void Trainer::allocate_agreed(const std::string& what, const std::function<void(
   at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
   control_.all_reduce(failed, ddp::ReduceOp::kMax, "allocation vote");
   if (failed.item<int>() == 0) return;
-  std::vector<std::string> failures;
-  for (auto& f : ddp::all_gather_strings(control_, failure)) {
-    if (!f.empty()) failures.push_back(std::move(f));
-  }
+  const std::vector<std::string> failures = gather_failures(failure);
   throw memory::OutOfMemoryFatal(fmt::format(
       "out of memory before step 1, allocating {}:\n  {}\nWhat a rank keeps for the whole run "
       "(parameters, gradient buckets, optimizer state, embedding caches, the data set) must fit "
@@ -180,12 +177,9 @@ void Trainer::choose_micro_batch() {
   // Capped at the largest slice (the same on every rank; BatchPlan clamps per rank), not this
   // rank's: the minimum over ranks must not split a larger slice into micro-batches of n and 1.
   int64_t micro = initial_micro_batch(options_.train, control_.size());
-  if (total > 0) {
-    micro = memory::largest_micro_batch(
-        estimate_, static_cast<int64_t>(options_.memory.target_fraction * total), micro);
-  }
-  const bool fits = total <= 0 || estimate_.peak(micro) <=
-                                      static_cast<int64_t>(options_.memory.target_fraction * total);
+  const auto target = static_cast<int64_t>(options_.memory.target_fraction * total);
+  if (total > 0) micro = memory::largest_micro_batch(estimate_, target, micro);
+  const bool fits = total <= 0 || estimate_.peak(micro) <= target;
   at::Tensor agreed = at::tensor({micro, fits ? int64_t{1} : int64_t{0}}, at::kLong);
   control_.all_reduce(agreed, ddp::ReduceOp::kMin, "micro-batch agreement");
   micro_batch_ = agreed[0].item<int64_t>();
@@ -289,11 +283,16 @@ StepResult Trainer::step(int64_t step, bool stop_requested) {
   return r;
 }
 
-void Trainer::fall_back(int64_t step, const std::string& my_failure) {
+std::vector<std::string> Trainer::gather_failures(const std::string& mine) {
   std::vector<std::string> failures;
-  for (auto& f : ddp::all_gather_strings(control_, my_failure)) {
+  for (auto& f : ddp::all_gather_strings(control_, mine)) {
     if (!f.empty()) failures.push_back(std::move(f));
   }
+  return failures;
+}
+
+void Trainer::fall_back(int64_t step, const std::string& my_failure) {
+  const std::vector<std::string> failures = gather_failures(my_failure);
   const auto action = ladder_.next();
   if (!action) {
     std::string where = "no checkpoint written (checkpoint.dir is not set)";
@@ -460,8 +459,8 @@ void Trainer::resume(const Checkpoint* ckpt) {
     const at::Tensor& m = optimizer_->exp_avgs()[i];
     const at::Tensor& v = optimizer_->exp_avg_sqs()[i];
     if (ckpt != nullptr) {
-      m.copy_(ckpt->tensors.at("adamw.exp_avg." + item.key()));
-      v.copy_(ckpt->tensors.at("adamw.exp_avg_sq." + item.key()));
+      m.copy_(ckpt->tensors.at(exp_avg_key(item.key())));
+      v.copy_(ckpt->tensors.at(exp_avg_sq_key(item.key())));
     }
     data_.broadcast(m, 0, "AdamW state of " + item.key());
     data_.broadcast(v, 0, "AdamW state of " + item.key());

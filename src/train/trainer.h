@@ -95,6 +95,8 @@ class Trainer {
     std::string failure;  // this rank's out-of-memory description; empty when none
   };
   Attempt forward_backward(int64_t step);
+  // Every rank's out-of-memory description, the empty ones (no failure) left out. Collective.
+  std::vector<std::string> gather_failures(const std::string& mine);
   // After a failed vote: the next rung on every rank, or OutOfMemoryFatal.
   void fall_back(int64_t step, const std::string& my_failure);
   // Runs `allocate` (this rank's persistent allocations, no collectives), then votes: if any
