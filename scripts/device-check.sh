@@ -62,18 +62,25 @@ build() {
   cmake --build build-gpu -- -j"$(nproc)" 2>&1 | tee "$out/build.log" | tail -3
 }
 
+failed=()
+# Runs "$@", logging to $out/NAME.log; a failure is remembered and the next steps still run.
+step() {
+  local name=$1; shift
+  log "$name: $*"
+  if ! "$@" > "$out/$name.log" 2>&1; then failed+=("$name"); log "$name FAILED (see $name.log)"; fi
+  tail -"${TAIL:-12}" "$out/$name.log"
+}
+
 tests() {
   use_deps
   nvidia-smi -L 2>&1 | tee "$out/gpu.txt" || true
-  ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1 | tee "$out/gpu-tests.log" | tail -30
-  mpirun -np 1 build-gpu/trainer --config configs/quickstart.yaml --set train.device=cuda 2>&1 |
-    tee "$out/quickstart-cuda.log" | grep -E "launched|memory plan|memory after|done:|error" || true
+  step gpu-tests ctest --test-dir build-gpu -L gpu --output-on-failure
+  step quickstart-cuda mpirun -np 1 build-gpu/trainer --config configs/quickstart.yaml --set train.device=cuda
 }
 
 bench() {
   use_deps
-  mpirun -np 1 build-gpu/bench/reducer_overhead_bench --device cuda 2>&1 |
-    tee "$out/reducer-overhead-cuda.log" | tail -8 || true
+  step reducer-overhead-cuda mpirun -np 1 build-gpu/bench/reducer_overhead_bench --device cuda
 }
 
 case $what in
@@ -83,3 +90,5 @@ case $what in
   all) build; tests; bench ;;
   *) log "unknown step '$what' (build, tests, bench, all)"; exit 2 ;;
 esac
+if [ ${#failed[@]} -gt 0 ]; then log "failed: ${failed[*]}"; exit 1; fi
+log "all steps passed"

@@ -5,6 +5,8 @@ TRAINER_CACHE="${TRAINER_CACHE:-$HOME/.cache/trainer}"
 TRAINER_VENV="${TRAINER_VENV:-$TRAINER_CACHE/torch-$TORCH_VERSION}"
 BUILD_DIR="${BUILD_DIR:-build}"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}"
+# Paths under the clone are hashed relative to it, so clones and build directories share hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 # PCH-friendly ccache settings (the precompiled header is included with -include).
 export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 

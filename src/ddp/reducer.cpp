@@ -59,9 +59,10 @@ void verify_same_parameters(Communicator& comm, const NamedParameters& params) {
       i, params.size(), detail));
 }
 
-Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions options)
+Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions options,
+                 Communicator* control)
     : params_(std::move(params)), comm_(comm), options_(options) {
-  verify_same_parameters(comm_, params_);
+  verify_same_parameters(control != nullptr ? *control : comm_, params_);
   std::vector<ParamMeta> meta;
   for (const auto& [name, p] : params_) meta.push_back({p.numel(), p.scalar_type(), p.device()});
   layout_ = assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);

@@ -5,7 +5,9 @@
 // - Every rank constructs it with the same parameter list (checked: names, shapes, dtypes; the
 //   error says which parameter differs on which rank) and calls the same methods in the same
 //   order. Buckets are reduced in one fixed order on every rank, whatever order gradients land in.
-// - Construction runs the check (a collective) and then only allocates: every bucket buffer
+// - Construction runs the check (a collective on `control`: the MPI control plane with CPU
+//   tensors, since NCCL takes CUDA tensors only; `comm` itself when it is the MPI one) and then
+//   only allocates: every bucket buffer
 //   before any parameter is touched, so one that runs out of memory leaves the parameters as they
 //   were (the Trainer votes on it).
 // - Gradients are views into flat bucket buffers allocated once, here; nothing else may replace
@@ -57,7 +59,10 @@ void verify_same_parameters(Communicator& comm, const NamedParameters& params);
 
 class Reducer {
  public:
-  Reducer(NamedParameters params, Communicator& comm, ReducerOptions options);
+  // `control` runs the parameter check (CPU tensors); nullptr means `comm`, which then must
+  // accept CPU tensors (MPI).
+  Reducer(NamedParameters params, Communicator& comm, ReducerOptions options,
+          Communicator* control = nullptr);
   ~Reducer() noexcept;
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;

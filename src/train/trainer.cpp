@@ -98,7 +98,8 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
     reducer_ = std::make_unique<ddp::Reducer>(
         std::move(named), data_,
         ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
-                            static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters});
+                            static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters},
+        &control_);
     clipper_ = std::make_unique<GradClipper>(reducer_->buffers());
   });
   for (const auto& b : reducer_->layout()) estimate_.gradients += b.bytes();

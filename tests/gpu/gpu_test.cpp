@@ -79,7 +79,7 @@ TEST(Gpu, ReducerOnCudaTensorsMatchesPlainBackward) {
   a->bias.mutable_grad() = at::Tensor();
   b->bias.mutable_grad() = at::Tensor();
   ddp::Reducer reducer({{"a.weight", a->weight}, {"a.bias", a->bias}, {"b.weight", b->weight}, {"b.bias", b->bias}},
-                       *comm, {4096, 65536, false});
+                       *comm, {4096, 65536, false}, control.get());
   EXPECT_GE(reducer.layout().size(), 2u);
   reducer.zero_grad();
   reducer.begin_micro_batch(true);
