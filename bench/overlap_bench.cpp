@@ -111,9 +111,7 @@ struct Setup {
     config = launcher::parse_config(yaml, "overlap_bench.yaml");
     dataset = data::make_dataset(config.data);
     at::manual_seed(config.train.seed);
-    models::ModelShape shape;
-    shape.input_dim = dataset->input_dim();
-    shape.num_classes = dataset->num_classes();
+    const models::ModelShape shape = train::model_shape_for(*dataset);
     model = models::create_model(config.model, shape);
     trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, model,
                                                *dataset, c10::Device(c10::kCPU));

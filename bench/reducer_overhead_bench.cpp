@@ -136,9 +136,7 @@ ddp: {{timeout_s: 600}}
 log: {{level: warn}}
 )", a.hidden, a.depth, 4 * a.batch, a.input, a.device, a.batch, a.batch, total), "bench.yaml");
     const auto dataset = data::make_dataset(config.data);
-    models::ModelShape shape;
-    shape.input_dim = dataset->input_dim();
-    shape.num_classes = dataset->num_classes();
+    const models::ModelShape shape = train::model_shape_for(*dataset);
 
     auto control = mpi.self(std::chrono::seconds(600));
     const std::string backend = ddp::resolve_backend("auto", device, ddp::nccl_available());

@@ -14,6 +14,15 @@ if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST} AND NOT TORCH_CUDA_ARCH_LIST)
 endif()
 find_package(Torch REQUIRED)
 message(STATUS "LibTorch ${Torch_VERSION} from ${Torch_DIR}")
+# The Python interpreter of the environment LibTorch came from (the wheel's virtualenv:
+# <venv>/lib/pythonX.Y/site-packages/torch/share/cmake/Torch): it runs the PyTorch reference
+# models in the tests and the peers in the benchmarks.
+find_program(TRAINER_PYTHON NAMES python3 python
+  HINTS ${Torch_DIR}/../../../../../../../bin NO_DEFAULT_PATH)
+if(NOT TRAINER_PYTHON)
+  find_program(TRAINER_PYTHON NAMES python3 REQUIRED)
+endif()
+message(STATUS "Python for reference tests: ${TRAINER_PYTHON}")
 
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(yaml-cpp REQUIRED)
@@ -21,6 +30,7 @@ find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json REQUIRED)
+find_package(PNG REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark QUIET)
 

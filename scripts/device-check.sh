@@ -6,7 +6,8 @@
 #
 #   device-check.sh build    unpack and build (build-gpu/)
 #   device-check.sh tests    the gpu tests (ctest -L gpu) and a CUDA quickstart
-#   device-check.sh bench    the GPU benchmarks (reducer overhead at world size 1)
+#   device-check.sh bench    the GPU benchmarks (reducer overhead at world size 1; GPT-2 124M
+#                            against PyTorch eager and compiled: bench/gpu_gpt2.sh)
 #   device-check.sh all      all three (default)
 #
 # One `run` call, for example:
@@ -81,6 +82,8 @@ tests() {
 bench() {
   use_deps
   step reducer-overhead-cuda mpirun -np 1 build-gpu/bench/reducer_overhead_bench --device cuda
+  # GPT-2 124M, seq 1024, one GPU: the trainer against PyTorch eager and torch.compile.
+  TAIL=20 BUILD_DIR=build-gpu step gpt2-vs-pytorch bench/gpu_gpt2.sh "${GPT2_STEPS:-40}" "${GPT2_MICRO:-16}"
 }
 
 case $what in

@@ -14,7 +14,7 @@ packages=(
   librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libnuma1 libmunge2
   # the rest of the build
   libyaml-cpp0.7 libyaml-cpp-dev libfmt9 libfmt-dev libspdlog1.10 libspdlog-dev libcli11-dev
-  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
+  nlohmann-json3-dev libpng16-16 libpng-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
 )
 cd .device/debs
 rm -f ./*.deb

@@ -11,19 +11,51 @@
 
 namespace data {
 
+// One sample batch on the host, in index order. Dim 0 is the sample; the rest depends on the data:
+//   synthetic   inputs float [n, input_dim]          targets int64 [n] class ids
+//   movielens   inputs int64 [n, 3] (user, pos, neg)  targets int64 [n] zeros
+//   tokens      inputs int64 [n, context]             targets int64 [n, context] (inputs shifted by 1)
+//   csv         inputs float [n, window, features]    targets float [n, horizon, targets]
+//   images      inputs float [n, C, p/scale, p/scale] targets float [n, C, p, p], values in [0, 1]
 struct Batch {
-  at::Tensor inputs;   // [n, input_dim]: float32 features, or int64 ids (movielens)
-  at::Tensor targets;  // [n] int64 class ids (zeros where the task has none)
+  at::Tensor inputs;
+  at::Tensor targets;
+};
+
+// What a model must know of its data: the one description every dataset returns (zeros where a
+// field does not apply). The model registry consumes it (through train::model_shape_for).
+struct DataShape {
+  // synthetic classification
+  int64_t input_dim = 0;
+  int64_t num_classes = 0;
+  // movielens: users, items and each item's text, int64 [num_items, text_len]
+  int64_t num_users = 0;
+  int64_t num_items = 0;
+  at::Tensor item_text;
+  // token shards: token ids are < vocab_size; each sample is `context` positions
+  int64_t vocab_size = 0;
+  int64_t context = 0;
+  // time series: a window of `window` steps of `features` columns predicts `horizon` steps of
+  // `targets` columns
+  int64_t window = 0;
+  int64_t features = 0;
+  int64_t horizon = 0;
+  int64_t targets = 0;
+  // images: channels, and the upscaling factor from input to target (1: denoising)
+  int64_t channels = 0;
+  int64_t scale = 0;
 };
 
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
-  virtual int64_t input_dim() const = 0;
-  virtual int64_t num_classes() const = 0;
-  // Samples at `indices` (int64, CPU), in that order, on the CPU.
+  virtual DataShape shape() const = 0;
+  // Samples at `indices` (int64, CPU), in that order, on the CPU. Safe to call from several
+  // threads at once (the loader's workers): implementations are immutable after construction.
   virtual Batch get(const at::Tensor& indices) const = 0;
+  // The held-out split, evaluated every train.eval_every steps; nullptr where there is none.
+  virtual std::shared_ptr<const Dataset> validation() const { return nullptr; }
 };
 
 // The data section of the config (declared with defaults in launcher/config_schema.cpp).
@@ -35,16 +67,37 @@ struct DataOptions {
   int64_t teacher_hidden = 0;
   double label_noise = 0.0;
   uint64_t seed = 0;
-  std::string path;       // movielens: a directory holding ratings.dat and movies.dat
+  std::string path;       // movielens: a directory; tokens: a .bin file or a directory of them;
+                          // csv: a .csv file; images: a directory of .png files
+  std::string val_path;   // tokens, images: the validation split (tokens: empty = the directory's
+                          // files named *val*)
   int64_t text_len = 64;  // movielens: bytes of each item's text
   int64_t negatives = 8;  // movielens: samples (each with its own negative) per interaction
+  // tokens
+  int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
+  int64_t vocab_size = 0;  // token ids must be below this
+  // csv
+  std::vector<std::string> features;  // input columns (empty: every numeric column, targets too)
+  std::vector<std::string> targets;   // predicted columns
+  int64_t window = 0;
+  int64_t horizon = 0;
+  double val_fraction = 0.0;  // csv, images: the last fraction of rows (images: files) held out
+  // images
+  int64_t patch_size = 0;       // target crop side, in pixels
+  int64_t scale = 1;            // 1: denoise; 2 or 4: super-resolution
+  double noise_std = 0.0;       // Gaussian noise added to inputs (on [0, 1] pixel values)
+  int64_t crops_per_image = 0;  // samples per image per epoch
+  // loader
+  int64_t workers = 0;
+  int64_t prefetch = 0;
+  int64_t inject_read_delay_ms = 0;  // test hook: every get() sleeps this long
 };
 
 // The dataset names make_dataset knows.
 std::vector<std::string> dataset_names();
 
-// Throws std::invalid_argument for an unknown dataset name; each dataset throws its own errors
-// for bad files.
+// Throws std::invalid_argument for an unknown dataset name, and data::DataError (data/errors.h)
+// for a file that cannot be read, naming the file and line or byte offset.
 std::unique_ptr<Dataset> make_dataset(const DataOptions& options);
 
 }  // namespace data

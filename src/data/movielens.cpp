@@ -239,6 +239,15 @@ int64_t MovieLensDataset::negative(int64_t index, int64_t positive) const {
   return r >= positive ? r + 1 : r;
 }
 
+DataShape MovieLensDataset::shape() const {
+  DataShape s;
+  s.input_dim = 3;
+  s.num_users = num_users();
+  s.num_items = num_items();
+  s.item_text = item_text_;
+  return s;
+}
+
 Batch MovieLensDataset::get(const at::Tensor& indices) const {
   const at::Tensor idx = indices.to(at::kLong).contiguous().reshape({-1});
   const int64_t n = idx.size(0);

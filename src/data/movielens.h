@@ -64,8 +64,8 @@ class MovieLensDataset final : public Dataset {
   int64_t size() const override { return negatives_per_interaction_ * num_interactions(); }
   int64_t num_interactions() const { return train_users_.size(0); }
   int64_t negatives_per_interaction() const { return negatives_per_interaction_; }
-  int64_t input_dim() const override { return 3; }
-  int64_t num_classes() const override { return 0; }
+  // input_dim 3 (user, positive, negative), users, items and their texts.
+  DataShape shape() const override;
   // inputs int64 [n, 3] (user, positive, negative); targets int64 zeros [n].
   // Throws std::out_of_range for an index outside [0, size()).
   Batch get(const at::Tensor& indices) const override;

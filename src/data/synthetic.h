@@ -12,8 +12,12 @@ class SyntheticClassification final : public Dataset {
  public:
   explicit SyntheticClassification(const DataOptions& options);
   int64_t size() const override { return inputs_.size(0); }
-  int64_t input_dim() const override { return inputs_.size(1); }
-  int64_t num_classes() const override { return num_classes_; }
+  DataShape shape() const override {
+    DataShape s;
+    s.input_dim = inputs_.size(1);
+    s.num_classes = num_classes_;
+    return s;
+  }
   Batch get(const at::Tensor& indices) const override;
 
  private:

@@ -27,7 +27,10 @@ struct Config {
   train::CheckpointOptions checkpoint;
   train::LogOptions log;
 
-  train::TrainerOptions trainer_options() const { return {train, ddp, memory, checkpoint, log}; }
+  train::TrainerOptions trainer_options() const {
+    return {train, ddp, memory, checkpoint, log,
+            data::LoaderOptions{data.workers, data.prefetch, data.inject_read_delay_ms, false}};
+  }
 };
 
 class ConfigError : public std::runtime_error {

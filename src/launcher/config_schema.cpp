@@ -12,7 +12,9 @@
 #include <limits>
 
 #include "memory/allocator_guard.h"
+#include "models/gpt.h"
 #include "models/registry.h"
+#include "train/loss_scaler.h"
 
 namespace launcher::schema {
 namespace {
@@ -177,6 +179,25 @@ KeyDef choice_list(std::string path, Access<std::vector<std::string>> access, st
           [=](const Config& c) { return fmt::format("[{}]", fmt::join(field(access, c), ", ")); }};
 }
 
+// A list of strings, e.g. [temperature, load]; [] is allowed.
+KeyDef text_list(std::string path, Access<std::vector<std::string>> access, std::string def,
+                 std::string description) {
+  return {std::move(path), "list", std::move(def), "of strings", std::move(description), false,
+          [=](Config& c, const YAML::Node& n) {
+            if (!n.IsSequence()) {
+              throw ValueError(fmt::format("expected a list like [a, b], got {}", kind_of(n)));
+            }
+            std::vector<std::string> values;
+            for (const auto& item : n) values.push_back(scalar(item, "a string"));
+            access(c) = std::move(values);
+          },
+          [=](const Config& c) {
+            std::vector<std::string> quoted;
+            for (const auto& v : field(access, c)) quoted.push_back(yaml_string(v));
+            return fmt::format("[{}]", fmt::join(quoted, ", "));
+          }};
+}
+
 // A string checked by `validate` (which throws std::invalid_argument with the reason).
 KeyDef checked_text(std::string path, Access<std::string> access, std::string description,
                     std::function<void(const std::string&)> validate) {
@@ -238,9 +259,35 @@ std::vector<KeyDef> declare() {
       integer("model.encoder_heads", FIELD(model.encoder_heads), "4", 1, 256, "recommender: attention heads (must divide model.encoder_dim)"),
       integer("model.text_len", FIELD(model.text_len), "0", 0, 1 << 16, "recommender: text encoder positions (0: data.text_len)"),
       text("model.encoder_weights", FIELD(model.encoder_weights), "", "recommender: safetensors file with the text encoder's weights (empty: seeded random)"),
+      choice("model.preset", FIELD(model.preset), "gpt2", models::gpt_preset_names(), "gpt: dimensions to start from; each of model.num_layers, heads, d_model overrides its own"),
+      integer("model.num_layers", FIELD(model.num_layers), "0", 0, 1024, "gpt: transformer blocks; sequence: LSTM layers or transformer blocks (0: the preset's; sequence: 2)"),
+      integer("model.heads", FIELD(model.heads), "0", 0, 1024, "gpt, sequence transformer: attention heads, dividing model.d_model (0: the preset's; sequence: 4)"),
+      integer("model.d_model", FIELD(model.d_model), "0", 0, 1 << 16, "gpt, sequence transformer: width (0: the preset's; sequence: 64)"),
+      integer("model.context", FIELD(model.context), "0", 0, 1 << 20, "gpt: positions the model holds (0: data.context)"),
+      real("model.dropout", FIELD(model.dropout), "0.0", 0.0, 1.0, false, true, "gpt, sequence: dropout probability"),
+      boolean("model.checkpoint_activations", FIELD(model.checkpoint_activations), "false", "gpt: recompute each block in backward instead of keeping its activations"),
+      choice("model.cell", FIELD(model.cell), "lstm", {"lstm", "transformer"}, "sequence: the encoder over the window"),
+      integer("model.base_channels", FIELD(model.base_channels), "64", 1, 4096, "cnn: feature channels of the residual blocks"),
+      integer("model.num_blocks", FIELD(model.num_blocks), "8", 0, 1024, "cnn: residual blocks"),
+      choice("model.loss", FIELD(model.loss), "l1", {"l1", "mse"}, "cnn: loss against the clean image"),
 
       choice("data.dataset", FIELD(data.dataset), "synthetic", data::dataset_names(), "dataset to train on"),
-      text("data.path", FIELD(data.path), "", "movielens: directory with ratings.dat and movies.dat"),
+      text("data.path", FIELD(data.path), "", "movielens: directory with ratings.dat and movies.dat; tokens: a .bin shard or a directory of them (training: files without 'val' in the name); csv: a .csv file; images: a directory of .png files"),
+      text("data.val_path", FIELD(data.val_path), "", "tokens: validation shard(s) (empty: the files in data.path with 'val' in the name); images: a directory of validation .png files (empty: data.val_fraction of data.path)"),
+      integer("data.context", FIELD(data.context), "256", 1, 1 << 20, "tokens: positions per sample (each reads context + 1 tokens)"),
+      integer("data.vocab_size", FIELD(data.vocab_size), "50257", 1, 1 << 30, "tokens: token ids must be below this (50257: GPT-2 BPE; 256: bytes)"),
+      text_list("data.features", FIELD(data.features), "[]", "csv: input columns by header name (empty: every column whose first value is a number, the targets' past values included)"),
+      text_list("data.targets", FIELD(data.targets), "[]", "csv: predicted columns by header name"),
+      integer("data.window", FIELD(data.window), "48", 1, 1 << 20, "csv: time steps the model reads"),
+      integer("data.horizon", FIELD(data.horizon), "1", 1, 1 << 20, "csv: time steps the model predicts"),
+      real("data.val_fraction", FIELD(data.val_fraction), "0.1", 0.0, 1.0, false, false, "csv: the last fraction of rows held out for validation (normalisation uses the rest); images: of files, when data.val_path is empty"),
+      integer("data.patch_size", FIELD(data.patch_size), "64", 4, 1 << 16, "images: side of the clean target crop, in pixels (a multiple of data.scale)"),
+      integer("data.scale", FIELD(data.scale), "1", 1, 4, "images: 1 denoises; 2 or 4 super-resolves (inputs downscaled by it)"),
+      real("data.noise_std", FIELD(data.noise_std), "0.1", 0.0, 1.0, false, false, "images: std of Gaussian noise added to inputs (pixel values in [0, 1])"),
+      integer("data.crops_per_image", FIELD(data.crops_per_image), "16", 1, 1 << 20, "images: random crops per image per epoch"),
+      integer("data.workers", FIELD(data.workers), "2", 0, 256, "loader threads reading ahead (0: read in the training thread)"),
+      integer("data.prefetch", FIELD(data.prefetch), "2", 1, 1024, "steps read ahead of the one training"),
+      integer("data.inject_read_delay_ms", FIELD(data.inject_read_delay_ms), "0", 0, 600000, "test hook: every read of a step's samples sleeps this long (a slow file system)"),
       integer("data.text_len", FIELD(data.text_len), "64", 1, 1 << 16, "movielens: bytes of item text (title | genres) per item"),
       integer("data.negatives", FIELD(data.negatives), "8", 1, 1000, "movielens: samples per training interaction per epoch, each with its own random negative item"),
       integer("data.num_samples", FIELD(data.num_samples), "16384", 1, 1LL << 40, "samples in the synthetic dataset"),
@@ -248,7 +295,7 @@ std::vector<KeyDef> declare() {
       integer("data.num_classes", FIELD(data.num_classes), "10", 2, 1 << 20, "classes of the synthetic task"),
       integer("data.teacher_hidden", FIELD(data.teacher_hidden), "64", 1, 1 << 20, "width of the random teacher that labels synthetic data"),
       real("data.label_noise", FIELD(data.label_noise), "0.0", 0.0, 1.0, false, false, "fraction of synthetic labels replaced at random"),
-      seed("data.seed", FIELD(data.seed), "1234", "seed of the synthetic data"),
+      seed("data.seed", FIELD(data.seed), "1234", "seed of the synthetic data, MovieLens negatives, image crops and noise"),
 
       choice("train.device", FIELD(train.device), "auto", {"auto", "cpu", "cuda"}, "auto: a GPU per rank where GPUs are visible, else CPU"),
       integer("train.global_batch_size", FIELD(train.global_batch_size), "", 1, 1LL << 31, "samples per optimizer step across all ranks"),
@@ -264,7 +311,19 @@ std::vector<KeyDef> declare() {
       real("train.grad_clip", FIELD(train.grad_clip), "1.0", 0.0, kInf, false, true, "clip the global gradient norm to this (0: no clipping)"),
       seed("train.seed", FIELD(train.seed), "42", "seed of initialisation and data order"),
       integer("train.threads", FIELD(train.threads), "0", 0, 4096, "CPU threads per rank (0: cores / ranks on the node)"),
-      integer("train.eval_every", FIELD(train.eval_every), "0", 0, kMax, "movielens: log HR@10 and NDCG@10 on the held-out items every N steps (0: after the last step only)"),
+      integer("train.eval_every", FIELD(train.eval_every), "0", 0, kMax, "log validation metrics every N steps (0: after the last step only): the loss on the validation split (tokens, csv, images; PSNR too for images), HR@10 and NDCG@10 (movielens)"),
+      choice("train.precision", FIELD(train.precision), "fp32", {"fp32", "bf16", "fp16"}, "bf16 / fp16: forward and loss under autocast (bfloat16 / float16 matmuls and convolutions); parameters, gradients, all-reduce and AdamW stay fp32; fp16 adds dynamic loss scaling"),
+      real("train.loss_scale", FIELD(train.loss_scale), "65536", 1.0, 1e30, false, false, "fp16: initial loss scale"),
+      real("train.loss_scale_growth", FIELD(train.loss_scale_growth), "2.0", 1.0, 1e6, false, false, "fp16: factor the scale grows by after train.loss_scale_interval finite steps in a row"),
+      real("train.loss_scale_backoff", FIELD(train.loss_scale_backoff), "0.5", 0.0, 1.0, true, true, "fp16: factor the scale shrinks by after a step with a non-finite gradient (the step is skipped)"),
+      integer("train.loss_scale_interval", FIELD(train.loss_scale_interval), "2000", 1, kMax, "fp16: finite steps in a row before the scale grows"),
+      integer("train.max_skipped_steps", FIELD(train.max_skipped_steps), "50", 1, kMax, "fp16: this many skipped steps in a row end the job with a message"),
+      checked_text("train.inject_nonfinite", FIELD(train.inject_nonfinite), "test hook: 'RANK:STEP[; RANK:STEP ...]' makes that rank's gradient non-finite at that step",
+                   [](const std::string& v) { train::parse_nonfinite_injections(v); }),
+      choice("train.tf32", FIELD(train.tf32), "auto", {"auto", "on", "off"}, "CUDA: TF32 matmuls and convolutions (auto: on Ampere and newer)"),
+      boolean("train.cudnn_benchmark", FIELD(train.cudnn_benchmark), "false", "CUDA: let cuDNN time its algorithms for each new input shape (fixed shapes: faster)"),
+      real("train.peak_tflops", FIELD(train.peak_tflops), "0", 0.0, 1e6, false, false, "the device's dense peak TFLOP/s for MFU in the log (0: known GPUs by name: H100, H200, A100, L40S)"),
+      integer("train.eval_samples", FIELD(train.eval_samples), "1024", 0, kMax, "validation samples evaluated each time, the first of the split (0: all)"),
 
       choice("ddp.backend", FIELD(ddp.backend), "auto", {"auto", "nccl", "mpi"}, "auto: NCCL for CUDA tensors, MPI for CPU"),
       real("ddp.timeout_s", FIELD(ddp.timeout_s), "600", 0.0, 7 * 86400.0, true, false, "deadline of every collective; past it the job ends instead of hanging"),
@@ -272,7 +331,7 @@ std::vector<KeyDef> declare() {
       real("ddp.bucket_mb", FIELD(ddp.bucket_mb), "25", 0.0, 65536.0, true, false, "cap of the other gradient buckets (MiB)"),
       boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
 
-      choice_list("memory.fallback", FIELD(memory.fallback), "[halve_micro_batch, uncache_embeddings]", {"halve_micro_batch", "uncache_embeddings"}, "what to do, in order, when a rank runs out of memory in a step"),
+      choice_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", {"checkpoint_activations", "halve_micro_batch", "uncache_embeddings"}, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),
       real("memory.fraction", FIELD(memory.fraction), "0", 0.0, 1.0, false, false, "CUDA: cap of each process's share of its device memory (0: no cap)"),
       real("memory.cpu_budget_mb", FIELD(memory.cpu_budget_mb), "0", 0.0, kInf, false, true, "CPU: tensor memory budget per rank in MiB; beyond it allocations fail as out of memory (0: none)"),

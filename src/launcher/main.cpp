@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "data/dataset.h"
+#include "data/errors.h"
 #include "ddp/backend.h"
 #include "ddp/batch_plan.h"
 #include "ddp/errors.h"
@@ -35,6 +36,7 @@
 #include "memory/oom.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+#include "train/precision.h"
 #include "train/trainer.h"
 
 namespace launcher {
@@ -169,6 +171,11 @@ int run(int argc, char** argv) {
     spdlog::error("{}", e.what());
     spdlog::error("aborting the job (exit code {})", kExitTimeout);
     ddp::MpiRuntime::abort(kExitTimeout);
+  } catch (const data::DataError& e) {
+    // A malformed sample found while training (a loader worker read it): the user's data.
+    spdlog::error("{}", e.what());
+    spdlog::error("aborting the job (exit code {})", kExitUsage);
+    ddp::MpiRuntime::abort(kExitUsage);
   } catch (const memory::OutOfMemoryAbort& e) {
     spdlog::error("{}", e.what());
     spdlog::error("aborting the job (exit code {})", kExitOutOfMemory);
@@ -296,6 +303,9 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}", config.model.name,
                n_params, config.data.dataset, dataset->size(), config.train.global_batch_size);
   for (const auto& line : lines) spdlog::info("{}", line);
+  spdlog::info("precision {}; {}", config.train.precision,
+               train::apply_device_flags(binding.device, config.train.tf32,
+                                         config.train.cudnn_benchmark));
   spdlog::info("memory plan (rank 0): {}",
                trainer.memory_estimate().describe(trainer.plan().micro_batch));
   if (trainer.plan().micro_clamped && config.train.micro_batch_size > 0) {
@@ -327,13 +337,19 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     if (rank == 0) print_error(0, e.what());
     comm->barrier("out-of-memory exit");
     return kExitOutOfMemory;
+  } catch (const train::NonFiniteFatal& e) {
+    // Every rank reaches the same verdict from the same reduced gradients: an agreed exit.
+    if (rank == 0) print_error(0, e.what());
+    comm->barrier("non-finite exit");
+    return kExitFailure;
   }
   const int64_t start = trainer.start_step();
   if (summary.steps_done > start) {
-    spdlog::info("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s, {} memory fallback(s)",
+    spdlog::info("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{}, {} memory fallback(s)",
                  summary.steps_done,
                  start > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start) : "",
-                 summary.first_loss, summary.last_loss, summary.samples_per_s, summary.fallbacks);
+                 summary.first_loss, summary.last_loss, summary.samples_per_s,
+                 summary.throughput, summary.fallbacks);
   }
   comm->barrier("shutdown");
   return summary.stopped ? 128 + std::max(stop_signal(), 0) : kExitOk;

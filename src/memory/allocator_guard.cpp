@@ -8,6 +8,7 @@
 #include <atomic>
 #include <charconv>
 #include <mutex>
+#include <thread>
 #include <sstream>
 #include <stdexcept>
 
@@ -78,6 +79,9 @@ struct State {
   std::atomic<bool> armed{false};  // some injection may still fire
   std::atomic<int> phase{static_cast<int>(Phase::kNone)};
   std::atomic<int64_t> step{-1};
+  // The training thread (the last to call set_phase): injections target its forward and
+  // backward, not the loader's threads, which allocate at the same time.
+  std::atomic<std::thread::id> phase_thread{};
   std::mutex mutex;  // guards the fields below
   int rank = 0;
   std::vector<Injection> injections;
@@ -100,6 +104,7 @@ void maybe_inject(int64_t bytes) {
   if (!s.armed.load(std::memory_order_relaxed)) return;
   const auto phase = static_cast<Phase>(s.phase.load());
   if (phase == Phase::kNone) return;
+  if (std::this_thread::get_id() != s.phase_thread.load()) return;
   std::lock_guard<std::mutex> lock(s.mutex);
   for (auto& inj : s.injections) {
     if (inj.rank != s.rank || inj.step != s.step.load() || inj.phase != phase || inj.times == 0) continue;
@@ -190,6 +195,7 @@ void CpuAllocatorGuard::set_injections(int rank, std::vector<Injection> injectio
 void CpuAllocatorGuard::set_phase(int64_t step, Phase phase) {
   state().step = step;
   state().phase = static_cast<int>(phase);
+  state().phase_thread = std::this_thread::get_id();
 }
 
 int64_t CpuAllocatorGuard::allocated_bytes() const { return state().allocated.load(); }

@@ -7,7 +7,9 @@
 // The training loop catches both the same way it catches a real CUDA OOM. On CUDA, injections
 // fire at the start of the armed phase (the CPU allocator is not on that path).
 //
-// Thread safety: counters are atomic; arm()/set_phase() are called by the training thread.
+// Thread safety: counters are atomic; arm()/set_phase() are called by the training thread, and
+// injections fire only for allocations on that thread (the loader's threads allocate at the same
+// time; they count against the budget like any other allocation).
 #pragma once
 
 #include <cstdint>

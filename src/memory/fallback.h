@@ -12,7 +12,7 @@
 
 namespace memory {
 
-enum class Rung { kHalveMicroBatch, kUncacheEmbeddings };
+enum class Rung { kCheckpointActivations, kHalveMicroBatch, kUncacheEmbeddings };
 
 // Throws std::invalid_argument naming memory.fallback for an unknown rung name.
 Rung parse_rung(const std::string& name);
@@ -28,11 +28,13 @@ class FallbackLadder {
  public:
   // `micro_batch`: the job-wide micro-batch in force (the same number on every rank).
   // `has_cache`: whether the model has embedding caches to release.
+  // `can_checkpoint`: whether the model can turn activation checkpointing on (and has not yet).
   FallbackLadder(std::vector<Rung> rungs, int64_t micro_batch, int64_t min_micro_batch,
-                 bool has_cache);
+                 bool has_cache, bool can_checkpoint = false);
 
   // The next rung to apply, or nullopt when every rung is spent. Rungs that cannot help
-  // (micro-batch at the floor, no cache) are passed over.
+  // (micro-batch at the floor, no cache, a model without activation checkpointing) are passed
+  // over.
   std::optional<FallbackAction> next();
 
   int64_t micro_batch() const { return micro_batch_; }
@@ -43,6 +45,7 @@ class FallbackLadder {
   int64_t micro_batch_;
   int64_t min_micro_batch_;
   bool has_cache_;
+  bool can_checkpoint_;
 };
 
 }  // namespace memory

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace models {
@@ -23,9 +24,24 @@ struct ModelOptions {
   int64_t encoder_heads = 0;    // text encoder attention heads (divides encoder_dim)
   int64_t text_len = 0;         // text encoder positions; 0: the data's item text length
   std::string encoder_weights;  // safetensors file for the text encoder; empty: seeded random
+  // gpt: a preset (gpt2, gpt2-medium, tiny) whose dimensions the keys below override when > 0
+  std::string preset;
+  int64_t num_layers = 0;  // gpt: blocks; sequence: LSTM layers or transformer blocks
+  int64_t heads = 0;       // gpt, sequence transformer: attention heads (divides d_model)
+  int64_t d_model = 0;     // gpt, sequence transformer: width
+  int64_t context = 0;     // gpt: positions (0: the data's context)
+  double dropout = 0.0;    // gpt, sequence: dropout probability
+  bool checkpoint_activations = false;  // gpt: recompute each block in backward
+  // sequence
+  std::string cell;  // lstm | transformer
+  // cnn
+  int64_t base_channels = 0;
+  int64_t num_blocks = 0;
+  std::string loss;  // cnn: l1 | mse
 };
 
-// What the data says the model must accept and produce.
+// What the data says the model must accept and produce (train::model_shape_for fills it from the
+// dataset's data::DataShape; fields that do not apply are zero).
 struct ModelShape {
   int64_t input_dim = 0;
   int64_t num_classes = 0;
@@ -33,6 +49,17 @@ struct ModelShape {
   int64_t num_users = 0;
   int64_t num_items = 0;
   at::Tensor item_text;
+  // Tokens (gpt): ids below vocab_size, `context` positions per sample.
+  int64_t vocab_size = 0;
+  int64_t context = 0;
+  // Time series (sequence): [window, features] in, [horizon, targets] out.
+  int64_t window = 0;
+  int64_t features = 0;
+  int64_t horizon = 0;
+  int64_t targets = 0;
+  // Images (cnn): channels, and the upscaling factor from input to target (1: denoising).
+  int64_t channels = 0;
+  int64_t scale = 0;
 };
 
 class Model : public torch::nn::Module {
@@ -51,6 +78,25 @@ class Model : public torch::nn::Module {
   // Names (as in named_buffers()) of the buffers that hold caches: derived state, left out of
   // checkpoints and rebuilt by build_cache().
   virtual std::vector<std::string> cache_buffer_names() const { return {}; }
+
+  // Evaluation on held-out data: named sums over the batch's samples, as 0-dim double tensors on
+  // the model's device (e.g. {"loss", sum of per-sample losses}, {"psnr", sum of per-image PSNR}).
+  // The trainer adds them over the validation split and every rank, then divides by the sample
+  // count. Called under no-grad in eval mode. The default: the loss times the batch size.
+  virtual std::vector<std::pair<std::string, at::Tensor>> eval_sums(const at::Tensor& inputs,
+                                                                    const at::Tensor& targets) {
+    return {{"loss", loss(inputs, targets).to(at::kDouble).mul(inputs.size(0))}};
+  }
+
+  // Activation checkpointing (the memory.fallback rung checkpoint_activations): when on, the
+  // model keeps only each block's input in forward and recomputes the block in backward. Returns
+  // false, changing nothing, for models that cannot do it.
+  virtual bool set_checkpoint_activations(bool on) { return false; }
+  // Floating-point operations of forward + backward per token for a sample of `positions`
+  // tokens (token models; PaLM's estimate, appendix B: 6N + 12 L d T), for tokens/s and MFU in the
+  // log. 0: not a token model, or no estimate.
+  virtual double flops_per_token(int64_t positions) const { return 0; }
+  virtual bool checkpoint_activations() const { return false; }
 };
 
 }  // namespace models

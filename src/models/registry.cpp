@@ -7,13 +7,26 @@
 #include <map>
 #include <stdexcept>
 
+#include "models/cnn.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "models/recommender.h"
+#include "models/sequence.h"
 
 namespace models {
 namespace {
 
 using Factory = std::function<std::shared_ptr<Model>(const ModelOptions&, const ModelShape&)>;
+
+// A key's value when set (> 0), else the fallback (a preset's, or the model's default).
+int64_t or_else(int64_t value, int64_t fallback) { return value > 0 ? value : fallback; }
+
+void require_data(bool ok, const std::string& model, const char* what) {
+  if (!ok) {
+    throw std::invalid_argument(fmt::format(
+        "model.name: {} needs {} (data.dataset gives none)", model, what));
+  }
+}
 
 const std::map<std::string, Factory>& builtin() {
   static const std::map<std::string, Factory> models = {
@@ -33,6 +46,49 @@ const std::map<std::string, Factory>& builtin() {
          r.encoder.out_dim = o.embedding_dim;
          r.encoder_weights = o.encoder_weights;
          return std::make_shared<Recommender>(s.num_users, s.num_items, s.item_text, r);
+       }},
+      {"gpt", [](const ModelOptions& o, const ModelShape& s) {
+         require_data(s.vocab_size > 0 && s.context > 0, "gpt", "token data (data.dataset: tokens)");
+         GptOptions g = gpt_preset(o.preset.empty() ? "gpt2" : o.preset);
+         g.vocab_size = s.vocab_size;
+         g.padded_vocab_size = 0;  // rounded up to a multiple of 64
+         g.num_layers = or_else(o.num_layers, g.num_layers);
+         g.heads = or_else(o.heads, g.heads);
+         g.d_model = or_else(o.d_model, g.d_model);
+         g.context = or_else(o.context, s.context);
+         if (s.context > g.context) {
+           throw std::invalid_argument(fmt::format(
+               "data.context = {} is longer than model.context = {} (the model's positions)",
+               s.context, g.context));
+         }
+         g.dropout = o.dropout;
+         g.checkpoint_activations = o.checkpoint_activations;
+         return std::make_shared<Gpt>(g);
+       }},
+      {"sequence", [](const ModelOptions& o, const ModelShape& s) {
+         require_data(s.window > 0 && s.features > 0, "sequence", "time-series data (data.dataset: csv)");
+         SequenceOptions q;
+         q.cell = o.cell;
+         q.features = s.features;
+         q.window = s.window;
+         q.horizon = s.horizon;
+         q.targets = s.targets;
+         q.hidden_dim = o.hidden_dim;
+         q.num_layers = or_else(o.num_layers, 2);
+         q.d_model = or_else(o.d_model, 64);
+         q.heads = or_else(o.heads, 4);
+         q.dropout = o.dropout;
+         return std::make_shared<SequenceForecaster>(q);
+       }},
+      {"cnn", [](const ModelOptions& o, const ModelShape& s) {
+         require_data(s.channels > 0, "cnn", "image data (data.dataset: images)");
+         CnnOptions c;
+         c.channels = s.channels;
+         c.scale = s.scale;
+         c.base_channels = o.base_channels;
+         c.num_blocks = o.num_blocks;
+         c.loss = o.loss;
+         return std::make_shared<RestorationCnn>(c);
        }},
   };
   return models;

@@ -105,18 +105,75 @@ RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model
   return m;
 }
 
-RankingMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
-                                const data::Dataset& dataset, int64_t step) {
-  constexpr int64_t k = 10;
-  const RankingMetrics m = evaluate_ranking(control, model, dataset, k);
-  const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset);
-  if (control.rank() == 0 && m.users > 0 && ml != nullptr) {
-    // A uniformly random ranking's HR@k, roughly (it ignores the masked training items).
-    const double random = std::min(1.0, static_cast<double>(k) / static_cast<double>(ml->num_items()));
-    spdlog::info("eval step {}: HR@{} {:.3f} NDCG@{} {:.3f} over {} users (random: {:.3f})", step,
-                 k, m.hit_rate, k, m.ndcg, m.users, random);
+ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
+                                      const data::Dataset& validation, int64_t batch,
+                                      int64_t max_samples) {
+  const int64_t n = max_samples > 0 ? std::min(max_samples, validation.size()) : validation.size();
+  const int world = control.size(), rank = control.rank();
+  const int64_t base = n / world, extra = n % world;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  const int64_t count = base + (rank < extra ? 1 : 0);
+  const auto params = model.parameters();
+  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+
+  at::NoGradGuard no_grad;
+  const bool was_training = model.is_training();
+  model.eval();
+  // The metric names come from the model; a rank with no samples still learns them (from one
+  // sample, weighted 0) so that every rank reduces the same vector.
+  std::vector<std::string> names;
+  at::Tensor sums;
+  auto add = [&](int64_t start, int64_t rows, double weight) {
+    const data::Batch b = validation.get(at::arange(start, start + rows, at::kLong));
+    const auto parts = model.eval_sums(b.inputs.to(device), b.targets.to(device));
+    if (!sums.defined()) {
+      for (const auto& [name, value] : parts) names.push_back(name);
+      sums = at::zeros({static_cast<int64_t>(names.size()) + 1}, at::kDouble);
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      sums[static_cast<int64_t>(i)] += parts[i].second.item<double>() * weight;
+    }
+    sums[-1] += static_cast<double>(rows) * weight;
+  };
+  if (count == 0 && n > 0) add(0, 1, 0.0);
+  for (int64_t start = begin; start < begin + count; start += std::max<int64_t>(1, batch)) {
+    add(start, std::min(std::max<int64_t>(1, batch), begin + count - start), 1.0);
+  }
+  if (was_training) model.train();
+  if (!sums.defined()) return {};  // an empty split: every rank sees n = 0, nobody communicates
+  control.all_reduce(sums, ddp::ReduceOp::kSum, "validation evaluation");
+  ValidationMetrics m;
+  m.samples = static_cast<int64_t>(sums[-1].item<double>());
+  for (size_t i = 0; i < names.size(); ++i) {
+    m.means.emplace_back(names[i], sums[static_cast<int64_t>(i)].item<double>() /
+                                       std::max<double>(1.0, static_cast<double>(m.samples)));
   }
   return m;
+}
+
+void evaluate_and_log(ddp::Communicator& control, models::Model& model,
+                      const data::Dataset& dataset, int64_t step, int64_t batch,
+                      int64_t max_samples) {
+  if (const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset)) {
+    constexpr int64_t k = 10;
+    const RankingMetrics m = evaluate_ranking(control, model, dataset, k);
+    if (control.rank() == 0 && m.users > 0) {
+      // A uniformly random ranking's HR@k, roughly (it ignores the masked training items).
+      const double random =
+          std::min(1.0, static_cast<double>(k) / static_cast<double>(ml->num_items()));
+      spdlog::info("eval step {}: HR@{} {:.3f} NDCG@{} {:.3f} over {} users (random: {:.3f})",
+                   step, k, m.hit_rate, k, m.ndcg, m.users, random);
+    }
+    return;
+  }
+  const auto validation = dataset.validation();
+  if (!validation) return;
+  const ValidationMetrics m = evaluate_validation(control, model, *validation, batch, max_samples);
+  if (control.rank() == 0 && m.samples > 0) {
+    std::string text;
+    for (const auto& [name, value] : m.means) text += fmt::format("{} {:.4f} ", name, value);
+    spdlog::info("eval step {}: {}over {} validation samples", step, text, m.samples);
+  }
 }
 
 }  // namespace train

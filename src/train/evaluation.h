@@ -16,6 +16,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "data/dataset.h"
 #include "ddp/communicator.h"
@@ -48,9 +51,27 @@ at::Tensor held_out_ranks(const at::Tensor& scores, const at::Tensor& held_items
 RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model,
                                 const data::Dataset& dataset, int64_t k);
 
-// The trainer's evaluation hook: evaluate_ranking with k = 10, and rank 0 logs
-// "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)". Collective as above.
-RankingMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
-                                const data::Dataset& dataset, int64_t step);
+// The mean of each of the model's eval_sums (Model::eval_sums: "loss", and e.g. "psnr") over the
+// first `max_samples` samples of `validation` (0: all of them), in that order.
+struct ValidationMetrics {
+  std::vector<std::pair<std::string, double>> means;
+  int64_t samples = 0;
+};
+
+// Rank r of W evaluates a contiguous slice of those samples (the batch plan's rule), in chunks of
+// at most `batch`, under no-grad in eval mode (training mode is restored), on the model's device;
+// one SUM all-reduce on `control` of (sums..., samples) gives every rank the same means. Every
+// rank issues exactly that one collective, even with an empty slice. Collective.
+ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
+                                      const data::Dataset& validation, int64_t batch,
+                                      int64_t max_samples);
+
+// The trainer's evaluation hook. Rank 0 logs
+//   "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)"   (movielens), or
+//   "eval step S: loss .. psnr .. over N validation samples"    (datasets with a validation split).
+// Collective as above; nothing (and no collective) for datasets with neither.
+void evaluate_and_log(ddp::Communicator& control, models::Model& model,
+                      const data::Dataset& dataset, int64_t step, int64_t batch,
+                      int64_t max_samples);
 
 }  // namespace train

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "data/loader.h"
 #include "ddp/options.h"
 #include "memory/options.h"
 
@@ -25,7 +26,19 @@ struct TrainOptions {
   double grad_clip = 0;  // 0: no clipping
   uint64_t seed = 0;
   int64_t threads = 0;   // 0: cores / local ranks
-  int64_t eval_every = 0;  // movielens: HR@10 / NDCG@10 every N steps (0: after the last step only)
+  int64_t eval_every = 0;  // validation metrics every N steps (0: after the last step only)
+  int64_t eval_samples = 0;  // validation samples evaluated (0: the whole split)
+  std::string precision;     // fp32 | bf16 | fp16 (train/precision.h)
+  double loss_scale = 0;           // fp16: initial loss scale (train/loss_scaler.h)
+  double loss_scale_growth = 0;
+  double loss_scale_backoff = 0;
+  int64_t loss_scale_interval = 0;
+  int64_t max_skipped_steps = 0;   // fp16: consecutive skipped steps that end the job
+  std::string inject_nonfinite;    // test hook: "RANK:STEP[;RANK:STEP...]" makes that rank's
+                                   // gradient non-finite at that step
+  std::string tf32;          // auto | on | off
+  bool cudnn_benchmark = false;
+  double peak_tflops = 0;    // MFU's denominator (0: a table of known GPUs)
 };
 
 struct CheckpointOptions {
@@ -46,6 +59,7 @@ struct TrainerOptions {
   memory::MemoryOptions memory;
   CheckpointOptions checkpoint;
   LogOptions log;
+  data::LoaderOptions loader;  // pin_memory is decided by the Trainer (GPU runs)
 };
 
 }  // namespace train

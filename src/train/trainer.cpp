@@ -9,6 +9,12 @@
 #include <filesystem>
 #include <limits>
 
+#ifdef TRAINER_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include "data/movielens.h"
 #include "ddp/gather.h"
 #include "memory/allocator_guard.h"
@@ -17,6 +23,7 @@
 #include "memory/process_memory.h"
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
+#include "train/precision.h"
 #include "train/schedule.h"
 
 namespace train {
@@ -44,22 +51,29 @@ std::string first_line(const std::string& s) { return s.substr(0, s.find('\n'));
 }  // namespace
 
 models::ModelShape model_shape_for(const data::Dataset& dataset) {
-  models::ModelShape shape;
-  shape.input_dim = dataset.input_dim();
-  shape.num_classes = dataset.num_classes();
-  if (const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset)) {
-    shape.num_users = ml->num_users();
-    shape.num_items = ml->num_items();
-    shape.item_text = ml->item_text();
-  }
-  return shape;
+  const data::DataShape d = dataset.shape();
+  models::ModelShape m;
+  m.input_dim = d.input_dim;
+  m.num_classes = d.num_classes;
+  m.num_users = d.num_users;
+  m.num_items = d.num_items;
+  m.item_text = d.item_text;
+  m.vocab_size = d.vocab_size;
+  m.context = d.context;
+  m.window = d.window;
+  m.features = d.features;
+  m.horizon = d.horizon;
+  m.targets = d.targets;
+  m.channels = d.channels;
+  m.scale = d.scale;
+  return m;
 }
 
 Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
                  ddp::Communicator& data, std::shared_ptr<models::Model> model,
                  const data::Dataset& dataset, c10::Device device)
     : options_(options), control_(control), data_(data), model_(std::move(model)),
-      dataset_(dataset), device_(device),
+      dataset_(dataset), device_(device), precision_(parse_precision(options.train.precision)),
       micro_batch_(initial_micro_batch(options.train, control.size())),
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
@@ -88,7 +102,12 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
     optimizer_ = std::make_unique<FusedAdamW>(
         params_, AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay});
     estimate_.optimizer_state = optimizer_->state_bytes();
+    scaler_ = std::make_unique<LossScaler>(
+        LossScalerOptions{precision_ == Precision::kFp16, t.loss_scale, t.loss_scale_growth,
+                          t.loss_scale_backoff, t.loss_scale_interval},
+        device_);
   });
+  nonfinite_injections_ = parse_nonfinite_injections(options_.train.inject_nonfinite);
   ddp::NamedParameters named;
   for (auto& item : model_->named_parameters()) named.emplace_back(item.key(), item.value());
   const auto& d = options_.ddp;
@@ -107,8 +126,20 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
   allocate_agreed("the loader's buffers and the activation probe", [&] { probe_activations(); });
   broadcast_model();
   choose_micro_batch();
+  // A model that can checkpoint activations (and does not already) offers that rung.
+  const bool can_checkpoint =
+      !model_->checkpoint_activations() && model_->set_checkpoint_activations(false);
   ladder_ = memory::FallbackLadder(parse_ladder(options_.memory.fallback), micro_batch_,
-                                   options_.memory.min_micro_batch, model_->has_cache());
+                                   options_.memory.min_micro_batch, model_->has_cache(),
+                                   can_checkpoint);
+  // The loader reads this rank's slice of each step; the slice (offset, size) never changes with
+  // the micro-batch, so a fallback keeps reading the same samples.
+  data::LoaderOptions loader = options_.loader;
+  loader.pin_memory = device_.is_cuda();
+  const int64_t offset = plan_.offset, per_rank = plan_.per_rank;
+  loader_ = std::make_unique<data::Loader>(
+      dataset_, [this, offset, per_rank](int64_t step) { return sampler_.indices(step, offset, per_rank); },
+      loader);
 }
 
 void Trainer::allocate_agreed(const std::string& what, const std::function<void()>& allocate) {
@@ -136,7 +167,9 @@ void Trainer::probe_activations() {
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
   // micro-batch copied to the device is measured with the activations below.)
   if (device_.is_cpu()) {
-    estimate_.loader = sampler_.buffer_bytes() + batch.inputs.nbytes() + batch.targets.nbytes();
+    estimate_.loader = sampler_.buffer_bytes() +
+                       data::Loader::buffer_bytes(options_.loader,
+                                                  batch.inputs.nbytes() + batch.targets.nbytes());
   }
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer_->zero_grad();
@@ -154,7 +187,12 @@ void Trainer::probe_activations() {
         {
           const auto inputs = batch.inputs.narrow(0, 0, sizes[i]).to(device_);
           const auto targets = batch.targets.narrow(0, 0, sizes[i]).to(device_);
-          model_->loss(inputs, targets).backward();
+          at::Tensor loss;
+          {
+            AutocastScope autocast(device_, precision_);  // as in training: it sets activations
+            loss = model_->loss(inputs, targets);
+          }
+          loss.backward();
         }
         peaks[i] = memory::sample_memory(device_).tensor_peak_bytes - base;
       }
@@ -213,25 +251,38 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
   Attempt attempt;
   memory::Phase phase = memory::Phase::kNone;
   try {
-    const data::Batch batch = dataset_.get(sampler_.indices(step, plan_.offset, plan_.per_rank));
+    const data::Batch batch = loader_->get(step);  // read ahead by the loader's workers
     at::Tensor local_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+    const size_t micros = plan_.micro_sizes.size();
+    // Micro-batch m + 1 is copied to the device while micro-batch m computes.
+    data::Batch next = stage(batch, 0, plan_.micro_sizes[0]);
     int64_t offset = 0;
-    for (size_t m = 0; m < plan_.micro_sizes.size(); ++m) {
+    for (size_t m = 0; m < micros; ++m) {
       const int64_t n = plan_.micro_sizes[m];
+      const data::Batch micro = std::move(next);
+      if (m + 1 < micros) next = stage(batch, offset + n, plan_.micro_sizes[m + 1]);
       // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync).
-      reducer_->begin_micro_batch(/*sync=*/m + 1 == plan_.micro_sizes.size());
+      reducer_->begin_micro_batch(/*sync=*/m + 1 == micros);
       enter(phase = memory::Phase::kForward);
-      const auto inputs = batch.inputs.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
-      const auto targets = batch.targets.narrow(0, offset, n).to(device_, /*non_blocking=*/true);
       // Weighted by its share of the global batch: the SUM over ranks is the global mean.
-      const at::Tensor loss = model_->loss(inputs, targets) * plan_.weight(n);
+      at::Tensor loss;
+      {
+        AutocastScope autocast(device_, precision_);  // forward and loss only, not backward
+        loss = model_->loss(micro.inputs, micro.targets) * plan_.weight(n);
+      }
+      // fp16: backward of the scaled loss (the reduced gradients are unscaled after finish()).
+      at::Tensor to_backward = scaler_->enabled() ? loss * scaler_->scale() : loss;
+      if (m + 1 == micros && injects_nonfinite(step)) {
+        to_backward = to_backward * std::numeric_limits<float>::infinity();
+      }
       enter(phase = memory::Phase::kBackward);
-      loss.backward();
+      to_backward.backward();
       enter(phase = memory::Phase::kNone);
       local_loss += loss.detach().to(at::kDouble);
       offset += n;
     }
     reducer_->finish();
+    scaler_->unscale(reducer_->buffers());  // the same reduced buckets, the same verdict, on every rank
     attempt.local_loss = local_loss.item<double>();
   } catch (const c10::OutOfMemoryError& e) {
     guard.set_phase(step + 1, memory::Phase::kNone);
@@ -242,6 +293,38 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     reducer_->abandon();
   }
   return attempt;
+}
+
+bool Trainer::injects_nonfinite(int64_t step) const {
+  for (const auto& [rank, at_step] : nonfinite_injections_) {
+    if (rank == control_.rank() && at_step == step + 1) return true;
+  }
+  return false;
+}
+
+data::Batch Trainer::stage(const data::Batch& batch, int64_t offset, int64_t n) {
+  data::Batch micro{batch.inputs.narrow(0, offset, n), batch.targets.narrow(0, offset, n)};
+  if (device_.is_cpu()) return micro;
+#ifdef TRAINER_HAVE_CUDA
+  if (device_.is_cuda()) {
+    const auto compute = c10::cuda::getCurrentCUDAStream(device_.index());
+    const auto copy = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+    {
+      c10::cuda::CUDAStreamGuard on_copy(copy);
+      micro.inputs = micro.inputs.to(device_, /*non_blocking=*/true);
+      micro.targets = micro.targets.to(device_, /*non_blocking=*/true);
+    }
+    at::cuda::CUDAEvent copied;
+    copied.record(copy);
+    copied.block(compute);  // the compute stream waits; the host does not
+    // Allocated on the copy stream, used on the compute one: the allocator must not reuse the
+    // memory before the compute stream is done with it.
+    c10::cuda::CUDACachingAllocator::recordStream(micro.inputs.storage().data_ptr(), compute);
+    c10::cuda::CUDACachingAllocator::recordStream(micro.targets.storage().data_ptr(), compute);
+    return micro;
+  }
+#endif
+  return {micro.inputs.to(device_), micro.targets.to(device_)};
 }
 
 StepResult Trainer::step(int64_t step, bool stop_requested) {
@@ -264,6 +347,29 @@ StepResult Trainer::step(int64_t step, bool stop_requested) {
   }
   const auto& t = options_.train;
   r.lr = learning_rate(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
+  if (scaler_->enabled()) {
+    const double old_scale = scaler_->scale_value();
+    r.skipped = scaler_->found_non_finite();
+    scaler_->update();
+    r.loss_scale = scaler_->scale_value();
+    if (r.skipped) {
+      ++skipped_in_a_row_;
+      if (control_.rank() == 0) {
+        spdlog::warn("step {}: non-finite gradient (inf or NaN) on some rank: step skipped on every "
+                     "rank, parameters unchanged; loss scale {:g} -> {:g}",
+                     step + 1, old_scale, r.loss_scale);
+      }
+      if (skipped_in_a_row_ >= t.max_skipped_steps) {
+        throw NonFiniteFatal(fmt::format(
+            "{} steps in a row (up to step {}) had non-finite gradients even at loss scale {:g} "
+            "(train.max_skipped_steps = {}): the model diverged or overflows fp16. Lower train.lr, "
+            "or train with train.precision: bf16 or fp32.",
+            skipped_in_a_row_, step + 1, r.loss_scale, t.max_skipped_steps));
+      }
+      return r;
+    }
+    skipped_in_a_row_ = 0;
+  }
   // After the vote nothing can be retried: the update changes the parameters. It allocates
   // nothing by design (train/optimizer.h); if it still runs out, this rank ends the job.
   auto& guard = memory::CpuAllocatorGuard::instance();
@@ -331,6 +437,15 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
         step + 1, failures.size(), fmt::join(failures, "; "), memory::to_string(action->rung),
         old_plan.micro_batch, plan_.micro_batch, old_plan.accumulation(), plan_.accumulation(),
         plan_.global_batch);
+  } else if (action->rung == memory::Rung::kCheckpointActivations) {
+    model_->set_checkpoint_activations(true);
+    if (control_.rank() == 0) {
+      spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: each block is now "
+                   "recomputed in backward instead of keeping its activations; micro-batch {} "
+                   "unchanged; retrying the step.",
+                   step + 1, failures.size(), fmt::join(failures, "; "),
+                   memory::to_string(action->rung), plan_.micro_batch);
+    }
   } else {
     model_->uncache();
     if (control_.rank() == 0) {
@@ -340,6 +455,21 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
                    memory::to_string(action->rung));
     }
   }
+}
+
+std::string Trainer::throughput(double samples_per_s) const {
+  const int64_t positions = dataset_.shape().context;
+  if (positions <= 0) return "";
+  const double tokens_per_s = samples_per_s * static_cast<double>(positions);
+  std::string text = fmt::format(" {:.0f} tokens/s", tokens_per_s);
+  const double flops = model_->flops_per_token(positions);
+  const double peak = peak_tflops(device_, precision_, tf32_enabled(), options_.train.peak_tflops);
+  if (flops > 0 && peak > 0) {
+    // Every rank's share: the job's tokens/s over the job's peak.
+    text += fmt::format(" MFU {:.1f}%", 100.0 * tokens_per_s * flops /
+                                            (peak * 1e12 * static_cast<double>(plan_.world_size)));
+  }
+  return text;
 }
 
 RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
@@ -359,6 +489,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   auto window_start = Clock::now();
   auto steady_start = Clock::now();
   int64_t window_steps = 0;
+  double waited_before = 0;  // the loader's wait at the start of the log window
   for (int64_t s = start; s < t.steps; ++s) {
     const StepResult r = step(s, stop_requested && stop_requested());
     ++window_steps;
@@ -372,9 +503,14 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
     if (s == start || (s + 1) % options_.log.every == 0 || last) {
       const double elapsed = seconds_since(window_start);
       const auto mem = memory::sample_process_memory();
-      spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f} {:>9.1f} samples/s rss {:.0f} MiB",
+      const double samples_per_s = window_steps * plan_.global_batch / elapsed;
+      spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{} {:>9.1f} samples/s{} "
+                   "data wait {:.0f}% rss {:.0f} MiB",
                    s + 1, t.steps, r.loss, r.lr, r.grad_norm,
-                   window_steps * plan_.global_batch / elapsed, mem.resident_bytes / 1048576.0);
+                   r.loss_scale > 0 ? fmt::format(" scale {:g}", r.loss_scale) : "", samples_per_s,
+                   throughput(samples_per_s), 100.0 * (loader_->waited_s() - waited_before) / elapsed,
+                   mem.resident_bytes / 1048576.0);
+      waited_before = loader_->waited_s();
       window_start = Clock::now();
       window_steps = 0;
     }
@@ -384,7 +520,8 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       report_memory(fmt::format("memory at step {} (peak since the last table)", s + 1));
     }
     if ((t.eval_every > 0 && (s + 1) % t.eval_every == 0) || last) {
-      evaluate_and_log(control_, *model_, dataset_, s + 1);  // collective; movielens only
+      // Collective (one all-reduce) for datasets with a validation split or held-out items.
+      evaluate_and_log(control_, *model_, dataset_, s + 1, plan_.micro_batch, t.eval_samples);
     }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
@@ -399,6 +536,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   if (summary.steps_done - start > 1) {
     summary.samples_per_s =
         (summary.steps_done - start - 1) * plan_.global_batch / seconds_since(steady_start);
+    summary.throughput = throughput(summary.samples_per_s);
   }
   summary.fallbacks = fallbacks_;
   if (!options_.checkpoint.dir.empty()) {

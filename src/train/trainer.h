@@ -23,10 +23,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "ddp/batch_plan.h"
 #include "ddp/communicator.h"
 #include "ddp/rank_sampler.h"
@@ -35,8 +37,10 @@
 #include "memory/fallback.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/options.h"
+#include "train/precision.h"
 
 namespace train {
 
@@ -46,6 +50,15 @@ struct StepResult {
   double lr = 0;
   bool stop = false;     // some rank asked to stop (a signal); all ranks agree
   int attempts = 1;      // 1 + the fallbacks this step needed
+  bool skipped = false;  // fp16: a non-finite gradient on some rank; no update (all ranks agree)
+  double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
+};
+
+// fp16: train.max_skipped_steps steps in a row had non-finite gradients. Every rank throws it
+// after the same step (the verdict comes from the reduced gradients), so the exit is agreed.
+class NonFiniteFatal : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
 
 struct RunSummary {
@@ -53,6 +66,7 @@ struct RunSummary {
   double first_loss = 0;
   double last_loss = 0;
   double samples_per_s = 0;  // over steps after the first (which includes warm-up)
+  std::string throughput;    // " N tokens/s MFU M%" for token models; empty otherwise
   bool stopped = false;
   int fallbacks = 0;
 };
@@ -95,6 +109,11 @@ class Trainer {
     std::string failure;  // this rank's out-of-memory description; empty when none
   };
   Attempt forward_backward(int64_t step);
+  // A micro-batch of `batch` on the training device: on CUDA copied from pinned memory on a
+  // side stream (non_blocking), the compute stream waiting for the copy; on CPU a view.
+  data::Batch stage(const data::Batch& batch, int64_t offset, int64_t n);
+  // train.inject_nonfinite names this rank at `step` (0-based; users count from 1).
+  bool injects_nonfinite(int64_t step) const;
   // Every rank's out-of-memory description, the empty ones (no failure) left out. Collective.
   std::vector<std::string> gather_failures(const std::string& mine);
   // After a failed vote: the next rung on every rank, or OutOfMemoryFatal.
@@ -108,6 +127,8 @@ class Trainer {
   void probe_activations();
   // micro_batch_size auto: the largest micro-batch that fits, the same on every rank. Collective.
   void choose_micro_batch();
+  // " N tokens/s MFU M%" for token data (MFU where the device's peak is known); "" otherwise.
+  std::string throughput(double samples_per_s) const;
   // Gathers every rank's memory sample to rank 0, which logs the table. Collective.
   void report_memory(const std::string& title);
   // Rank 0 logs the plan's peak against the measured one. Collective.
@@ -119,6 +140,7 @@ class Trainer {
   std::shared_ptr<models::Model> model_;
   const data::Dataset& dataset_;
   c10::Device device_;
+  Precision precision_;
   int64_t micro_batch_;  // job-wide micro-batch (the same on every rank)
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;
@@ -130,6 +152,10 @@ class Trainer {
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<FusedAdamW> optimizer_;
   std::unique_ptr<GradClipper> clipper_;
+  std::unique_ptr<data::Loader> loader_;  // reads the coming steps' batches ahead
+  std::unique_ptr<LossScaler> scaler_;    // fp16 loss scaling (disabled otherwise)
+  std::vector<std::pair<int, int64_t>> nonfinite_injections_;  // (rank, step) test hook
+  int64_t skipped_in_a_row_ = 0;
 };
 
 }  // namespace train

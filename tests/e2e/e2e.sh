@@ -193,6 +193,74 @@ SH
   bad_injection_spec)
     run "$trainer" "${quick[@]}" --set memory.inject_oom=1:5:sideways
     expect_rc 2; expect_grep "memory.inject_oom: '1:5:sideways': phase 'sideways' is not forward, backward or optimizer" ;;
+  gpt_tiny_np2)
+    # Byte-level GPT from the sample token shards: loss falls, validation loss is logged.
+    run mpirun -np 2 "$trainer" --config "$src/configs/gpt-tiny.yaml" --set train.steps=150 \
+      --set train.eval_every=75 --set data.path="$src/data/tokens-sample"
+    expect_rc 0; expect_grep "eval step 75: loss [0-9.]+ over [0-9]+ validation samples"
+    expect_grep "tokens/s"; loss_drops ;;
+  sequence_np2)
+    for cell in lstm transformer; do
+      run mpirun -np 2 "$trainer" --config "$src/configs/sequence-$cell.yaml" --set train.steps=150 \
+        --set data.path="$src/data/timeseries-sample/series.csv"
+      expect_rc 0; expect_grep "eval step 150: loss [0-9.]+ over [0-9]+ validation samples"; loss_drops
+    done ;;
+  cnn_np2)
+    run mpirun -np 2 "$trainer" --config "$src/configs/cnn-denoise.yaml" --set train.steps=60 \
+      --set data.path="$src/data/images-sample"
+    expect_rc 0; expect_grep "eval step 60: loss [0-9.]+ psnr [0-9.]+ over [0-9]+ validation samples"
+    loss_drops ;;
+  model_needs_other_data)
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set model.name=gpt
+    expect_rc 2; expect_grep "model.name: gpt needs token data \(data.dataset: tokens\)" ;;
+  bad_token_shards)
+    # Each malformed shard stops every rank before step 1 with exit 2 and the file's name.
+    tok=(--config "$src/configs/gpt-tiny.yaml" --set data.val_path=)
+    mkdir -p "$work/odd" "$work/trunc" "$work/short" "$work/empty"
+    head -c 4097 /dev/urandom > "$work/odd/train_0.bin"
+    run mpirun -np 2 "$trainer" "${tok[@]}" --set data.path="$work/odd"
+    expect_rc 2; expect_grep "odd/train_0.bin"; expect_no_grep "step +1/"
+    # llm.c's header (magic 20240520, version 1) claiming 10000 tokens over 100.
+    python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<256i', 20240520, 1, 10000, *[0]*253) + bytes(200))" > "$work/trunc/train_0.bin"
+    run mpirun -np 2 "$trainer" "${tok[@]}" --set data.path="$work/trunc"
+    expect_rc 2; expect_grep "trunc/train_0.bin"; expect_grep "10000"
+    head -c 100 /dev/zero > "$work/short/train_0.bin"
+    run mpirun -np 2 "$trainer" "${tok[@]}" --set data.path="$work/short"
+    expect_rc 2; expect_grep "short/train_0.bin"
+    : > "$work/empty/train_0.bin"
+    run mpirun -np 2 "$trainer" "${tok[@]}" --set data.path="$work/empty"
+    expect_rc 2; expect_grep "empty/train_0.bin"; expect_no_grep "terminate called|Aborted" ;;
+  bad_csv)
+    csv=$work/s.csv
+    seq_args=(--config "$src/configs/sequence-lstm.yaml")
+    printf 'time,a,b\n' > "$csv"; for i in $(seq 1 300); do echo "$i,$i,$((i * 2))"; done >> "$csv"
+    run mpirun -np 2 "$trainer" "${seq_args[@]}" --set data.path="$csv" --set "data.features=[a, c]" --set "data.targets=[b]"
+    expect_rc 2; expect_grep "s.csv"; expect_grep "'c'|\"c\"| c[ :,]"
+    sed -i '120s/.*/120,12x0,240/' "$csv"
+    run mpirun -np 2 "$trainer" "${seq_args[@]}" --set data.path="$csv" --set "data.features=[a]" --set "data.targets=[b]"
+    expect_rc 2; expect_grep "s.csv:120"
+    head -20 "$csv" | sed '120d' > "$work/short.csv"
+    run mpirun -np 2 "$trainer" "${seq_args[@]}" --set data.path="$work/short.csv" --set "data.features=[a]" --set "data.targets=[b]" --set data.window=48
+    expect_rc 2; expect_grep "short.csv"; expect_no_grep "terminate called|Aborted" ;;
+  bad_png)
+    mkdir -p "$work/img"
+    cp "$src"/data/images-sample/*.png "$work/img/" 2>/dev/null
+    head -c 3000 /dev/urandom > "$work/img/zz_broken.png"
+    run mpirun -np 2 "$trainer" --config "$src/configs/cnn-denoise.yaml" --set data.path="$work/img" --set data.val_path=
+    expect_rc 2; expect_grep "zz_broken.png"; expect_no_grep "terminate called|Aborted" ;;
+  slow_reader_hidden)
+    # A reader slower than a step (data.inject_read_delay_ms): read in the training thread, the
+    # step waits on it for most of its time; with 8 workers reading ahead, hardly at all.
+    last_wait() { grep -E "step +60/60 " "$out" | sed -E 's/.*data wait ([0-9]+)%.*/\1/'; }
+    slow=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample" --set train.steps=60 --set log.every=20
+          --set data.inject_read_delay_ms=40 --set data.prefetch=8 --set train.eval_samples=32)
+    run mpirun -np 2 "$trainer" "${slow[@]}" --set data.workers=0
+    expect_rc 0; sync_wait=$(last_wait)
+    run mpirun -np 2 "$trainer" "${slow[@]}" --set data.workers=8
+    expect_rc 0; async_wait=$(last_wait)
+    echo "data wait: $sync_wait% without workers, $async_wait% with 8"
+    [ "${sync_wait:-0}" -ge 30 ] || fail "without workers the step waited only ${sync_wait}%"
+    [ "${async_wait:-100}" -le 10 ] || fail "with 8 workers the step still waited ${async_wait}%" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

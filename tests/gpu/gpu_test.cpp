@@ -2,6 +2,7 @@
 // training. Every test skips with a reason where no CUDA device is present; on a GPU machine they
 // run in full. Run under mpirun -np 1 (MPI is the control plane that bootstraps NCCL).
 #include <ATen/ATen.h>
+#include <cstdio>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <gtest/gtest.h>
@@ -13,8 +14,11 @@
 #include "ddp/reducer.h"
 #include "launcher/config.h"
 #include "memory/memory_stats.h"
+#include "models/cnn.h"
 #include "models/registry.h"
+#include "models/sequence.h"
 #include "mpi_test_env.h"
+#include "../unit/temp_dir.h"
 #include "train/trainer.h"
 
 namespace {
@@ -90,12 +94,13 @@ TEST(Gpu, ReducerOnCudaTensorsMatchesPlainBackward) {
 }
 
 std::vector<at::Tensor> train(const std::string& device, ddp::Communicator& control,
-                              ddp::Communicator& data) {
-  const auto config = launcher::parse_config(R"(
+                              ddp::Communicator& data,
+                              const std::string& yaml = R"(
 model: {name: mlp, hidden_dim: 64, depth: 2}
 data: {num_samples: 1024, input_dim: 16, num_classes: 5, teacher_hidden: 16, seed: 3}
 train: {global_batch_size: 32, micro_batch_size: 8, steps: 20, lr: 0.01, warmup_steps: 2, seed: 5}
-)", "gpu.yaml", {"train.device=" + device});
+)") {
+  const auto config = launcher::parse_config(yaml, "gpu.yaml", {"train.device=" + device});
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, train::model_shape_for(*dataset));
@@ -121,6 +126,104 @@ TEST(Gpu, TrainingOnGpuMatchesCpuWithinFp32Tolerance) {
     norm += on_cpu[i].pow(2).sum().item<double>();
   }
   EXPECT_LT(std::sqrt(diff / norm), 1e-4);
+}
+
+// The tokens -> gpt path on the GPU: the loader's workers fill pinned host memory, micro-batches
+// are copied on a side stream (non_blocking), blocks are checkpointed; the result matches the
+// same run on the CPU.
+TEST(Gpu, GptFromTokenShardsOnGpuMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  at::globalContext().setAllowTF32CuBLAS(false);
+  test::TempDir dir;
+  {
+    const at::Tensor tokens = (at::arange(20000, at::kLong) * 7919 % 251).to(at::kShort);
+    FILE* f = std::fopen((dir.path() + "/train_000.bin").c_str(), "wb");
+    std::fwrite(tokens.data_ptr(), 2, tokens.numel(), f);
+    std::fclose(f);
+  }
+  const std::string yaml = "model: {name: gpt, preset: tiny, checkpoint_activations: true}\n"
+                           "data: {dataset: tokens, path: " + dir.path() + ", context: 32, "
+                           "vocab_size: 256, workers: 2, prefetch: 3}\n"
+                           "train: {global_batch_size: 16, micro_batch_size: 4, steps: 8, "
+                           "lr: 0.003, warmup_steps: 2, seed: 5}\n";
+  auto control = trainer_test::runtime().world(std::chrono::seconds(60));
+  auto gpu_comm = nccl(*control);
+  const auto on_gpu = train("cuda", *control, *gpu_comm, yaml);
+  const auto on_cpu = train("cpu", *control, *control, yaml);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < on_gpu.size(); ++i) {
+    diff += (on_gpu[i] - on_cpu[i]).pow(2).sum().item<double>();
+    norm += on_cpu[i].pow(2).sum().item<double>();
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-4);
+}
+
+// The same weights and batch on CUDA (cuDNN LSTM, fused attention, cuDNN convolutions, channels
+// last) and on the CPU: loss and gradients agree to fp32 rounding.
+void expect_cuda_matches_cpu(const std::shared_ptr<models::Model>& cpu_model,
+                             const std::shared_ptr<models::Model>& cuda_model,
+                             const at::Tensor& inputs, const at::Tensor& targets,
+                             bool channels_last = false) {
+  {
+    at::NoGradGuard no_grad;
+    auto src = cpu_model->parameters();
+    auto dst = cuda_model->parameters();
+    ASSERT_EQ(src.size(), dst.size());
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  cuda_model->to(at::kCUDA);
+  at::Tensor x = inputs.cuda();
+  if (channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);  // cuDNN's NHWC kernels
+  const at::Tensor cpu_loss = cpu_model->loss(inputs, targets);
+  cpu_loss.backward();
+  const at::Tensor cuda_loss = cuda_model->loss(x, targets.cuda());
+  cuda_loss.backward();
+  EXPECT_NEAR(cuda_loss.item<double>(), cpu_loss.item<double>(), 1e-4 * std::abs(cpu_loss.item<double>()));
+  auto a = cpu_model->named_parameters();
+  auto b = cuda_model->named_parameters();
+  for (const auto& item : a) {
+    const at::Tensor g = item.value().grad();
+    const at::Tensor h = b[item.key()].grad().cpu();
+    const double err = (g - h).norm().item<double>() / std::max(1e-30, g.norm().item<double>());
+    EXPECT_LT(err, 1e-4) << item.key();
+  }
+}
+
+TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  at::globalContext().setAllowTF32CuBLAS(false);
+  at::globalContext().setAllowTF32CuDNN(false);
+  for (const std::string cell : {"lstm", "transformer"}) {
+    models::SequenceOptions o;
+    o.cell = cell;
+    o.features = 5;
+    o.window = 24;
+    o.horizon = 3;
+    o.targets = 2;
+    o.hidden_dim = 32;
+    o.num_layers = 2;
+    o.d_model = 32;
+    o.heads = 4;
+    at::manual_seed(7);
+    auto cpu = std::make_shared<models::SequenceForecaster>(o);
+    auto cuda = std::make_shared<models::SequenceForecaster>(o);
+    SCOPED_TRACE(cell);
+    expect_cuda_matches_cpu(cpu, cuda, at::randn({6, 24, 5}), at::randn({6, 3, 2}));
+  }
+  for (int64_t scale : {1, 2}) {
+    models::CnnOptions o;
+    o.channels = 3;
+    o.scale = scale;
+    o.base_channels = 16;
+    o.num_blocks = 2;
+    o.loss = "l1";
+    at::manual_seed(7);
+    auto cpu = std::make_shared<models::RestorationCnn>(o);
+    auto cuda = std::make_shared<models::RestorationCnn>(o);
+    SCOPED_TRACE(scale);
+    expect_cuda_matches_cpu(cpu, cuda, at::rand({4, 3, 16, 16}), at::rand({4, 3, 16 * scale, 16 * scale}),
+                            /*channels_last=*/true);
+  }
 }
 
 // A wide MLP whose activations dominate its memory, on the GPU.

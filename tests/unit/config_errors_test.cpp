@@ -169,7 +169,7 @@ TEST(ConfigErrors, BadDeviceChoice) {
 TEST(ConfigErrors, BadModelName) {
   const std::string message = config_error(
       "model:\n  name: nope\ntrain:\n  global_batch_size: 64\n");
-  EXPECT_THAT(message, HasSubstr("bad.yaml:2: model.name: 'nope' is not one of: mlp"));
+  EXPECT_THAT(message, HasSubstr("bad.yaml:2: model.name: 'nope' is not one of: cnn, gpt, mlp, recommender, sequence"));
 }
 
 // ---- required keys ----

@@ -246,11 +246,21 @@ TEST(Config, YamlDumpRoundTripsStringsThatNeedQuoting) {
 const std::vector<std::string> kEveryKey = {
     "model.name", "model.hidden_dim", "model.depth", "model.embedding_dim", "model.encoder_dim",
     "model.encoder_layers", "model.encoder_heads", "model.text_len", "model.encoder_weights",
-    "data.dataset", "data.path", "data.text_len", "data.negatives", "data.num_samples",
-    "data.input_dim", "data.num_classes", "data.teacher_hidden", "data.label_noise", "data.seed",
+    "model.preset", "model.num_layers", "model.heads", "model.d_model", "model.context",
+    "model.dropout", "model.checkpoint_activations", "model.cell", "model.base_channels",
+    "model.num_blocks", "model.loss",
+    "data.dataset", "data.path", "data.val_path", "data.context", "data.vocab_size",
+    "data.features", "data.targets", "data.window", "data.horizon", "data.val_fraction",
+    "data.patch_size", "data.scale", "data.noise_std", "data.crops_per_image", "data.workers",
+    "data.prefetch", "data.inject_read_delay_ms", "data.text_len", "data.negatives",
+    "data.num_samples", "data.input_dim", "data.num_classes", "data.teacher_hidden",
+    "data.label_noise", "data.seed",
     "train.device", "train.global_batch_size", "train.micro_batch_size", "train.steps",
     "train.lr", "train.min_lr_ratio", "train.warmup_steps", "train.weight_decay", "train.beta1",
     "train.beta2", "train.eps", "train.grad_clip", "train.seed", "train.threads", "train.eval_every",
+    "train.precision", "train.loss_scale", "train.loss_scale_growth", "train.loss_scale_backoff",
+    "train.loss_scale_interval", "train.max_skipped_steps", "train.inject_nonfinite", "train.tf32", "train.cudnn_benchmark", "train.peak_tflops",
+    "train.eval_samples",
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
     "ddp.find_unused_parameters",
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
@@ -293,7 +303,7 @@ TEST(Config, ReferenceListsEveryKey) {
   EXPECT_THAT(line_of("train.lr"), HasSubstr("(0, 10]"));
   EXPECT_THAT(line_of("train.micro_batch_size"), HasSubstr(">= 1 or auto"));
   EXPECT_THAT(line_of("train.device"), HasSubstr("auto | cpu | cuda"));
-  EXPECT_THAT(line_of("memory.fallback"), HasSubstr("[halve_micro_batch, uncache_embeddings]"));
+  EXPECT_THAT(line_of("memory.fallback"), HasSubstr("[checkpoint_activations, halve_micro_batch, uncache_embeddings]"));
 }
 
 }  // namespace

@@ -60,6 +60,33 @@ TEST(FallbackLadder, OrderFollowsTheConfiguration) {
   EXPECT_EQ(ladder.next()->new_micro_batch, 4);
 }
 
+TEST(FallbackLadder, CheckpointingFirstKeepsTheMicroBatchThenHalves) {
+  FallbackLadder ladder({Rung::kCheckpointActivations, Rung::kHalveMicroBatch}, 8, 2,
+                        /*has_cache=*/false, /*can_checkpoint=*/true);
+  const auto first = ladder.next();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->rung, Rung::kCheckpointActivations);
+  EXPECT_EQ(first->new_micro_batch, 8);
+  EXPECT_EQ(ladder.micro_batch(), 8);
+  EXPECT_EQ(ladder.next()->new_micro_batch, 4);
+  EXPECT_EQ(ladder.next()->new_micro_batch, 2);
+  EXPECT_FALSE(ladder.next());
+}
+
+TEST(FallbackLadder, ModelWithoutCheckpointingSkipsThatRung) {
+  FallbackLadder ladder({Rung::kCheckpointActivations, Rung::kHalveMicroBatch}, 4, 1,
+                        /*has_cache=*/false, /*can_checkpoint=*/false);
+  EXPECT_EQ(ladder.next()->rung, Rung::kHalveMicroBatch);
+}
+
+TEST(FallbackLadder, CheckpointingAfterHalvingIsTakenAtTheFloor) {
+  FallbackLadder ladder({Rung::kHalveMicroBatch, Rung::kCheckpointActivations}, 4, 2,
+                        /*has_cache=*/false, /*can_checkpoint=*/true);
+  EXPECT_EQ(ladder.next()->new_micro_batch, 2);
+  EXPECT_EQ(ladder.next()->rung, Rung::kCheckpointActivations);
+  EXPECT_FALSE(ladder.next());
+}
+
 TEST(FallbackLadder, EmptyLadderIsSpent) {
   FallbackLadder ladder({}, 8, 1, true);
   EXPECT_FALSE(ladder.next());
@@ -68,6 +95,8 @@ TEST(FallbackLadder, EmptyLadderIsSpent) {
 TEST(FallbackLadder, RungNames) {
   EXPECT_EQ(memory::parse_rung("halve_micro_batch"), Rung::kHalveMicroBatch);
   EXPECT_EQ(memory::to_string(Rung::kUncacheEmbeddings), "uncache_embeddings");
+  EXPECT_EQ(memory::parse_rung("checkpoint_activations"), Rung::kCheckpointActivations);
+  EXPECT_EQ(memory::to_string(Rung::kCheckpointActivations), "checkpoint_activations");
   EXPECT_THROW(memory::parse_rung("shrink"), std::invalid_argument);
 }
 

@@ -88,8 +88,9 @@ TEST_F(MovieLens, LeaveLastOutInClosedForm) {
   EXPECT_EQ(ds.negatives_per_interaction(), 8);
   EXPECT_EQ(ds.size(), 40);
   EXPECT_THAT(flat(ds.train_interactions()), ElementsAre(2, 0, 0, 1, 2, 1, 1, 2, 0, 0));
-  EXPECT_EQ(ds.input_dim(), 3);
-  EXPECT_EQ(ds.num_classes(), 0);
+  EXPECT_EQ(ds.shape().input_dim, 3);
+  EXPECT_EQ(ds.shape().num_classes, 0);
+  EXPECT_EQ(ds.shape().num_items, ds.num_items());
 }
 
 TEST_F(MovieLens, SamplesAreUserPositiveNegative) {

@@ -267,7 +267,7 @@ TEST(Recommender, RegistryBuildsItFromAMovieLensDataset) {
   o.encoder_layers = 1;
   o.encoder_heads = 2;
   models::ModelShape shape;
-  shape.input_dim = ds.input_dim();
+  shape.input_dim = ds.shape().input_dim;
   shape.num_users = ds.num_users();
   shape.num_items = ds.num_items();
   shape.item_text = ds.item_text();

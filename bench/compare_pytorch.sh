@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The trainer against the same model in PyTorch DistributedDataParallel (bench/pytorch_peer.py,
+# gloo on CPU), same global batch, same number of ranks and threads per rank, side by side in
+# one run. Prints a markdown table: samples/s of each and the trainer's ratio (> 1: faster).
+#
+#   bench/compare_pytorch.sh [STEPS]       (after scripts/bootstrap.sh; default 60 steps)
+#
+# Rows: gpt-tiny (configs/gpt-tiny.yaml) and the LSTM forecaster (configs/sequence-lstm.yaml)
+# at 1 and 2 ranks. Each pair runs twice, alternating (trainer, peer, trainer, peer), and the
+# table shows the better of the two runs of each, so a noisy neighbour hurts neither side alone.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+steps=${1:-60}
+py="$TRAINER_VENV/bin/python"
+trainer=${TRAINER:-$BUILD_DIR/trainer}
+[ -x "$trainer" ] || { echo "no $trainer: run scripts/bootstrap.sh first" >&2; exit 2; }
+
+# One trainer run: prints its samples/s (the "done:" line: steps after the first).
+run_trainer() {  # ranks config overrides...
+  local np=$1 config=$2; shift 2
+  mpirun -np "$np" "$trainer" --config "$config" --set train.steps="$steps" \
+    --set train.eval_every=0 --set train.eval_samples=1 --set log.every=1000000 \
+    --set memory.check_every=0 "$@" 2>&1 |
+    sed -n 's/.*done: .* \([0-9.]*\) samples\/s.*/\1/p'
+}
+run_peer() {  # ranks args...
+  local np=$1; shift
+  mpirun -np "$np" "$py" bench/pytorch_peer.py "$@" --steps "$steps" 2>&1 |
+    sed -n 's/^peer: .* samples\/s \([0-9.]*\) .*/\1/p'
+}
+best() { printf '%s\n' "$@" | sort -g | tail -1; }
+
+echo "| model | ranks | global batch | trainer samples/s | PyTorch DDP (gloo) samples/s | trainer / PyTorch |"
+echo "|---|---:|---:|---:|---:|---:|"
+row() {  # name ranks batch trainer-args(;-separated) peer-args(;-separated)
+  local name=$1 np=$2 batch=$3
+  IFS=';' read -r -a targs <<<"$4"
+  IFS=';' read -r -a pargs <<<"$5"
+  local t1 p1 t2 p2
+  t1=$(run_trainer "$np" "${targs[@]}" --set train.global_batch_size="$batch")
+  p1=$(run_peer "$np" "${pargs[@]}" --global-batch "$batch")
+  t2=$(run_trainer "$np" "${targs[@]}" --set train.global_batch_size="$batch")
+  p2=$(run_peer "$np" "${pargs[@]}" --global-batch "$batch")
+  local t p
+  t=$(best "$t1" "$t2"); p=$(best "$p1" "$p2")
+  awk -v n="$name" -v np="$np" -v b="$batch" -v t="$t" -v p="$p" \
+    'BEGIN { printf "| %s | %d | %d | %.1f | %.1f | %.2f |\n", n, np, b, t, p, (p > 0 ? t / p : 0) }'
+}
+
+gpt_t="configs/gpt-tiny.yaml;--set;train.micro_batch_size=1000000"
+gpt_p="gpt;--data;data/tokens-sample;--context;64;--vocab;256;--layers;2;--heads;4;--d-model;64"
+lstm_t="configs/sequence-lstm.yaml;--set;train.micro_batch_size=1000000"
+lstm_p="lstm;--data;data/timeseries-sample/series.csv;--features;${LSTM_FEATURES:-temperature,humidity,load};--targets;${LSTM_TARGETS:-load};--window;48;--horizon;1;--hidden;64;--lstm-layers;2"
+for np in 1 2; do
+  row gpt-tiny "$np" 32 "$gpt_t" "$gpt_p"
+done
+for np in 1 2; do
+  row "lstm (sequence)" "$np" 64 "$lstm_t" "$lstm_p"
+done

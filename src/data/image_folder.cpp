@@ -1,0 +1,217 @@
+#include "data/image_folder.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <png.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include "data/errors.h"
+#include "data/readers.h"
+
+namespace data {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t sample_hash(uint64_t stream, int64_t i) {
+  return splitmix64(stream ^ splitmix64(static_cast<uint64_t>(i)));
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool ends_with_png(const std::string& name) {
+  if (name.size() <= 4) return false;
+  std::string ext = name.substr(name.size() - 4);
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".png";
+}
+
+// The .png files of `dir` (full paths), sorted by name. `key` names the config key in errors.
+std::vector<std::string> png_files(const std::string& key, const std::string& dir) {
+  if (dir.empty()) throw DataError(fmt::format("{}: empty; give a directory of .png files", key));
+  if (!is_directory(dir)) {
+    throw DataError(fmt::format("{}: {} is not a directory (of .png files)", key, dir));
+  }
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    throw DataError(fmt::format("{}: cannot open the directory {}: {}", key, dir, std::strerror(errno)));
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (ends_with_png(name)) names.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  if (names.empty()) throw DataError(fmt::format("{}: {} holds no .png files", key, dir));
+  std::vector<std::string> out;
+  out.reserve(names.size());
+  for (const auto& n : names) out.push_back(dir + "/" + n);
+  return out;
+}
+
+// Reads the header of `path` into `image` (begin_read); throws a DataError naming the file.
+void begin_read(const std::string& path, png_image& image) {
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  if (png_image_begin_read_from_file(&image, path.c_str()) == 0) {
+    const std::string message = image.message;
+    png_image_free(&image);
+    throw DataError(fmt::format("{}: cannot read the PNG: {}", path, message));
+  }
+}
+
+void check_params(const ImageFolderDataset::Params& p) {
+  if (p.scale != 1 && p.scale != 2 && p.scale != 4) {
+    throw DataError(fmt::format("data.scale must be 1, 2 or 4, got {}", p.scale));
+  }
+  if (p.patch_size < 1) throw DataError(fmt::format("data.patch_size must be positive, got {}", p.patch_size));
+  if (p.patch_size % p.scale != 0) {
+    throw DataError(fmt::format("data.patch_size = {} is not a multiple of data.scale = {}",
+                                p.patch_size, p.scale));
+  }
+  if (p.crops_per_image < 1) {
+    throw DataError(fmt::format("data.crops_per_image must be positive, got {}", p.crops_per_image));
+  }
+  if (p.noise_std < 0.0) throw DataError(fmt::format("data.noise_std must be >= 0, got {}", p.noise_std));
+}
+
+}  // namespace
+
+ImageFolderDataset::ImageFolderDataset(std::vector<std::string> files, Params params,
+                                       std::vector<std::string> validation_files)
+    : files_(std::move(files)), params_(params) {
+  check_params(params_);
+  if (files_.empty()) throw DataError("data.path: no .png files");
+  for (const auto& f : files_) {
+    png_image image;
+    begin_read(f, image);
+    Image im{f, static_cast<int64_t>(image.width), static_cast<int64_t>(image.height)};
+    png_image_free(&image);
+    if (im.width < params_.patch_size || im.height < params_.patch_size) {
+      throw DataError(fmt::format("{}: the image is {}x{} pixels, smaller than data.patch_size = {}",
+                                  f, im.width, im.height, params_.patch_size));
+    }
+    images_.push_back(std::move(im));
+  }
+  if (!validation_files.empty()) {
+    Params v = params_;
+    v.seed = params_.seed ^ kImageValidationSeed;
+    validation_ = std::make_shared<ImageFolderDataset>(std::move(validation_files), v);
+  }
+}
+
+int64_t ImageFolderDataset::size() const {
+  return static_cast<int64_t>(images_.size()) * params_.crops_per_image;
+}
+
+DataShape ImageFolderDataset::shape() const {
+  DataShape s;
+  s.channels = 3;
+  s.scale = params_.scale;
+  return s;
+}
+
+std::pair<int64_t, int64_t> ImageFolderDataset::crop_origin(int64_t i) const {
+  if (i < 0 || i >= size()) {
+    throw std::out_of_range(fmt::format("image sample {} is outside [0, {})", i, size()));
+  }
+  const Image& im = images_[static_cast<size_t>(i / params_.crops_per_image)];
+  const uint64_t h = sample_hash(params_.seed, i);
+  const auto span_x = static_cast<uint64_t>(im.width - params_.patch_size + 1);
+  const auto span_y = static_cast<uint64_t>(im.height - params_.patch_size + 1);
+  return {static_cast<int64_t>(h % span_x), static_cast<int64_t>(splitmix64(h) % span_y)};
+}
+
+Batch ImageFolderDataset::get(const at::Tensor& indices) const {
+  const at::Tensor idx = indices.to(at::kLong).contiguous();
+  const int64_t n = idx.numel();
+  const int64_t* ids = idx.data_ptr<int64_t>();
+  const int64_t p = params_.patch_size;
+  const int64_t q = p / params_.scale;
+  at::Tensor targets = at::empty({n, 3, p, p}, at::kFloat);
+  at::Tensor inputs = at::empty({n, 3, q, q}, at::kFloat);
+  std::vector<uint8_t> pixels;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = ids[k];
+    const auto [x0, y0] = crop_origin(i);
+    const Image& im = images_[static_cast<size_t>(i / params_.crops_per_image)];
+
+    png_image image;
+    begin_read(im.path, image);
+    if (static_cast<int64_t>(image.width) != im.width || static_cast<int64_t>(image.height) != im.height) {
+      png_image_free(&image);
+      throw DataError(fmt::format("{}: the image changed since it was opened ({}x{}, now {}x{})",
+                                  im.path, im.width, im.height, image.width, image.height));
+    }
+    image.format = PNG_FORMAT_RGB;
+    pixels.resize(PNG_IMAGE_SIZE(image));
+    if (png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr) == 0) {
+      const std::string message = image.message;
+      png_image_free(&image);
+      throw DataError(fmt::format("{}: cannot decode the PNG: {}", im.path, message));
+    }
+    png_image_free(&image);
+
+    // The crop, HWC uint8 -> CHW float in [0, 1].
+    at::Tensor whole = at::from_blob(pixels.data(), {im.height, im.width, 3}, at::kByte);
+    at::Tensor target = whole.narrow(0, y0, p).narrow(1, x0, p).permute({2, 0, 1})
+                            .to(at::kFloat).div_(255.0f);
+    targets[k].copy_(target);
+
+    if (params_.scale == 1) {
+      at::Tensor input = target;
+      if (params_.noise_std > 0.0) {
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(sample_hash(params_.seed, i));
+        at::Tensor noise = at::normal(0.0, params_.noise_std, {3, p, p}, gen, at::TensorOptions(at::kFloat));
+        input = (target + noise).clamp_(0.0, 1.0);
+      }
+      inputs[k].copy_(input);
+    } else {
+      inputs[k].copy_(at::avg_pool2d(target.unsqueeze(0), {params_.scale, params_.scale},
+                                     {params_.scale, params_.scale}).squeeze(0));
+    }
+  }
+  return {inputs, targets};
+}
+
+std::unique_ptr<Dataset> make_image_dataset(const DataOptions& o) {
+  ImageFolderDataset::Params params;
+  params.patch_size = o.patch_size;
+  params.scale = o.scale;
+  params.noise_std = o.noise_std;
+  params.crops_per_image = o.crops_per_image;
+  params.seed = o.seed;
+  check_params(params);  // before reading any file: a key error names the key
+
+  std::vector<std::string> train = png_files("data.path", o.path);
+  std::vector<std::string> validation;
+  if (!o.val_path.empty()) {
+    validation = png_files("data.val_path", o.val_path);
+  } else if (o.val_fraction > 0.0 && train.size() >= 2) {
+    auto held = static_cast<size_t>(std::llround(o.val_fraction * static_cast<double>(train.size())));
+    held = std::clamp<size_t>(held, 1, train.size() - 1);
+    validation.assign(train.end() - static_cast<std::ptrdiff_t>(held), train.end());
+    train.resize(train.size() - held);
+  }
+  return std::make_unique<ImageFolderDataset>(std::move(train), params, std::move(validation));
+}
+
+}  // namespace data

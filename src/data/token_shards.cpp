@@ -1,0 +1,233 @@
+#include "data/token_shards.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "data/errors.h"
+#include "data/readers.h"
+
+namespace data {
+namespace {
+
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr int32_t kLlmcVersion = 1;  // uint16 tokens
+constexpr int64_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The .bin files of `dir`, sorted by name. `key` names the config key for the message.
+std::vector<std::string> bin_files(const std::string& dir, const char* key) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    throw DataError(fmt::format("{}: cannot open the directory {}: {}", key, dir, std::strerror(errno)));
+  }
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) out.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A whole file mapped read-only; unmapped by the destructor. Pages are read on first touch, so
+// opening a corpus costs one mmap per shard, whatever its size.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw DataError(fmt::format("{}: cannot open the token shard: {}", path, std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw DataError(fmt::format("{}: not a regular file", path));
+    }
+    bytes_ = static_cast<int64_t>(st.st_size);
+    if (bytes_ > 0) {
+      void* map = ::mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ, MAP_SHARED, fd, 0);
+      if (map == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        throw DataError(fmt::format("{}: cannot map the token shard: {}", path, std::strerror(err)));
+      }
+      data_ = static_cast<const unsigned char*>(map);
+    }
+    ::close(fd);  // the mapping keeps the file
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), static_cast<size_t>(bytes_));
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  const unsigned char* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
+
+struct TokenShardDataset::Shard {
+  std::string path;
+  MappedFile file;
+  int64_t header_bytes = 0;  // before the first token: 0, or llm.c's header
+  int64_t count = 0;         // tokens
+
+  explicit Shard(const std::string& p) : path(p), file(p) {
+    const int64_t size = file.bytes();
+    if (size == 0) throw DataError(fmt::format("{}: the token shard is empty (0 bytes)", path));
+    int32_t magic = 0;
+    if (size >= 4) std::memcpy(&magic, file.data(), sizeof magic);
+    if (magic == kLlmcMagic) {
+      if (size < kLlmcHeaderBytes) {
+        throw DataError(fmt::format("{}: truncated: llm.c's header is {} bytes, the file holds {}",
+                                    path, kLlmcHeaderBytes, size));
+      }
+      int32_t header[3];
+      std::memcpy(header, file.data(), sizeof header);
+      if (header[1] != kLlmcVersion) {
+        throw DataError(fmt::format("{}: byte offset 4: llm.c header version {}; only version {} "
+                                    "(uint16 tokens) is supported", path, header[1], kLlmcVersion));
+      }
+      const int64_t claimed = header[2];
+      const int64_t held = (size - kLlmcHeaderBytes) / 2;
+      if (claimed < 0 || kLlmcHeaderBytes + 2 * claimed != size) {
+        throw DataError(fmt::format(
+            "{}: {}: the header (byte offset 8) says {} tokens, the file holds {} ({} bytes after the "
+            "{}-byte header)", path, claimed > held ? "truncated" : "corrupt", claimed, held,
+            size - kLlmcHeaderBytes, kLlmcHeaderBytes));
+      }
+      header_bytes = kLlmcHeaderBytes;
+      count = claimed;
+    } else {
+      if (size % 2 != 0) {
+        throw DataError(fmt::format("{}: {} bytes, an odd byte count: not a file of uint16 tokens "
+                                    "(a partial token at byte offset {})", path, size, size - 1));
+      }
+      count = size / 2;
+    }
+  }
+
+  // Token j, read as little-endian whatever the host's byte order.
+  uint16_t token(int64_t j) const {
+    const unsigned char* p = file.data() + header_bytes + 2 * j;
+    return static_cast<uint16_t>(p[0] | (p[1] << 8));
+  }
+};
+
+TokenShardDataset::TokenShardDataset(const std::vector<std::string>& files, int64_t context,
+                                     int64_t vocab_size, const std::vector<std::string>& validation_files)
+    : files_(files), context_(context), vocab_size_(vocab_size) {
+  if (files.empty()) throw DataError("data.path: no token shards (.bin files) to read");
+  if (context < 1) throw DataError(fmt::format("data.context must be positive, got {}", context));
+  if (vocab_size < 1) throw DataError(fmt::format("data.vocab_size must be positive, got {}", vocab_size));
+  const Shard* longest = nullptr;
+  for (const auto& f : files) {
+    auto shard = std::make_unique<Shard>(f);
+    first_window_.push_back(windows_);
+    windows_ += (shard->count - 1) / context;
+    tokens_ += shard->count;
+    if (longest == nullptr || shard->count > longest->count) longest = shard.get();
+    shards_.push_back(std::move(shard));
+  }
+  if (windows_ == 0) {
+    throw DataError(fmt::format(
+        "{}: {} tokens, fewer than data.context + 1 = {}: a window longer than the data (windows "
+        "never cross shards; {} shard(s), this one the longest)",
+        longest->path, longest->count, context + 1, shards_.size()));
+  }
+  if (!validation_files.empty()) {
+    validation_ = std::make_shared<TokenShardDataset>(validation_files, context, vocab_size);
+  }
+}
+
+TokenShardDataset::~TokenShardDataset() = default;
+
+DataShape TokenShardDataset::shape() const {
+  DataShape s;
+  s.vocab_size = vocab_size_;
+  s.context = context_;
+  return s;
+}
+
+Batch TokenShardDataset::get(const at::Tensor& indices) const {
+  const at::Tensor idx = indices.to(at::kLong).contiguous();
+  const int64_t n = idx.numel();
+  const int64_t* ids = idx.data_ptr<int64_t>();
+  const int64_t width = context_ + 1;
+  at::Tensor window = at::empty({n, width}, at::kLong);
+  int64_t* out = window.data_ptr<int64_t>();
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t i = ids[k];
+    if (i < 0 || i >= windows_) {
+      throw std::out_of_range(fmt::format("token window {} is outside [0, {})", i, windows_));
+    }
+    // The last shard whose first window is <= i (empty shards share their successor's start).
+    const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), i) - 1;
+    const Shard& shard = *shards_[static_cast<size_t>(it - first_window_.begin())];
+    const int64_t start = (i - *it) * context_;
+    for (int64_t j = 0; j < width; ++j) {
+      const uint16_t token = shard.token(start + j);
+      if (token >= vocab_size_) {
+        throw DataError(fmt::format("{}: byte offset {}: token id {} is not below data.vocab_size = {}",
+                                    shard.path, shard.header_bytes + 2 * (start + j), token, vocab_size_));
+      }
+      out[k * width + j] = token;
+    }
+  }
+  return {window.narrow(1, 0, context_).contiguous(), window.narrow(1, 1, context_).contiguous()};
+}
+
+ShardFiles find_shards(const std::string& path, const std::string& val_path) {
+  if (path.empty()) throw DataError("data.path: empty; give a .bin token shard or a directory of them");
+  ShardFiles out;
+  if (is_directory(path)) {
+    for (const auto& name : bin_files(path, "data.path")) {
+      (name.find("val") != std::string::npos ? out.validation : out.train).push_back(path + "/" + name);
+    }
+    if (out.train.empty()) {
+      throw DataError(fmt::format("data.path: {} holds no training shards (.bin files without 'val' "
+                                  "in the name)", path));
+    }
+  } else {
+    out.train.push_back(path);
+  }
+  if (!val_path.empty()) {
+    out.validation.clear();
+    if (is_directory(val_path)) {
+      for (const auto& name : bin_files(val_path, "data.val_path")) {
+        out.validation.push_back(val_path + "/" + name);
+      }
+      if (out.validation.empty()) {
+        throw DataError(fmt::format("data.val_path: {} holds no .bin token shards", val_path));
+      }
+    } else {
+      out.validation.push_back(val_path);
+    }
+  }
+  return out;
+}
+
+std::unique_ptr<Dataset> make_token_dataset(const DataOptions& o) {
+  const ShardFiles files = find_shards(o.path, o.val_path);
+  return std::make_unique<TokenShardDataset>(files.train, o.context, o.vocab_size, files.validation);
+}
+
+}  // namespace data

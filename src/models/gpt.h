@@ -1,0 +1,78 @@
+// Gpt: a decoder-only transformer language model in the shape of GPT-2.
+//
+//   tokens [n, T] -> wte(tokens) + wpe(0..T-1) -> dropout
+//     -> num_layers x Block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+//          attn: qkv = Linear(C, 3C) -> heads -> causal scaled_dot_product_attention -> Linear(C, C)
+//          mlp:  Linear(C, 4C) -> GELU (tanh approximation) -> Linear(4C, C)
+//     -> ln_f -> logits = x @ wte^T (the output projection is tied to the token embedding)
+//   loss: mean next-token cross-entropy over every position, on the first vocab_size logits
+//         (the padded rows of wte are never a target and never predicted)
+//
+// Initialisation as GPT-2: Linear and Embedding weights N(0, 0.02), the two residual output
+// projections (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 * num_layers)), biases zero,
+// LayerNorm weight 1 and bias 0. Parameter names (as in named_parameters(), also the checkpoint
+// and reference-test keys) follow GPT-2's: wte.weight, wpe.weight, h.{i}.ln_1.weight,
+// h.{i}.attn.c_attn.weight, h.{i}.attn.c_proj.weight, h.{i}.ln_2.weight, h.{i}.mlp.c_fc.weight,
+// h.{i}.mlp.c_proj.weight (each with .bias), ln_f.weight, ln_f.bias. Linear weights are
+// [out, in] as in torch.nn.Linear. LayerNorm eps 1e-5; attention scale 1/sqrt(d_model / heads).
+//
+// Dropout (model.dropout, training mode only), where GPT-2 has it: after the embeddings, on the
+// attention probabilities, and on each residual branch's output (after attn.c_proj, mlp.c_proj).
+//
+// Activation checkpointing (set_checkpoint_activations): each block keeps only its input in
+// forward and is recomputed during backward (with the same dropout masks), trading compute for
+// memory without changing the result.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace models {
+
+struct GptOptions {
+  int64_t vocab_size = 0;         // token ids the data holds (targets are below it)
+  int64_t padded_vocab_size = 0;  // rows of wte: vocab_size rounded up (0: to a multiple of 64)
+  int64_t context = 0;            // positions (rows of wpe); inputs may be shorter
+  int64_t num_layers = 0;
+  int64_t heads = 0;
+  int64_t d_model = 0;
+  double dropout = 0.0;
+  bool checkpoint_activations = false;
+};
+
+// The preset's dimensions: gpt2 (124M: 12 layers, 12 heads, 768 wide, 1024 positions, vocab
+// 50257), gpt2-medium (350M: 24, 16, 1024, 1024, 50257), tiny (tests: 2 layers, 4 heads, 64 wide,
+// 64 positions, vocab 256). Throws std::invalid_argument naming model.preset otherwise.
+GptOptions gpt_preset(const std::string& name);
+std::vector<std::string> gpt_preset_names();
+
+class Gpt final : public Model {
+ public:
+  // Throws std::invalid_argument naming the model key for inconsistent options (heads not
+  // dividing d_model, a zero dimension).
+  explicit Gpt(const GptOptions& options);
+  ~Gpt() override;
+  // logits [n, T, padded_vocab_size] for tokens int64 [n, T] (T <= context).
+  at::Tensor forward(const at::Tensor& tokens) override;
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
+  bool set_checkpoint_activations(bool on) override;
+  bool checkpoint_activations() const override { return options_.checkpoint_activations; }
+  // 6 N + 12 L d T: N the parameters less the position embedding (nanoGPT's count; wte counts,
+  // as it is also the output projection). The recomputation of checkpointing is not counted.
+  double flops_per_token(int64_t positions) const override;
+  const GptOptions& options() const { return options_; }
+
+ private:
+  // The submodules, typed (defined in gpt.cpp so that this header stays free of the nn module
+  // headers). They are registered on this module, which owns them.
+  struct Layers;
+
+  GptOptions options_;  // padded_vocab_size resolved
+  std::unique_ptr<Layers> layers_;
+};
+
+}  // namespace models

@@ -1,0 +1,72 @@
+#include "train/loss_scaler.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <stdexcept>
+
+namespace train {
+
+LossScaler::LossScaler(LossScalerOptions options, c10::Device device) : options_(options) {
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  scale_ = at::full({1}, options_.enabled ? options_.init_scale : 1.0, f32);
+  inv_scale_ = at::full({1}, 1.0, f32);
+  growth_tracker_ = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
+  found_inf_ = at::zeros({1}, f32);
+}
+
+double LossScaler::scale_value() const { return scale_.item<double>(); }
+
+void LossScaler::unscale(const std::vector<at::Tensor>& buffers) {
+  if (!options_.enabled) return;
+  at::NoGradGuard no_grad;
+  at::reciprocal_out(inv_scale_, scale_);
+  found_inf_.zero_();
+  at::_amp_foreach_non_finite_check_and_unscale_(buffers, found_inf_, inv_scale_);
+}
+
+bool LossScaler::found_non_finite() const {
+  return options_.enabled && found_inf_.item<float>() > 0;
+}
+
+void LossScaler::update() {
+  if (!options_.enabled) return;
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth, options_.backoff,
+                         options_.growth_interval);
+  found_inf_.zero_();
+}
+
+int64_t LossScaler::growth_tracker() const { return growth_tracker_.item<int>(); }
+
+std::vector<std::pair<int, int64_t>> parse_nonfinite_injections(const std::string& text) {
+  std::vector<std::pair<int, int64_t>> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(';', start);
+    if (end == std::string::npos) end = text.size();
+    std::string entry = text.substr(start, end - start);
+    entry.erase(0, entry.find_first_not_of(' '));
+    entry.erase(entry.find_last_not_of(' ') + 1);
+    start = end + 1;
+    if (entry.empty()) continue;
+    const size_t colon = entry.find(':');
+    int rank = -1;
+    int64_t step = -1;
+    bool ok = colon != std::string::npos;
+    if (ok) {
+      auto r = std::from_chars(entry.data(), entry.data() + colon, rank);
+      auto s = std::from_chars(entry.data() + colon + 1, entry.data() + entry.size(), step);
+      ok = r.ec == std::errc() && r.ptr == entry.data() + colon && s.ec == std::errc() &&
+           s.ptr == entry.data() + entry.size() && rank >= 0 && step >= 1;
+    }
+    if (!ok) {
+      throw std::invalid_argument(fmt::format(
+          "train.inject_nonfinite: '{}' is not RANK:STEP (a rank >= 0 and a step >= 1)", entry));
+    }
+    out.emplace_back(rank, step);
+  }
+  return out;
+}
+
+}  // namespace train

@@ -1,0 +1,68 @@
+// LossScaler: dynamic loss scaling for fp16 training that every rank agrees on without a
+// collective of its own.
+//
+// Each micro-batch's loss is multiplied by the scale before backward; the Reducer all-reduces the
+// scaled gradients; then unscale() divides the reduced gradient buckets by the scale and checks
+// them for inf/NaN (ATen's _amp_foreach_non_finite_check_and_unscale_). The buckets hold the SUM
+// over ranks, so every rank sees the same values and reaches the same verdict: a non-finite
+// gradient on one rank makes the sum non-finite on all. update() then applies ATen's
+// _amp_update_scale_: after a non-finite step the scale is multiplied by `backoff` (the step is
+// skipped: no clipping, no update); after `growth_interval` finite steps in a row it is multiplied
+// by `growth`. The scale, the growth tracker and the verdict stay on the training device; reading
+// the verdict (skipped()) is one device-to-host read per step, which deciding to skip the update
+// needs.
+//
+// Disabled (fp32, bf16): scale() is 1, unscale() and update() do nothing.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace train {
+
+struct LossScalerOptions {
+  bool enabled = false;
+  double init_scale = 65536.0;
+  double growth = 2.0;
+  double backoff = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+class LossScaler {
+ public:
+  LossScaler(LossScalerOptions options, c10::Device device);
+
+  bool enabled() const { return options_.enabled; }
+  // The current scale as a 0-dim-like [1] float tensor on the device (1 when disabled).
+  const at::Tensor& scale() const { return scale_; }
+  double scale_value() const;
+
+  // Divides `buffers` (the reduced gradient buckets) by the scale in place and records whether
+  // any value is inf or NaN. No-op when disabled.
+  void unscale(const std::vector<at::Tensor>& buffers);
+  // Whether the last unscale() found a non-finite gradient (reads one value from the device).
+  bool found_non_finite() const;
+  // Backs off or grows the scale according to the last unscale(); resets the verdict.
+  void update();
+
+  // For checkpoints: the scale and the count of finite steps since the last change.
+  int64_t growth_tracker() const;
+
+ private:
+  LossScalerOptions options_;
+  at::Tensor scale_;           // float [1]
+  at::Tensor inv_scale_;       // float [1]
+  at::Tensor growth_tracker_;  // int [1]
+  at::Tensor found_inf_;       // float [1]
+};
+
+// train.inject_nonfinite: "RANK:STEP" entries separated by ';' (steps from 1). Throws
+// std::invalid_argument naming the key for a malformed entry.
+std::vector<std::pair<int, int64_t>> parse_nonfinite_injections(const std::string& text);
+
+}  // namespace train

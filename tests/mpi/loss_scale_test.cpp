@@ -1,0 +1,102 @@
+// fp16 loss scaling that every rank agrees on (train/loss_scaler.h): an inf injected into one
+// rank's gradient makes every rank skip the same step with parameters unchanged and the scale
+// backed off; training then goes on; without injections the scale grows as configured.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "launcher/config.h"
+#include "models/registry.h"
+#include "mpi_test_env.h"
+#include "train/trainer.h"
+
+namespace {
+
+using trainer_test::relative_error;
+
+struct Run16 {
+  std::unique_ptr<data::Dataset> dataset;
+  std::shared_ptr<models::Model> model;
+  std::unique_ptr<train::Trainer> trainer;
+};
+
+Run16 make(ddp::Communicator& comm, const std::string& extra) {
+  const auto config = launcher::parse_config(
+      "model: {name: mlp, hidden_dim: 32, depth: 2}\n"
+      "data: {num_samples: 1000, input_dim: 8, num_classes: 4, teacher_hidden: 8, seed: 7}\n"
+      "train: {device: cpu, global_batch_size: 13, micro_batch_size: 3, steps: 10, lr: 0.01,\n"
+      "        warmup_steps: 1, seed: 11, precision: fp16, loss_scale: 1024,\n"
+      "        loss_scale_interval: 3" + extra + "}\n",
+      "loss-scale.yaml");
+  Run16 s;
+  s.dataset = data::make_dataset(config.data);
+  at::manual_seed(config.train.seed);
+  s.model = models::create_model(config.model, train::model_shape_for(*s.dataset));
+  s.trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, s.model,
+                                               *s.dataset, c10::Device(c10::kCPU));
+  return s;
+}
+
+std::vector<at::Tensor> snapshot(models::Model& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Tensor>& params) {
+  for (const auto& p : params) {
+    at::Tensor max = p.clone(), min = p.clone();
+    comm.all_reduce(max, ddp::ReduceOp::kMax);
+    comm.all_reduce(min, ddp::ReduceOp::kMin);
+    EXPECT_TRUE(at::equal(max, min));
+  }
+}
+
+TEST(LossScale, NonFiniteOnOneRankSkipsTheStepOnEveryRank) {
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  const int last = world->size() - 1;
+  // The last rank's gradient is infinite at step 4 (1-based).
+  Run16 s = make(*world, fmt::format(", inject_nonfinite: '{}:4'", last));
+  for (int64_t step = 0; step < 3; ++step) {
+    const auto r = s.trainer->step(step);
+    EXPECT_FALSE(r.skipped) << "step " << step + 1;
+  }
+  const auto before = snapshot(*s.model);
+  const auto r4 = s.trainer->step(3);
+  EXPECT_TRUE(r4.skipped);
+  // Three finite steps grew 1024 to 2048; the non-finite one backs off to 1024.
+  EXPECT_EQ(r4.loss_scale, 1024.0);
+  EXPECT_EQ(relative_error(snapshot(*s.model), before), 0.0) << "a skipped step changed parameters";
+  const auto r5 = s.trainer->step(4);
+  EXPECT_FALSE(r5.skipped);
+  EXPECT_GT(relative_error(snapshot(*s.model), before), 0.0) << "training did not go on";
+  EXPECT_TRUE(std::isfinite(r5.loss));
+  expect_same_on_every_rank(*world, snapshot(*s.model));
+}
+
+TEST(LossScale, GrowsEveryIntervalWithoutOverflow) {
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  Run16 s = make(*world, "");
+  double scale = 0;
+  for (int64_t step = 0; step < 9; ++step) {
+    const auto r = s.trainer->step(step);
+    EXPECT_FALSE(r.skipped);
+    scale = r.loss_scale;
+  }
+  EXPECT_EQ(scale, 1024.0 * 8);  // grown after steps 3, 6 and 9
+}
+
+TEST(LossScale, TooManySkipsInARowEndEveryRankWithAMessage) {
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  Run16 s = make(*world, ", max_skipped_steps: 2, inject_nonfinite: '0:2; 0:3'");
+  s.trainer->step(0);
+  EXPECT_TRUE(s.trainer->step(1).skipped);
+  try {
+    s.trainer->step(2);
+    ADD_FAILURE() << "no error after 2 skipped steps in a row";
+  } catch (const train::NonFiniteFatal& e) {
+    EXPECT_NE(std::string(e.what()).find("train.max_skipped_steps = 2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

@@ -1,0 +1,29 @@
+"""The file protocol every reference script shares (tests/unit/reference_harness.h):
+
+    python <model>.py IN.safetensors OUT.safetensors
+
+IN holds the model's parameters by the trainer's names, `inputs` and `targets`, and the model's
+options as string metadata. run(loss_of) loads them (parameters as float32 leaves that require
+grad), calls loss_of(meta, params, inputs, targets), runs backward and writes OUT: `loss` (0-dim)
+and `grad.<name>` for every parameter."""
+import sys
+
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+
+def run(loss_of, usage):
+    if len(sys.argv) != 3:
+        raise SystemExit(usage)
+    src, dst = sys.argv[1], sys.argv[2]
+    tensors = load_file(src)
+    with safe_open(src, "pt") as f:
+        meta = f.metadata()
+    inputs, targets = tensors.pop("inputs"), tensors.pop("targets")
+    params = {name: t.float().clone().requires_grad_(True) for name, t in tensors.items()}
+    loss = loss_of(meta, params, inputs, targets)
+    loss.backward()
+    result = {"loss": loss.detach().reshape(())}
+    for name, t in params.items():
+        result["grad." + name] = t.grad.detach().contiguous()
+    save_file(result, dst)
