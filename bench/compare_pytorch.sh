@@ -5,8 +5,9 @@
 #
 #   bench/compare_pytorch.sh [STEPS]       (after scripts/bootstrap.sh; default 60 steps)
 #
-# Rows: gpt-tiny (configs/gpt-tiny.yaml) and the LSTM forecaster (configs/sequence-lstm.yaml)
-# at 1 and 2 ranks. Each pair runs twice, alternating (trainer, peer, trainer, peer), and the
+# Rows: the quickstart MLP, gpt-tiny (configs/gpt-tiny.yaml) and the LSTM forecaster
+# (configs/sequence-lstm.yaml) at 1 and 2 ranks, in fp32 and bf16 (the trainer's
+# train.precision, the peer's torch.autocast), or the precisions in $PRECISIONS. Each pair runs twice, alternating (trainer, peer, trainer, peer), and the
 # table shows the better of the two runs of each, so a noisy neighbour hurts neither side alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,12 +32,12 @@ run_peer() {  # ranks args...
 }
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
 
-echo "| model | ranks | global batch | trainer samples/s | PyTorch DDP (gloo) samples/s | trainer / PyTorch |"
-echo "|---|---:|---:|---:|---:|---:|"
-row() {  # name ranks batch trainer-args(;-separated) peer-args(;-separated)
-  local name=$1 np=$2 batch=$3
-  IFS=';' read -r -a targs <<<"$4"
-  IFS=';' read -r -a pargs <<<"$5"
+echo "| model | precision | ranks | global batch | trainer samples/s | PyTorch DDP (gloo) samples/s | trainer / PyTorch |"
+echo "|---|---|---:|---:|---:|---:|---:|"
+row() {  # name precision ranks batch trainer-args(;-separated) peer-args(;-separated)
+  local name=$1 precision=$2 np=$3 batch=$4
+  IFS=';' read -r -a targs <<<"$5;--set;train.precision=$precision"
+  IFS=';' read -r -a pargs <<<"$6;--precision;$precision"
   local t1 p1 t2 p2
   t1=$(run_trainer "$np" "${targs[@]}" --set train.global_batch_size="$batch")
   p1=$(run_peer "$np" "${pargs[@]}" --global-batch "$batch")
@@ -44,17 +45,18 @@ row() {  # name ranks batch trainer-args(;-separated) peer-args(;-separated)
   p2=$(run_peer "$np" "${pargs[@]}" --global-batch "$batch")
   local t p
   t=$(best "$t1" "$t2"); p=$(best "$p1" "$p2")
-  awk -v n="$name" -v np="$np" -v b="$batch" -v t="$t" -v p="$p" \
-    'BEGIN { printf "| %s | %d | %d | %.1f | %.1f | %.2f |\n", n, np, b, t, p, (p > 0 ? t / p : 0) }'
+  awk -v n="$name" -v pr="$precision" -v np="$np" -v b="$batch" -v t="$t" -v p="$p" \
+    'BEGIN { printf "| %s | %s | %d | %d | %.1f | %.1f | %.2f |\n", n, pr, np, b, t, p, (p > 0 ? t / p : 0) }'
 }
 
+mlp_t="configs/quickstart.yaml;--set;train.micro_batch_size=1000000"
+mlp_p="mlp;--inputs;64;--hidden-dim;512;--depth;3;--classes;16"
 gpt_t="configs/gpt-tiny.yaml;--set;train.micro_batch_size=1000000"
 gpt_p="gpt;--data;data/tokens-sample;--context;64;--vocab;256;--layers;2;--heads;4;--d-model;64"
 lstm_t="configs/sequence-lstm.yaml;--set;train.micro_batch_size=1000000"
-lstm_p="lstm;--data;data/timeseries-sample/series.csv;--features;${LSTM_FEATURES:-temperature,humidity,load};--targets;${LSTM_TARGETS:-load};--window;48;--horizon;1;--hidden;64;--lstm-layers;2"
-for np in 1 2; do
-  row gpt-tiny "$np" 32 "$gpt_t" "$gpt_p"
-done
-for np in 1 2; do
-  row "lstm (sequence)" "$np" 64 "$lstm_t" "$lstm_p"
+lstm_p="lstm;--data;data/timeseries-sample/series.csv;--features;temperature,humidity,load;--targets;load;--window;48;--horizon;1;--hidden;64;--lstm-layers;2"
+for precision in ${PRECISIONS:-fp32 bf16}; do
+  for np in 1 2; do row "mlp (quickstart)" "$precision" "$np" 512 "$mlp_t" "$mlp_p"; done
+  for np in 1 2; do row gpt-tiny "$precision" "$np" 32 "$gpt_t" "$gpt_p"; done
+  for np in 1 2; do row "lstm (sequence)" "$precision" "$np" 64 "$lstm_t" "$lstm_p"; done
 done

@@ -74,6 +74,25 @@ class Lstm(nn.Module):
         return F.mse_loss(pred, y)
 
 
+class Mlp(nn.Module):
+    def __init__(self, inputs, hidden, depth, classes):
+        super().__init__()
+        widths = [inputs] + [hidden] * depth
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.head = nn.Linear(widths[-1], classes)
+
+    def forward(self, x, y):  # the loss (DDP wraps forward)
+        for layer in self.hidden:
+            x = F.gelu(layer(x))
+        return F.cross_entropy(self.head(x), y)
+
+
+def synthetic_batches(inputs, classes, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    while True:
+        yield torch.randn(n, inputs, generator=g), torch.randint(classes, (n,), generator=g)
+
+
 def token_batches(path, context, n, seed):
     files = sorted(os.path.join(path, f) for f in os.listdir(path)
                    if f.endswith(".bin") and "val" not in f)
@@ -114,8 +133,8 @@ def series_batches(path, features, targets, window, horizon, n, seed):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", choices=["gpt", "lstm"])
-    p.add_argument("--data", required=True)
+    p.add_argument("model", choices=["gpt", "lstm", "mlp"])
+    p.add_argument("--data", default="", help="gpt: a directory of token shards; lstm: a CSV file")
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--lr", type=float, default=3e-3)
@@ -130,6 +149,11 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-model", type=int, default=64)
+    # mlp (random inputs: speed only)
+    p.add_argument("--inputs", type=int, default=64)
+    p.add_argument("--hidden-dim", type=int, default=512)
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--classes", type=int, default=16)
     # lstm
     p.add_argument("--features", default="")
     p.add_argument("--targets", default="")
@@ -152,6 +176,9 @@ def main():
     if a.model == "gpt":
         model = Gpt(a.vocab, a.context, a.layers, a.heads, a.d_model)
         batches = token_batches(a.data, a.context, per_rank, 1000 + rank)
+    elif a.model == "mlp":
+        model = Mlp(a.inputs, a.hidden_dim, a.depth, a.classes)
+        batches = synthetic_batches(a.inputs, a.classes, per_rank, 1000 + rank)
     else:
         model = Lstm(len(a.features.split(",")), a.hidden, a.lstm_layers, a.horizon,
                      len(a.targets.split(",")), 0.0)

@@ -197,6 +197,10 @@ Batch TokenShardDataset::get(const at::Tensor& indices) const {
 
 ShardFiles find_shards(const std::string& path, const std::string& val_path) {
   if (path.empty()) throw DataError("data.path: empty; give a .bin token shard or a directory of them");
+  if (struct stat st {}; ::stat(path.c_str(), &st) != 0) {
+    throw DataError(fmt::format("data.path: {}: {} (a .bin token shard or a directory of them)", path,
+                                std::strerror(errno)));
+  }
   ShardFiles out;
   if (is_directory(path)) {
     for (const auto& name : bin_files(path, "data.path")) {

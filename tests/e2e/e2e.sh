@@ -261,6 +261,18 @@ SH
     echo "data wait: $sync_wait% without workers, $async_wait% with 8"
     [ "${sync_wait:-0}" -ge 30 ] || fail "without workers the step waited only ${sync_wait}%"
     [ "${async_wait:-100}" -le 10 ] || fail "with 8 workers the step still waited ${async_wait}%" ;;
+  bf16_matches_fp32)
+    # bf16 autocast on CPU: gpt-tiny's final loss within 2% of the fp32 run's.
+    final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }
+    tiny=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
+          --set train.steps=200 --set train.eval_samples=32)
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set train.precision=fp32
+    expect_rc 0; fp32=$(final_loss)
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set train.precision=bf16
+    expect_rc 0; expect_grep "precision bf16"; bf16=$(final_loss)
+    echo "final loss: fp32 $fp32, bf16 $bf16"
+    awk -v a="$fp32" -v b="$bf16" 'BEGIN { d = (b - a) / a; exit !(d < 0.02 && d > -0.02) }' ||
+      fail "bf16 final loss $bf16 is not within 2% of fp32's $fp32" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"
