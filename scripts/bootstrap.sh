@@ -27,9 +27,9 @@ else
     "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
   fi
   # What the PyTorch reference tests, the data scripts and the benchmarks' peers import.
-  if ! "$TRAINER_VENV/bin/python" -c "import safetensors, numpy, PIL" 2>/dev/null; then
-    log "installing safetensors, numpy, pillow into $TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check safetensors numpy pillow
+  if ! "$TRAINER_VENV/bin/python" -c "import safetensors, numpy, PIL, matplotlib" 2>/dev/null; then
+    log "installing safetensors, numpy, pillow, matplotlib into $TRAINER_VENV"
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check safetensors numpy pillow matplotlib
   fi
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi

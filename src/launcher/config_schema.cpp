@@ -347,6 +347,7 @@ std::vector<KeyDef> declare() {
 
       choice("log.level", FIELD(log.level), "info", {"trace", "debug", "info", "warn", "error"}, "log level of rank 0 (other ranks log warnings and errors)"),
       integer("log.every", FIELD(log.every), "10", 1, kMax, "log a step line every N steps"),
+      text("log.metrics", FIELD(log.metrics), "", "JSON Lines file with a record per logged step and evaluation (empty: checkpoint.dir/metrics.jsonl when checkpoint.dir is set; off: none)"),
   };
 }
 

@@ -36,6 +36,7 @@
 #include "memory/oom.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+#include "train/metrics.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -249,6 +250,10 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     at::manual_seed(config.train.seed);
     model = models::create_model(config.model, train::model_shape_for(*dataset));
     if (!config.checkpoint.dir.empty() && rank == 0) train::check_checkpoint_dir(config.checkpoint.dir);
+    if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
+        !metrics.empty() && rank == 0) {
+      train::check_metrics_path(metrics);
+    }
     // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
     const auto& resume = config.checkpoint.resume;
     if (!resume.empty() && rank == 0) {

@@ -151,9 +151,9 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   return m;
 }
 
-void evaluate_and_log(ddp::Communicator& control, models::Model& model,
-                      const data::Dataset& dataset, int64_t step, int64_t batch,
-                      int64_t max_samples) {
+ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
+                                   const data::Dataset& dataset, int64_t step, int64_t batch,
+                                   int64_t max_samples) {
   if (const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset)) {
     constexpr int64_t k = 10;
     const RankingMetrics m = evaluate_ranking(control, model, dataset, k);
@@ -164,16 +164,19 @@ void evaluate_and_log(ddp::Communicator& control, models::Model& model,
       spdlog::info("eval step {}: HR@{} {:.3f} NDCG@{} {:.3f} over {} users (random: {:.3f})",
                    step, k, m.hit_rate, k, m.ndcg, m.users, random);
     }
-    return;
+    ValidationMetrics out;
+    if (m.users > 0) out = {{{"hr@10", m.hit_rate}, {"ndcg@10", m.ndcg}}, m.users};
+    return out;
   }
   const auto validation = dataset.validation();
-  if (!validation) return;
+  if (!validation) return {};
   const ValidationMetrics m = evaluate_validation(control, model, *validation, batch, max_samples);
   if (control.rank() == 0 && m.samples > 0) {
     std::string text;
     for (const auto& [name, value] : m.means) text += fmt::format("{} {:.4f} ", name, value);
     spdlog::info("eval step {}: {}over {} validation samples", step, text, m.samples);
   }
+  return m;
 }
 
 }  // namespace train

@@ -69,9 +69,10 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
 // The trainer's evaluation hook. Rank 0 logs
 //   "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)"   (movielens), or
 //   "eval step S: loss .. psnr .. over N validation samples"    (datasets with a validation split).
-// Collective as above; nothing (and no collective) for datasets with neither.
-void evaluate_and_log(ddp::Communicator& control, models::Model& model,
-                      const data::Dataset& dataset, int64_t step, int64_t batch,
-                      int64_t max_samples);
+// Collective as above; nothing (and no collective) for datasets with neither. Returns what it
+// logged (movielens: "hr@10", "ndcg@10" over `samples` users), empty for nothing.
+ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
+                                   const data::Dataset& dataset, int64_t step, int64_t batch,
+                                   int64_t max_samples);
 
 }  // namespace train

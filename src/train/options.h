@@ -50,6 +50,7 @@ struct CheckpointOptions {
 struct LogOptions {
   std::string level;
   int64_t every = 0;
+  std::string metrics;  // JSON Lines file (train/metrics.h); "": checkpoint.dir/metrics.jsonl; "off"
 };
 
 // Everything the Trainer is configured with.

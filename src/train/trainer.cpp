@@ -23,6 +23,7 @@
 #include "memory/process_memory.h"
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
+#include "train/metrics.h"
 #include "train/precision.h"
 #include "train/schedule.h"
 
@@ -354,6 +355,7 @@ StepResult Trainer::step(int64_t step, bool stop_requested) {
     r.loss_scale = scaler_->scale_value();
     if (r.skipped) {
       ++skipped_in_a_row_;
+      ++skipped_total_;
       if (control_.rank() == 0) {
         spdlog::warn("step {}: non-finite gradient (inf or NaN) on some rank: step skipped on every "
                      "rank, parameters unchanged; loss scale {:g} -> {:g}",
@@ -486,6 +488,11 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
                plan_.world_size, plan_.rank, plan_.describe());
   report_memory(fmt::format("memory before step {}: parameters, buckets, optimizer state, caches",
                             start + 1));
+  // Rank 0's metrics file; a resumed run drops the records after its checkpoint's step.
+  MetricsFile metrics;
+  const std::string metrics_file = metrics_path(options_.log.metrics, options_.checkpoint.dir);
+  if (control_.rank() == 0 && !metrics_file.empty()) metrics = MetricsFile(metrics_file, start);
+  const auto run_start = Clock::now();
   auto window_start = Clock::now();
   auto steady_start = Clock::now();
   int64_t window_steps = 0;
@@ -511,6 +518,33 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
                    throughput(samples_per_s), 100.0 * (loader_->waited_s() - waited_before) / elapsed,
                    mem.resident_bytes / 1048576.0);
       waited_before = loader_->waited_s();
+      // Every rank's peak since the last memory table. Collective (on logged steps, which every
+      // rank knows).
+      at::Tensor peaks = at::empty({control_.size()}, at::kDouble);
+      control_.all_gather(peaks, at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes)},
+                                            at::kDouble),
+                          "metrics memory peaks");
+      if (metrics.enabled()) {
+        nlohmann::json rec = {{"type", "step"},
+                              {"step", s + 1},
+                              {"epoch", static_cast<double>(s + 1) / static_cast<double>(sampler_.steps_per_epoch())},
+                              {"loss", r.loss},
+                              {"lr", r.lr},
+                              {"grad_norm", r.grad_norm},
+                              {"samples_per_s", samples_per_s},
+                              {"micro_batch", plan_.micro_batch},
+                              {"fallbacks", fallbacks_},
+                              {"skipped_steps", skipped_total_},
+                              {"wall_s", seconds_since(run_start)}};
+        if (const int64_t positions = dataset_.shape().context; positions > 0) {
+          rec["tokens_per_s"] = samples_per_s * static_cast<double>(positions);
+        }
+        if (r.loss_scale > 0) rec["loss_scale"] = r.loss_scale;
+        std::vector<double> mib;
+        for (int64_t i = 0; i < peaks.numel(); ++i) mib.push_back(peaks[i].item<double>() / 1048576.0);
+        rec["memory_peak_mib"] = mib;
+        metrics.write(rec);
+      }
       window_start = Clock::now();
       window_steps = 0;
     }
@@ -521,7 +555,14 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
     }
     if ((t.eval_every > 0 && (s + 1) % t.eval_every == 0) || last) {
       // Collective (one all-reduce) for datasets with a validation split or held-out items.
-      evaluate_and_log(control_, *model_, dataset_, s + 1, plan_.micro_batch, t.eval_samples);
+      const auto eval =
+          evaluate_and_log(control_, *model_, dataset_, s + 1, plan_.micro_batch, t.eval_samples);
+      if (metrics.enabled() && eval.samples > 0) {
+        nlohmann::json rec = {{"type", "eval"}, {"step", s + 1}, {"samples", eval.samples},
+                              {"wall_s", seconds_since(run_start)}};
+        for (const auto& [name, value] : eval.means) rec[name] = value;
+        metrics.write(rec);
+      }
     }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {

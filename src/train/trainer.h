@@ -156,6 +156,7 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;    // fp16 loss scaling (disabled otherwise)
   std::vector<std::pair<int, int64_t>> nonfinite_injections_;  // (rank, step) test hook
   int64_t skipped_in_a_row_ = 0;
+  int64_t skipped_total_ = 0;
 };
 
 }  // namespace train

@@ -273,6 +273,30 @@ SH
     echo "final loss: fp32 $fp32, bf16 $bf16"
     awk -v a="$fp32" -v b="$bf16" 'BEGIN { d = (b - a) / a; exit !(d < 0.02 && d > -0.02) }' ||
       fail "bf16 final loss $bf16 is not within 2% of fp32's $fp32" ;;
+  metrics_and_plots)
+    # log.metrics: a record per logged step and evaluation; a resumed run appends without
+    # repeating steps; scripts/plot_metrics.py turns the file into PNGs.
+    m=$work/ckpt/metrics.jsonl
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=60 --set log.every=10 \
+      --set checkpoint.dir="$work/ckpt" --set checkpoint.every=30 --set memory.inject_oom=1:45:forward
+    expect_rc 0
+    [ "$(grep -c '"type":"step"' "$m")" = 7 ] || fail "expected 7 step records (1, 10, ..., 60) in $m"
+    # Resume from step 30: steps 31..60 run again; their old records must not stay.
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=60 --set log.every=10 \
+      --set checkpoint.dir="$work/ckpt" --set checkpoint.resume="$work/ckpt/step_000030.safetensors"
+    expect_rc 0
+    "$TRAINER_PYTHON" - "$m" <<'PY' || fail "duplicate or missing steps in the metrics file"
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1]) if '"type":"step"' in l]
+print("steps:", steps)
+sys.exit(0 if steps == [1, 10, 20, 30, 31, 40, 50, 60] else 1)
+PY
+    run "$TRAINER_PYTHON" "$src/scripts/plot_metrics.py" "$m" -o "$work/plots"
+    expect_rc 0
+    for f in loss lr throughput memory; do
+      [ "$(head -c 8 "$work/plots/$f.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] ||
+        fail "$f.png is not a PNG"
+    done ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -267,7 +267,7 @@ const std::vector<std::string> kEveryKey = {
     "memory.inject_oom", "memory.check_every", "memory.target_fraction",
     "memory.high_watermark",
     "checkpoint.dir", "checkpoint.every", "checkpoint.resume",
-    "log.level", "log.every"};
+    "log.level", "log.every", "log.metrics"};
 
 TEST(Config, SchemaDeclaresExactlyTheKnownKeys) {
   std::vector<std::string> paths;
