@@ -29,7 +29,8 @@ struct Config {
 
   train::TrainerOptions trainer_options() const {
     return {train, ddp, memory, checkpoint, log,
-            data::LoaderOptions{data.workers, data.prefetch, data.inject_read_delay_ms, false}};
+            data::LoaderOptions{data.workers, data.prefetch, data.inject_read_delay_ms, false},
+            /*config_text=*/""};
   }
 };
 

@@ -343,7 +343,8 @@ std::vector<KeyDef> declare() {
 
       text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),
       integer("checkpoint.every", FIELD(checkpoint.every), "0", 0, kMax, "save every N steps (0: only at the end)"),
-      text("checkpoint.resume", FIELD(checkpoint.resume), "", "resume from this checkpoint file; 'auto': the latest in checkpoint.dir, if any (empty: start fresh)"),
+      integer("checkpoint.keep_last", FIELD(checkpoint.keep_last), "0", 0, kMax, "keep only the newest N periodic checkpoints, deleting older ones after a new one is complete (0: keep all)"),
+      text("checkpoint.resume", FIELD(checkpoint.resume), "", "resume from this checkpoint file; 'auto': the newest in checkpoint.dir that verifies, if any (empty: start fresh)"),
 
       choice("log.level", FIELD(log.level), "info", {"trace", "debug", "info", "warn", "error"}, "log level of rank 0 (other ranks log warnings and errors)"),
       integer("log.every", FIELD(log.every), "10", 1, kMax, "log a step line every N steps"),

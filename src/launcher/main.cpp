@@ -257,15 +257,25 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
     const auto& resume = config.checkpoint.resume;
     if (!resume.empty() && rank == 0) {
-      const std::string path =
-          resume == "auto" ? train::latest_checkpoint(config.checkpoint.dir) : resume;
-      if (!path.empty()) {
-        try {
+      std::string path = resume == "auto" ? "" : resume;
+      try {
+        if (resume == "auto") {
+          // The newest checkpoint that verifies; damaged ones are passed over, saying so.
+          std::vector<std::string> skipped;
+          train::Checkpoint found;
+          path = train::newest_good_checkpoint(config.checkpoint.dir, &skipped, &found);
+          for (const auto& why : skipped) {
+            spdlog::warn("checkpoint.resume: auto: passing over a damaged checkpoint: {}", why);
+          }
+          if (!path.empty()) checkpoint = std::move(found);
+        } else {
           checkpoint = train::read_checkpoint(path);
-          train::check_compatible(*checkpoint, *model);
-        } catch (const train::CheckpointError& e) {
-          throw train::CheckpointError(fmt::format("checkpoint.resume: {}", e.what()));
         }
+        if (checkpoint) train::check_compatible(*checkpoint, *model);
+      } catch (const train::CheckpointError& e) {
+        throw train::CheckpointError(fmt::format("checkpoint.resume: {}", e.what()));
+      }
+      if (!path.empty()) {
         train::apply_model_state(*checkpoint, *model);
       } else {
         spdlog::info("checkpoint.resume: auto: no checkpoint in {} yet; starting at step 1",
@@ -280,8 +290,10 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   std::unique_ptr<train::Trainer> trainer_ptr;
   code = agree(*control, attempt("setting up the trainer", [&] {
     data_comm = ddp::make_data_communicator(backend, binding.device, *control, timeout);
-    trainer_ptr = std::make_unique<train::Trainer>(config.trainer_options(), *control, *data_comm,
-                                                   model, *dataset, binding.device);
+    train::TrainerOptions options = config.trainer_options();
+    options.config_text = config_to_yaml(config);  // recorded in every checkpoint
+    trainer_ptr = std::make_unique<train::Trainer>(options, *control, *data_comm, model, *dataset,
+                                                   binding.device);
     trainer_ptr->resume(checkpoint ? &*checkpoint : nullptr);
   }));
   if (code != kExitOk) return code;

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <charconv>
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <system_error>
 
@@ -67,6 +69,24 @@ std::string describe(const at::Tensor& t) {
 
 }  // namespace
 
+// CRC-32 (zlib) of every tensor's name and contiguous CPU bytes, in name order (the map's).
+static std::string tensor_checksum(const std::map<std::string, at::Tensor>& tensors) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (const auto& [name, t] : tensors) {
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size()));
+    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    const auto* bytes = static_cast<const Bytef*>(c.data_ptr());
+    size_t left = c.nbytes();
+    while (left > 0) {  // crc32 takes an unsigned int length
+      const uInt chunk = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+      crc = crc32(crc, bytes, chunk);
+      bytes += chunk;
+      left -= chunk;
+    }
+  }
+  return fmt::format("crc32:{:08x}", static_cast<uint32_t>(crc));
+}
+
 std::string exp_avg_key(const std::string& param) { return "adamw.exp_avg." + param; }
 std::string exp_avg_sq_key(const std::string& param) { return "adamw.exp_avg_sq." + param; }
 
@@ -83,13 +103,15 @@ void write_checkpoint(const std::string& path, models::Model& model,
     tensors.emplace(exp_avg_key(params[i].key()), exp_avgs[i]);
     tensors.emplace(exp_avg_sq_key(params[i].key()), exp_avg_sqs[i]);
   }
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"format", kFormat},
       {"step", std::to_string(meta.step)},
       {"global_batch_size", std::to_string(meta.global_batch_size)},
       {"seed", std::to_string(meta.seed)},
       {"world_size", std::to_string(meta.world_size)},
+      {"checksum", tensor_checksum(tensors)},
   };
+  if (!meta.config.empty()) metadata["config"] = meta.config;
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path target(path);
@@ -117,6 +139,10 @@ Checkpoint read_checkpoint(const std::string& path) {
   try {
     ckpt.tensors = models::read_safetensors(path, &meta);
   } catch (const models::SafetensorsError& e) {
+    if (std::FILE* f = std::fopen(path.c_str(), "rb")) {  // it exists: damaged, not missing
+      std::fclose(f);
+      throw CheckpointDamaged(e.what());
+    }
     throw CheckpointError(e.what());
   }
   const auto format = meta.find("format");
@@ -129,6 +155,16 @@ Checkpoint read_checkpoint(const std::string& path) {
   ckpt.meta.global_batch_size = parse_number<int64_t>(path, meta, "global_batch_size");
   ckpt.meta.seed = parse_number<uint64_t>(path, meta, "seed");
   ckpt.meta.world_size = parse_number<int>(path, meta, "world_size");
+  if (const auto c = meta.find("config"); c != meta.end()) ckpt.meta.config = c->second;
+  // Checkpoints written before checksums were recorded carry none: nothing to verify.
+  if (const auto sum = meta.find("checksum"); sum != meta.end()) {
+    const std::string actual = tensor_checksum(ckpt.tensors);
+    if (actual != sum->second) {
+      throw CheckpointDamaged(fmt::format(
+          "{}: corrupt: the tensor data's checksum is {}, the file's metadata says {} (the file "
+          "changed after it was written)", path, actual, sum->second));
+    }
+  }
   return ckpt;
 }
 
@@ -205,6 +241,72 @@ std::string latest_checkpoint(const std::string& dir) {
     }
   }
   return best;
+}
+
+std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::pair<int64_t, std::string>> found;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
+    const std::string path = entry.path().string();
+    // An unreadable header (a truncated or damaged file) cannot be ordered by step: such files
+    // come first, so that the caller tries them (they fail at once) and reports them.
+    int64_t step = std::numeric_limits<int64_t>::max();
+    try {
+      const auto meta = models::read_safetensors_metadata(path);
+      const auto format = meta.find("format");
+      if (format == meta.end() || format->second != kFormat) continue;  // not a checkpoint
+      step = parse_number<int64_t>(path, meta, "step");
+    } catch (const std::exception&) {
+    }
+    found.emplace_back(step, path);
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second > b.second;
+  });
+  std::vector<std::string> out;
+  for (auto& [step, path] : found) out.push_back(std::move(path));
+  return out;
+}
+
+std::string newest_good_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                   Checkpoint* out) {
+  for (const auto& path : checkpoints_newest_first(dir)) {
+    try {
+      *out = read_checkpoint(path);
+      return path;
+    } catch (const CheckpointDamaged& e) {
+      skipped->push_back(e.what());
+    } catch (const CheckpointError& e) {
+      // A header that does not parse at all also means a damaged file here: it was listed as a
+      // checkpoint candidate by name.
+      skipped->push_back(e.what());
+    }
+  }
+  return "";
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep) {
+  std::vector<std::string> deleted;
+  if (keep <= 0) return deleted;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::pair<int64_t, std::string>> periodic;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step = 0;
+    if (std::sscanf(name.c_str(), "step_%ld.safetensors", &step) == 1 &&
+        name == fmt::format("step_{:06d}.safetensors", step)) {
+      periodic.emplace_back(step, entry.path().string());
+    }
+  }
+  std::sort(periodic.rbegin(), periodic.rend());
+  for (size_t i = static_cast<size_t>(keep); i < periodic.size(); ++i) {
+    if (std::remove(periodic[i].second.c_str()) == 0) deleted.push_back(periodic[i].second);
+  }
+  return deleted;
 }
 
 }  // namespace train

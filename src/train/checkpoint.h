@@ -4,14 +4,16 @@
 // Contents: "param.<name>" for every parameter, "buffer.<name>" for every buffer except embedding
 // caches (rebuilt on resume), "adamw.exp_avg.<name>" and "adamw.exp_avg_sq.<name>" for AdamW's
 // moments, and string metadata: the format, the optimizer steps completed ("step"), the global
-// batch size, seed and world size the run had.
+// batch size, seed and world size the run had, the run's configuration (YAML) when known, and a
+// CRC-32 of every tensor's name and bytes in name order ("checksum": "crc32:xxxxxxxx").
 //
 // Contract:
 // - write_checkpoint writes a temporary file next to `path` and renames it into place, so a job
 //   killed while writing leaves the previous checkpoint whole.
 // - read_checkpoint + check_compatible run on one rank (rank 0) before any collective; every
-//   problem (missing or damaged file, another format, a parameter, buffer or moment that is
-//   missing or has another shape or dtype) is a CheckpointError naming the file and the tensor.
+//   problem (missing, empty, truncated or damaged file, tensor data whose checksum differs from
+//   the metadata's, another format, a parameter, buffer or moment that is missing or has another
+//   shape or dtype) is a CheckpointError naming the file and the tensor.
 // - apply_model_state copies parameters and buffers into the model (on rank 0; the Trainer then
 //   broadcasts them); the Trainer restores the moments and the step itself (Trainer::resume).
 #pragma once
@@ -38,6 +40,14 @@ struct CheckpointMeta {
   int64_t global_batch_size = 0;
   uint64_t seed = 0;
   int world_size = 0;
+  std::string config;  // the run's effective configuration (YAML); may be empty
+};
+
+// A checkpoint whose data does not verify (damaged, truncated, empty): resume "auto" passes over
+// it to an older one.
+class CheckpointDamaged : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
 };
 
 struct Checkpoint {
@@ -74,5 +84,20 @@ void check_checkpoint_dir(const std::string& dir);
 // The checkpoint in `dir` with the most steps completed (read from each *.safetensors file's
 // metadata; files that are not checkpoints are ignored); "" when there is none.
 std::string latest_checkpoint(const std::string& dir);
+
+// Every checkpoint file in `dir`, the most steps first (ties: by name); files whose header cannot
+// be read come first (they cannot be ordered, and read_checkpoint says at once how they are
+// damaged).
+std::vector<std::string> checkpoints_newest_first(const std::string& dir);
+
+// The newest checkpoint in `dir` that reads and verifies; the ones passed over and why go to
+// `skipped` ("" and none when there is none). Throws only for problems that are not damage.
+std::string newest_good_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                   Checkpoint* out);
+
+// checkpoint.keep_last: deletes periodic checkpoints (step_N.safetensors) of `dir` other than the
+// `keep` with the most steps; final and out-of-memory checkpoints stay. keep <= 0: none deleted.
+// Returns the deleted paths.
+std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep);
 
 }  // namespace train

@@ -45,6 +45,7 @@ struct CheckpointOptions {
   std::string dir;    // empty: no checkpoints
   int64_t every = 0;  // 0: only at the end
   std::string resume;  // a checkpoint file, "auto" (the latest in dir, if any) or empty
+  int64_t keep_last = 0;  // periodic checkpoints kept (0: all)
 };
 
 struct LogOptions {
@@ -61,6 +62,7 @@ struct TrainerOptions {
   CheckpointOptions checkpoint;
   LogOptions log;
   data::LoaderOptions loader;  // pin_memory is decided by the Trainer (GPU runs)
+  std::string config_text;     // the effective configuration, recorded in checkpoints
 };
 
 }  // namespace train

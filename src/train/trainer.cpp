@@ -623,8 +623,12 @@ void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
   if (control_.rank() != 0) return;
   write_checkpoint(path, *model_, optimizer_->exp_avgs(), optimizer_->exp_avg_sqs(),
                    {steps_done, options_.train.global_batch_size, options_.train.seed,
-                    control_.size()});
+                    control_.size(), options_.config_text});
   spdlog::info("checkpoint written: {} ({} steps done)", path, steps_done);
+  // Older periodic checkpoints go only once the new one is complete (renamed into place).
+  for (const auto& old : prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last)) {
+    spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.checkpoint.keep_last, old);
+  }
 }
 
 void Trainer::resume(const Checkpoint* ckpt) {

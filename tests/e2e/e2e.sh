@@ -297,6 +297,30 @@ PY
       [ "$(head -c 8 "$work/plots/$f.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] ||
         fail "$f.png is not a PNG"
     done ;;
+  checkpoint_integrity)
+    # keep_last keeps the newest periodic checkpoints; resume 'auto' passes over damaged ones to
+    # the newest that verifies, and the run then ends where the uninterrupted one does.
+    final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }
+    c=(--set train.steps=60 --set checkpoint.dir="$work/ck" --set checkpoint.every=15 --set log.every=15)
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.keep_last=2
+    expect_rc 0; whole=$(final_loss)
+    expect_grep "checkpoint.keep_last = 2: deleted .*step_000015.safetensors"
+    [ ! -e "$work/ck/step_000030.safetensors" ] && [ -e "$work/ck/step_000045.safetensors" ] ||
+      fail "keep_last kept the wrong checkpoints: $(ls "$work/ck")"
+    # Damage the newest two (a flipped byte in final, a truncated step_000060).
+    printf '\x42' | dd of="$work/ck/final.safetensors" bs=1 seek=$(( $(stat -c %s "$work/ck/final.safetensors") - 5 )) conv=notrunc 2>/dev/null
+    truncate -s 300 "$work/ck/step_000060.safetensors"
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.resume=auto
+    expect_rc 0
+    expect_grep "passing over a damaged checkpoint: .*final.safetensors: corrupt"
+    expect_grep "passing over a damaged checkpoint: .*step_000060.safetensors"
+    expect_grep "resumed from .*step_000045.safetensors: 45 steps done"
+    [ "$(final_loss)" = "$whole" ] || fail "resumed run ended at $(final_loss), the uninterrupted one at $whole"
+    echo "final loss $whole both ways"
+    # Asked for by name, a damaged checkpoint is an error naming it.
+    printf '\x42' | dd of="$work/ck/step_000045.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.resume="$work/ck/step_000045.safetensors"
+    expect_rc 2; expect_grep "checkpoint.resume: .*step_000045.safetensors: corrupt" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

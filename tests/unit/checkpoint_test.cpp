@@ -147,3 +147,76 @@ TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
 }
 
 }  // namespace
+
+namespace {
+
+// Overwrites `n` bytes at `offset` of `path` (from the end when offset < 0), or truncates it.
+void damage(const std::string& path, int64_t offset, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(offset, offset < 0 ? std::ios::end : std::ios::beg);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+void truncate_to(const std::string& path, int64_t size) { ASSERT_EQ(::truncate(path.c_str(), size), 0); }
+
+TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName) {
+  test::TempDir dir;
+  auto model = mlp(8, 1);
+  const std::string flipped = dir.file("step_000001.safetensors"),
+                    cut = dir.file("step_000002.safetensors"), empty = dir.file("step_000003.safetensors");
+  for (const auto& p : {flipped, cut, empty}) write(p, *model, 0.5, {1, 96, 42, 2});
+  EXPECT_NO_THROW(train::read_checkpoint(flipped));
+  damage(flipped, -3, "\x7f");  // in the last tensor's data
+  truncate_to(cut, 500);
+  truncate_to(empty, 0);
+  for (const auto& p : {flipped, cut, empty}) {
+    try {
+      train::read_checkpoint(p);
+      ADD_FAILURE() << p << " was read";
+    } catch (const train::CheckpointDamaged& e) {
+      EXPECT_THAT(e.what(), HasSubstr(p));
+    }
+  }
+  EXPECT_THAT(error_of([&] { train::read_checkpoint(flipped); }), HasSubstr("corrupt: the tensor data's checksum is crc32:"));
+}
+
+TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
+  test::TempDir dir;
+  auto model = mlp(8, 1);
+  write(dir.file("step_000010.safetensors"), *model, 0.1, {10, 96, 42, 2});
+  write(dir.file("step_000020.safetensors"), *model, 0.2, {20, 96, 42, 2});
+  write(dir.file("final.safetensors"), *model, 0.3, {30, 96, 42, 2});
+  damage(dir.file("final.safetensors"), -1, "\x01");
+  truncate_to(dir.file("step_000020.safetensors"), 100);
+  std::vector<std::string> skipped;
+  train::Checkpoint ckpt;
+  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt), dir.file("step_000010.safetensors"));
+  EXPECT_EQ(ckpt.meta.step, 10);
+  EXPECT_THAT(skipped, ::testing::UnorderedElementsAre(HasSubstr("final.safetensors: corrupt"),
+                                                       HasSubstr("step_000020.safetensors")));
+}
+
+TEST(CheckpointIntegrity, KeepLastDeletesOnlyOlderPeriodicCheckpoints) {
+  test::TempDir dir;
+  auto model = mlp(8, 1);
+  for (int s : {10, 20, 30, 40}) write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, {s, 96, 42, 2});
+  write(dir.file("final.safetensors"), *model, 0.1, {40, 96, 42, 2});
+  write(dir.file("oom_step_000005.safetensors"), *model, 0.1, {4, 96, 42, 2});
+  const auto deleted = train::prune_checkpoints(dir.path(), 2);
+  EXPECT_THAT(deleted, ::testing::UnorderedElementsAre(dir.file("step_000010.safetensors"),
+                                                       dir.file("step_000020.safetensors")));
+  for (const char* kept : {"step_000030.safetensors", "step_000040.safetensors", "final.safetensors",
+                           "oom_step_000005.safetensors"}) {
+    EXPECT_EQ(::access(dir.file(kept).c_str(), F_OK), 0) << kept;
+  }
+  EXPECT_TRUE(train::prune_checkpoints(dir.path(), 0).empty());
+}
+
+TEST(CheckpointIntegrity, TheConfigurationTravelsInTheMetadata) {
+  test::TempDir dir;
+  auto model = mlp(8, 1);
+  write(dir.file("c.safetensors"), *model, 0.1, {3, 96, 42, 2, "model:\n  name: mlp\n"});
+  EXPECT_EQ(train::read_checkpoint(dir.file("c.safetensors")).meta.config, "model:\n  name: mlp\n");
+}
+
+}  // namespace

@@ -266,7 +266,7 @@ const std::vector<std::string> kEveryKey = {
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
     "memory.inject_oom", "memory.check_every", "memory.target_fraction",
     "memory.high_watermark",
-    "checkpoint.dir", "checkpoint.every", "checkpoint.resume",
+    "checkpoint.dir", "checkpoint.every", "checkpoint.keep_last", "checkpoint.resume",
     "log.level", "log.every", "log.metrics"};
 
 TEST(Config, SchemaDeclaresExactlyTheKnownKeys) {
