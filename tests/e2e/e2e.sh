@@ -18,6 +18,21 @@ loss_drops() {
   echo "loss $first -> $last"
 }
 
+# The pid of rank $2 among mpirun $1's children: this job's ranks only (other tests may run
+# trainers at the same time).
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+}
+# Waits up to 60 s for process $1 to end; fails (1) if it still runs.
+ends_within_60s() {
+  local _
+  for _ in $(seq 600); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  return 1
+}
+
 quick=(--config "$src/configs/quickstart.yaml" --set train.steps=150 --set log.every=25)
 bad=$work/bad.yaml
 cat >"$bad" <<'YAML'
@@ -105,16 +120,11 @@ SH
     mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 >"$out" 2>&1 &
     mpirun_pid=$!
     for _ in $(seq 300); do grep -q "step " "$out" && break; sleep 0.1; done
-    victim=""
-    # Only this job's ranks (mpirun's children): other tests may run trainers at the same time.
-    for p in $(pgrep -P $mpirun_pid); do
-      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && victim=$p
-    done
+    victim=$(rank_pid $mpirun_pid 1)
     [ -n "$victim" ] || fail "could not find rank 1's process"
     kill -STOP "$victim"
     stopped_at=$(date +%s)
-    for _ in $(seq 600); do kill -0 $mpirun_pid 2>/dev/null || break; sleep 0.1; done
-    if kill -0 $mpirun_pid 2>/dev/null; then
+    if ! ends_within_60s $mpirun_pid; then
       kill -CONT "$victim"; kill -KILL $mpirun_pid; fail "the job still runs 60 s after rank 1 stopped"
     fi
     wait $mpirun_pid; rc=$?
@@ -321,6 +331,29 @@ PY
     printf '\x42' | dd of="$work/ck/step_000045.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
     run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.resume="$work/ck/step_000045.safetensors"
     expect_rc 2; expect_grep "checkpoint.resume: .*step_000045.safetensors: corrupt" ;;
+  killed_rank_ends_job)
+    # Rank 1 of 3 is killed (SIGKILL) mid-training: the job ends within ddp.timeout_s + 20 s with
+    # a non-zero exit and a message naming rank 1, and the last periodic checkpoint is intact.
+    echo "+ mpirun -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 ... (then SIGKILL rank 1)"
+    mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 \
+      --set checkpoint.dir="$work/ck" --set checkpoint.every=20 >"$out" 2>&1 &
+    mpirun_pid=$!
+    for _ in $(seq 600); do [ -e "$work/ck/step_000040.safetensors" ] && break; sleep 0.1; done
+    victim=$(rank_pid $mpirun_pid 1)
+    [ -n "$victim" ] || fail "could not find rank 1's process"
+    kill -KILL "$victim"
+    killed_at=$(date +%s)
+    ends_within_60s $mpirun_pid || { kill -KILL $mpirun_pid; fail "the job still runs 60 s after rank 1 died"; }
+    wait $mpirun_pid; rc=$?
+    took=$(( $(date +%s) - killed_at ))
+    echo "job ended $took s after SIGKILL with exit code $rc"
+    [ "$rc" != 0 ] || fail "exit code 0 after a rank died"
+    [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
+    expect_grep "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9"
+    grep -E "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9" "$out" | head -1
+    last=$(ls "$work/ck"/step_*.safetensors | sort | tail -1)
+    run "$trainer" "${quick[@]}" --set checkpoint.dir="$work/ck" --set checkpoint.resume="$last" --dry-run
+    expect_rc 0; expect_grep "resumed from .*step_[0-9]+.safetensors" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -9,6 +9,7 @@ if ! "$src/scripts/local-slurm.sh" --check; then
   exit 77
 fi
 work=$(mktemp -d)
+export TRAINER_CASE_WORK=$work  # marks this case's processes (srun passes the environment on)
 jobs=()
 cleanup() {
   [ ${#jobs[@]} -gt 0 ] && scancel "${jobs[@]}" 2>/dev/null
@@ -46,6 +47,28 @@ case $case_name in
     expect_rc 0
     expect_grep "launched by srun: 3 rank\(s\)"
     expect_grep "done: 60 steps" ;;
+  srun_killed_rank_np3)
+    # Task 1 of 3 is killed (SIGKILL) mid-training: the step ends within ddp.timeout_s + 20 s with
+    # a non-zero exit and srun naming task 1.
+    echo "+ srun --mpi=pmix -n 3 $trainer ... --set ddp.timeout_s=10 (then SIGKILL task 1)"
+    timeout 120 srun --mpi=pmix -n 3 "$trainer" "${quick[@]}" --set train.steps=100000000 \
+      --set ddp.timeout_s=10 --set log.every=50 >"$out" 2>&1 &
+    srun_pid=$!
+    for _ in $(seq 600); do grep -q "step  *50/" "$out" && break; sleep 0.1; done
+    victim=""
+    for p in $(pgrep -f -- "$trainer"); do
+      env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+      grep -qx "SLURM_PROCID=1" <<<"$env_of" && grep -qx "TRAINER_CASE_WORK=$work" <<<"$env_of" && victim=$p
+    done
+    [ -n "$victim" ] || fail "could not find task 1's process"
+    kill -KILL "$victim"
+    killed_at=$(date +%s)
+    wait $srun_pid; rc=$?
+    took=$(( $(date +%s) - killed_at ))
+    echo "step ended $took s after SIGKILL with exit code $rc"
+    [ "$rc" != 0 ] || fail "exit code 0 after a task died"
+    [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
+    expect_grep "srun: error: .*: task 1: Killed" ;;
   mpirun_in_sbatch_np3)
     cd "$work"
     run timeout 180 sbatch --wait -n 3 --output="$work/job-%j.log" --wrap "mpirun $trainer ${quick[*]}"
