@@ -5,6 +5,12 @@
 #include <chrono>
 #include <utility>
 
+#ifdef TRAINER_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace data {
 
 Loader::Loader(const Dataset& dataset, std::function<at::Tensor(int64_t)> indices_of,
@@ -111,6 +117,31 @@ Batch Loader::get(int64_t step) {
   }
   current_batch_ = std::move(slot.batch);
   return current_batch_;
+}
+
+Batch to_device(const Batch& batch, int64_t offset, int64_t n, c10::Device device) {
+  Batch micro{batch.inputs.narrow(0, offset, n), batch.targets.narrow(0, offset, n)};
+  if (device.is_cpu()) return micro;
+#ifdef TRAINER_HAVE_CUDA
+  if (device.is_cuda()) {
+    const auto compute = c10::cuda::getCurrentCUDAStream(device.index());
+    const auto copy = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+    {
+      c10::cuda::CUDAStreamGuard on_copy(copy);
+      micro.inputs = micro.inputs.to(device, /*non_blocking=*/true);
+      micro.targets = micro.targets.to(device, /*non_blocking=*/true);
+    }
+    at::cuda::CUDAEvent copied;
+    copied.record(copy);
+    copied.block(compute);  // the compute stream waits; the host does not
+    // Allocated on the copy stream, used on the compute one: the allocator must not reuse the
+    // memory before the compute stream is done with it.
+    c10::cuda::CUDACachingAllocator::recordStream(micro.inputs.storage().data_ptr(), compute);
+    c10::cuda::CUDACachingAllocator::recordStream(micro.targets.storage().data_ptr(), compute);
+    return micro;
+  }
+#endif
+  return {micro.inputs.to(device), micro.targets.to(device)};
 }
 
 }  // namespace data

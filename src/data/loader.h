@@ -23,6 +23,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -90,5 +91,10 @@ class Loader {
   mutable std::atomic<int64_t> reads_{0};
   std::vector<std::thread> threads_;
 };
+
+// Micro-batch [offset, offset + n) of `batch` on `device`: on CUDA copied from (pinned) host
+// memory on a side stream with non_blocking copies, the current (compute) stream waiting for the
+// copy and the allocator told the memory is used there; on the CPU a view.
+Batch to_device(const Batch& batch, int64_t offset, int64_t n, c10::Device device);
 
 }  // namespace data

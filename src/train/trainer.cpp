@@ -9,21 +9,15 @@
 #include <filesystem>
 #include <limits>
 
-#ifdef TRAINER_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #include "data/movielens.h"
 #include "ddp/gather.h"
 #include "memory/allocator_guard.h"
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
-#include "memory/process_memory.h"
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
-#include "train/metrics.h"
+#include "train/run_report.h"
 #include "train/precision.h"
 #include "train/schedule.h"
 
@@ -256,12 +250,12 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     at::Tensor local_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
     const size_t micros = plan_.micro_sizes.size();
     // Micro-batch m + 1 is copied to the device while micro-batch m computes.
-    data::Batch next = stage(batch, 0, plan_.micro_sizes[0]);
+    data::Batch next = data::to_device(batch, 0, plan_.micro_sizes[0], device_);
     int64_t offset = 0;
     for (size_t m = 0; m < micros; ++m) {
       const int64_t n = plan_.micro_sizes[m];
       const data::Batch micro = std::move(next);
-      if (m + 1 < micros) next = stage(batch, offset + n, plan_.micro_sizes[m + 1]);
+      if (m + 1 < micros) next = data::to_device(batch, offset + n, plan_.micro_sizes[m + 1], device_);
       // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync).
       reducer_->begin_micro_batch(/*sync=*/m + 1 == micros);
       enter(phase = memory::Phase::kForward);
@@ -301,31 +295,6 @@ bool Trainer::injects_nonfinite(int64_t step) const {
     if (rank == control_.rank() && at_step == step + 1) return true;
   }
   return false;
-}
-
-data::Batch Trainer::stage(const data::Batch& batch, int64_t offset, int64_t n) {
-  data::Batch micro{batch.inputs.narrow(0, offset, n), batch.targets.narrow(0, offset, n)};
-  if (device_.is_cpu()) return micro;
-#ifdef TRAINER_HAVE_CUDA
-  if (device_.is_cuda()) {
-    const auto compute = c10::cuda::getCurrentCUDAStream(device_.index());
-    const auto copy = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
-    {
-      c10::cuda::CUDAStreamGuard on_copy(copy);
-      micro.inputs = micro.inputs.to(device_, /*non_blocking=*/true);
-      micro.targets = micro.targets.to(device_, /*non_blocking=*/true);
-    }
-    at::cuda::CUDAEvent copied;
-    copied.record(copy);
-    copied.block(compute);  // the compute stream waits; the host does not
-    // Allocated on the copy stream, used on the compute one: the allocator must not reuse the
-    // memory before the compute stream is done with it.
-    c10::cuda::CUDACachingAllocator::recordStream(micro.inputs.storage().data_ptr(), compute);
-    c10::cuda::CUDACachingAllocator::recordStream(micro.targets.storage().data_ptr(), compute);
-    return micro;
-  }
-#endif
-  return {micro.inputs.to(device_), micro.targets.to(device_)};
 }
 
 StepResult Trainer::step(int64_t step, bool stop_requested) {
@@ -459,21 +428,6 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
   }
 }
 
-std::string Trainer::throughput(double samples_per_s) const {
-  const int64_t positions = dataset_.shape().context;
-  if (positions <= 0) return "";
-  const double tokens_per_s = samples_per_s * static_cast<double>(positions);
-  std::string text = fmt::format(" {:.0f} tokens/s", tokens_per_s);
-  const double flops = model_->flops_per_token(positions);
-  const double peak = peak_tflops(device_, precision_, tf32_enabled(), options_.train.peak_tflops);
-  if (flops > 0 && peak > 0) {
-    // Every rank's share: the job's tokens/s over the job's peak.
-    text += fmt::format(" MFU {:.1f}%", 100.0 * tokens_per_s * flops /
-                                            (peak * 1e12 * static_cast<double>(plan_.world_size)));
-  }
-  return text;
-}
-
 RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   RunSummary summary;
   const auto& t = options_.train;
@@ -488,11 +442,14 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
                plan_.world_size, plan_.rank, plan_.describe());
   report_memory(fmt::format("memory before step {}: parameters, buckets, optimizer state, caches",
                             start + 1));
-  // Rank 0's metrics file; a resumed run drops the records after its checkpoint's step.
-  MetricsFile metrics;
-  const std::string metrics_file = metrics_path(options_.log.metrics, options_.checkpoint.dir);
-  if (control_.rank() == 0 && !metrics_file.empty()) metrics = MetricsFile(metrics_file, start);
-  const auto run_start = Clock::now();
+  RunFacts facts;
+  facts.steps = t.steps;
+  facts.global_batch = plan_.global_batch;
+  facts.world_size = plan_.world_size;
+  facts.steps_per_epoch = sampler_.steps_per_epoch();
+  facts.positions = dataset_.shape().context;
+  facts.flops_per_token = model_->flops_per_token(facts.positions);
+  RunReport report(control_, options_, device_, precision_, facts, start);
   auto window_start = Clock::now();
   auto steady_start = Clock::now();
   int64_t window_steps = 0;
@@ -508,43 +465,10 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
     summary.last_loss = r.loss;
     const bool last = s + 1 == t.steps || r.stop;
     if (s == start || (s + 1) % options_.log.every == 0 || last) {
-      const double elapsed = seconds_since(window_start);
-      const auto mem = memory::sample_process_memory();
-      const double samples_per_s = window_steps * plan_.global_batch / elapsed;
-      spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{} {:>9.1f} samples/s{} "
-                   "data wait {:.0f}% rss {:.0f} MiB",
-                   s + 1, t.steps, r.loss, r.lr, r.grad_norm,
-                   r.loss_scale > 0 ? fmt::format(" scale {:g}", r.loss_scale) : "", samples_per_s,
-                   throughput(samples_per_s), 100.0 * (loader_->waited_s() - waited_before) / elapsed,
-                   mem.resident_bytes / 1048576.0);
+      report.step(s + 1, r, window_steps, seconds_since(window_start),
+                  loader_->waited_s() - waited_before, plan_.micro_batch, fallbacks_,
+                  skipped_total_);
       waited_before = loader_->waited_s();
-      // Every rank's peak since the last memory table. Collective (on logged steps, which every
-      // rank knows).
-      at::Tensor peaks = at::empty({control_.size()}, at::kDouble);
-      control_.all_gather(peaks, at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes)},
-                                            at::kDouble),
-                          "metrics memory peaks");
-      if (metrics.enabled()) {
-        nlohmann::json rec = {{"type", "step"},
-                              {"step", s + 1},
-                              {"epoch", static_cast<double>(s + 1) / static_cast<double>(sampler_.steps_per_epoch())},
-                              {"loss", r.loss},
-                              {"lr", r.lr},
-                              {"grad_norm", r.grad_norm},
-                              {"samples_per_s", samples_per_s},
-                              {"micro_batch", plan_.micro_batch},
-                              {"fallbacks", fallbacks_},
-                              {"skipped_steps", skipped_total_},
-                              {"wall_s", seconds_since(run_start)}};
-        if (const int64_t positions = dataset_.shape().context; positions > 0) {
-          rec["tokens_per_s"] = samples_per_s * static_cast<double>(positions);
-        }
-        if (r.loss_scale > 0) rec["loss_scale"] = r.loss_scale;
-        std::vector<double> mib;
-        for (int64_t i = 0; i < peaks.numel(); ++i) mib.push_back(peaks[i].item<double>() / 1048576.0);
-        rec["memory_peak_mib"] = mib;
-        metrics.write(rec);
-      }
       window_start = Clock::now();
       window_steps = 0;
     }
@@ -555,14 +479,8 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
     }
     if ((t.eval_every > 0 && (s + 1) % t.eval_every == 0) || last) {
       // Collective (one all-reduce) for datasets with a validation split or held-out items.
-      const auto eval =
-          evaluate_and_log(control_, *model_, dataset_, s + 1, plan_.micro_batch, t.eval_samples);
-      if (metrics.enabled() && eval.samples > 0) {
-        nlohmann::json rec = {{"type", "eval"}, {"step", s + 1}, {"samples", eval.samples},
-                              {"wall_s", seconds_since(run_start)}};
-        for (const auto& [name, value] : eval.means) rec[name] = value;
-        metrics.write(rec);
-      }
+      report.eval(s + 1, evaluate_and_log(control_, *model_, dataset_, s + 1, plan_.micro_batch,
+                                          t.eval_samples));
     }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
@@ -577,7 +495,7 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   if (summary.steps_done - start > 1) {
     summary.samples_per_s =
         (summary.steps_done - start - 1) * plan_.global_batch / seconds_since(steady_start);
-    summary.throughput = throughput(summary.samples_per_s);
+    summary.throughput = report.throughput(summary.samples_per_s);
   }
   summary.fallbacks = fallbacks_;
   if (!options_.checkpoint.dir.empty()) {

@@ -109,9 +109,6 @@ class Trainer {
     std::string failure;  // this rank's out-of-memory description; empty when none
   };
   Attempt forward_backward(int64_t step);
-  // A micro-batch of `batch` on the training device: on CUDA copied from pinned memory on a
-  // side stream (non_blocking), the compute stream waiting for the copy; on CPU a view.
-  data::Batch stage(const data::Batch& batch, int64_t offset, int64_t n);
   // train.inject_nonfinite names this rank at `step` (0-based; users count from 1).
   bool injects_nonfinite(int64_t step) const;
   // Every rank's out-of-memory description, the empty ones (no failure) left out. Collective.
@@ -127,8 +124,6 @@ class Trainer {
   void probe_activations();
   // micro_batch_size auto: the largest micro-batch that fits, the same on every rank. Collective.
   void choose_micro_batch();
-  // " N tokens/s MFU M%" for token data (MFU where the device's peak is known); "" otherwise.
-  std::string throughput(double samples_per_s) const;
   // Gathers every rank's memory sample to rank 0, which logs the table. Collective.
   void report_memory(const std::string& title);
   // Rank 0 logs the plan's peak against the measured one. Collective.

@@ -1,0 +1,84 @@
+#include "train/run_report.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
+#include "memory/memory_stats.h"
+#include "memory/process_memory.h"
+#include "train/trainer.h"
+
+namespace train {
+
+RunReport::RunReport(ddp::Communicator& control, const TrainerOptions& options, c10::Device device,
+                     Precision precision, RunFacts facts, int64_t start_step)
+    : control_(control), device_(device),
+      peak_tflops_(peak_tflops(device, precision, tf32_enabled(), options.train.peak_tflops)),
+      facts_(facts) {
+  const std::string path = metrics_path(options.log.metrics, options.checkpoint.dir);
+  metrics_on_ = !path.empty();
+  if (metrics_on_ && control_.rank() == 0) metrics_ = MetricsFile(path, start_step);
+}
+
+std::string RunReport::throughput(double samples_per_s) const {
+  if (facts_.positions <= 0) return "";
+  const double tokens_per_s = samples_per_s * static_cast<double>(facts_.positions);
+  std::string text = fmt::format(" {:.0f} tokens/s", tokens_per_s);
+  if (facts_.flops_per_token > 0 && peak_tflops_ > 0) {
+    // Every rank's share: the job's tokens/s over the job's peak.
+    text += fmt::format(" MFU {:.1f}%", 100.0 * tokens_per_s * facts_.flops_per_token /
+                                            (peak_tflops_ * 1e12 * facts_.world_size));
+  }
+  return text;
+}
+
+void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, double elapsed_s,
+                     double data_wait_s, int64_t micro_batch, int fallbacks, int64_t skipped_steps) {
+  const double samples_per_s = window_steps * facts_.global_batch / elapsed_s;
+  spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{} {:>9.1f} samples/s{} "
+               "data wait {:.0f}% rss {:.0f} MiB",
+               step, facts_.steps, r.loss, r.lr, r.grad_norm,
+               r.loss_scale > 0 ? fmt::format(" scale {:g}", r.loss_scale) : "", samples_per_s,
+               throughput(samples_per_s), 100.0 * data_wait_s / elapsed_s,
+               memory::sample_process_memory().resident_bytes / 1048576.0);
+  if (!metrics_on_) return;
+  // Every rank's peak since the last memory table, for rank 0's record.
+  at::Tensor peaks = at::empty({control_.size()}, at::kDouble);
+  control_.all_gather(
+      peaks, at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes)}, at::kDouble),
+      "metrics memory peaks");
+  if (!metrics_.enabled()) return;
+  nlohmann::json rec = {
+      {"type", "step"},
+      {"step", step},
+      {"epoch", static_cast<double>(step) / static_cast<double>(facts_.steps_per_epoch)},
+      {"loss", r.loss},
+      {"lr", r.lr},
+      {"grad_norm", r.grad_norm},
+      {"samples_per_s", samples_per_s},
+      {"micro_batch", micro_batch},
+      {"fallbacks", fallbacks},
+      {"skipped_steps", skipped_steps},
+      {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
+  if (facts_.positions > 0) rec["tokens_per_s"] = samples_per_s * static_cast<double>(facts_.positions);
+  if (r.loss_scale > 0) rec["loss_scale"] = r.loss_scale;
+  std::vector<double> mib;
+  for (int64_t i = 0; i < peaks.numel(); ++i) mib.push_back(peaks[i].item<double>() / 1048576.0);
+  rec["memory_peak_mib"] = mib;
+  metrics_.write(rec);
+}
+
+void RunReport::eval(int64_t step, const ValidationMetrics& m) {
+  if (!metrics_.enabled() || m.samples == 0) return;
+  nlohmann::json rec = {
+      {"type", "eval"},
+      {"step", step},
+      {"samples", m.samples},
+      {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
+  for (const auto& [name, value] : m.means) rec[name] = value;
+  metrics_.write(rec);
+}
+
+}  // namespace train

@@ -1,0 +1,60 @@
+// RunReport: what a run tells its user on logged steps and evaluations: rank 0's step line (loss,
+// lr, grad norm, loss scale, samples/s, tokens/s and MFU, data wait, RSS) and the records of the
+// metrics file (train/metrics.h). The Trainer decides when; this decides what and how.
+//
+// Collective: step() gathers every rank's memory peak when a metrics file is written (the path
+// comes from the configuration, so every rank knows); every rank calls step() and eval() on the
+// same steps.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "ddp/communicator.h"
+#include "train/evaluation.h"
+#include "train/metrics.h"
+#include "train/options.h"
+#include "train/precision.h"
+
+namespace train {
+
+struct StepResult;
+
+struct RunFacts {
+  int64_t steps = 0;            // train.steps
+  int64_t global_batch = 0;
+  int world_size = 1;
+  int64_t steps_per_epoch = 1;
+  int64_t positions = 0;        // tokens per sample (token data), else 0
+  double flops_per_token = 0;   // the model's estimate for `positions` (0: none)
+};
+
+class RunReport {
+ public:
+  // Opens the metrics file on rank 0 (dropping records after `start_step`, a resumed run's).
+  RunReport(ddp::Communicator& control, const TrainerOptions& options, c10::Device device,
+            Precision precision, RunFacts facts, int64_t start_step);
+
+  // " N tokens/s MFU M%" for token data (MFU where the device's peak is known); "" otherwise.
+  std::string throughput(double samples_per_s) const;
+
+  // A logged step: `window_steps` steps took `elapsed_s`, of which `data_wait_s` waiting for data.
+  void step(int64_t step, const StepResult& r, int64_t window_steps, double elapsed_s,
+            double data_wait_s, int64_t micro_batch, int fallbacks, int64_t skipped_steps);
+  // An evaluation's record (its line was logged by evaluate_and_log).
+  void eval(int64_t step, const ValidationMetrics& m);
+
+ private:
+  ddp::Communicator& control_;
+  c10::Device device_;
+  double peak_tflops_;
+  RunFacts facts_;
+  MetricsFile metrics_;
+  bool metrics_on_ = false;  // the same on every rank (from the configuration)
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace train
