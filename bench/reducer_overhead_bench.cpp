@@ -156,7 +156,9 @@ log: {{level: warn}}
         synchronize(device);
         const auto t0 = Clock::now();
         if (use_trainer) {
-          trainer.step(next_trainer++);
+          // As in training between log lines: nothing read from the device (the plain loop reads
+          // nothing either).
+          trainer.step(next_trainer++, /*stop_requested=*/false, /*read_metrics=*/false);
         } else {
           plain.step(next_plain++, config.train.lr, config.train.grad_clip);
         }

@@ -1,4 +1,5 @@
-# Every external dependency, found once. All come from Debian packages or the LibTorch wheel.
+# Every external dependency, found once. All come from Debian packages or the LibTorch wheel, but
+# barkeep's header (a PyPI sdist, pinned by hash, below).
 
 find_program(CCACHE_PROGRAM ccache)
 if(CCACHE_PROGRAM)
@@ -59,3 +60,32 @@ find_path(TRAINER_FMT_INCLUDE fmt/core.h HINTS ${_fmt_includes} /usr/include NO_
 set(TRAINER_FMT_SHIM ${CMAKE_BINARY_DIR}/fmt-shim)
 file(MAKE_DIRECTORY ${TRAINER_FMT_SHIM})
 file(CREATE_LINK ${TRAINER_FMT_INCLUDE}/fmt ${TRAINER_FMT_SHIM}/fmt SYMBOLIC)
+
+# barkeep: the progress bar of log.progress (header-only, Apache-2.0, maintained; no C++ progress
+# bar is packaged in Debian 12). The header comes from its PyPI sdist, pinned by hash; the copy
+# scripts/device-deps.sh puts in .device/ serves machines without network. Only
+# train/progress.cpp sees its directory (src/CMakeLists.txt), and formats with fmt
+# (BARKEEP_ENABLE_FMT_FORMAT there: the system fmt 9, through the shim above, as everywhere else).
+include(FetchContent)
+set(TRAINER_BARKEEP_URL https://files.pythonhosted.org/packages/86/6e/7d04a6cef6174ba7aa0d4e99eabd11c82f55d7454bb08e270c6ca2699aa4/barkeep-0.1.6.tar.gz)
+if(EXISTS ${PROJECT_SOURCE_DIR}/.device/barkeep-0.1.6.tar.gz)
+  set(TRAINER_BARKEEP_URL ${PROJECT_SOURCE_DIR}/.device/barkeep-0.1.6.tar.gz)
+endif()
+FetchContent_Declare(barkeep
+  URL ${TRAINER_BARKEEP_URL}
+  URL_HASH SHA256=2d742d1608861a39040ebddf645fcc7c948f8429651e850b31942ac54b9f1eb7
+  DOWNLOAD_EXTRACT_TIMESTAMP TRUE)
+FetchContent_MakeAvailable(barkeep)  # the sdist has no CMakeLists.txt: this only unpacks it
+set(TRAINER_BARKEEP_INCLUDE ${barkeep_SOURCE_DIR})  # holds barkeep/barkeep.h
+
+# TensorBoard event files (log.tensorboard): Debian's protobuf compiles TensorBoard's Event and
+# Summary messages (src/train/tensorboard_event.proto) and Boost.CRC frames the records. Optional:
+# without them (the GPU machines build with few packages) the trainer still builds, and a run
+# that sets log.tensorboard stops at start-up saying so.
+find_package(Protobuf QUIET)
+find_package(Boost QUIET)
+set(TRAINER_HAVE_TENSORBOARD OFF)
+if(Protobuf_FOUND AND Protobuf_PROTOC_EXECUTABLE AND TARGET protobuf::libprotobuf-lite AND TARGET Boost::headers)
+  set(TRAINER_HAVE_TENSORBOARD ON)
+endif()
+message(STATUS "TensorBoard event files: ${TRAINER_HAVE_TENSORBOARD} (protobuf ${Protobuf_VERSION})")

@@ -13,7 +13,8 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 # 1. Debian packages.
 apt_packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv procps
   openmpi-bin libopenmpi-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
-  nlohmann-json3-dev libpng-dev libgtest-dev libgmock-dev libbenchmark-dev)
+  nlohmann-json3-dev libpng-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libprotobuf-dev protobuf-compiler libboost-dev bsdutils)
 install_debian_packages "${apt_packages[@]}"
 
 # 2. LibTorch: a user-provided Torch_DIR wins; otherwise the PyPI wheel in a cached virtualenv.
@@ -26,10 +27,11 @@ else
     python3 -m venv "$TRAINER_VENV"
     "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
   fi
-  # What the PyTorch reference tests, the data scripts and the benchmarks' peers import.
-  if ! "$TRAINER_VENV/bin/python" -c "import safetensors, numpy, PIL, matplotlib" 2>/dev/null; then
-    log "installing safetensors, numpy, pillow, matplotlib into $TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check safetensors numpy pillow matplotlib
+  # What the PyTorch reference tests, the data scripts and the benchmarks' peers import, and
+  # TensorBoard's event reader (the e2e test of log.tensorboard).
+  if ! "$TRAINER_VENV/bin/python" -c "import safetensors, numpy, PIL, matplotlib, tensorboard" 2>/dev/null; then
+    log "installing safetensors, numpy, pillow, matplotlib, tensorboard into $TRAINER_VENV"
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check safetensors numpy pillow matplotlib tensorboard
   fi
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi

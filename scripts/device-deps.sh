@@ -16,7 +16,11 @@ packages=(
   libyaml-cpp0.7 libyaml-cpp-dev libfmt9 libfmt-dev libspdlog1.10 libspdlog-dev libcli11-dev
   nlohmann-json3-dev libpng16-16 libpng-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
 )
+# barkeep's header (the progress bar), which cmake/TrainerDeps.cmake otherwise fetches from PyPI.
+barkeep=.device/barkeep-0.1.6.tar.gz
+[ -f "$barkeep" ] || curl -fsSL -o "$barkeep" \
+  https://files.pythonhosted.org/packages/86/6e/7d04a6cef6174ba7aa0d4e99eabd11c82f55d7454bb08e270c6ca2699aa4/barkeep-0.1.6.tar.gz
 cd .device/debs
 rm -f ./*.deb
 apt-get download "${packages[@]}" >/dev/null
-echo "[device-deps] $(ls | wc -l) packages, $(du -sh . | cut -f1) in .device/debs"
+echo "[device-deps] $(ls | wc -l) packages, $(du -sh . | cut -f1) in .device/debs; $barkeep"

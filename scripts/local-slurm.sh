@@ -19,25 +19,14 @@ if [ "${1:-}" = --check ]; then
   exit
 fi
 
-if ready; then
-  log "SLURM is up: $(sinfo -h -o '%P %a %D %t' | head -1)"
-  exit 0
-fi
-if [ "$(id -u)" != 0 ]; then
-  log "not root: cannot install or start SLURM; the slurm tests will be skipped"
-  exit 1
-fi
-
-source "$(dirname "$0")/env.sh"
-install_debian_packages slurm-wlm munge libpmix-dev
-
 conf=/etc/slurm/slurm.conf
 marker="# written by trainer scripts/local-slurm.sh"
-mkdir -p /etc/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm /run/munge
-if [ ! -f "$conf" ] || head -1 "$conf" | grep -qF "$marker"; then
-  # proctrack/cgroup fails in containers; config_overrides lets CPUs=8 stand on a 2-core machine
-  # (the tests run 3 ranks); OverSubscribe lets several test jobs share it.
-  cat >"$conf" <<EOF
+# proctrack/cgroup fails in containers; config_overrides lets CPUs=8 stand on a 2-core machine
+# (the tests run 3 ranks); OverSubscribe lets several test jobs share it. A requeued job waits
+# cred_expire + 1 s before it may start again (default 120 s), and the scheduler looks at pending
+# jobs every sched_interval (default 60 s): short ones keep the requeue test quick.
+conf_text() {
+  cat <<EOF
 $marker
 ClusterName=trainer-ci
 SlurmctldHost=localhost
@@ -54,9 +43,35 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SlurmUser=root
 KillWait=10
+AuthInfo=cred_expire=15
+SchedulerParameters=sched_interval=5,bf_interval=5
 NodeName=localhost CPUs=8 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
+}
+ours() { [ ! -f "$conf" ] || head -1 "$conf" | grep -qF "$marker"; }
+
+if ready; then
+  # A configuration this script wrote before is brought up to date, and the daemons reread it
+  # (running daemons are not restarted: jobs may be running; AuthInfo waits for a restart).
+  if [ "$(id -u)" = 0 ] && ours && [ "$(conf_text)" != "$(cat "$conf")" ]; then
+    conf_text >"$conf"
+    scontrol reconfigure && log "updated $conf (scontrol reconfigure; AuthInfo applies once slurmctld restarts)"
+  fi
+  log "SLURM is up: $(sinfo -h -o '%P %a %D %t' | head -1)"
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  log "not root: cannot install or start SLURM; the slurm tests will be skipped"
+  exit 1
+fi
+
+source "$(dirname "$0")/env.sh"
+install_debian_packages slurm-wlm munge libpmix-dev
+
+mkdir -p /etc/slurm /var/lib/slurm/slurmctld /var/lib/slurm/slurmd /var/log/slurm /run/munge
+if ours; then
+  conf_text >"$conf"
 else
   log "$conf exists and was not written by this script: using it as it is"
 fi

@@ -16,16 +16,10 @@
 
 #include "data/errors.h"
 #include "data/readers.h"
+#include "data/splitmix.h"
 
 namespace data {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 uint64_t sample_hash(uint64_t stream, int64_t i) {
   return splitmix64(stream ^ splitmix64(static_cast<uint64_t>(i)));

@@ -1,7 +1,11 @@
 #include "ddp/mpi_communicator.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include <thread>
 
@@ -24,11 +28,46 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// MPI has no 16-bit float types: those travel as float32 and are converted back on completion.
-bool needs_upcast(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+// MPI has no 16-bit float types: bfloat16 and float16 travel as 16-bit words (half the bytes of
+// float32, which is the point of ddp.reduce_dtype: bf16) and are reduced by user-defined
+// operations that add (or compare) in float32 and round back, as NCCL does for these types.
+bool is_16bit_float(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+template <class T, class Combine>
+void combine_16bit(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) {
+    b[i] = static_cast<T>(Combine{}(static_cast<float>(a[i]), static_cast<float>(b[i])));
+  }
+}
+
+struct Add { float operator()(float a, float b) const { return a + b; } };
+struct Max { float operator()(float a, float b) const { return std::max(a, b); } };
+struct Min { float operator()(float a, float b) const { return std::min(a, b); } };
+
+// The user-defined operations, created once (after MPI_Init: a communicator exists) and kept
+// for the life of the process (MPI_Finalize frees them).
+struct Ops16 {
+  MPI_Op bf16_sum, bf16_max, bf16_min, half_sum, half_max, half_min;
+  Ops16() {
+    TRAINER_MPI_CHECK(MPI_Op_create(&combine_16bit<c10::BFloat16, Add>, 1, &bf16_sum));
+    TRAINER_MPI_CHECK(MPI_Op_create(&combine_16bit<c10::BFloat16, Max>, 1, &bf16_max));
+    TRAINER_MPI_CHECK(MPI_Op_create(&combine_16bit<c10::BFloat16, Min>, 1, &bf16_min));
+    TRAINER_MPI_CHECK(MPI_Op_create(&combine_16bit<c10::Half, Add>, 1, &half_sum));
+    TRAINER_MPI_CHECK(MPI_Op_create(&combine_16bit<c10::Half, Max>, 1, &half_max));
+    TRAINER_MPI_CHECK(MPI_Op_create(&combine_16bit<c10::Half, Min>, 1, &half_min));
+  }
+};
+const Ops16& ops16() {
+  static const Ops16 ops;
+  return ops;
+}
 
 MPI_Datatype mpi_type(at::ScalarType t) {
   switch (t) {
+    case at::kHalf:
+    case at::kBFloat16: return MPI_UINT16_T;
     case at::kFloat: return MPI_FLOAT;
     case at::kDouble: return MPI_DOUBLE;
     case at::kInt: return MPI_INT32_T;
@@ -44,6 +83,16 @@ MPI_Datatype mpi_type(at::ScalarType t) {
 }
 
 MPI_Op mpi_op(ReduceOp op, at::ScalarType t) {
+  if (is_16bit_float(t)) {
+    const Ops16& o = ops16();
+    const bool bf16 = t == at::kBFloat16;
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: return bf16 ? o.bf16_sum : o.half_sum;
+      case ReduceOp::kMax: return bf16 ? o.bf16_max : o.half_max;
+      case ReduceOp::kMin: return bf16 ? o.bf16_min : o.half_min;
+    }
+  }
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg: return t == at::kBool ? MPI_LOR : MPI_SUM;
@@ -75,14 +124,12 @@ const char* all_reduce_kind(ReduceOp op) {
   return "all_reduce";
 }
 
-// The buffer MPI works on: the tensor itself when it is contiguous CPU memory of an MPI type,
-// otherwise a contiguous CPU copy that is written back on completion.
+// The buffer MPI works on: the tensor itself when it is contiguous CPU memory, otherwise a
+// contiguous CPU copy that is written back on completion.
 at::Tensor staging_buffer(const at::Tensor& t, bool* copy_back) {
-  *copy_back = !t.is_cpu() || !t.is_contiguous() || needs_upcast(t.scalar_type());
+  *copy_back = !t.is_cpu() || !t.is_contiguous();
   if (!*copy_back) return t;
-  const auto dtype = needs_upcast(t.scalar_type()) ? at::kFloat : t.scalar_type();
-  return t.to(at::TensorOptions().device(at::kCPU).dtype(dtype), /*non_blocking=*/false,
-              /*copy=*/true)
+  return t.to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/false, /*copy=*/true)
       .contiguous();
 }
 

@@ -222,11 +222,13 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Dense memory (contiguous, or a permutation such as channels-last) is reduced element by
+  // element in memory order, which is the same on every rank for tensors of the same layout.
   void check_tensor(const at::Tensor& t, std::string_view what) const {
-    if (!t.is_cuda() || !t.is_contiguous()) {
-      throw CommError(fmt::format("rank {}: NCCL {}: needs a contiguous CUDA tensor, got {} {}",
+    if (!t.is_cuda() || !t.is_non_overlapping_and_dense()) {
+      throw CommError(fmt::format("rank {}: NCCL {}: needs a dense CUDA tensor, got {} {}",
                                   rank_, what, t.device().str(),
-                                  t.is_contiguous() ? "contiguous" : "non-contiguous"));
+                                  t.is_non_overlapping_and_dense() ? "dense" : "non-dense"));
     }
   }
 

@@ -11,6 +11,7 @@ struct DdpOptions {
   double first_bucket_mb = 0;    // cap of the first gradient bucket
   double bucket_mb = 0;          // cap of the other buckets
   bool find_unused_parameters = false;
+  std::string reduce_dtype;      // fp32 | bf16: dtype of the gradient all-reduce
 };
 
 }  // namespace ddp

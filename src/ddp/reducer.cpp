@@ -71,6 +71,18 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
     buffers_.push_back(
         at::zeros({bucket.numel}, at::TensorOptions().dtype(bucket.dtype).device(bucket.device)));
   }
+  // Where the all-reduce runs in another dtype: one persistent copy per bucket (with one rank
+  // nothing is reduced, so nothing is cast).
+  wire_.resize(layout_.size());
+  const auto wire_dtype = options_.reduce_dtype;
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    if (wire_dtype == c10::ScalarType::Undefined || wire_dtype == layout_[b].dtype ||
+        comm_.size() == 1 || !at::isFloatingType(layout_[b].dtype)) {
+      continue;
+    }
+    wire_[b] = at::zeros({layout_[b].numel},
+                         at::TensorOptions().dtype(wire_dtype).device(layout_[b].device));
+  }
   bucket_of_.resize(params_.size());
   for (size_t b = 0; b < layout_.size(); ++b) {
     const auto& bucket = layout_[b];
@@ -78,13 +90,25 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
       const size_t k = bucket.params[j];
       at::Tensor& p = params_[k].second;
       bucket_of_[k] = b;
-      p.mutable_grad() = buffers_[b].narrow(0, bucket.offsets[j], p.numel()).view(p.sizes());
+      // The gradient takes the parameter's layout (dense: a channels-last weight's gradient is
+      // channels-last too), so the optimizer walks parameter and gradient in the same order.
+      at::Tensor flat = buffers_[b].narrow(0, bucket.offsets[j], p.numel());
+      p.mutable_grad() = p.is_contiguous() ? flat.view(p.sizes())
+                                           : flat.as_strided(p.sizes(), p.strides());
       torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, k));
     }
   }
   pending_.assign(layout_.size(), 0);
   ready_.assign(params_.size(), 0);
   works_.resize(layout_.size());
+}
+
+int64_t Reducer::communication_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& w : wire_) {
+    if (w.defined()) bytes += w.nbytes();
+  }
+  return bytes;
 }
 
 Reducer::~Reducer() noexcept {
@@ -140,8 +164,14 @@ void Reducer::on_gradient_ready(size_t param) {
 
 void Reducer::post_ready_buckets() {
   while (next_bucket_ < layout_.size() && pending_[next_bucket_] == 0) {
-    works_[next_bucket_] = comm_.all_reduce_async(buffers_[next_bucket_], ReduceOp::kSum,
-                                                  fmt::format("bucket {}", next_bucket_));
+    // One rank: the sum over ranks is the bucket itself; nothing is posted or waited for.
+    if (comm_.size() > 1) {
+      at::Tensor& wire = wire_[next_bucket_];
+      if (wire.defined()) wire.copy_(buffers_[next_bucket_]);  // cast (on the caller's stream)
+      works_[next_bucket_] = comm_.all_reduce_async(wire.defined() ? wire : buffers_[next_bucket_],
+                                                    ReduceOp::kSum,
+                                                    fmt::format("bucket {}", next_bucket_));
+    }
     launch_order_.push_back(next_bucket_);
     if (in_backward_) ++launched_during_backward_;
     ++next_bucket_;
@@ -165,7 +195,11 @@ void Reducer::mark_all_ready() {
 }
 
 void Reducer::wait_all() {
-  for (size_t b = 0; b < layout_.size(); ++b) works_[b]->wait();
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    if (!works_[b]) continue;
+    works_[b]->wait();
+    if (wire_[b].defined()) buffers_[b].copy_(wire_[b]);  // cast back into the float32 bucket
+  }
   state_ = StepState::kDone;
 }
 
@@ -185,6 +219,18 @@ void Reducer::finish() {
         "unused on purpose, set ddp.find_unused_parameters: true.",
         comm_.rank(), unused.size(), comm_.step(), fmt::join(unused, ", ")));
   }
+  mark_all_ready();
+  post_ready_buckets();
+  wait_all();
+}
+
+void Reducer::reduce_accumulated() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ != StepState::kAccumulating) {
+    throw std::logic_error("Reducer::reduce_accumulated() without accumulating micro-batches");
+  }
+  start_sync();
+  in_backward_ = false;
   mark_all_ready();
   post_ready_buckets();
   wait_all();

@@ -10,13 +10,19 @@
 //   only allocates: every bucket buffer
 //   before any parameter is touched, so one that runs out of memory leaves the parameters as they
 //   were (the Trainer votes on it).
-// - Gradients are views into flat bucket buffers allocated once, here; nothing else may replace
-//   a parameter's .grad (zero them with zero_grad()).
+// - Gradients are views into flat bucket buffers allocated once, here, with each parameter's
+//   strides (parameters must be dense: contiguous or another dense format such as channels-last);
+//   nothing else may replace a parameter's .grad (zero them with zero_grad()).
 // - Per optimizer step: zero_grad(); for each micro-batch begin_micro_batch(last) then backward;
-//   finish(). Micro-batches before the last only accumulate (no_sync); during the last one's
+//   finish(). With one rank nothing is posted (the sum is the bucket itself).
+//   Micro-batches before the last only accumulate (no_sync); during the last one's
 //   backward, a post-accumulate-grad hook marks each parameter ready and a bucket's SUM
 //   all-reduce is posted as soon as its last gradient lands. finish() posts what is left and
 //   waits for every bucket.
+// - reduce_dtype (ddp.reduce_dtype: bf16): each bucket is cast into a persistent buffer of that
+//   dtype (allocated here, half the bytes for bf16), all-reduced there and cast back into the
+//   float32 bucket, so parameters, gradients and the optimizer stay float32 and only the wire
+//   carries bf16; the error this adds is measured in tests/mpi/reduce_dtype_test.cpp.
 // - A parameter that got no gradient in the synced backward is an error naming it, unless
 //   find_unused_parameters, which reduces whatever it holds (zero if never used) instead.
 // - After an out-of-memory error anywhere in the step, abandon() posts every bucket not posted yet
@@ -43,6 +49,8 @@ struct ReducerOptions {
   int64_t first_bucket_bytes = 1 << 20;
   int64_t bucket_bytes = 25 << 20;
   bool find_unused_parameters = false;
+  // Dtype of the all-reduce (Undefined: the gradients' own). Floating-point buckets only.
+  c10::ScalarType reduce_dtype = c10::ScalarType::Undefined;
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -71,10 +79,16 @@ class Reducer {
   void begin_micro_batch(bool sync);
   void finish();
   void abandon();
+  // After micro-batches that all only accumulated (begin_micro_batch(false), as under CUDA graph
+  // capture, where a hook must not post a collective): posts every bucket in order and waits.
+  // Without hooks marking parameters ready, the unused-parameter check does not run here.
+  void reduce_accumulated();
 
   const std::vector<BucketLayout>& layout() const { return layout_; }
   // The flat gradient buffers, one per bucket: every parameter's gradient exactly once.
   const std::vector<at::Tensor>& buffers() const { return buffers_; }
+  // Bytes of the reduce_dtype copies of the buckets (0 without them).
+  int64_t communication_bytes() const;
   // Bucket indices in the order their all-reduces were posted in the last synced step.
   const std::vector<size_t>& launch_order() const { return launch_order_; }
   // Buckets posted while backward was still running in the last synced step (overlap).
@@ -97,6 +111,7 @@ class Reducer {
   ReducerOptions options_;
   std::vector<BucketLayout> layout_;
   std::vector<at::Tensor> buffers_;       // one flat buffer per bucket
+  std::vector<at::Tensor> wire_;          // bucket -> its reduce_dtype copy (undefined: none)
   std::vector<size_t> bucket_of_;         // param -> bucket
   std::vector<int64_t> pending_;          // bucket -> parameters not yet ready this step
   std::vector<char> ready_;               // param -> marked ready this step

@@ -322,6 +322,8 @@ std::vector<KeyDef> declare() {
                    [](const std::string& v) { train::parse_nonfinite_injections(v); }),
       choice("train.tf32", FIELD(train.tf32), "auto", {"auto", "on", "off"}, "CUDA: TF32 matmuls and convolutions (auto: on Ampere and newer)"),
       boolean("train.cudnn_benchmark", FIELD(train.cudnn_benchmark), "false", "CUDA: let cuDNN time its algorithms for each new input shape (fixed shapes: faster)"),
+      choice("train.channels_last", FIELD(train.channels_last), "auto", {"auto", "on", "off"}, "cnn: convolutions in channels-last (NHWC) memory format, which cuDNN's tensor-core kernels want (auto: on a GPU)"),
+      boolean("train.cuda_graphs", FIELD(train.cuda_graphs), "false", "CUDA: capture forward + backward of a micro-batch as a CUDA graph after warm-up and replay it (launch overhead gone); falls back to eager, saying why, where capture cannot work"),
       real("train.peak_tflops", FIELD(train.peak_tflops), "0", 0.0, 1e6, false, false, "the device's dense peak TFLOP/s for MFU in the log (0: known GPUs by name: H100, H200, A100, L40S)"),
       integer("train.eval_samples", FIELD(train.eval_samples), "1024", 0, kMax, "validation samples evaluated each time, the first of the split (0: all)"),
 
@@ -330,6 +332,7 @@ std::vector<KeyDef> declare() {
       real("ddp.first_bucket_mb", FIELD(ddp.first_bucket_mb), "1", 0.0, 65536.0, true, false, "cap of the first gradient bucket (MiB): small, so communication starts early"),
       real("ddp.bucket_mb", FIELD(ddp.bucket_mb), "25", 0.0, 65536.0, true, false, "cap of the other gradient buckets (MiB)"),
       boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
+      choice("ddp.reduce_dtype", FIELD(ddp.reduce_dtype), "fp32", {"fp32", "bf16"}, "dtype the gradient buckets are all-reduced in: bf16 halves the bytes on the wire (gradients, parameters and AdamW stay fp32; each bucket is cast for the reduction and back)"),
 
       choice_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", {"checkpoint_activations", "halve_micro_batch", "uncache_embeddings"}, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),
@@ -349,6 +352,8 @@ std::vector<KeyDef> declare() {
       choice("log.level", FIELD(log.level), "info", {"trace", "debug", "info", "warn", "error"}, "log level of rank 0 (other ranks log warnings and errors)"),
       integer("log.every", FIELD(log.every), "10", 1, kMax, "log a step line every N steps"),
       text("log.metrics", FIELD(log.metrics), "", "JSON Lines file with a record per logged step and evaluation (empty: checkpoint.dir/metrics.jsonl when checkpoint.dir is set; off: none)"),
+      choice("log.progress", FIELD(log.progress), "auto", {"auto", "bar", "lines", "off"}, "rank 0's progress: bar (a live bar on stderr: steps, samples/s, loss, ETA; step lines still logged above it), lines (an ETA at the end of each step line), off (neither); auto: bar when stderr is a terminal, else lines (under mpirun a rank's stderr is a pipe: lines)"),
+      text("log.tensorboard", FIELD(log.tensorboard), "", "directory for TensorBoard event files (rank 0 writes each logged step's and evaluation's numbers as scalars; created if missing; empty: none)"),
   };
 }
 

@@ -13,6 +13,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <thread>
@@ -38,6 +39,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/precision.h"
+#include "train/tensorboard.h"
 #include "train/trainer.h"
 
 namespace launcher {
@@ -152,6 +154,7 @@ int count_nodes(const std::vector<std::string>& hosts) {
 int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli);
 
 int run(int argc, char** argv) {
+  install_preemption_handler();
   CommandLine cli;
   if (const int rc = parse_command_line(argc, argv, cli); rc != kExitOk) {
     return rc >= 1000 ? rc - 1000 : rc;
@@ -254,6 +257,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
         !metrics.empty() && rank == 0) {
       train::check_metrics_path(metrics);
     }
+    if (!config.log.tensorboard.empty() && rank == 0) train::check_tensorboard_dir(config.log.tensorboard);
     // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
     const auto& resume = config.checkpoint.resume;
     if (!resume.empty() && rank == 0) {
@@ -346,9 +350,31 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   }
 
   install_stop_handlers();
+  // SIGUSR1, the preemption warning, stops the run only when the requeued job would continue
+  // from the checkpoint written now; otherwise stopping early would only lose the time left
+  // (launcher/signals.h).
+  const auto& ckpt = config.checkpoint;
+  const bool resumable = !ckpt.dir.empty() && ckpt.resume == "auto";
+  bool warned = false;
+  const auto stop = [&] {
+    if (preemption_warned() && !warned && !terminate_requested()) {
+      warned = true;
+      if (rank == 0 && resumable) {
+        spdlog::warn("SIGUSR1: preemption warning: stopping after this step with a checkpoint in {} "
+                     "(exit code {}); the requeued job continues from it (checkpoint.resume: auto)",
+                     ckpt.dir, 128 + SIGUSR1);
+      } else if (rank == 0) {
+        spdlog::warn("SIGUSR1: preemption warning ignored: {}, so a requeued job would start again "
+                     "at step 1; training on until the job ends",
+                     ckpt.dir.empty() ? "checkpoint.dir is not set"
+                                      : "checkpoint.resume is not 'auto'");
+      }
+    }
+    return terminate_requested() || (resumable && preemption_warned());
+  };
   train::RunSummary summary;
   try {
-    summary = trainer.run(stop_requested);
+    summary = trainer.run(stop);
   } catch (const memory::OutOfMemoryFatal& e) {
     // Every rank throws this after the same vote: a clean, agreed exit.
     if (rank == 0) print_error(0, e.what());
@@ -369,7 +395,10 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
                  summary.throughput, summary.fallbacks);
   }
   comm->barrier("shutdown");
-  return summary.stopped ? 128 + std::max(stop_signal(), 0) : kExitOk;
+  if (!summary.stopped) return kExitOk;
+  // A preemption warning that came with the last step: the run is complete, nothing to requeue.
+  if (stop_signal() == SIGUSR1 && summary.steps_done >= config.train.steps) return kExitOk;
+  return 128 + std::max(stop_signal(), 0);
 }
 
 }  // namespace

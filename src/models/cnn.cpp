@@ -77,11 +77,22 @@ RestorationCnn::RestorationCnn(const CnnOptions& o)
   l.tail = register_module("tail", conv3x3(b, o.channels));
 }
 
-at::Tensor RestorationCnn::forward(const at::Tensor& inputs) {
-  if (inputs.dim() != 4 || inputs.size(1) != options_.channels) {
-    throw std::invalid_argument(fmt::format("cnn: inputs must be [n, {}, h, w], got {}",
-                                            options_.channels, inputs.sizes()));
+bool RestorationCnn::set_channels_last(bool on) {
+  format_ = on ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  at::NoGradGuard no_grad;
+  for (auto& p : parameters()) {
+    if (p.dim() == 4) p.set_data(p.data().contiguous(format_));
   }
+  return true;
+}
+
+at::Tensor RestorationCnn::forward(const at::Tensor& raw_inputs) {
+  if (raw_inputs.dim() != 4 || raw_inputs.size(1) != options_.channels) {
+    throw std::invalid_argument(fmt::format("cnn: inputs must be [n, {}, h, w], got {}",
+                                            options_.channels, raw_inputs.sizes()));
+  }
+  // Channels-last weights want channels-last activations (no-op when already in that format).
+  const at::Tensor inputs = raw_inputs.contiguous(format_);
   Layers& l = *layers_;
   const at::Tensor f = l.head->forward(inputs);
   at::Tensor y = f;

@@ -45,6 +45,7 @@ class RestorationCnn final : public Model {
   std::vector<std::pair<std::string, at::Tensor>> eval_sums(const at::Tensor& inputs,
                                                             const at::Tensor& targets) override;
   const CnnOptions& options() const { return options_; }
+  bool set_channels_last(bool on) override;
 
  private:
   // The convolutions, typed (defined in cnn.cpp so this header stays free of the conv headers).
@@ -53,6 +54,7 @@ class RestorationCnn final : public Model {
 
   CnnOptions options_;
   std::shared_ptr<Layers> layers_;
+  at::MemoryFormat format_ = at::MemoryFormat::Contiguous;
 };
 
 }  // namespace models

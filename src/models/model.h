@@ -97,6 +97,11 @@ class Model : public torch::nn::Module {
   // log. 0: not a token model, or no estimate.
   virtual double flops_per_token(int64_t positions) const { return 0; }
   virtual bool checkpoint_activations() const { return false; }
+  // Channels-last (NHWC) memory format for models that convolve (train.channels_last): when on,
+  // the 4-D weights are stored channels-last and inputs are converted on entry, which cuDNN's
+  // tensor-core convolutions want. Call before gradients are attached (the Trainer does it
+  // before building the Reducer). Returns false, changing nothing, for other models.
+  virtual bool set_channels_last(bool on) { return false; }
 };
 
 }  // namespace models

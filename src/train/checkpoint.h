@@ -7,6 +7,11 @@
 // batch size, seed and world size the run had, the run's configuration (YAML) when known, and a
 // CRC-32 of every tensor's name and bytes in name order ("checksum": "crc32:xxxxxxxx").
 //
+// The seed and the step are the run's whole random state: the rank sampler's order is a function
+// of (seed, step) (ddp/rank_sampler.h), and the default generators that dropout draws from are
+// reseeded from (seed, step, rank) at the start of every step (train/step_rng.h), so a run
+// resumed from a checkpoint on as many ranks continues exactly as the uninterrupted one.
+//
 // Contract:
 // - write_checkpoint writes a temporary file next to `path` and renames it into place, so a job
 //   killed while writing leaves the previous checkpoint whole.

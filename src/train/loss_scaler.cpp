@@ -14,6 +14,9 @@ LossScaler::LossScaler(LossScalerOptions options, c10::Device device) : options_
   inv_scale_ = at::full({1}, 1.0, f32);
   growth_tracker_ = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
   found_inf_ = at::zeros({1}, f32);
+  in_a_row_ = at::zeros({1}, f32);
+  longest_run_ = at::zeros({1}, f32);
+  skipped_total_ = at::zeros({1}, f32);
 }
 
 double LossScaler::scale_value() const { return scale_.item<double>(); }
@@ -32,9 +35,22 @@ bool LossScaler::found_non_finite() const {
 
 void LossScaler::update() {
   if (!options_.enabled) return;
+  at::NoGradGuard no_grad;
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth, options_.backoff,
                          options_.growth_interval);
-  found_inf_.zero_();
+  // found_inf is 0 or 1: a skipped step extends the run, a finite one resets it.
+  in_a_row_.mul_(found_inf_).add_(found_inf_);
+  at::maximum_out(longest_run_, longest_run_, in_a_row_);
+  skipped_total_.add_(found_inf_);
+}
+
+void LossScaler::write_state(at::Tensor out) {
+  at::NoGradGuard no_grad;
+  out.narrow(0, 0, 1).copy_(found_inf_);
+  out.narrow(0, 1, 1).copy_(scale_);
+  out.narrow(0, 2, 1).copy_(longest_run_);
+  out.narrow(0, 3, 1).copy_(skipped_total_);
+  longest_run_.copy_(in_a_row_);
 }
 
 int64_t LossScaler::growth_tracker() const { return growth_tracker_.item<int>(); }

@@ -8,9 +8,11 @@
 // gradient on one rank makes the sum non-finite on all. update() then applies ATen's
 // _amp_update_scale_: after a non-finite step the scale is multiplied by `backoff` (the step is
 // skipped: no clipping, no update); after `growth_interval` finite steps in a row it is multiplied
-// by `growth`. The scale, the growth tracker and the verdict stay on the training device; reading
-// the verdict (skipped()) is one device-to-host read per step, which deciding to skip the update
-// needs.
+// by `growth`. The scale, the growth tracker, the verdict and the counts of skipped steps stay on
+// the training device: the optimizer takes the verdict as a tensor (its kernel skips the update),
+// so a step never reads it on the host. The Trainer copies them out on logged steps only
+// (write_state); the *_value() accessors below each read the device and are for tests and
+// diagnostics.
 //
 // Disabled (fp32, bf16): scale() is 1, unscale() and update() do nothing.
 #pragma once
@@ -45,10 +47,19 @@ class LossScaler {
   // Divides `buffers` (the reduced gradient buckets) by the scale in place and records whether
   // any value is inf or NaN. No-op when disabled.
   void unscale(const std::vector<at::Tensor>& buffers);
+  // The last unscale()'s verdict: float [1], 1 where a gradient was inf or NaN, else 0; it stays
+  // until the next unscale() (zeros while disabled).
+  const at::Tensor& found_inf() const { return found_inf_; }
   // Whether the last unscale() found a non-finite gradient (reads one value from the device).
   bool found_non_finite() const;
-  // Backs off or grows the scale according to the last unscale(); resets the verdict.
+  // Backs off or grows the scale according to the last unscale(), and counts a skipped step.
   void update();
+
+  // Device state for the log, as float64 into `out` (4 slots on the device): the last verdict, the
+  // scale, the longest run of skipped steps in a row since the last write_state, skipped steps in
+  // total. Resets the longest run to the current one. Queues device work only.
+  void write_state(at::Tensor out);
+  static constexpr int64_t kStateSlots = 4;
 
   // For checkpoints: the scale and the count of finite steps since the last change.
   int64_t growth_tracker() const;
@@ -59,6 +70,9 @@ class LossScaler {
   at::Tensor inv_scale_;       // float [1]
   at::Tensor growth_tracker_;  // int [1]
   at::Tensor found_inf_;       // float [1]
+  at::Tensor in_a_row_;        // float [1]: skipped steps in a row, up to the last update()
+  at::Tensor longest_run_;     // float [1]: the longest such run since the last write_state()
+  at::Tensor skipped_total_;   // float [1]
 };
 
 // train.inject_nonfinite: "RANK:STEP" entries separated by ';' (steps from 1). Throws

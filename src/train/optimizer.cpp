@@ -17,13 +17,20 @@ FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper)
     if (p.device() != device) {
       throw std::invalid_argument("FusedAdamW: parameters on more than one device");
     }
-    exp_avgs_.push_back(at::zeros_like(p, at::MemoryFormat::Contiguous));
-    exp_avg_sqs_.push_back(at::zeros_like(p, at::MemoryFormat::Contiguous));
+    // In the parameter's own layout (channels-last weights too): the fused kernel walks
+    // parameter, gradient and moments as flat memory.
+    exp_avgs_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
+    exp_avg_sqs_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
     step_counts_.push_back(count);
   }
 }
 
-void FusedAdamW::step(double lr) {
+void FusedAdamW::set_steps(int64_t steps) {
+  steps_ = steps;
+  step_counts_.front().fill_(static_cast<double>(steps_));
+}
+
+void FusedAdamW::step(double lr, const at::Tensor* found_inf) {
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   grads.reserve(params_.size());
@@ -32,11 +39,22 @@ void FusedAdamW::step(double lr) {
     grads.push_back(p.grad());
   }
   ++steps_;
-  // fill_ takes the scalar as it is; add_(1) would wrap it in a tensor first (an allocation).
-  step_counts_.front().fill_(static_cast<double>(steps_));
+  at::Tensor& count = step_counts_.front();
+  if (found_inf == nullptr) {
+    // fill_ takes the scalar as it is; add_(1) would wrap it in a tensor first (an allocation).
+    count.fill_(static_cast<double>(steps_));
+    at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, step_counts_,
+                      lr, hyper_.beta1, hyper_.beta2, hyper_.weight_decay, hyper_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
+  // As torch.optim.AdamW(fused=True) with a GradScaler: count the step, let the kernel skip the
+  // update where found_inf is set, and take the count back for a skipped step, all on the device.
+  count.add_(1);
   at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, step_counts_,
                     lr, hyper_.beta1, hyper_.beta2, hyper_.weight_decay, hyper_.eps,
-                    /*amsgrad=*/false, /*maximize=*/false);
+                    /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, *found_inf);
+  count.sub_(found_inf->select(0, 0));  // a 0-dim view of the [1] verdict
 }
 
 int64_t FusedAdamW::state_bytes() const {
@@ -50,23 +68,23 @@ GradClipper::GradClipper(std::vector<at::Tensor> flat_grads) : grads_(std::move(
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   norms_ = at::zeros({static_cast<int64_t>(grads_.size())}, options);
   total_ = at::zeros({}, options);
+  coef_ = at::zeros({}, options);
 }
 
-double GradClipper::clip(double max_norm) {
-  if (grads_.empty()) return 0;
+void GradClipper::clip(double max_norm) {
+  if (grads_.empty()) return;
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < grads_.size(); ++i) {
     at::Tensor slot = norms_.select(0, static_cast<int64_t>(i));
     at::linalg_vector_norm_out(slot, grads_[i], 2, std::nullopt, false, at::kFloat);
   }
   at::linalg_vector_norm_out(total_, norms_, 2);
-  const double norm = total_.item<double>();
-  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
-  const double scale = max_norm / (norm + 1e-6);
-  if (max_norm > 0 && scale < 1) {
-    for (auto& g : grads_) g.mul_(scale);
-  }
-  return norm;
+  if (max_norm <= 0) return;
+  // As torch.nn.utils.clip_grad_norm_: multiply by min(1, max_norm / (norm + 1e-6)), computed on
+  // the device (a factor of exactly 1 leaves the gradients bitwise unchanged).
+  coef_.copy_(total_);
+  coef_.add_(1e-6).reciprocal_().mul_(max_norm).clamp_max_(1.0);
+  at::_foreach_mul_(grads_, coef_);
 }
 
 }  // namespace train

@@ -12,7 +12,8 @@
 // own shape, dtype and device when step() runs (the Reducer's bucket views).
 //
 // GradClipper computes the global L2 norm of the flat gradient buffers into preallocated
-// per-buffer slots and scales them only when the norm exceeds the limit.
+// per-buffer slots and multiplies them by min(1, max_norm / (norm + 1e-6)), as
+// torch.nn.utils.clip_grad_norm_ does, on the device: the norm is never read on the host here.
 //
 // Neither is thread-safe; both are used by the training thread only.
 #pragma once
@@ -36,12 +37,16 @@ class FusedAdamW {
   // Allocates both moments of every parameter and the step counter now.
   FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper);
 
-  // One update at learning rate `lr` from the parameters' current gradients.
-  void step(double lr);
+  // One update at learning rate `lr` from the parameters' current gradients. With `found_inf`
+  // (fp16 loss scaling: a float [1] tensor on the parameters' device, 1 when the reduced gradients
+  // hold an inf or NaN) the kernel itself skips the update where it is set, and the step counter
+  // does not advance: the decision never leaves the device.
+  void step(double lr, const at::Tensor* found_inf = nullptr);
 
+  // Steps taken (with found_inf: steps attempted; skipped ones are not counted on the device).
   int64_t steps() const { return steps_; }
   // Resuming: the steps already taken (bias correction continues from there).
-  void set_steps(int64_t steps) { steps_ = steps; }
+  void set_steps(int64_t steps);
   // Bytes of optimizer state: two moments per parameter, in the parameter's dtype.
   int64_t state_bytes() const;
   const std::vector<at::Tensor>& exp_avgs() const { return exp_avgs_; }
@@ -61,15 +66,17 @@ class GradClipper {
   // `flat_grads`: every gradient exactly once (the Reducer's bucket buffers); one device.
   explicit GradClipper(std::vector<at::Tensor> flat_grads);
 
-  // Returns the global L2 norm before clipping; scales the gradients so the norm is at most
-  // `max_norm` (no scaling when max_norm <= 0 or the norm is within it). Synchronises with the
-  // device once (the norm is read on the host).
-  double clip(double max_norm);
+  // Computes the global L2 norm before clipping into norm() and scales the gradients so the norm
+  // is at most `max_norm` (max_norm <= 0: no clipping). Queues device work only: no host read.
+  void clip(double max_norm);
+  // The norm of the last clip() (float32, 0-dim, on the gradients' device).
+  const at::Tensor& norm() const { return total_; }
 
  private:
   std::vector<at::Tensor> grads_;
   at::Tensor norms_;  // one float32 slot per buffer
   at::Tensor total_;  // float32 scalar
+  at::Tensor coef_;   // float32 scalar: the clip coefficient
 };
 
 }  // namespace train

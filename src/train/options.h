@@ -38,6 +38,8 @@ struct TrainOptions {
                                    // gradient non-finite at that step
   std::string tf32;          // auto | on | off
   bool cudnn_benchmark = false;
+  std::string channels_last;  // auto | on | off (models that convolve)
+  bool cuda_graphs = false;   // capture forward + backward as a CUDA graph (train/graph_step.h)
   double peak_tflops = 0;    // MFU's denominator (0: a table of known GPUs)
 };
 
@@ -52,6 +54,8 @@ struct LogOptions {
   std::string level;
   int64_t every = 0;
   std::string metrics;  // JSON Lines file (train/metrics.h); "": checkpoint.dir/metrics.jsonl; "off"
+  std::string progress;     // auto | bar | lines | off (train/progress.h)
+  std::string tensorboard;  // directory for TensorBoard event files (train/tensorboard.h); "": none
 };
 
 // Everything the Trainer is configured with.

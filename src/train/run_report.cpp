@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <vector>
 
 #include "memory/memory_stats.h"
@@ -16,10 +18,16 @@ RunReport::RunReport(ddp::Communicator& control, const TrainerOptions& options, 
                      Precision precision, RunFacts facts, int64_t start_step)
     : control_(control), device_(device),
       peak_tflops_(peak_tflops(device, precision, tf32_enabled(), options.train.peak_tflops)),
-      facts_(facts) {
+      facts_(facts),
+      progress_(progress_mode(options.log.progress, control.rank(), isatty(STDERR_FILENO) == 1),
+                start_step, facts.steps, facts.global_batch) {
   const std::string path = metrics_path(options.log.metrics, options.checkpoint.dir);
   metrics_on_ = !path.empty();
   if (metrics_on_ && control_.rank() == 0) metrics_ = MetricsFile(path, start_step);
+  tensorboard_on_ = !options.log.tensorboard.empty();
+  if (tensorboard_on_ && control_.rank() == 0) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(options.log.tensorboard, start_step + 1);
+  }
 }
 
 std::string RunReport::throughput(double samples_per_s) const {
@@ -38,17 +46,36 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
                      double data_wait_s, int64_t micro_batch, int fallbacks, int64_t skipped_steps) {
   const double samples_per_s = window_steps * facts_.global_batch / elapsed_s;
   spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{} {:>9.1f} samples/s{} "
-               "data wait {:.0f}% rss {:.0f} MiB",
+               "data wait {:.0f}% rss {:.0f} MiB{}",
                step, facts_.steps, r.loss, r.lr, r.grad_norm,
                r.loss_scale > 0 ? fmt::format(" scale {:g}", r.loss_scale) : "", samples_per_s,
                throughput(samples_per_s), 100.0 * data_wait_s / elapsed_s,
-               memory::sample_process_memory().resident_bytes / 1048576.0);
-  if (!metrics_on_) return;
+               memory::sample_process_memory().resident_bytes / 1048576.0, progress_.eta_suffix());
+  progress_.set_loss(r.loss);
+  if (!metrics_on_ && !tensorboard_on_) return;
   // Every rank's peak since the last memory table, for rank 0's record.
   at::Tensor peaks = at::empty({control_.size()}, at::kDouble);
   control_.all_gather(
       peaks, at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes)}, at::kDouble),
       "metrics memory peaks");
+  if (control_.rank() != 0) return;
+  std::vector<double> mib;
+  for (int64_t i = 0; i < peaks.numel(); ++i) mib.push_back(peaks[i].item<double>() / 1048576.0);
+  const double tokens_per_s = samples_per_s * static_cast<double>(facts_.positions);
+  if (tensorboard_) {
+    // The metrics record's numbers, as TensorBoard scalars (grouped by the tags' prefixes).
+    Scalars scalars = {{"train/loss", r.loss},
+                       {"train/lr", r.lr},
+                       {"train/grad_norm", r.grad_norm},
+                       {"train/samples_per_s", samples_per_s},
+                       {"train/micro_batch", static_cast<double>(micro_batch)},
+                       {"train/fallbacks", static_cast<double>(fallbacks)},
+                       {"train/skipped_steps", static_cast<double>(skipped_steps)}};
+    if (facts_.positions > 0) scalars.emplace_back("train/tokens_per_s", tokens_per_s);
+    if (r.loss_scale > 0) scalars.emplace_back("train/loss_scale", r.loss_scale);
+    for (size_t i = 0; i < mib.size(); ++i) scalars.emplace_back(fmt::format("memory/rank_{}_mib", i), mib[i]);
+    tensorboard_->write(step, scalars);
+  }
   if (!metrics_.enabled()) return;
   nlohmann::json rec = {
       {"type", "step"},
@@ -62,16 +89,20 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
       {"fallbacks", fallbacks},
       {"skipped_steps", skipped_steps},
       {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
-  if (facts_.positions > 0) rec["tokens_per_s"] = samples_per_s * static_cast<double>(facts_.positions);
+  if (facts_.positions > 0) rec["tokens_per_s"] = tokens_per_s;
   if (r.loss_scale > 0) rec["loss_scale"] = r.loss_scale;
-  std::vector<double> mib;
-  for (int64_t i = 0; i < peaks.numel(); ++i) mib.push_back(peaks[i].item<double>() / 1048576.0);
   rec["memory_peak_mib"] = mib;
   metrics_.write(rec);
 }
 
 void RunReport::eval(int64_t step, const ValidationMetrics& m) {
-  if (!metrics_.enabled() || m.samples == 0) return;
+  if (m.samples == 0) return;
+  if (tensorboard_) {
+    Scalars scalars;
+    for (const auto& [name, value] : m.means) scalars.emplace_back("eval/" + name, value);
+    tensorboard_->write(step, scalars);
+  }
+  if (!metrics_.enabled()) return;
   nlohmann::json rec = {
       {"type", "eval"},
       {"step", step},

@@ -1,16 +1,19 @@
 // RunReport: what a run tells its user on logged steps and evaluations: rank 0's step line (loss,
-// lr, grad norm, loss scale, samples/s, tokens/s and MFU, data wait, RSS) and the records of the
-// metrics file (train/metrics.h). The Trainer decides when; this decides what and how.
+// lr, grad norm, loss scale, samples/s, tokens/s and MFU, data wait, RSS, ETA), its progress bar
+// (train/progress.h), the records of the metrics file (train/metrics.h) and the scalars of the
+// TensorBoard event file (train/tensorboard.h). The Trainer decides when; this decides what and
+// how.
 //
-// Collective: step() gathers every rank's memory peak when a metrics file is written (the path
-// comes from the configuration, so every rank knows); every rank calls step() and eval() on the
-// same steps.
+// Collective: step() gathers every rank's memory peak when a metrics file or TensorBoard files are
+// written (the configuration says so, so every rank knows); every rank calls step() and eval() on
+// the same steps, and tick() after every step.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ddp/communicator.h"
@@ -18,6 +21,8 @@
 #include "train/metrics.h"
 #include "train/options.h"
 #include "train/precision.h"
+#include "train/progress.h"
+#include "train/tensorboard.h"
 
 namespace train {
 
@@ -46,6 +51,9 @@ class RunReport {
             double data_wait_s, int64_t micro_batch, int fallbacks, int64_t skipped_steps);
   // An evaluation's record (its line was logged by evaluate_and_log).
   void eval(int64_t step, const ValidationMetrics& m);
+  // Step `step` (1-based) finished, logged or not: rank 0's progress bar and ETA (log.progress)
+  // move on. Reads nothing from the device.
+  void tick(int64_t step) { progress_.tick(step); }
 
  private:
   ddp::Communicator& control_;
@@ -54,6 +62,9 @@ class RunReport {
   RunFacts facts_;
   MetricsFile metrics_;
   bool metrics_on_ = false;  // the same on every rank (from the configuration)
+  Progress progress_;        // off on ranks other than 0
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // rank 0, with log.tensorboard
+  bool tensorboard_on_ = false;  // the same on every rank (from the configuration)
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 

@@ -23,6 +23,22 @@
 
 namespace train {
 
+// Note [No host synchronisation in the step]
+// A training step queues device work and never waits for it: the loss accumulates into a device
+// tensor, the gradient norm and the clip factor are computed on the device (GradClipper), and
+// fp16's inf/NaN verdict goes straight from the loss scaler to the optimizer kernel, which skips
+// the update itself (FusedAdamW::step). The status vote carries host values only (stop requests,
+// out-of-memory failures) over the MPI control plane. On logged steps read_metrics() copies
+// everything the log needs in one read (host_reads() counts them; the host-sync test holds
+// non-logged steps to zero). What still waits for the device, and why:
+// - NCCL bucket all-reduces: Work::wait() polls the all-reduce's completion event on the host, so
+//   the deadline (ddp.timeout_s) is enforced by the waiting thread itself (ddp/nccl_communicator).
+//   With one rank there is nothing to reduce and nothing is posted (ddp::Reducer).
+// - Evaluation steps (train.eval_every), checkpoint steps (rank 0 copies the tensors out) and
+//   the start-up (parameter checks, the memory probe) read the device; they are not training
+//   steps.
+// - An out-of-memory error is itself a synchronisation point (the allocator raised it).
+
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
@@ -81,6 +97,17 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
   allocate_agreed("parameters, embedding caches and optimizer state", [&] {
     // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
     model_->to(device_);
+    // Before the Reducer makes the gradients views with the parameters' strides.
+    const std::string& cl = options_.train.channels_last;
+    if (cl == "on" || (cl == "auto" && device_.is_cuda())) {
+      const bool applied = model_->set_channels_last(true);
+      if (control_.rank() == 0 && applied) {
+        spdlog::info("channels-last (NHWC) convolution weights and activations (train.channels_last "
+                     "= {})", cl);
+      } else if (control_.rank() == 0 && cl == "on") {
+        spdlog::warn("train.channels_last = on: this model does not convolve; ignored");
+      }
+    }
     auto state_bytes = [&] {
       int64_t bytes = 0;
       for (const auto& p : model_->parameters()) bytes += p.nbytes();
@@ -97,6 +124,9 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
     optimizer_ = std::make_unique<FusedAdamW>(
         params_, AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay});
     estimate_.optimizer_state = optimizer_->state_bytes();
+    const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
+    step_loss_ = at::zeros({}, f64);
+    metrics_slots_ = at::zeros({2 + LossScaler::kStateSlots}, f64);
     scaler_ = std::make_unique<LossScaler>(
         LossScalerOptions{precision_ == Precision::kFp16, t.loss_scale, t.loss_scale_growth,
                           t.loss_scale_backoff, t.loss_scale_interval},
@@ -112,11 +142,13 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
     reducer_ = std::make_unique<ddp::Reducer>(
         std::move(named), data_,
         ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
-                            static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters},
+                            static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
+                            d.reduce_dtype == "bf16" ? at::kBFloat16 : c10::ScalarType::Undefined},
         &control_);
     clipper_ = std::make_unique<GradClipper>(reducer_->buffers());
   });
   for (const auto& b : reducer_->layout()) estimate_.gradients += b.bytes();
+  estimate_.gradients += reducer_->communication_bytes();
   // Last, so that it measures activations with everything persistent already in place.
   allocate_agreed("the loader's buffers and the activation probe", [&] { probe_activations(); });
   broadcast_model();
@@ -135,6 +167,11 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
   loader_ = std::make_unique<data::Loader>(
       dataset_, [this, offset, per_rank](int64_t step) { return sampler_.indices(step, offset, per_rank); },
       loader);
+  // Eager warm-up steps before the first capture: lazy initialisation, cuDNN autotuning, and
+  // the allocator's steady state.
+  constexpr int64_t kGraphWarmupSteps = 3;
+  graphs_ = std::make_unique<GraphStep>(options_.train.cuda_graphs, device_, kGraphWarmupSteps,
+                                        control_.rank() == 0);
 }
 
 void Trainer::allocate_agreed(const std::string& what, const std::function<void()>& allocate) {
@@ -146,7 +183,7 @@ void Trainer::allocate_agreed(const std::string& what, const std::function<void(
   }
   at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
   control_.all_reduce(failed, ddp::ReduceOp::kMax, "allocation vote");
-  if (failed.item<int>() == 0) return;
+  if (failed.data_ptr<int>()[0] == 0) return;
   const std::vector<std::string> failures = gather_failures(failure);
   throw memory::OutOfMemoryFatal(fmt::format(
       "out of memory before step 1, allocating {}:\n  {}\nWhat a rank keeps for the whole run "
@@ -216,8 +253,8 @@ void Trainer::choose_micro_batch() {
   const bool fits = total <= 0 || estimate_.peak(micro) <= target;
   at::Tensor agreed = at::tensor({micro, fits ? int64_t{1} : int64_t{0}}, at::kLong);
   control_.all_reduce(agreed, ddp::ReduceOp::kMin, "micro-batch agreement");
-  micro_batch_ = agreed[0].item<int64_t>();
-  if (agreed[1].item<int64_t>() == 0 && control_.rank() == 0) {
+  micro_batch_ = agreed.data_ptr<int64_t>()[0];
+  if (agreed.data_ptr<int64_t>()[1] == 0 && control_.rank() == 0) {
     spdlog::warn("train.micro_batch_size auto: even a micro-batch of {} is estimated above "
                  "memory.target_fraction = {} of some rank's memory (rank 0: {:.1f} of {:.1f} MiB); "
                  "expect out-of-memory fallbacks",
@@ -247,7 +284,13 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
   memory::Phase phase = memory::Phase::kNone;
   try {
     const data::Batch batch = loader_->get(step);  // read ahead by the loader's workers
-    at::Tensor local_loss = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));
+    step_loss_.zero_();
+    const bool inject = injects_nonfinite(step);
+    const bool graphed = graphs_->use_for_step(
+        model_->checkpoint_activations()
+            ? "activation checkpointing is on (it saves and restores the RNG state on the host)"
+        : inject ? "train.inject_nonfinite changes this step"
+                 : "");
     const size_t micros = plan_.micro_sizes.size();
     // Micro-batch m + 1 is copied to the device while micro-batch m computes.
     data::Batch next = data::to_device(batch, 0, plan_.micro_sizes[0], device_);
@@ -256,29 +299,42 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
       const int64_t n = plan_.micro_sizes[m];
       const data::Batch micro = std::move(next);
       if (m + 1 < micros) next = data::to_device(batch, offset + n, plan_.micro_sizes[m + 1], device_);
-      // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync).
-      reducer_->begin_micro_batch(/*sync=*/m + 1 == micros);
+      // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync);
+      // under a CUDA graph none does, and every bucket is reduced after the last replay.
+      reducer_->begin_micro_batch(/*sync=*/!graphed && m + 1 == micros);
       enter(phase = memory::Phase::kForward);
       // Weighted by its share of the global batch: the SUM over ranks is the global mean.
-      at::Tensor loss;
-      {
-        AutocastScope autocast(device_, precision_);  // forward and loss only, not backward
-        loss = model_->loss(micro.inputs, micro.targets) * plan_.weight(n);
+      const double weight = plan_.weight(n);
+      const bool inject_here = inject && m + 1 == micros;
+      // Everything one micro-batch does on the device: what a CUDA graph captures.
+      const GraphStep::Body body = [&](const at::Tensor& inputs, const at::Tensor& targets) {
+        at::Tensor loss;
+        {
+          AutocastScope autocast(device_, precision_);  // forward and loss only, not backward
+          loss = model_->loss(inputs, targets) * weight;
+        }
+        // fp16: backward of the scaled loss (the reduced gradients are unscaled after finish()).
+        at::Tensor to_backward = scaler_->enabled() ? loss * scaler_->scale() : loss;
+        if (inject_here) to_backward = to_backward * std::numeric_limits<float>::infinity();
+        enter(phase = memory::Phase::kBackward);
+        to_backward.backward();
+        step_loss_.add_(loss.detach());  // stays on the device (read_metrics)
+      };
+      if (graphed) {
+        graphs_->run(micro.inputs, micro.targets, body);
+        enter(phase = memory::Phase::kBackward);  // injections, as in an eager backward
+      } else {
+        body(micro.inputs, micro.targets);
       }
-      // fp16: backward of the scaled loss (the reduced gradients are unscaled after finish()).
-      at::Tensor to_backward = scaler_->enabled() ? loss * scaler_->scale() : loss;
-      if (m + 1 == micros && injects_nonfinite(step)) {
-        to_backward = to_backward * std::numeric_limits<float>::infinity();
-      }
-      enter(phase = memory::Phase::kBackward);
-      to_backward.backward();
       enter(phase = memory::Phase::kNone);
-      local_loss += loss.detach().to(at::kDouble);
       offset += n;
     }
-    reducer_->finish();
+    if (graphed) {
+      reducer_->reduce_accumulated();
+    } else {
+      reducer_->finish();
+    }
     scaler_->unscale(reducer_->buffers());  // the same reduced buckets, the same verdict, on every rank
-    attempt.local_loss = local_loss.item<double>();
   } catch (const c10::OutOfMemoryError& e) {
     guard.set_phase(step + 1, memory::Phase::kNone);
     attempt.failure = fmt::format("rank {} in {} (micro-batch {}): {}", control_.rank(),
@@ -297,58 +353,38 @@ bool Trainer::injects_nonfinite(int64_t step) const {
   return false;
 }
 
-StepResult Trainer::step(int64_t step, bool stop_requested) {
+StepResult Trainer::step(int64_t step, bool stop_requested, bool read_metrics) {
   control_.set_step(step + 1);
   data_.set_step(step + 1);
+  seed_step_generators(options_.train.seed, step, control_.rank(), device_);  // train/step_rng.h
+  current_step_ = step + 1;
   StepResult r;
   for (;; ++r.attempts) {
     reducer_->zero_grad();
     const Attempt attempt = forward_backward(step);
-    // Status vote: one small all-reduce every step: the loss, stop requests, failures.
-    at::Tensor vote = at::tensor({attempt.local_loss, stop_requested ? 1.0 : 0.0,
-                                  attempt.failure.empty() ? 0.0 : 1.0}, at::kDouble);
+    // Status vote: one small all-reduce of host values every step (stop requests, failures); the
+    // control plane's tensors live on the host, so reading them synchronises with no device.
+    at::Tensor vote = at::tensor({stop_requested ? 1.0 : 0.0, attempt.failure.empty() ? 0.0 : 1.0},
+                                 at::kDouble);
     control_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
-    r.stop = vote[1].item<double>() > 0;
-    if (vote[2].item<double>() == 0) {
-      r.loss = vote[0].item<double>();
-      break;
-    }
+    const double* votes = vote.data_ptr<double>();
+    r.stop = votes[0] > 0;
+    if (votes[1] == 0) break;
     fall_back(step, attempt.failure);
   }
   const auto& t = options_.train;
   r.lr = learning_rate(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
-  if (scaler_->enabled()) {
-    const double old_scale = scaler_->scale_value();
-    r.skipped = scaler_->found_non_finite();
-    scaler_->update();
-    r.loss_scale = scaler_->scale_value();
-    if (r.skipped) {
-      ++skipped_in_a_row_;
-      ++skipped_total_;
-      if (control_.rank() == 0) {
-        spdlog::warn("step {}: non-finite gradient (inf or NaN) on some rank: step skipped on every "
-                     "rank, parameters unchanged; loss scale {:g} -> {:g}",
-                     step + 1, old_scale, r.loss_scale);
-      }
-      if (skipped_in_a_row_ >= t.max_skipped_steps) {
-        throw NonFiniteFatal(fmt::format(
-            "{} steps in a row (up to step {}) had non-finite gradients even at loss scale {:g} "
-            "(train.max_skipped_steps = {}): the model diverged or overflows fp16. Lower train.lr, "
-            "or train with train.precision: bf16 or fp32.",
-            skipped_in_a_row_, step + 1, r.loss_scale, t.max_skipped_steps));
-      }
-      return r;
-    }
-    skipped_in_a_row_ = 0;
-  }
+  // fp16: back off or grow the scale; a non-finite verdict (the same on every rank) makes the
+  // optimizer kernel skip the update, on the device (LossScaler, FusedAdamW::step).
+  scaler_->update();
   // After the vote nothing can be retried: the update changes the parameters. It allocates
   // nothing by design (train/optimizer.h); if it still runs out, this rank ends the job.
   auto& guard = memory::CpuAllocatorGuard::instance();
   guard.set_phase(step + 1, memory::Phase::kOptimizer);
   try {
     guard.check_injection(0);
-    r.grad_norm = clipper_->clip(t.grad_clip);
-    optimizer_->step(r.lr);
+    clipper_->clip(t.grad_clip);
+    optimizer_->step(r.lr, scaler_->enabled() ? &scaler_->found_inf() : nullptr);
   } catch (const c10::OutOfMemoryError& e) {
     guard.set_phase(step + 1, memory::Phase::kNone);
     throw memory::OutOfMemoryAbort(fmt::format(
@@ -358,7 +394,51 @@ StepResult Trainer::step(int64_t step, bool stop_requested) {
         control_.rank(), step + 1, first_line(e.what_without_backtrace())));
   }
   guard.set_phase(step + 1, memory::Phase::kNone);
+  if (read_metrics) this->read_metrics(r);
   return r;
+}
+
+void Trainer::read_metrics(StepResult& r) {
+  // The one device-to-host read of a logged step: everything the log needs, copied at once.
+  at::NoGradGuard no_grad;
+  metrics_slots_.narrow(0, 0, 1).copy_(step_loss_.view({1}));
+  metrics_slots_.narrow(0, 1, 1).copy_(clipper_->norm().view({1}));
+  if (scaler_->enabled()) scaler_->write_state(metrics_slots_.narrow(0, 2, LossScaler::kStateSlots));
+  const at::Tensor host = metrics_slots_.to(at::kCPU);
+  ++host_reads_;
+  const double* v = host.data_ptr<double>();
+  at::Tensor loss = at::tensor({v[0]}, at::kDouble);
+  control_.all_reduce(loss, ddp::ReduceOp::kSum, "loss");
+  r.loss = loss.data_ptr<double>()[0];
+  r.grad_norm = v[1];
+  r.metrics_read = true;
+  const int64_t since = last_read_step_;
+  last_read_step_ = current_step_;
+  if (!scaler_->enabled()) return;
+  r.skipped = v[2] > 0;
+  r.loss_scale = v[3];
+  const auto longest_run = static_cast<int64_t>(v[4]);
+  const auto total = static_cast<int64_t>(v[5]);
+  const int64_t new_skips = total - skipped_total_;
+  skipped_total_ = total;
+  const auto& t = options_.train;
+  if (new_skips > 0 && control_.rank() == 0) {
+    if (new_skips == 1 && r.skipped) {
+      spdlog::warn("step {}: non-finite gradient (inf or NaN) on some rank: step skipped on every "
+                   "rank, parameters unchanged; loss scale now {:g}", current_step_, r.loss_scale);
+    } else {
+      spdlog::warn("steps {}-{}: {} step(s) had a non-finite gradient (inf or NaN) on some rank and "
+                   "were skipped on every rank, parameters unchanged; loss scale now {:g}",
+                   since + 1, current_step_, new_skips, r.loss_scale);
+    }
+  }
+  if (longest_run >= t.max_skipped_steps) {
+    throw NonFiniteFatal(fmt::format(
+        "{} steps in a row (seen at step {}) had non-finite gradients; the loss scale is now {:g} "
+        "(train.max_skipped_steps = {}): the model diverged or overflows fp16. Lower train.lr, "
+        "or train with train.precision: bf16 or fp32.",
+        longest_run, current_step_, r.loss_scale, t.max_skipped_steps));
+  }
 }
 
 std::vector<std::string> Trainer::gather_failures(const std::string& mine) {
@@ -397,6 +477,8 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
         where, advice));
   }
   ++fallbacks_;
+  // A captured graph holds the old micro-batch's shapes (and the model as it was): capture anew.
+  graphs_->invalidate(fmt::format("fallback {}", memory::to_string(action->rung)));
   const auto old_plan = plan_;
   if (action->rung == memory::Rung::kHalveMicroBatch) {
     micro_batch_ = action->new_micro_batch;
@@ -455,16 +537,21 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   int64_t window_steps = 0;
   double waited_before = 0;  // the loader's wait at the start of the log window
   for (int64_t s = start; s < t.steps; ++s) {
-    const StepResult r = step(s, stop_requested && stop_requested());
+    // Logged steps read the step's numbers from the device; the others read nothing (a step that
+    // turns out to be the agreed last one, after a signal, reads them below).
+    const bool logged = s == start || (s + 1) % options_.log.every == 0 || s + 1 == t.steps;
+    StepResult r = step(s, stop_requested && stop_requested(), logged);
+    if (r.stop && !r.metrics_read) read_metrics(r);
     ++window_steps;
+    report.tick(s + 1);
     summary.steps_done = s + 1;
     if (s == start) {
-      summary.first_loss = r.loss;
+      summary.first_loss = r.loss;  // the first step is always logged
       steady_start = Clock::now();
     }
-    summary.last_loss = r.loss;
     const bool last = s + 1 == t.steps || r.stop;
-    if (s == start || (s + 1) % options_.log.every == 0 || last) {
+    if (last) summary.last_loss = r.loss;
+    if (r.metrics_read) {
       report.step(s + 1, r, window_steps, seconds_since(window_start),
                   loader_->waited_s() - waited_before, plan_.micro_batch, fallbacks_,
                   skipped_total_);
@@ -509,8 +596,8 @@ void Trainer::compare_estimate(int64_t step) {
   at::Tensor v = at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes),
                              static_cast<double>(estimate_.peak(plan_.micro_batch))}, at::kDouble);
   control_.all_reduce(v, ddp::ReduceOp::kMax, "memory estimate check");
-  const double measured = v[0].item<double>();
-  const double estimated = v[1].item<double>();
+  const double measured = v.data_ptr<double>()[0];  // host tensors (control plane)
+  const double estimated = v.data_ptr<double>()[1];
   if (control_.rank() == 0 && measured > 0) {
     spdlog::info("memory after step {}: estimated peak {:.1f} MiB, measured {:.1f} MiB ({:+.0f}%)",
                  step, estimated / 1048576.0, measured / 1048576.0,

@@ -37,19 +37,25 @@
 #include "memory/fallback.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
+#include "train/graph_step.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/options.h"
 #include "train/precision.h"
+#include "train/step_rng.h"
 
 namespace train {
 
+// One optimizer step's outcome. `stop` and `attempts` are known on the host at once; the numbers
+// below them live on the device until Trainer::read_metrics() copies them out (logged steps only:
+// see "No host synchronisation in the step" in trainer.cpp).
 struct StepResult {
-  double loss = 0;       // mean loss over the global batch
-  double grad_norm = 0;  // before clipping
-  double lr = 0;
   bool stop = false;     // some rank asked to stop (a signal); all ranks agree
   int attempts = 1;      // 1 + the fallbacks this step needed
+  double lr = 0;
+  bool metrics_read = false;  // the fields below hold this step's values
+  double loss = 0;       // mean loss over the global batch
+  double grad_norm = 0;  // before clipping
   bool skipped = false;  // fp16: a non-finite gradient on some rank; no update (all ranks agree)
   double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
 };
@@ -82,13 +88,23 @@ class Trainer {
   // Runs train.steps steps; `stop_requested` is polled each step and voted on by all ranks.
   RunSummary run(const std::function<bool()>& stop_requested = nullptr);
 
-  // One optimizer step over global batch `step`, retried with fallbacks after an OOM.
-  StepResult step(int64_t step, bool stop_requested = false);
+  // One optimizer step over global batch `step`, retried with fallbacks after an OOM. It reads
+  // nothing from the device unless `read_metrics` (then it calls read_metrics() before
+  // returning). Collective.
+  StepResult step(int64_t step, bool stop_requested = false, bool read_metrics = true);
+  // Copies the last step's loss, gradient norm and fp16 state to the host (one device-to-host
+  // read) and averages the loss over ranks (one small all-reduce on the control plane); logs
+  // steps skipped since the last read and throws NonFiniteFatal past train.max_skipped_steps in
+  // a row. Call right after step(), on the same steps on every rank. Collective.
+  void read_metrics(StepResult& r);
+  // Device-to-host reads made by the training step so far (the step's own test hook).
+  int64_t host_reads() const { return host_reads_; }
 
   const ddp::BatchPlan& plan() const { return plan_; }
   const ddp::Reducer& reducer() const { return *reducer_; }
   models::Model& model() { return *model_; }
   int fallbacks() const { return fallbacks_; }
+  const GraphStep& graphs() const { return *graphs_; }
   // This rank's memory plan (activations from the probe at construction).
   const memory::MemoryEstimate& memory_estimate() const { return estimate_; }
 
@@ -105,7 +121,6 @@ class Trainer {
 
  private:
   struct Attempt {
-    double local_loss = 0;
     std::string failure;  // this rank's out-of-memory description; empty when none
   };
   Attempt forward_backward(int64_t step);
@@ -149,9 +164,14 @@ class Trainer {
   std::unique_ptr<GradClipper> clipper_;
   std::unique_ptr<data::Loader> loader_;  // reads the coming steps' batches ahead
   std::unique_ptr<LossScaler> scaler_;    // fp16 loss scaling (disabled otherwise)
+  std::unique_ptr<GraphStep> graphs_;     // train.cuda_graphs
   std::vector<std::pair<int, int64_t>> nonfinite_injections_;  // (rank, step) test hook
-  int64_t skipped_in_a_row_ = 0;
-  int64_t skipped_total_ = 0;
+  int64_t skipped_total_ = 0;   // fp16: skipped steps as of the last read_metrics()
+  int64_t last_read_step_ = 0;  // the step (from 1) of the last read_metrics()
+  int64_t current_step_ = 0;    // the step (from 1) of the last step()
+  at::Tensor step_loss_;        // this rank's weighted loss of the last step (float64, device)
+  at::Tensor metrics_slots_;    // float64 on the device: what read_metrics() copies out at once
+  int64_t host_reads_ = 0;
 };
 
 }  // namespace train

@@ -220,6 +220,38 @@ SH
       --set data.path="$src/data/images-sample"
     expect_rc 0; expect_grep "eval step 60: loss [0-9.]+ psnr [0-9.]+ over [0-9]+ validation samples"
     loss_drops ;;
+  cnn_channels_last)
+    # train.channels_last: on (auto turns it on on GPUs only): NHWC weights, gradients and
+    # activations train the CNN to the same loss as the contiguous layout.
+    final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }
+    cnn=(--config "$src/configs/cnn-denoise.yaml" --set train.steps=30 --set data.path="$src/data/images-sample")
+    run mpirun -np 2 "$trainer" "${cnn[@]}" --set train.channels_last=off
+    expect_rc 0; expect_no_grep "channels-last"; plain=$(final_loss)
+    run mpirun -np 2 "$trainer" "${cnn[@]}" --set train.channels_last=on
+    expect_rc 0; expect_grep "channels-last \(NHWC\) convolution weights and activations"
+    nhwc=$(final_loss)
+    echo "final loss: contiguous $plain, channels-last $nhwc"
+    awk -v a="$plain" -v b="$nhwc" 'BEGIN { d = (b - a) / a; exit !(d < 1e-3 && d > -1e-3) }' ||
+      fail "channels-last final loss $nhwc differs from the contiguous run's $plain" ;;
+  reduce_bf16)
+    # ddp.reduce_dtype: bf16 on 3 ranks: gpt-tiny's final loss within 2% of the fp32 reduction's.
+    final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }
+    tiny=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
+          --set train.steps=150 --set train.eval_samples=32)
+    run mpirun -np 3 "$trainer" "${tiny[@]}"
+    expect_rc 0; fp32=$(final_loss)
+    run mpirun -np 3 "$trainer" "${tiny[@]}" --set ddp.reduce_dtype=bf16
+    expect_rc 0; bf16=$(final_loss)
+    echo "final loss: fp32 reduction $fp32, bf16 reduction $bf16"
+    awk -v a="$fp32" -v b="$bf16" 'BEGIN { d = (b - a) / a; exit !(d < 0.02 && d > -0.02) }' ||
+      fail "bf16-reduced final loss $bf16 is not within 2% of $fp32" ;;
+  cuda_graphs_on_cpu)
+    # train.cuda_graphs on a CPU run: said once, and the run trains eagerly to the same loss.
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=30 --set train.cuda_graphs=true
+    expect_rc 0
+    expect_grep "train.cuda_graphs: training eagerly for the rest of the run: they need a CUDA device"
+    [ "$(grep -c "train.cuda_graphs" "$out")" = 1 ] || fail "the reason is not logged exactly once"
+    expect_grep "done: 30 steps" ;;
   model_needs_other_data)
     run mpirun -np 2 "$trainer" "${quick[@]}" --set model.name=gpt
     expect_rc 2; expect_grep "model.name: gpt needs token data \(data.dataset: tokens\)" ;;
@@ -328,7 +360,9 @@ PY
     [ "$(final_loss)" = "$whole" ] || fail "resumed run ended at $(final_loss), the uninterrupted one at $whole"
     echo "final loss $whole both ways"
     # Asked for by name, a damaged checkpoint is an error naming it.
-    printf '\x42' | dd of="$work/ck/step_000045.safetensors" bs=1 seek=2000 conv=notrunc 2>/dev/null
+    # A byte of the tensor data: past the 8-byte length and the JSON header it announces.
+    header=$(od -An -t u8 -N 8 "$work/ck/step_000045.safetensors" | tr -d ' ')
+    printf '\x42' | dd of="$work/ck/step_000045.safetensors" bs=1 seek=$(( 8 + header + 100 )) conv=notrunc 2>/dev/null
     run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.resume="$work/ck/step_000045.safetensors"
     expect_rc 2; expect_grep "checkpoint.resume: .*step_000045.safetensors: corrupt" ;;
   killed_rank_ends_job)
@@ -354,6 +388,98 @@ PY
     last=$(ls "$work/ck"/step_*.safetensors | sort | tail -1)
     run "$trainer" "${quick[@]}" --set checkpoint.dir="$work/ck" --set checkpoint.resume="$last" --dry-run
     expect_rc 0; expect_grep "resumed from .*step_[0-9]+.safetensors" ;;
+  progress_bar)
+    # log.progress auto: a live bar on a terminal (a pseudo-terminal from util-linux's script),
+    # none in a redirected log, whose step lines carry the ETA instead.
+    prog=("${quick[@]}" --set train.steps=200 --set log.every=50)
+    frame=$'\r\e\\[K *[0-9]+/200 \\|'  # barkeep's redraw: back to column 0, clear, "N/200 |"
+    frames() { grep -aoE "$frame" "$1" | wc -l; }
+    echo "+ script -q -e -c '$trainer ${prog[*]}' /dev/null"
+    script -q -e -c "$(printf '%q ' "$trainer" "${prog[@]}")" /dev/null </dev/null >"$out" 2>&1; rc=$?
+    expect_rc 0
+    n=$(frames "$out"); echo "terminal: $n frames of the bar"
+    [ "$n" -ge 3 ] || fail "expected the bar redrawn at least 3 times on a terminal, found $n frames"
+    expect_grep $'\r\e\\[K200/200 \\|(█){30}\\| [0-9.]+ samples/s  loss [0-9.]+  eta 0s'
+    expect_grep "step +200/200 .* eta 0s"  # the step lines stay, above the bar
+    run "$trainer" "${prog[@]}"
+    expect_rc 0
+    ! grep -q $'\r' "$out" || fail "the redirected log has carriage returns (a bar's redraws)"
+    expect_no_grep "█"
+    expect_grep "step +100/200 .* rss [0-9]+ MiB eta [0-9hms]+$"; expect_grep "step +200/200 .* eta 0s$"
+    run "$trainer" "${prog[@]}" --set log.progress=off
+    expect_rc 0; expect_grep "step +200/200 "; expect_no_grep " eta "
+    # Under mpirun a rank's stderr is a pipe: auto gives lines. log.progress: bar draws anyway,
+    # on rank 0 only (mpirun's --output-filename keeps each rank's output apart).
+    echo "+ script -q -e -c 'mpirun -np 2 $trainer ${prog[*]}' /dev/null"
+    script -q -e -c "$(printf '%q ' mpirun -np 2 "$trainer" "${prog[@]}")" /dev/null </dev/null >"$out" 2>&1; rc=$?
+    expect_rc 0; expect_grep "step +200/200 .* eta 0s"
+    [ "$(frames "$out")" = 0 ] || fail "auto drew a bar under mpirun, whose ranks' stderr is a pipe"
+    echo "+ script -q -e -c 'mpirun -np 2 --output-filename $work/ranks $trainer ${prog[*]} --set log.progress=bar' /dev/null"
+    script -q -e -c "$(printf '%q ' mpirun -np 2 --output-filename "$work/ranks" "$trainer" "${prog[@]}" \
+      --set log.progress=bar)" /dev/null </dev/null >"$out" 2>&1; rc=$?
+    expect_rc 0
+    r0=$(cat "$work"/ranks/*/rank.0/std* > "$work/r0"; frames "$work/r0")
+    r1=$(cat "$work"/ranks/*/rank.1/std* > "$work/r1"; frames "$work/r1")
+    echo "mpirun, log.progress bar: rank 0 drew $r0 frames, rank 1 $r1"
+    [ "$r0" -ge 3 ] && [ "$r1" = 0 ] || fail "expected frames from rank 0 only: rank 0 $r0, rank 1 $r1" ;;
+  tensorboard)
+    # log.tensorboard: TensorBoard's own reader finds every logged step's and evaluation's numbers
+    # as scalars equal to the metrics file's; a resumed run adds a file and TensorBoard keeps each
+    # step once. A build without protobuf refuses the key at start-up instead.
+    tb=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
+        --set train.steps=40 --set log.every=10 --set train.eval_every=20 --set train.eval_samples=32
+        --set checkpoint.dir="$work/ck" --set log.tensorboard="$work/tb")
+    run mpirun -np 2 "$trainer" "${tb[@]}" --set checkpoint.every=20
+    if grep -q "built without TensorBoard support" "$out"; then
+      expect_rc 2; expect_no_grep "step +1/"
+      echo "this build has no TensorBoard support (no protobuf): refused at start-up"
+    else
+      expect_rc 0
+      [ "$(ls "$work"/tb/events.out.tfevents.* | wc -l)" = 1 ] || fail "expected one event file in $work/tb"
+      run mpirun -np 2 "$trainer" "${tb[@]}" --set checkpoint.resume="$work/ck/step_000020.safetensors"
+      expect_rc 0
+      [ "$(ls "$work"/tb/events.out.tfevents.* | wc -l)" = 2 ] || fail "the resumed run did not add an event file"
+      run "$TRAINER_PYTHON" - "$work/tb" "$work/ck/metrics.jsonl" <<'PY'
+import json, math, sys
+try:
+    from tensorboard.backend.event_processing import event_accumulator as ea
+except ImportError:
+    sys.exit(f"tensorboard is not installed for {sys.executable} (scripts/bootstrap.sh installs it)")
+acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})
+acc.Reload()
+tags = set(acc.Tags()["scalars"])
+print("tags:", sorted(tags))
+expected = {"train/loss", "train/lr", "train/grad_norm", "train/samples_per_s", "train/tokens_per_s",
+            "train/micro_batch", "train/fallbacks", "train/skipped_steps", "memory/rank_0_mib",
+            "memory/rank_1_mib", "eval/loss"}
+if expected - tags:
+    sys.exit(f"missing scalars: {sorted(expected - tags)}")
+records = [json.loads(line) for line in open(sys.argv[2])]
+def same(tag, kind, value):
+    got = [(e.step, e.value) for e in acc.Scalars(tag)]
+    want = [(r["step"], value(r)) for r in records if r["type"] == kind]
+    print(tag, "steps:", [s for s, _ in got])
+    if [s for s, _ in got] != [s for s, _ in want]:
+        sys.exit(f"{tag}: steps {[s for s, _ in got]}, the metrics file has {[s for s, _ in want]}")
+    for (step, g), (_, w) in zip(got, want):
+        if not math.isclose(g, w, rel_tol=1e-6):  # float32 in TensorBoard, float64 in JSON
+            sys.exit(f"{tag} at step {step}: {g} in TensorBoard, {w} in the metrics file")
+same("train/loss", "step", lambda r: r["loss"])
+same("train/lr", "step", lambda r: r["lr"])
+same("train/tokens_per_s", "step", lambda r: r["tokens_per_s"])
+same("memory/rank_1_mib", "step", lambda r: r["memory_peak_mib"][1])
+same("eval/loss", "eval", lambda r: r["loss"])
+PY
+      expect_rc 0; cat "$out"
+      expect_grep "train/loss steps: \[1, 10, 20, 21, 30, 40\]"
+    fi ;;
+  tensorboard_bad_dir)
+    # A log.tensorboard that cannot be created stops every rank before step 1, naming the key.
+    touch "$work/file"
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set log.tensorboard="$work/file/tb"
+    expect_rc 2; expect_grep "trainer: error: log.tensorboard = '.*/file/tb': (cannot create it|this trainer was built without)"
+    expect_no_grep "step +1/"
+    [ "$(grep -c "log.tensorboard" "$out")" = 1 ] || fail "the message is not printed exactly once" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -14,27 +14,17 @@ namespace {
 
 using trainer_test::relative_error;
 
-struct Run16 {
-  std::unique_ptr<data::Dataset> dataset;
-  std::shared_ptr<models::Model> model;
-  std::unique_ptr<train::Trainer> trainer;
-};
+using Run16 = trainer_test::CpuRun;
 
 Run16 make(ddp::Communicator& comm, const std::string& extra) {
-  const auto config = launcher::parse_config(
+  return trainer_test::make_cpu_run(
+      comm,
       "model: {name: mlp, hidden_dim: 32, depth: 2}\n"
       "data: {num_samples: 1000, input_dim: 8, num_classes: 4, teacher_hidden: 8, seed: 7}\n"
       "train: {device: cpu, global_batch_size: 13, micro_batch_size: 3, steps: 10, lr: 0.01,\n"
       "        warmup_steps: 1, seed: 11, precision: fp16, loss_scale: 1024,\n"
       "        loss_scale_interval: 3" + extra + "}\n",
       "loss-scale.yaml");
-  Run16 s;
-  s.dataset = data::make_dataset(config.data);
-  at::manual_seed(config.train.seed);
-  s.model = models::create_model(config.model, train::model_shape_for(*s.dataset));
-  s.trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, s.model,
-                                               *s.dataset, c10::Device(c10::kCPU));
-  return s;
 }
 
 std::vector<at::Tensor> snapshot(models::Model& m) {

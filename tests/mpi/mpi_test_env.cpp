@@ -2,6 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include "launcher/config.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+
+#include <optional>
+
 #include <cmath>
 #include <stdexcept>
 
@@ -25,6 +31,43 @@ double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Te
     norm += b[i].to(at::kDouble).pow(2).sum().item<double>();
   }
   return std::sqrt(diff / norm);
+}
+
+CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name) {
+  const auto config = launcher::parse_config(yaml, name);
+  CpuRun r;
+  r.dataset = data::make_dataset(config.data);
+  at::manual_seed(config.train.seed);
+  r.model = models::create_model(config.model, train::model_shape_for(*r.dataset));
+  r.trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, r.model,
+                                               *r.dataset, c10::Device(c10::kCPU));
+  return r;
+}
+
+std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml,
+                                    int64_t until, uint64_t model_seed,
+                                    const std::string& resume_from, const std::string& save_to) {
+  const auto config = launcher::parse_config(yaml, "train_until.yaml");
+  const auto dataset = data::make_dataset(config.data);
+  at::manual_seed(model_seed);
+  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  std::optional<train::Checkpoint> ckpt;
+  if (!resume_from.empty() && comm.rank() == 0) {
+    ckpt = train::read_checkpoint(resume_from);
+    train::check_compatible(*ckpt, *model);
+    train::apply_model_state(*ckpt, *model);
+  }
+  train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
+                         c10::Device(c10::kCPU));
+  trainer.resume(ckpt ? &*ckpt : nullptr);
+  for (int64_t s = trainer.start_step(); s < until; ++s) trainer.step(s);
+  if (!save_to.empty()) {
+    trainer.save_checkpoint(save_to, until);
+    comm.barrier("checkpoint written");
+  }
+  std::vector<at::Tensor> params;
+  for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
+  return params;
 }
 
 }  // namespace trainer_test

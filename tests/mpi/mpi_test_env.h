@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ddp/mpi_runtime.h"
+#include "train/trainer.h"
 
 namespace trainer_test {
 
@@ -14,5 +15,22 @@ ddp::MpiRuntime& runtime();
 
 // ||a - b|| / ||b|| over all tensors together, in double precision.
 double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
+
+// A Trainer on CPU from a YAML configuration (its data set and model seeded by train.seed),
+// and what it borrows.
+struct CpuRun {
+  std::unique_ptr<data::Dataset> dataset;
+  std::shared_ptr<models::Model> model;
+  std::unique_ptr<train::Trainer> trainer;
+};
+CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name);
+
+// Trains steps [the checkpoint's step, until) of a CPU run of `yaml` whose model is first seeded
+// with `model_seed` (overwritten by `resume_from` when set: rank 0 reads it, as main does); then
+// rank 0 writes `save_to` when set, and every rank waits for it. Returns this rank's parameters.
+// Collective.
+std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml,
+                                    int64_t until, uint64_t model_seed,
+                                    const std::string& resume_from, const std::string& save_to);
 
 }  // namespace trainer_test

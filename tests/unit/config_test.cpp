@@ -259,15 +259,16 @@ const std::vector<std::string> kEveryKey = {
     "train.lr", "train.min_lr_ratio", "train.warmup_steps", "train.weight_decay", "train.beta1",
     "train.beta2", "train.eps", "train.grad_clip", "train.seed", "train.threads", "train.eval_every",
     "train.precision", "train.loss_scale", "train.loss_scale_growth", "train.loss_scale_backoff",
-    "train.loss_scale_interval", "train.max_skipped_steps", "train.inject_nonfinite", "train.tf32", "train.cudnn_benchmark", "train.peak_tflops",
+    "train.loss_scale_interval", "train.max_skipped_steps", "train.inject_nonfinite", "train.tf32", "train.cudnn_benchmark",
+    "train.channels_last", "train.cuda_graphs", "train.peak_tflops",
     "train.eval_samples",
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
-    "ddp.find_unused_parameters",
+    "ddp.find_unused_parameters", "ddp.reduce_dtype",
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
     "memory.inject_oom", "memory.check_every", "memory.target_fraction",
     "memory.high_watermark",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep_last", "checkpoint.resume",
-    "log.level", "log.every", "log.metrics"};
+    "log.level", "log.every", "log.metrics", "log.progress", "log.tensorboard"};
 
 TEST(Config, SchemaDeclaresExactlyTheKnownKeys) {
   std::vector<std::string> paths;

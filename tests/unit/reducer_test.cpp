@@ -167,7 +167,7 @@ TEST(Reducer, SumOverRanksIsAppliedToTheGradients) {
 
 TEST(Reducer, NoSyncMicroBatchesAccumulateWithoutCommunicating) {
   Net net;
-  trainer_test::FakeCommunicator comm;
+  trainer_test::FakeCommunicator comm(/*world=*/2);
   ddp::Reducer reducer(net.named(), comm, {100, 300, false});
   const at::Tensor a = at::randn({3, 8});
   const at::Tensor b = at::randn({4, 8});
@@ -186,7 +186,41 @@ TEST(Reducer, NoSyncMicroBatchesAccumulateWithoutCommunicating) {
   for (size_t i = 0; i < 6; ++i) twin.named()[i].second.data().copy_(net.named()[i].second.data());
   twin.loss(a).backward();
   twin.loss(b).backward();
-  EXPECT_TRUE(at::allclose(accumulated, twin.l1->weight.grad()));
+  EXPECT_TRUE(at::allclose(accumulated, twin.l1->weight.grad() * 2));  // the fake sums 2 ranks
+}
+
+TEST(Reducer, OneRankPostsNothingAndKeepsItsGradients) {
+  Net net;
+  trainer_test::FakeCommunicator comm;  // world size 1
+  ddp::Reducer reducer(net.named(), comm, {100, 300, false});
+  const at::Tensor x = at::randn({5, 8});
+  reducer.zero_grad();
+  reducer.begin_micro_batch(true);
+  net.loss(x).backward();
+  reducer.finish();
+  EXPECT_EQ(all_reduces(comm), 0);
+  Net twin;
+  for (size_t i = 0; i < 6; ++i) twin.named()[i].second.data().copy_(net.named()[i].second.data());
+  twin.loss(x).backward();
+  EXPECT_TRUE(at::equal(net.l1->weight.grad(), twin.l1->weight.grad()));
+}
+
+TEST(Reducer, ReduceAccumulatedPostsEveryBucketAfterHooklessMicroBatches) {
+  // As under CUDA graph capture: every micro-batch accumulates only, then one reduction.
+  Net net;
+  trainer_test::FakeCommunicator comm(/*world=*/3);
+  ddp::Reducer reducer(net.named(), comm, {100, 300, false});
+  reducer.zero_grad();
+  reducer.begin_micro_batch(false);
+  net.loss(at::randn({3, 8})).backward();
+  reducer.begin_micro_batch(false);
+  net.loss(at::randn({2, 8})).backward();
+  EXPECT_EQ(all_reduces(comm), 0);
+  const at::Tensor local = net.l1->weight.grad().clone();
+  reducer.reduce_accumulated();
+  EXPECT_EQ(all_reduces(comm), static_cast<int>(reducer.layout().size()));
+  EXPECT_TRUE(at::allclose(net.l1->weight.grad(), local * 3));
+  EXPECT_THROW(reducer.reduce_accumulated(), std::logic_error);  // only after accumulating
 }
 
 TEST(Reducer, UnusedParameterIsAnErrorNamingIt) {

@@ -1,0 +1,139 @@
+// No host synchronisation in the step (Note [No host synchronisation in the step], trainer.cpp):
+// a step that logs nothing reads nothing from the device, and reading lazily changes nothing.
+//
+// Two counters watch each step: the Trainer's own count of its device-to-host reads, and a
+// RecordFunction observer on this thread that counts every scalar read through the dispatcher
+// (`.item()` ends in aten::_local_scalar_dense), so a stray read anywhere in the step, in the
+// Trainer or below it, is caught too. On CPU a read costs nothing; on a GPU each one would stall
+// the host until the device drains.
+#include <ATen/ATen.h>
+#include <ATen/record_function.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string_view>
+
+#include "launcher/config.h"
+#include "models/registry.h"
+#include "mpi_test_env.h"
+#include "train/trainer.h"
+
+namespace {
+
+std::atomic<int64_t> g_scalar_reads{0};
+thread_local int t_inside_fused_adamw = 0;
+
+bool is_fused_adamw(const at::RecordFunction& fn) {
+  return std::string_view(fn.name()) == "aten::_fused_adamw_";
+}
+
+// Counts aten::_local_scalar_dense on the calling thread while it lives. Reads inside ATen's
+// fused AdamW kernel are left out: its CPU implementation reads each parameter's step counter
+// with item() (a host tensor there); its CUDA kernel reads the counter on the device.
+class ScalarReadObserver {
+ public:
+  ScalarReadObserver()
+      : handle_(at::addThreadLocalCallback(
+            at::RecordFunctionCallback(
+                [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+                  if (is_fused_adamw(fn)) ++t_inside_fused_adamw;
+                  if (std::string_view(fn.name()) == "aten::_local_scalar_dense" &&
+                      t_inside_fused_adamw == 0) {
+                    ++g_scalar_reads;
+                  }
+                  return nullptr;
+                },
+                [](const at::RecordFunction& fn, at::ObserverContext*) {
+                  if (is_fused_adamw(fn)) --t_inside_fused_adamw;
+                })
+                .scopes({at::RecordScope::FUNCTION}))) {}
+  ~ScalarReadObserver() { at::removeCallback(handle_); }
+  ScalarReadObserver(const ScalarReadObserver&) = delete;
+  ScalarReadObserver& operator=(const ScalarReadObserver&) = delete;
+
+ private:
+  at::CallbackHandle handle_;
+};
+
+using Trained = trainer_test::CpuRun;
+
+Trained make(ddp::Communicator& comm, const std::string& precision, const std::string& extra) {
+  return trainer_test::make_cpu_run(
+      comm,
+      "model: {name: mlp, hidden_dim: 32, depth: 2}\n"
+      "data: {num_samples: 1000, input_dim: 8, num_classes: 4, teacher_hidden: 8, seed: 7}\n"
+      "train: {device: cpu, global_batch_size: 13, micro_batch_size: 3, steps: 12, lr: 0.01,\n"
+      "        warmup_steps: 1, seed: 11, grad_clip: 0.05, precision: " + precision +
+          ", loss_scale: 1024, loss_scale_interval: 3" + extra + "}\n"
+      "memory: {check_every: 0}\n",
+      "host-sync.yaml");
+}
+
+std::vector<at::Tensor> parameters(models::Model& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "parameter " << i;
+}
+
+constexpr int64_t kLogEvery = 4;
+
+// Steps 1..12, reading on every 4th only; checks both counters around every step and returns the
+// results of the logged steps.
+std::vector<train::StepResult> run_logging_every_4th(Trained& run) {
+  std::vector<train::StepResult> logged;
+  ScalarReadObserver observer;
+  for (int64_t s = 0; s < 12; ++s) {
+    const bool log = (s + 1) % kLogEvery == 0;
+    const int64_t reads = run.trainer->host_reads();
+    const int64_t scalars = g_scalar_reads.load();
+    train::StepResult r = run.trainer->step(s, /*stop_requested=*/false, /*read_metrics=*/log);
+    EXPECT_EQ(run.trainer->host_reads() - reads, log ? 1 : 0) << "step " << s + 1;
+    if (!log) {
+      EXPECT_EQ(g_scalar_reads.load() - scalars, 0)
+          << "step " << s + 1 << " (not logged) read a scalar from the device";
+    }
+    EXPECT_EQ(r.metrics_read, log);
+    if (log) logged.push_back(r);
+  }
+  return logged;
+}
+
+class HostSync : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  // fp16: an inf on the last rank at step 6, between two logged steps (4 and 8).
+  const std::string extra =
+      GetParam() == "fp16" ? fmt::format(", inject_nonfinite: '{}:6'", world->size() - 1) : "";
+  Trained lazy = make(*world, GetParam(), extra);
+  const auto logged = run_logging_every_4th(lazy);
+
+  // The same run, reading after every step, as before the change.
+  Trained eager = make(*world, GetParam(), extra);
+  std::vector<train::StepResult> every;
+  for (int64_t s = 0; s < 12; ++s) every.push_back(eager.trainer->step(s));
+  expect_equal(parameters(*lazy.model), parameters(*eager.model));
+  ASSERT_EQ(logged.size(), 3u);
+  for (size_t i = 0; i < logged.size(); ++i) {
+    const auto& e = every[(i + 1) * kLogEvery - 1];
+    EXPECT_EQ(logged[i].loss, e.loss) << "logged step " << (i + 1) * kLogEvery;
+    EXPECT_EQ(logged[i].grad_norm, e.grad_norm);
+    EXPECT_EQ(logged[i].loss_scale, e.loss_scale);
+  }
+  if (GetParam() == "fp16") {
+    EXPECT_TRUE(every[5].skipped);  // every rank skipped step 6 ...
+    for (const auto& r : logged) EXPECT_FALSE(r.skipped);  // ... which no logged step was
+    // 1024 grew after steps 3 (2048); 6 backed off (1024); 9 and 12 grew it again (4096).
+    EXPECT_EQ(logged[2].loss_scale, 4096.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, HostSync, ::testing::Values("fp32", "bf16", "fp16"));
+
+}  // namespace

@@ -1,0 +1,55 @@
+// Per-step seeds (train/step_rng.h): a pure function of (seed, step, rank), distinct across
+// nearby steps and ranks (also in the low 32 bits, all the CPU generator keeps), and reseeding
+// replays the same draws whatever was drawn before.
+#include "train/step_rng.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace {
+
+TEST(StepRng, SeedsAreAFunctionOfSeedStepAndRank) {
+  EXPECT_EQ(train::step_seed(42, 7, 1), train::step_seed(42, 7, 1));
+  EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(42, 7, 0));
+  EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(42, 8, 1));
+  EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(43, 7, 1));
+  // seed + step + rank would collide here.
+  EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(42, 6, 2));
+  EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(41, 8, 1));
+}
+
+TEST(StepRng, NoCollisionsOverAGridOfStepsAndRanks) {
+  std::set<uint32_t> low;  // the bits the CPU generator keeps
+  int n = 0;
+  for (int64_t step = 0; step < 2000; ++step) {
+    for (int rank = 0; rank < 8; ++rank, ++n) {
+      low.insert(static_cast<uint32_t>(train::step_seed(42, step, rank)));
+    }
+  }
+  // 16000 draws from 2^32: a collision has probability ~3%; allow one.
+  EXPECT_GE(static_cast<int>(low.size()), n - 1);
+}
+
+TEST(StepRng, ReseedingReplaysTheDrawsWhateverCameBefore) {
+  const c10::Device cpu(c10::kCPU);
+  train::seed_step_generators(42, 5, 1, cpu);
+  const at::Tensor a = at::rand({64});
+  const at::Tensor an = at::randn({3});  // leaves a cached normal sample behind
+  at::rand({1000});                      // the stream moves on
+  train::seed_step_generators(42, 5, 1, cpu);
+  EXPECT_TRUE(at::equal(at::rand({64}), a));
+  EXPECT_TRUE(at::equal(at::randn({3}), an));
+  train::seed_step_generators(42, 5, 0, cpu);
+  EXPECT_FALSE(at::equal(at::rand({64}), a));
+  train::seed_step_generators(42, 6, 1, cpu);
+  EXPECT_FALSE(at::equal(at::rand({64}), a));
+  // Dropout draws from it too.
+  train::seed_step_generators(42, 5, 1, cpu);
+  const at::Tensor mask = at::dropout(at::ones({256}), 0.5, true);
+  train::seed_step_generators(42, 5, 1, cpu);
+  EXPECT_TRUE(at::equal(at::dropout(at::ones({256}), 0.5, true), mask));
+}
+
+}  // namespace
