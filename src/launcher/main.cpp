@@ -37,6 +37,7 @@
 #include "memory/oom.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+#include "train/error_text.h"
 #include "train/metrics.h"
 #include "train/precision.h"
 #include "train/tensorboard.h"
@@ -79,7 +80,7 @@ int agree(ddp::Communicator& comm, const Outcome& mine) {
   return code;
 }
 
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+using train::first_line;
 
 // Runs one start-up phase of this rank; `doing` names it in an out-of-memory message.
 template <class Fn>

@@ -1,4 +1,5 @@
 #include "train/checkpoint.h"
+#include "train/output_dir.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -200,21 +201,11 @@ void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
 }
 
 void check_checkpoint_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    throw CheckpointError(fmt::format("checkpoint.dir = '{}': cannot create it: {}", dir, ec.message()));
+  try {
+    check_output_dir("checkpoint.dir", dir);
+  } catch (const std::invalid_argument& e) {
+    throw CheckpointError(e.what());
   }
-  const std::string probe = fmt::format("{}/.trainer-write-test-{}", dir, ::getpid());
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  const int err = errno;
-  if (f == nullptr) {
-    throw CheckpointError(fmt::format("checkpoint.dir = '{}': cannot write there: {}", dir,
-                                      std::strerror(err)));
-  }
-  std::fclose(f);
-  std::remove(probe.c_str());
 }
 
 std::string latest_checkpoint(const std::string& dir) {

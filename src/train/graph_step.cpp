@@ -1,5 +1,7 @@
 #include "train/graph_step.h"
 
+#include "train/error_text.h"
+
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
@@ -20,10 +22,6 @@
 #endif
 
 namespace train {
-
-namespace {
-std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
-}  // namespace
 
 #ifdef TRAINER_HAVE_CUDA
 

@@ -19,18 +19,12 @@ LossScaler::LossScaler(LossScalerOptions options, c10::Device device) : options_
   skipped_total_ = at::zeros({1}, f32);
 }
 
-double LossScaler::scale_value() const { return scale_.item<double>(); }
-
 void LossScaler::unscale(const std::vector<at::Tensor>& buffers) {
   if (!options_.enabled) return;
   at::NoGradGuard no_grad;
   at::reciprocal_out(inv_scale_, scale_);
   found_inf_.zero_();
   at::_amp_foreach_non_finite_check_and_unscale_(buffers, found_inf_, inv_scale_);
-}
-
-bool LossScaler::found_non_finite() const {
-  return options_.enabled && found_inf_.item<float>() > 0;
 }
 
 void LossScaler::update() {
@@ -52,8 +46,6 @@ void LossScaler::write_state(at::Tensor out) {
   out.narrow(0, 3, 1).copy_(skipped_total_);
   longest_run_.copy_(in_a_row_);
 }
-
-int64_t LossScaler::growth_tracker() const { return growth_tracker_.item<int>(); }
 
 std::vector<std::pair<int, int64_t>> parse_nonfinite_injections(const std::string& text) {
   std::vector<std::pair<int, int64_t>> out;

@@ -11,8 +11,7 @@
 // by `growth`. The scale, the growth tracker, the verdict and the counts of skipped steps stay on
 // the training device: the optimizer takes the verdict as a tensor (its kernel skips the update),
 // so a step never reads it on the host. The Trainer copies them out on logged steps only
-// (write_state); the *_value() accessors below each read the device and are for tests and
-// diagnostics.
+// (write_state).
 //
 // Disabled (fp32, bf16): scale() is 1, unscale() and update() do nothing.
 #pragma once
@@ -42,7 +41,6 @@ class LossScaler {
   bool enabled() const { return options_.enabled; }
   // The current scale as a 0-dim-like [1] float tensor on the device (1 when disabled).
   const at::Tensor& scale() const { return scale_; }
-  double scale_value() const;
 
   // Divides `buffers` (the reduced gradient buckets) by the scale in place and records whether
   // any value is inf or NaN. No-op when disabled.
@@ -50,8 +48,6 @@ class LossScaler {
   // The last unscale()'s verdict: float [1], 1 where a gradient was inf or NaN, else 0; it stays
   // until the next unscale() (zeros while disabled).
   const at::Tensor& found_inf() const { return found_inf_; }
-  // Whether the last unscale() found a non-finite gradient (reads one value from the device).
-  bool found_non_finite() const;
   // Backs off or grows the scale according to the last unscale(), and counts a skipped step.
   void update();
 
@@ -60,9 +56,6 @@ class LossScaler {
   // total. Resets the longest run to the current one. Queues device work only.
   void write_state(at::Tensor out);
   static constexpr int64_t kStateSlots = 4;
-
-  // For checkpoints: the scale and the count of finite steps since the last change.
-  int64_t growth_tracker() const;
 
  private:
   LossScalerOptions options_;

@@ -1,5 +1,7 @@
 #include "train/tensorboard.h"
 
+#include "train/output_dir.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -21,18 +23,6 @@
 
 namespace train {
 namespace {
-
-void create_directory(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (!ec && !std::filesystem::is_directory(dir, ec)) {
-    ec = std::make_error_code(std::errc::not_a_directory);
-  }
-  if (ec) {
-    throw std::invalid_argument(
-        fmt::format("log.tensorboard = '{}': cannot create it: {}", dir, ec.message()));
-  }
-}
 
 [[noreturn]] void throw_unavailable(const std::string& dir) {
   throw std::invalid_argument(fmt::format(
@@ -99,7 +89,7 @@ struct TensorBoardWriter::File {
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t first_step)
     : file_(std::make_unique<File>()) {
-  create_directory(dir);
+  create_output_dir("log.tensorboard", dir);
   const double now = unix_seconds();
   const std::string name =
       fmt::format("{}/events.out.tfevents.{}.{}", dir, static_cast<int64_t>(now), hostname());
@@ -156,16 +146,7 @@ TensorBoardWriter::~TensorBoardWriter() = default;
 
 void check_tensorboard_dir(const std::string& dir) {
   if (!tensorboard_available()) throw_unavailable(dir);
-  create_directory(dir);
-  // Writable: a probe file, removed again (the event file itself is the run's, opened later).
-  const std::string probe = fmt::format("{}/.trainer-write-test-{}", dir, getpid());
-  std::FILE* f = std::fopen(probe.c_str(), "wb");
-  if (f == nullptr) {
-    throw std::invalid_argument(
-        fmt::format("log.tensorboard = '{}': cannot write there: {}", dir, std::strerror(errno)));
-  }
-  std::fclose(f);
-  std::remove(probe.c_str());
+  check_output_dir("log.tensorboard", dir);  // the event file itself is the run's, opened later
 }
 
 }  // namespace train

@@ -123,9 +123,14 @@ class Trainer {
   struct Attempt {
     std::string failure;  // this rank's out-of-memory description; empty when none
   };
+  // The micro-batch every rank starts from: the configured one, or a whole per-rank slice (the
+  // larger slice, so the number is the same on every rank).
+  static int64_t initial_micro_batch(const TrainOptions& t, int world);
   Attempt forward_backward(int64_t step);
   // train.inject_nonfinite names this rank at `step` (0-based; users count from 1).
   bool injects_nonfinite(int64_t step) const;
+  void broadcast_model();
+  // The memory plan and the out-of-memory protocol (trainer_memory.cpp):
   // Every rank's out-of-memory description, the empty ones (no failure) left out. Collective.
   std::vector<std::string> gather_failures(const std::string& mine);
   // After a failed vote: the next rung on every rank, or OutOfMemoryFatal.
@@ -133,7 +138,6 @@ class Trainer {
   // Runs `allocate` (this rank's persistent allocations, no collectives), then votes: if any
   // rank ran out of memory, every rank throws the same memory::OutOfMemoryFatal. Collective.
   void allocate_agreed(const std::string& what, const std::function<void()>& allocate);
-  void broadcast_model();
   // Peak of forward + backward at two micro-batch sizes (halved while they run out of memory),
   // once everything persistent is allocated. Local: no collectives.
   void probe_activations();
