@@ -5,9 +5,11 @@
 #
 #   bench/compare_pytorch.sh [STEPS]       (after scripts/bootstrap.sh; default 60 steps)
 #
-# Rows: the quickstart MLP, gpt-tiny (configs/gpt-tiny.yaml) and the LSTM forecaster
+# Rows: the quickstart MLP, gpt-tiny (configs/gpt-tiny.yaml), gpt-tiny with GPT-2's vocabulary
+# of 50,257 (where the output layer and the loss are most of the step) and the LSTM forecaster
 # (configs/sequence-lstm.yaml) at 1 and 2 ranks, in fp32 and bf16 (the trainer's
-# train.precision, the peer's torch.autocast), or the precisions in $PRECISIONS. Each pair runs twice, alternating (trainer, peer, trainer, peer), and the
+# train.precision, the peer's torch.autocast), or the precisions in $PRECISIONS; $MODELS picks
+# rows (default: mlp gpt gpt-50k lstm). Each pair runs twice, alternating (trainer, peer, trainer, peer), and the
 # table shows the better of the two runs of each, so a noisy neighbour hurts neither side alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,8 +57,15 @@ gpt_t="configs/gpt-tiny.yaml;--set;train.micro_batch_size=1000000"
 gpt_p="gpt;--data;data/tokens-sample;--context;64;--vocab;256;--layers;2;--heads;4;--d-model;64"
 lstm_t="configs/sequence-lstm.yaml;--set;train.micro_batch_size=1000000"
 lstm_p="lstm;--data;data/timeseries-sample/series.csv;--features;temperature,humidity,load;--targets;load;--window;48;--horizon;1;--hidden;64;--lstm-layers;2"
+gpt50k_t="$gpt_t;--set;data.vocab_size=50257"
+gpt50k_p="${gpt_p/--vocab;256/--vocab;50257}"
+models=" ${MODELS:-mlp gpt gpt-50k lstm} "
+wanted() { [[ $models == *" $1 "* ]]; }
 for precision in ${PRECISIONS:-fp32 bf16}; do
-  for np in 1 2; do row "mlp (quickstart)" "$precision" "$np" 512 "$mlp_t" "$mlp_p"; done
-  for np in 1 2; do row gpt-tiny "$precision" "$np" 32 "$gpt_t" "$gpt_p"; done
-  for np in 1 2; do row "lstm (sequence)" "$precision" "$np" 64 "$lstm_t" "$lstm_p"; done
+  if wanted mlp; then for np in 1 2; do row "mlp (quickstart)" "$precision" "$np" 512 "$mlp_t" "$mlp_p"; done; fi
+  if wanted gpt; then for np in 1 2; do row gpt-tiny "$precision" "$np" 32 "$gpt_t" "$gpt_p"; done; fi
+  if wanted gpt-50k; then
+    for np in 1 2; do row "gpt-tiny, vocab 50257" "$precision" "$np" 32 "$gpt50k_t" "$gpt50k_p"; done
+  fi
+  if wanted lstm; then for np in 1 2; do row "lstm (sequence)" "$precision" "$np" 64 "$lstm_t" "$lstm_p"; done; fi
 done

@@ -1,5 +1,7 @@
 #include "models/gpt.h"
 
+#include "models/linear_cross_entropy.h"
+
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
@@ -300,6 +302,10 @@ Gpt::Gpt(const GptOptions& o) : options_(o), layers_(std::make_unique<Layers>())
 Gpt::~Gpt() = default;
 
 at::Tensor Gpt::forward(const at::Tensor& tokens) {
+  return at::linear(hidden(tokens), layers_->wte->weight);  // tied output projection
+}
+
+at::Tensor Gpt::hidden(const at::Tensor& tokens) {
   require(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
           fmt::format("tokens must be int64 [n, T], got {} {}",
                       c10::toString(tokens.scalar_type()), tokens.sizes()));
@@ -320,18 +326,19 @@ at::Tensor Gpt::forward(const at::Tensor& tokens) {
       x = block->forward(x, p);
     }
   }
-  return at::linear(l.ln_f->forward(x), l.wte->weight);  // tied output projection
+  return l.ln_f->forward(x);
 }
 
 at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   require(targets.sizes() == tokens.sizes() && targets.scalar_type() == at::kLong,
           fmt::format("targets must be int64 {} like the tokens, got {} {}", tokens.sizes(),
                       c10::toString(targets.scalar_type()), targets.sizes()));
-  // The full padded width is computed (a matmul of a multiple of 64 columns is the fast one);
-  // the padded columns are dropped before the softmax, so they are never predicted.
-  const int64_t v = options_.vocab_size;
-  const at::Tensor logits = forward(tokens).narrow(-1, 0, v);
-  return at::cross_entropy_loss(logits.reshape({-1, v}), targets.reshape({-1}));
+  // The output layer and the loss in chunks of positions (Note [Chunked output layer]): the
+  // [positions, vocab] logits are never whole. The padded rows of wte are masked out there.
+  const at::Tensor h = hidden(tokens);
+  return linear_cross_entropy(h.reshape({-1, options_.d_model}), layers_->wte->weight,
+                              targets.reshape({-1}), options_.vocab_size,
+                              options_.loss_chunk_rows);
 }
 
 bool Gpt::set_checkpoint_activations(bool on) {

@@ -6,7 +6,8 @@
 //          mlp:  Linear(C, 4C) -> GELU (tanh approximation) -> Linear(4C, C)
 //     -> ln_f -> logits = x @ wte^T (the output projection is tied to the token embedding)
 //   loss: mean next-token cross-entropy over every position, on the first vocab_size logits
-//         (the padded rows of wte are never a target and never predicted)
+//         (the padded rows of wte are never a target and never predicted), computed by
+//         linear_cross_entropy in chunks of positions, so the whole logits are never held
 //
 // Initialisation as GPT-2: Linear and Embedding weights N(0, 0.02), the two residual output
 // projections (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 * num_layers)), biases zero,
@@ -42,6 +43,8 @@ struct GptOptions {
   int64_t d_model = 0;
   double dropout = 0.0;
   bool checkpoint_activations = false;
+  int64_t loss_chunk_rows = 0;    // positions per chunk of the output layer in loss()
+                                  // (0: linear_cross_entropy's default, 256 MiB of fp32 logits)
 };
 
 // The preset's dimensions: gpt2 (124M: 12 layers, 12 heads, 768 wide, 1024 positions, vocab
@@ -70,6 +73,9 @@ class Gpt final : public Model {
   // The submodules, typed (defined in gpt.cpp so that this header stays free of the nn module
   // headers). They are registered on this module, which owns them.
   struct Layers;
+
+  // ln_f's output [n, T, d_model]: everything before the output projection.
+  at::Tensor hidden(const at::Tensor& tokens);
 
   GptOptions options_;  // padded_vocab_size resolved
   std::unique_ptr<Layers> layers_;

@@ -130,6 +130,17 @@ TEST(GptReference, LossAndEveryGradientMatchPyTorchWithCheckpointing) {
   test::expect_matches_reference(model, tokens, targets, "gpt.py", meta(o), 1e-4);
 }
 
+// The output layer in chunks of 6 positions (36 in all) against the same unchunked reference.
+TEST(GptReference, LossAndEveryGradientMatchPyTorchWithAChunkedOutputLayer) {
+  at::manual_seed(3);
+  GptOptions o = small_options();
+  o.loss_chunk_rows = 7;
+  Gpt model(o);
+  const at::Tensor tokens = at::randint(o.vocab_size, {3, 12}, at::kLong);
+  const at::Tensor targets = at::randint(o.vocab_size, {3, 12}, at::kLong);
+  test::expect_matches_reference(model, tokens, targets, "gpt.py", meta(o), 1e-4);
+}
+
 TEST(GptShape, ParameterNamesAreGpt2sWithOneTiedEmbedding) {
   Gpt model(small_options());
   std::vector<std::string> expected = {"wte.weight", "wpe.weight"};
