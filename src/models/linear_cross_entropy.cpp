@@ -17,9 +17,9 @@ namespace {
 constexpr int64_t kChunkBytes = int64_t{256} << 20;  // one chunk's fp32 logits
 
 struct Parts {
-  at::Tensor loss_sum;  // fp32, 0-dim: the sum over rows
-  at::Tensor grad_h;    // d loss_sum / d h, h's dtype (with a gradient only)
-  at::Tensor grad_w;    // d loss_sum / d weight, weight's dtype (with a gradient only)
+  at::Tensor loss;    // fp32, 0-dim: the mean over rows
+  at::Tensor grad_h;  // d (sum over rows) / d h, h's dtype (with a gradient only)
+  at::Tensor grad_w;  // d (sum over rows) / d weight, weight's dtype (with a gradient only)
 };
 
 // The dtype of the two matmuls: autocast's where it is on for h's device (as autocast would run
@@ -34,10 +34,10 @@ at::ScalarType matmul_dtype(const at::Tensor& h) {
 // Note [Chunked output layer]
 // Per chunk of rows: the logits by a matmul in the matmul dtype, cast to fp32; the padded columns
 // set to -inf (exp gives 0: they leave the softmax and get a zero gradient); their log-softmax,
-// which gives the loss by a gather at the targets; then, for a gradient, d loss_sum / d logits =
+// which gives the loss by a gather at the targets; then, for a gradient, d (loss sum) / d logits =
 // softmax - one-hot in the matmul dtype, and two matmuls that turn it into the chunk's rows of
 // d/dh and its addition to d/dweight. Every tensor of vocabulary width is released before the next
-// chunk. The sums are divided by the row count (the mean) in backward.
+// chunk. The loss sum is divided by the row count here, the gradients' sums in backward.
 //
 // Memory traffic per logit (bf16): the product written (2 bytes) and cast (2 + 4), the
 // log-softmax (4 + 4), the gradient written (4 + 2) and read by two matmuls (2 + 2): 26 bytes,
@@ -59,7 +59,7 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
   const at::Tensor hc = h.to(dtype), wc = weight.to(dtype);
   const at::Tensor index = targets.reshape({rows, 1});
   Parts p;
-  p.loss_sum = at::zeros({}, h.options().dtype(at::kFloat));
+  p.loss = at::zeros({}, h.options().dtype(at::kFloat));
   if (with_grad) {
     p.grad_h = at::empty(h.sizes(), h.options());
     p.grad_w = at::zeros(weight.sizes(), weight.options());
@@ -79,7 +79,7 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
       logp = at::_log_softmax(logits, 1, /*half_to_float=*/false);
     }
     const at::Tensor picked = logp.gather(1, ts);  // [n, 1]: log p of each target
-    p.loss_sum.sub_(picked.sum());
+    p.loss.sub_(picked.sum());
     if (!with_grad) continue;
     // softmax - one-hot, written once in the matmul dtype: exp of the log-softmax, cast as it is
     // stored; then each target's entry, p_t - 1 = expm1(log p_t), computed in fp32 (rounding p_t
@@ -100,6 +100,7 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
       p.grad_w.add_(at::mm(g.t(), hs));
     }
   }
+  p.loss.div_(static_cast<double>(rows));
   return p;
 }
 
@@ -110,18 +111,17 @@ struct LinearCrossEntropy final : torch::autograd::Function<LinearCrossEntropy> 
     Parts p = run(h, weight, targets, vocab, chunk_rows, /*with_grad=*/true);
     ctx->saved_data["grad_h"] = std::move(p.grad_h);
     ctx->saved_data["grad_w"] = std::move(p.grad_w);
-    ctx->saved_data["rows"] = h.size(0);
-    return p.loss_sum.div_(static_cast<double>(h.size(0)));
+    return p.loss;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    // The loss is a scalar, so its gradients are the saved ones times the incoming scalar.
-    const at::Tensor scale =
-        grads.at(0) / static_cast<double>(ctx->saved_data.at("rows").toInt());
-    return {ctx->saved_data.at("grad_h").toTensor() * scale,
-            ctx->saved_data.at("grad_w").toTensor() * scale, at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    // The loss is a scalar, so its gradients are the saved sums times the incoming scalar over
+    // the row count (the mean).
+    const at::Tensor grad_h = ctx->saved_data.at("grad_h").toTensor();
+    const at::Tensor scale = grads.at(0) / static_cast<double>(grad_h.size(0));
+    return {grad_h * scale, ctx->saved_data.at("grad_w").toTensor() * scale, at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -154,8 +154,7 @@ at::Tensor linear_cross_entropy(const at::Tensor& h, const at::Tensor& weight,
   if (at::GradMode::is_enabled() && (h.requires_grad() || weight.requires_grad())) {
     return LinearCrossEntropy::apply(h, weight, targets, vocab, chunk_rows);
   }
-  Parts p = run(h, weight, targets, vocab, chunk_rows, /*with_grad=*/false);
-  return p.loss_sum.div_(static_cast<double>(h.size(0)));
+  return run(h, weight, targets, vocab, chunk_rows, /*with_grad=*/false).loss;
 }
 
 }  // namespace models

@@ -17,10 +17,11 @@
 // Rows of `weight` at and beyond `vocab` (padding to a fast matmul width) are masked out of the
 // softmax: never predicted, never a target, and their gradient is exactly zero.
 //
-// Precision follows autocast: with autocast on for h's device the two matmuls run in its dtype
-// (bf16 or fp16) and the log-softmax, the loss and the gradient of the logits in fp32, as autocast
-// runs `linear` then `cross_entropy`; otherwise everything is in h's dtype. The weight's gradient
-// is accumulated over chunks in the weight's dtype.
+// Precision follows autocast: with autocast on for h's device the matmuls run in its dtype (bf16
+// or fp16), and the log-softmax, the loss and the gradient of the logits are computed in fp32,
+// the last stored in the matmul dtype for the backward matmuls, as autocast runs `linear` then
+// `cross_entropy`; otherwise everything is in h's dtype. The weight's gradient is accumulated
+// over chunks in the weight's dtype.
 #pragma once
 
 #include <ATen/core/Tensor.h>
