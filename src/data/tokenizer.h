@@ -1,0 +1,54 @@
+// Tokenizer: text <-> token ids for language models. The C++ twin of scripts/tokenize_text.py:
+// the ids it gives for a text are the ids the script writes into token shards, so a model trained
+// on those shards can be prompted (--generate) and sampled (train.sample_every) in its own ids.
+//
+// Encodings (make_tokenizer):
+//   bytes  each byte of the UTF-8 text is one id (0..255); vocabulary 256; no end-of-text id.
+//
+// Contract: decode(encode(t)) == t byte for byte for every text t. decode() of an arbitrary id
+// sequence returns the bytes those ids stand for, which need not be valid UTF-8 (a multi-byte
+// character may be split across ids). Immutable after construction: safe to share across threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // The encoding's name, as make_tokenizer takes it.
+  virtual std::string name() const = 0;
+  // Ids are below vocab_size().
+  virtual int64_t vocab_size() const = 0;
+  // The id that separates documents, where the encoding has one.
+  virtual std::optional<int64_t> end_of_text() const = 0;
+  // Ordinary text: special-token strings such as "<|endoftext|>" are encoded as text.
+  virtual std::vector<int64_t> encode(std::string_view text) const = 0;
+  // Throws std::out_of_range naming the id for one that is not below vocab_size() (or is a
+  // special id the encoding cannot spell).
+  virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
+};
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string name() const override { return "bytes"; }
+  int64_t vocab_size() const override { return 256; }
+  std::optional<int64_t> end_of_text() const override { return std::nullopt; }
+  std::vector<int64_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int64_t>& ids) const override;
+};
+
+// The encoding names make_tokenizer knows.
+std::vector<std::string> tokenizer_names();
+
+// Throws std::invalid_argument naming `encoding` and the known names for an unknown one, and
+// data::DataError naming the file for a vocabulary file that cannot be read.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding);
+
+}  // namespace data
