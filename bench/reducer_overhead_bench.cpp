@@ -6,14 +6,17 @@
 //       [--threads 2]
 //
 // Two loops over the same MLP, the same batches and the same optimizer (FusedAdamW):
-//   trainer  train::Trainer: gradients as views into flat buckets, post-accumulate-grad hooks,
-//            the bucket all-reduces (NCCL on cuda, MPI on cpu; world size 1), the status vote,
-//            the gradient norm over the buckets;
+//   trainer  train::Trainer::step: gradients as views into flat buckets, post-accumulate-grad
+//            hooks, the Reducer (at world size 1 it posts no all-reduce: a bucket is its own
+//            sum; the data communicator is still NCCL on cuda, MPI on cpu), the status vote (one
+//            SUM all-reduce of two host values, stop and failed, on MPI: it carries no loss and
+//            waits for no device), the gradient norm over the buckets; nothing is read from the
+//            device (read_metrics off, as on steps that are not logged);
 //   plain    what a one-device script does: zero the gradients, forward, backward, the
 //            gradient norm, the optimizer step.
-// Rounds alternate trainer / plain; each step ends with a device synchronisation (the trainer's
-// vote reads the loss on the host anyway). The table gives the median step of each and their
-// ratio.
+// Rounds alternate trainer / plain; the bench synchronises the device before and after every
+// step of both loops, so each is timed to completion. The table gives the median step of each and
+// their ratio.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A real single-node SLURM on this machine, for the `slurm` test label (DESIGN.md, test tier 3).
+# A real single-node SLURM on this machine, for the `slurm` test label (docs/DESIGN.md, "Tests and
+# benchmarks").
 #   scripts/local-slurm.sh          install (Debian packages), configure and start it; idempotent
 #   scripts/local-slurm.sh --check  exit 0 if a usable SLURM answers, 1 otherwise (changes nothing)
 # It needs root (packages, daemons). It leaves an existing /etc/slurm/slurm.conf alone unless that
-# file was written by this script. Recipe and pitfalls: the team's notes/local-slurm.md.
+# file was written by this script. Recipe and pitfalls: docs/reference.md, "A local SLURM".
 set -euo pipefail
 
 log() { echo "[local-slurm] $*"; }

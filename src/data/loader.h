@@ -1,5 +1,5 @@
 // Loader: reads the batches of the coming steps on background threads, so the training step
-// never waits on reading or decoding (DESIGN.md, data pipeline).
+// never waits on reading or decoding (docs/DESIGN.md, "Data pipeline").
 //
 // Contract:
 // - `indices_of(step)` gives this rank's dataset indices of a step (the RankSampler's slice; the

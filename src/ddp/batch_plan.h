@@ -1,7 +1,7 @@
-// BatchPlan: how one rank takes its part of the global batch (see DESIGN.md, "Global batch
+// BatchPlan: how one rank takes its part of the global batch (see docs/DESIGN.md, "Global batch
 // semantics"). Rank r of W takes a contiguous slice of G/W samples of each global batch, the first
-// G mod W ranks one more, and walks it in micro-batches; each micro-batch's loss is weighted by
-// its share of the global batch, so a SUM all-reduce yields the gradient of the global mean.
+// G mod W ranks one more, and walks it in micro-batches; each micro-batch's loss is weighted by its
+// share of the global batch, so a SUM all-reduce yields the gradient of the global mean.
 #pragma once
 
 #include <cstdint>

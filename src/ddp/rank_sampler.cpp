@@ -24,7 +24,7 @@ at::Tensor RankSampler::indices(int64_t step, int64_t offset, int64_t count) {
     // Distinct, well-mixed seeds per epoch (splitmix64 constant).
     auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + 0x9E3779B97F4A7C15ULL * (epoch + 1));
     // Into the same storage every epoch: the permutation is a loader buffer allocated once
-    // (DESIGN.md, OOM protocol), not a new N x 8 bytes at each epoch boundary.
+    // (docs/DESIGN.md, "The OOM protocol"), not a new N x 8 bytes at each epoch boundary.
     if (!permutation_.defined()) permutation_ = at::empty({dataset_size_}, at::kLong);
     at::randperm_out(permutation_, dataset_size_, gen);
     epoch_ = epoch;

@@ -27,7 +27,7 @@
 //   find_unused_parameters, which reduces whatever it holds (zero if never used) instead.
 // - After an out-of-memory error anywhere in the step, abandon() posts every bucket not posted yet
 //   (contents are thrown away by the caller) and waits, so the failing rank issues exactly the
-//   collectives the others do (DESIGN.md, OOM protocol, point 3).
+//   collectives the others do (docs/DESIGN.md, "The OOM protocol", point 4).
 // - Hooks may run on autograd's device threads; the Reducer serialises them with a mutex.
 #pragma once
 

@@ -1,5 +1,5 @@
-// FallbackLadder: what the job does next when a step ran out of memory (DESIGN.md, "The OOM
-// protocol"). Rungs are taken in order; halve_micro_batch is taken repeatedly until the
+// FallbackLadder: what the job does next when a step ran out of memory (docs/DESIGN.md, "The
+// OOM protocol"). Rungs are taken in order; halve_micro_batch is taken repeatedly until the
 // micro-batch reaches the floor, then the ladder moves on. Every rank holds an identical ladder
 // and advances it only after the status vote, so all ranks apply the same rung together.
 #pragma once

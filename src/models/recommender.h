@@ -17,10 +17,11 @@
 // Metadata cache. Cached mode (the default): meta comes from a [num_items, d_meta] buffer holding
 // every item's encoding; `build_cache()` fills it (under no-grad, in chunks, on the model's
 // device). Call it after moving the model to its device and before the first step, so the cache
-// is part of the persistent memory (DESIGN.md, OOM protocol); a model in cached mode whose cache
-// is empty builds it on first use. Uncached mode (after `uncache()`): the cache is released and
-// each micro-batch encodes only its distinct items. The encoder treats rows independently, so
-// both modes give the same scores and loss (to float rounding) for the same weights and batch.
+// is part of the persistent memory (docs/DESIGN.md, "The OOM protocol"); a model in cached mode
+// whose cache is empty builds it on first use. Uncached mode (after `uncache()`): the cache is
+// released and each micro-batch encodes only its distinct items. The encoder treats rows
+// independently, so both modes give the same scores and loss (to float rounding) for the same
+// weights and batch.
 //
 // Ids are not range-checked per step (that would synchronise with the GPU); an id out of range
 // fails inside the embedding lookup. Not thread-safe (a torch::nn::Module).

@@ -1,8 +1,8 @@
 // The optimizer step of one rank: gradient clipping over the flat gradient buckets, then AdamW.
 //
-// Contract (DESIGN.md, OOM protocol, point 1): everything the step needs is allocated at
-// construction, before step 1, and the step itself allocates no tensor memory beyond a few
-// scalars. An out-of-memory error can therefore only come from forward or backward, which the
+// Contract (docs/DESIGN.md, "The OOM protocol", points 1 and 8): everything the step needs is
+// allocated at construction, before step 1, and the step itself allocates no tensor memory beyond a
+// few scalars. An out-of-memory error can therefore only come from forward or backward, which the
 // protocol recovers from; the optimizer step, which runs after the status vote and changes the
 // parameters, never has to be undone on one rank.
 //

@@ -80,10 +80,10 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
                                  options.train.micro_batch_size)),
       sampler_(dataset.size(), options.train.global_batch_size, options.train.seed),
       ladder_({}, micro_batch_, options.memory.min_micro_batch, /*has_cache=*/false) {
-  // Persistent memory is allocated before step 1 (DESIGN.md, OOM protocol), so a step can only
-  // run out of activation memory. Local allocations come first and are voted on before the
-  // first collective that needs them: a rank that runs out here must not leave the others
-  // waiting in a collective it never joins.
+  // Persistent memory is allocated before step 1 (docs/DESIGN.md, "The OOM protocol"), so a step
+  // can only run out of activation memory. Local allocations come first and are voted on before the
+  // first collective that needs them: a rank that runs out here must not leave the others waiting
+  // in a collective it never joins.
   allocate_agreed("parameters, embedding caches and optimizer state", [&] {
     // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
     model_->to(device_);

@@ -10,12 +10,13 @@
 // object as `control`). The Trainer owns the optimizer and the Reducer; the model and
 // communicators are borrowed.
 //
-// Out of memory (DESIGN.md, "The OOM protocol"): a rank that runs out during forward or backward
-// drops the step's tensors, posts its remaining buckets and votes "failed"; if any rank failed,
-// all ranks zero their gradients, take the next rung of memory.fallback together and run the same
-// global batch again. Past the last rung, every rank throws memory::OutOfMemoryFatal; so does
-// every rank when some rank cannot allocate its persistent state at construction. The optimizer
-// step allocates nothing; if it runs out anyway, that rank throws memory::OutOfMemoryAbort.
+// Out of memory (docs/DESIGN.md, "The OOM protocol"): a rank that runs out during forward or
+// backward drops the step's tensors, posts its remaining buckets and votes "failed"; if any rank
+// failed, all ranks zero their gradients, take the next rung of memory.fallback together and run
+// the same global batch again. Past the last rung, every rank throws memory::OutOfMemoryFatal; so
+// does every rank when some rank cannot allocate its persistent state at construction. The
+// optimizer step allocates nothing; if it runs out anyway, that rank throws
+// memory::OutOfMemoryAbort.
 #pragma once
 
 #include <c10/core/Device.h>

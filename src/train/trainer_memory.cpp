@@ -1,4 +1,4 @@
-// The Trainer's memory plan and out-of-memory protocol (DESIGN.md, "The OOM protocol"): the
+// The Trainer's memory plan and out-of-memory protocol (docs/DESIGN.md, "The OOM protocol"): the
 // agreed allocation of persistent state before step 1, the activation probe, the micro-batch
 // that fits, the memory tables, and the fallback every rank takes after a failed vote. The
 // training step itself is in trainer.cpp.

@@ -1,7 +1,8 @@
-// The N-rank vs 1-rank equivalence test (DESIGN.md): after 20 optimizer steps, parameters trained
-// on W ranks equal those trained by one process on the same global batch, to a relative error
-// below 1e-5, also when the global batch does not divide by W. Each rank trains twice: over the
-// whole world, and alone over MPI_COMM_SELF (the 1-rank reference), then compares.
+// The N-rank vs 1-rank equivalence test (docs/DESIGN.md, "Global batch semantics"): after 20
+// optimizer steps, parameters trained on W ranks equal those trained by one process on the same
+// global batch, to a relative error below 1e-5, also when the global batch does not divide by W.
+// Each rank trains twice: over the whole world, and alone over MPI_COMM_SELF (the 1-rank
+// reference), then compares.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>

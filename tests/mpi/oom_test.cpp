@@ -1,7 +1,7 @@
-// The OOM protocol across ranks (DESIGN.md): an out-of-memory error on any rank, in forward or
-// backward, makes every rank take the next fallback together and re-run the same global batch;
-// training then ends with the parameters of a run that never ran out (within 1e-5). Past the last
-// rung every rank throws OutOfMemoryFatal: no rank hangs.
+// The OOM protocol across ranks (docs/DESIGN.md, "The OOM protocol"): an out-of-memory error on any
+// rank, in forward or backward, makes every rank take the next fallback together and re-run the
+// same global batch; training then ends with the parameters of a run that never ran out (within
+// 1e-5). Past the last rung every rank throws OutOfMemoryFatal: no rank hangs.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The trainer under a real SLURM (DESIGN.md, test tier 3, label `slurm`): the local single-node
-# cluster of scripts/local-slurm.sh. Exit 77 (skipped) when no SLURM answers.
+# The trainer under a real SLURM (docs/DESIGN.md, "Tests and benchmarks", label `slurm`): the local
+# single-node cluster of scripts/local-slurm.sh. Exit 77 (skipped) when no SLURM answers.
 #   slurm.sh CASE TRAINER SOURCE_DIR
 set -uo pipefail
 case_name=$1 trainer=$2 src=$3

@@ -1,6 +1,6 @@
-// The PyTorch reference check (DESIGN.md, data pipeline): a model's loss and every gradient
-// against the same model written independently in PyTorch (tests/reference/<script>), on the
-// same weights and batch.
+// The PyTorch reference check (docs/DESIGN.md, "Tests and benchmarks"): a model's loss and every
+// gradient against the same model written independently in PyTorch (tests/reference/<script>), on
+// the same weights and batch.
 //
 // run_reference writes `tensors` and `meta` to IN.safetensors, runs
 //   TRAINER_PYTHON tests/reference/<script> IN.safetensors OUT.safetensors
