@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/errors.h"
 
 namespace data {
 
@@ -45,9 +46,10 @@ namespace data {
 // (data knows nothing of models; a unit test holds the two together).
 inline constexpr int64_t kTextPadId = 256;
 
-class MovieLensError : public std::runtime_error {
+// A DataError (data/errors.h), so the launcher treats a malformed file as a user mistake (exit 2).
+class MovieLensError : public DataError {
  public:
-  using std::runtime_error::runtime_error;
+  using DataError::DataError;
 };
 
 class MovieLensDataset final : public Dataset {

@@ -74,6 +74,20 @@ std::string text_of(const at::Tensor& row) {
   return s;
 }
 
+// The launcher maps std::invalid_argument (DataError) to exit code 2, a user mistake; any other
+// exception is exit 1. A malformed MovieLens file is the user's data, so it must be a DataError.
+TEST_F(MovieLens, MalformedFileIsADataErrorTheLauncherReportsAsAUserMistake) {
+  const std::string dir = write("1::Toy Story (1995)::Animation\n2::Heat (1995)::Action\n",
+                                "1::1::5::978300760\ngarbage\n");
+  try {
+    MovieLensDataset(dir, 16, 0);
+    FAIL() << "no error for a malformed ratings.dat";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("ratings.dat:2"), std::string::npos) << e.what();
+    EXPECT_NE(dynamic_cast<const data::DataError*>(&e), nullptr) << e.what();
+  }
+}
+
 TEST_F(MovieLens, LeaveLastOutInClosedForm) {
   const MovieLensDataset ds(write(kMovies, kRatings), 32, 0);
   EXPECT_EQ(ds.num_users(), 3);
