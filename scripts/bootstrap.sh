@@ -14,7 +14,7 @@ log() { printf '[bootstrap] %s\n' "$*"; }
 apt_packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv procps
   openmpi-bin libopenmpi-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
   nlohmann-json3-dev libpng-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libprotobuf-dev protobuf-compiler libboost-dev bsdutils)
+  libprotobuf-dev protobuf-compiler libboost-dev bsdutils libpcre2-dev)
 install_debian_packages "${apt_packages[@]}"
 
 # 2. LibTorch: a user-provided Torch_DIR wins; otherwise the PyPI wheel in a cached virtualenv.
@@ -33,10 +33,43 @@ else
     log "installing safetensors, numpy, pillow, matplotlib, tensorboard into $TRAINER_VENV"
     "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check safetensors numpy pillow matplotlib tensorboard
   fi
+  TIKTOKEN_VERSION=0.14.0
+  # The GPT-2 tokenizer of scripts/tokenize_text.py (pinned: its ids are what the tests compare
+  # the C++ tokenizer with) and its progress bar.
+  if ! "$TRAINER_VENV/bin/python" -c "import tiktoken, tqdm, sys; sys.exit(tiktoken.__version__ != '$TIKTOKEN_VERSION')" 2>/dev/null; then
+    log "installing tiktoken==$TIKTOKEN_VERSION, tqdm into $TRAINER_VENV"
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "tiktoken==$TIKTOKEN_VERSION" tqdm
+  fi
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi
 
-# 3. Configure once (CMake re-runs itself when CMakeLists change), then build incrementally.
+# 3. GPT-2's BPE ranks in tiktoken's format (scripts/tokenize_text.py --encoding gpt2, the C++
+# tokenizer): whisper/assets/gpt2.tiktoken from the openai-whisper sdist on PyPI, fetched once into
+# the shared cache and checked against a pinned SHA-256 (the same bytes as tiktoken's
+# r50k_base.tiktoken).
+WHISPER_VERSION=20250625
+GPT2_RANKS_SHA256=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
+gpt2_ranks=$TRAINER_CACHE/gpt2.tiktoken
+if ! echo "$GPT2_RANKS_SHA256  $gpt2_ranks" | sha256sum --check --status 2>/dev/null; then
+  log "fetching GPT-2's BPE ranks (openai-whisper==$WHISPER_VERSION sdist) into $gpt2_ranks"
+  pip=("$TRAINER_VENV/bin/pip")
+  [ -x "${pip[0]}" ] || pip=(python3 -m pip)
+  tmp=$(mktemp -d)
+  "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    "openai-whisper==$WHISPER_VERSION" -d "$tmp"
+  member=openai_whisper-$WHISPER_VERSION/whisper/assets/gpt2.tiktoken
+  tar --no-same-owner -xzf "$tmp/openai_whisper-$WHISPER_VERSION.tar.gz" -C "$tmp" "$member"
+  if ! echo "$GPT2_RANKS_SHA256  $tmp/$member" | sha256sum --check --status; then
+    log "error: $member in openai-whisper==$WHISPER_VERSION does not have SHA-256 $GPT2_RANKS_SHA256"
+    rm -rf "$tmp"
+    exit 1
+  fi
+  mkdir -p "$TRAINER_CACHE"
+  mv "$tmp/$member" "$gpt2_ranks.$$" && mv "$gpt2_ranks.$$" "$gpt2_ranks"  # whole, for concurrent clones
+  rm -rf "$tmp"
+fi
+
+# 4. Configure once (CMake re-runs itself when CMakeLists change), then build incrementally.
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   log "configuring $BUILD_DIR"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \

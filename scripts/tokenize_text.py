@@ -1,60 +1,386 @@
 #!/usr/bin/env python3
-"""Turns a text file into token shards for the trainer's `tokens` dataset.
+"""Turns text into token shards for the trainer's `tokens` dataset (nanoGPT's and llm.c's format).
 
-    scripts/tokenize_text.py my.txt data/my-tokens [--val-fraction 0.1] [--shard-tokens N] [--header none|llmc]
+    scripts/tokenize_text.py INPUT OUTDIR [--encoding bytes|gpt2] [--val-fraction 0.1]
+        [--shard-tokens N] [--header none|llmc] [--jsonl-field text] [--workers N] [--ranks FILE]
 
-Byte-level: each byte of the UTF-8 text is one token (ids 0..255), so train with
-`data.vocab_size: 256`. Writes OUTDIR/train_000000.bin, ... and OUTDIR/val_000000.bin: flat
-little-endian uint16 tokens (nanoGPT's format), or with llm.c's 256-int32 header (--header llmc).
-The last --val-fraction of the text is the validation split. (GPT-2's BPE needs its vocabulary
-files, which this environment cannot download; shards made elsewhere with GPT-2 BPE, e.g. by
-nanoGPT's or llm.c's preparation scripts, are read as they are, with data.vocab_size: 50257.)"""
+INPUT is a text file (one document), a JSON Lines file (*.jsonl: one document per line, its
+--jsonl-field string), or a folder: every file under it, in sorted path order, hidden ones
+skipped, *.jsonl read as JSON Lines and the rest as text files.
+
+Encodings:
+  bytes  each byte of the UTF-8 text is one token (0..255): train with data.vocab_size: 256.
+         Documents are joined by one newline (byte 10); there is no end-of-text id in 256.
+  gpt2   GPT-2's BPE, the ids of tiktoken's "gpt2" encoding (encode_ordinary: "<|endoftext|>"
+         inside a document is ordinary text). Each document is preceded by <|endoftext|> (50256),
+         llm.c's convention. Train with data.vocab_size: 50257. The ranks are GPT-2's
+         tiktoken-format file that scripts/bootstrap.sh fetches: --ranks, else
+         $TRAINER_GPT2_RANKS, else ${TRAINER_CACHE:-~/.cache/trainer}/gpt2.tiktoken.
+
+Writes OUTDIR/train_000000.bin, ... of --shard-tokens tokens each (the last one shorter) and
+OUTDIR/val_000000.bin, ...: little-endian uint16 tokens, bare (nanoGPT) or after llm.c's
+256-int32 header (--header llmc). The last --val-fraction of the token stream is the validation
+split (it may begin inside a document). Shards of an earlier run in OUTDIR are removed first.
+
+Large inputs are cut into chunks of about 1 MiB, tokenized on --workers processes (default: every
+core); the output is the same for any number of workers. GPT-2 text is cut only where the
+pre-tokenizer breaks whatever follows (after an ASCII letter before a space and a letter, or after
+a line break between two visible ASCII characters), so the ids equal those of the whole text."""
 import argparse
+import collections
+import concurrent.futures
+import json
 import os
+import re
 import sys
 
 import numpy as np
 
 LLMC_MAGIC, LLMC_VERSION = 20240520, 1
+LLMC_HEADER_BYTES = 256 * 4
+END_OF_TEXT = 50256
+# tiktoken_ext/openai_public.py's pattern for "gpt2" (tiktoken 0.14; the test checks they agree).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+# Where a GPT-2 text may be cut without changing its ids (see the docstring): the cut is at the
+# match's end. Both sides are ASCII, so a cut never splits a UTF-8 character either.
+GPT2_CUT = re.compile(rb"[A-Za-z](?= [A-Za-z])|[\x21-\x7e]\n(?=[\x21-\x7e])")
 
 
-def write_shard(path, tokens, header):
-    with open(path, "wb") as f:
-        if header == "llmc":
+class InputError(Exception):
+    """A problem with the user's input, reported as 'tokenize_text.py: MESSAGE' and exit 1."""
+
+
+def default_ranks_path():
+    if os.environ.get("TRAINER_GPT2_RANKS"):
+        return os.environ["TRAINER_GPT2_RANKS"]
+    cache = os.environ.get("TRAINER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "trainer")
+    return os.path.join(cache, "gpt2.tiktoken")
+
+
+def gpt2_encoding(ranks_path):
+    """tiktoken's gpt2 encoding, with the ranks read from `ranks_path` instead of downloaded."""
+    try:
+        import tiktoken
+        import tiktoken.load
+    except ImportError:
+        raise InputError("--encoding gpt2 needs the tiktoken package (scripts/bootstrap.sh installs it "
+                         "into the trainer's virtualenv)")
+    if not os.path.isfile(ranks_path):
+        raise InputError(f"{ranks_path}: no GPT-2 BPE ranks there (scripts/bootstrap.sh fetches them; "
+                         "--ranks or TRAINER_GPT2_RANKS names another copy)")
+    try:
+        ranks = tiktoken.load.load_tiktoken_bpe(ranks_path)
+    except Exception as e:  # tiktoken reports a malformed line with a bare ValueError
+        raise InputError(f"{ranks_path}: not a tiktoken ranks file ({e})")
+    if len(ranks) != END_OF_TEXT:
+        raise InputError(f"{ranks_path}: {len(ranks)} ranks, GPT-2 has {END_OF_TEXT}")
+    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": END_OF_TEXT}, explicit_n_vocab=END_OF_TEXT + 1)
+
+
+# --- Work units ------------------------------------------------------------------------------
+# A unit is ("text", path, offset, data, starts_document) for a piece of a text file, or
+# ("jsonl", path, first_line_number, data) for whole lines of a JSON Lines file. Units are cut in
+# the main process (cheap) and tokenized in the workers (decoding, JSON, BPE).
+
+def input_files(path):
+    if os.path.isdir(path):
+        files = []
+        for root, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
+        if not files:
+            raise InputError(f"{path}: the folder holds no files")
+        return sorted(files)
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file or folder")
+    return [path]
+
+
+def text_units(path, chunk_bytes, cut):
+    offset, data, scan = 0, bytearray(), chunk_bytes - 1
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk_bytes)
+            data += block
+            while data:
+                if not block:
+                    at = len(data)  # the end of the file
+                elif len(data) < chunk_bytes:
+                    break
+                elif cut is None:
+                    at = chunk_bytes
+                else:
+                    m = cut.search(data, scan)
+                    if m is None:
+                        scan = max(scan, len(data) - 2)  # a cut may end in the next block
+                        break
+                    at, scan = m.end(), chunk_bytes - 1
+                yield ("text", path, offset, bytes(data[:at]), offset == 0)
+                offset += at
+                del data[:at]
+            if not block:
+                return
+
+
+def jsonl_units(path, chunk_bytes):
+    lines, size, first = [], 0, 1
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, 1):
+            lines.append(line)
+            size += len(line)
+            if size >= chunk_bytes:
+                yield ("jsonl", path, first, b"".join(lines))
+                lines, size, first = [], 0, number + 1
+    if lines:
+        yield ("jsonl", path, first, b"".join(lines))
+
+
+def all_units(files, chunk_bytes, cut):
+    for path in files:
+        if path.endswith(".jsonl"):
+            yield from jsonl_units(path, chunk_bytes)
+        else:
+            yield from text_units(path, chunk_bytes, cut)
+
+
+# --- Tokenizing (in the workers) -------------------------------------------------------------
+_encoding = None  # this process's: "bytes" or a tiktoken.Encoding
+
+
+def init_worker(encoding, ranks_path):
+    global _encoding
+    _encoding = "bytes" if encoding == "bytes" else gpt2_encoding(ranks_path)
+
+
+def encode_document(text, starts_document):
+    """The ids of `text` (str for gpt2, bytes for bytes), after <|endoftext|> for gpt2 where it
+    starts a document."""
+    if _encoding == "bytes":
+        return np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
+    ids = _encoding.encode_ordinary(text)
+    return np.array(([END_OF_TEXT] if starts_document else []) + ids, dtype=np.uint16)
+
+
+def jsonl_documents(data, path, first, field):
+    """The non-empty texts of the records in `data` (lines `first`, ... of `path`)."""
+    for number, line in enumerate(data.split(b"\n"), first):  # as the file was read: by \n
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"{path}:{number}: not JSON ({e})")
+        text = record.get(field) if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            keys = ", ".join(map(str, record)) if isinstance(record, dict) else type(record).__name__
+            raise InputError(f"{path}:{number}: no string field '{field}' (--jsonl-field; the record has: {keys})")
+        if text and _encoding == "bytes":
+            try:
+                text = text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise InputError(f"{path}:{number}: field '{field}' is not text ({e.reason})")
+        if text:
+            yield text
+
+
+def tokenize_unit(unit, field):
+    """Returns (tokens, starts_document): the unit's tokens with the separators between its own
+    documents (bytes) or before each of them (gpt2), and whether it begins a document."""
+    if unit[0] == "text":
+        _, path, offset, data, starts = unit
+        if _encoding != "bytes":
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(f"{path}: byte {offset + e.start}: not UTF-8 text ({e.reason})")
+        return encode_document(data, starts), starts
+    _, path, first, data = unit
+    docs = [encode_document(text, True) for text in jsonl_documents(data, path, first, field)]
+    if _encoding == "bytes" and len(docs) > 1:
+        newline = np.array([10], dtype=np.uint16)
+        docs = [d for doc in docs for d in (newline, doc)][1:]
+    return (np.concatenate(docs) if docs else np.zeros(0, np.uint16)), bool(docs)
+
+
+# --- Output ----------------------------------------------------------------------------------
+class ShardWriter:
+    """Streams tokens into OUTDIR/train_NNNNNN.bin of `shard_tokens` each; finish() moves the last
+    `n_val` tokens into val_NNNNNN.bin shards."""
+
+    def __init__(self, outdir, shard_tokens, header):
+        self.outdir, self.shard_tokens, self.header = outdir, shard_tokens, header
+        self.paths, self.file, self.in_file, self.total = [], None, 0, 0
+
+    def _path(self, split, i):
+        return os.path.join(self.outdir, f"{split}_{i:06d}.bin")
+
+    def _skip(self):
+        return LLMC_HEADER_BYTES if self.header == "llmc" else 0
+
+    def _set_count(self, f, count):
+        if self.header == "llmc":
             h = np.zeros(256, dtype=np.int32)
-            h[0], h[1], h[2] = LLMC_MAGIC, LLMC_VERSION, len(tokens)
+            h[0], h[1], h[2] = LLMC_MAGIC, LLMC_VERSION, count
+            f.seek(0)
             f.write(h.tobytes())
-        f.write(tokens.astype("<u2").tobytes())
+            f.seek(0, os.SEEK_END)
+
+    def _close_file(self):
+        self._set_count(self.file, self.in_file)
+        self.file.close()
+        self.file = None
+
+    def write(self, tokens):
+        while len(tokens):
+            if self.file is None:
+                self.paths.append(self._path("train", len(self.paths)))
+                self.file, self.in_file = open(self.paths[-1], "wb"), 0
+                self._set_count(self.file, 0)
+            take = min(len(tokens), self.shard_tokens - self.in_file)
+            self.file.write(tokens[:take].astype("<u2").tobytes())
+            self.in_file += take
+            self.total += take
+            tokens = tokens[take:]
+            if self.in_file == self.shard_tokens:
+                self._close_file()
+
+    def _read(self, begin, end):
+        """Tokens [begin, end) of the stream, from the train shards."""
+        parts = []
+        while begin < end:
+            i, at = divmod(begin, self.shard_tokens)
+            n = min(end - begin, self.shard_tokens - at)
+            with open(self.paths[i], "rb") as f:
+                f.seek(self._skip() + 2 * at)
+                parts.append(np.frombuffer(f.read(2 * n), dtype="<u2"))
+            begin += n
+        return np.concatenate(parts)
+
+    def finish(self, n_val):
+        """Closes the stream; returns (train shards, val shards)."""
+        if self.file is not None:
+            self._close_file()
+        train_len, vals = self.total - n_val, []
+        for begin in range(train_len, self.total, self.shard_tokens):
+            vals.append(self._path("val", len(vals)))
+            tokens = self._read(begin, min(begin + self.shard_tokens, self.total))
+            with open(vals[-1], "wb") as f:
+                self._set_count(f, len(tokens))
+                f.write(tokens.tobytes())
+        keep = -(-train_len // self.shard_tokens)  # train shards that keep tokens
+        for path in self.paths[keep:]:
+            os.unlink(path)
+        self.paths = self.paths[:keep]
+        if n_val and keep:
+            last = train_len - (keep - 1) * self.shard_tokens
+            with open(self.paths[-1], "r+b") as f:
+                f.truncate(self._skip() + 2 * last)
+                self._set_count(f, last)
+        return len(self.paths), len(vals)
+
+
+def remove_old_shards(outdir):
+    old = [n for n in os.listdir(outdir) if re.fullmatch(r"(train|val)_\d{6}\.bin", n)]
+    for name in old:
+        os.unlink(os.path.join(outdir, name))
+    if old:
+        print(f"{outdir}: removed {len(old)} shard(s) of an earlier run")
+
+
+def progress_bar(total_bytes):
+    """A bar over the input's bytes on inputs of 64 MiB and more (on a terminal), else None."""
+    if total_bytes < 64 << 20:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        print("(no progress bar: tqdm is not installed)", file=sys.stderr)
+        return None
+    return tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=None)
+
+
+def tokenize(a, files):
+    """Writes the shards; returns (training tokens, train shards, validation tokens, val shards)."""
+    total_bytes = sum(os.path.getsize(p) for p in files)
+    units = all_units(files, a.chunk_bytes, GPT2_CUT if a.encoding == "gpt2" else None)
+    writer = ShardWriter(a.outdir, a.shard_tokens, a.header)
+    bar = progress_bar(total_bytes)
+    written_docs = False
+
+    def take(unit_bytes, result):
+        nonlocal written_docs
+        tokens, starts_document = result
+        if a.encoding == "bytes" and starts_document and written_docs:
+            writer.write(np.array([10], dtype=np.uint16))  # the newline between documents
+        writer.write(tokens)
+        written_docs = written_docs or starts_document
+        if bar is not None:
+            bar.update(unit_bytes)
+
+    if a.workers == 1 or total_bytes <= a.chunk_bytes:
+        init_worker(a.encoding, a.ranks)
+        for unit in units:
+            take(len(unit[3]), tokenize_unit(unit, a.jsonl_field))
+    else:
+        # Results are taken in input order; at most 4 units per worker are in flight, so memory
+        # stays bounded however large the input.
+        with concurrent.futures.ProcessPoolExecutor(a.workers, initializer=init_worker,
+                                                    initargs=(a.encoding, a.ranks)) as pool:
+            pending = collections.deque()
+            try:
+                for unit in units:
+                    pending.append((len(unit[3]), pool.submit(tokenize_unit, unit, a.jsonl_field)))
+                    if len(pending) >= 4 * a.workers:
+                        size, future = pending.popleft()
+                        take(size, future.result())
+                while pending:
+                    size, future = pending.popleft()
+                    take(size, future.result())
+            except BaseException:
+                pool.shutdown(cancel_futures=True)
+                raise
+    if bar is not None:
+        bar.close()
+    if writer.total == 0:
+        raise InputError(f"{a.input}: no text")
+    n_val = int(writer.total * a.val_fraction)
+    train_shards, val_shards = writer.finish(n_val)
+    return writer.total - n_val, train_shards, n_val, val_shards
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input")
+    p.add_argument("input", help="a text file, a .jsonl file or a folder")
     p.add_argument("outdir")
+    p.add_argument("--encoding", choices=["bytes", "gpt2"], default="bytes")
     p.add_argument("--val-fraction", type=float, default=0.1)
-    p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per training shard")
+    p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
     p.add_argument("--header", choices=["none", "llmc"], default="none")
+    p.add_argument("--jsonl-field", default="text", help="the field of a JSON Lines record holding its text")
+    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="processes (default: every core)")
+    p.add_argument("--ranks", default=default_ranks_path(), help="GPT-2's tiktoken-format ranks file")
+    p.add_argument("--chunk-bytes", type=int, default=1 << 20, help=argparse.SUPPRESS)  # tests cut small inputs
     a = p.parse_args()
-    try:
-        data = open(a.input, "rb").read()
-    except OSError as e:
-        sys.exit(f"tokenize_text.py: {a.input}: {e.strerror}")
-    if not data:
-        sys.exit(f"tokenize_text.py: {a.input}: empty")
     if not 0 <= a.val_fraction < 1:
-        sys.exit("tokenize_text.py: --val-fraction must be in [0, 1)")
-    tokens = np.frombuffer(data, dtype=np.uint8).astype(np.uint16)
-    n_val = int(len(tokens) * a.val_fraction)
-    train, val = tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val:]
-    os.makedirs(a.outdir, exist_ok=True)
-    shards = 0
-    for start in range(0, len(train), a.shard_tokens):
-        write_shard(os.path.join(a.outdir, f"train_{shards:06d}.bin"), train[start:start + a.shard_tokens], a.header)
-        shards += 1
-    if n_val:
-        write_shard(os.path.join(a.outdir, "val_000000.bin"), val, a.header)
-    print(f"{a.input}: {len(train)} training tokens in {shards} shard(s), {n_val} validation tokens "
-          f"-> {a.outdir}; train with data.dataset: tokens, data.path: {a.outdir}, data.vocab_size: 256")
+        p.error("--val-fraction must be in [0, 1)")
+    if a.shard_tokens < 1 or a.workers < 1 or a.chunk_bytes < 1:
+        p.error("--shard-tokens, --workers and --chunk-bytes must be positive")
+    try:
+        files = input_files(a.input)
+        if a.encoding == "gpt2":
+            gpt2_encoding(a.ranks)  # a missing tiktoken or ranks file is said once, before any work
+        os.makedirs(a.outdir, exist_ok=True)
+        remove_old_shards(a.outdir)
+        n_train, train_shards, n_val, val_shards = tokenize(a, files)
+    except InputError as e:
+        sys.exit(f"tokenize_text.py: {e}")
+    except OSError as e:
+        sys.exit(f"tokenize_text.py: {e.filename}: {e.strerror}")
+    vocab = 256 if a.encoding == "bytes" else END_OF_TEXT + 1
+    print(f"{a.input}: {n_train} training tokens in {train_shards} shard(s), {n_val} validation tokens in "
+          f"{val_shards} shard(s) -> {a.outdir}; train with data.dataset: tokens, data.path: {a.outdir}, "
+          f"data.vocab_size: {vocab}")
 
 
 if __name__ == "__main__":

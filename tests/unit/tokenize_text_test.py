@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""scripts/tokenize_text.py, run as a user runs it: GPT-2 ids equal to tiktoken's on a mixed corpus
+(tests/unit/gpt2_reference.py) from a text file, a folder and JSON Lines; the validation split;
+fixed-size shards and llm.c's header; many processes equal one; bytes as before; and the errors.
+Run by ctest (unit tier) with the trainer's Python."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "tokenize_text.py")
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import gpt2_reference  # noqa: E402
+import tokenize_text  # noqa: E402
+
+RANKS = tokenize_text.default_ranks_path()
+EOT = 50256
+
+
+def run(*args, ok=True):
+    p = subprocess.run([sys.executable, SCRIPT, *map(str, args)], capture_output=True, text=True)
+    if ok and p.returncode != 0:
+        raise AssertionError(f"tokenize_text.py {' '.join(map(str, args))} failed:\n{p.stdout}{p.stderr}")
+    return p
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def write(path, data):
+    """Writes bytes, or a str as UTF-8 with its line ends untouched."""
+    with open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def shards(outdir, split, header="none"):
+    """The tokens of OUTDIR's `split` shards in order, and each shard's length."""
+    names = sorted(n for n in os.listdir(outdir) if n.startswith(split + "_"))
+    parts = []
+    for n in names:
+        raw = read(os.path.join(outdir, n))
+        if header == "llmc":
+            h = np.frombuffer(raw[:1024], dtype="<i4")
+            assert (h[0], h[1]) == (20240520, 1), h[:3]
+            raw = raw[1024:]
+            assert h[2] == len(raw) // 2, (n, h[2], len(raw))
+        parts.append(np.frombuffer(raw, dtype="<u2"))
+    return (np.concatenate(parts) if parts else np.zeros(0, np.uint16)), [len(p) for p in parts]
+
+
+class Gpt2(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.isfile(RANKS):
+            raise AssertionError(f"{RANKS}: GPT-2's ranks are missing; scripts/bootstrap.sh fetches them")
+        cls.enc = gpt2_reference.reference_encoding(RANKS)
+        cls.docs = gpt2_reference.CORPUS
+        cls.expected = [t for d in cls.docs for t in [EOT] + cls.enc.encode_ordinary(d)]
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def path(self, *names):
+        return os.path.join(self.dir, *names)
+
+    def write_folder(self):
+        # Sorted path order is document order: 00.txt ... 07.txt, then zsub/08.txt; 03 is JSON Lines.
+        os.makedirs(self.path("in", "zsub"))
+        for i, doc in enumerate(self.docs):
+            name = ("zsub", f"{i:02d}.txt") if i == len(self.docs) - 1 else (f"{i:02d}.txt",)
+            if i == 3:
+                with open(self.path("in", "03.jsonl"), "w") as f:
+                    f.write(json.dumps({"text": doc}) + "\n")
+                continue
+            write(self.path("in", *name), doc)
+        write(self.path("in", ".hidden"), "not a document")
+        return self.path("in")
+
+    def test_pattern_is_tiktokens(self):
+        from tiktoken_ext import openai_public
+        self.assertEqual(tokenize_text.GPT2_PATTERN, openai_public.r50k_pat_str)
+        self.assertEqual(self.enc._pat_str, tokenize_text.GPT2_PATTERN)
+
+    def test_folder_equals_tiktoken_with_eot_before_each_document(self):
+        run(self.write_folder(), self.path("out"), "--encoding", "gpt2", "--val-fraction", "0")
+        train, _ = shards(self.path("out"), "train")
+        self.assertEqual(train.tolist(), self.expected)
+        self.assertFalse(os.path.exists(self.path("out", "val_000000.bin")))
+
+    def test_jsonl_field_and_val_split(self):
+        with open(self.path("docs.jsonl"), "w", encoding="utf-8") as f:
+            for i, doc in enumerate(self.docs):
+                f.write(json.dumps({"id": i, "content": doc}) + "\n")
+                if i == 2:
+                    f.write("\n" + json.dumps({"id": "empty", "content": ""}) + "\n")  # skipped
+        p = run(self.path("docs.jsonl"), self.path("out"), "--encoding", "gpt2", "--jsonl-field", "content",
+                "--val-fraction", "0.25", "--shard-tokens", "300", "--chunk-bytes", "500", "--workers", "2")
+        train, train_sizes = shards(self.path("out"), "train")
+        val, val_sizes = shards(self.path("out"), "val")
+        n_val = int(len(self.expected) * 0.25)
+        self.assertEqual(train.tolist(), self.expected[:-n_val])
+        self.assertEqual(val.tolist(), self.expected[-n_val:])
+        self.assertTrue(all(n == 300 for n in train_sizes[:-1]) and 0 < train_sizes[-1] <= 300, train_sizes)
+        self.assertTrue(all(n == 300 for n in val_sizes[:-1]), val_sizes)
+        self.assertIn("data.vocab_size: 50257", p.stdout)
+
+    def test_many_processes_equal_one_and_the_uncut_text(self):
+        # One text file cut into ~64-byte chunks: the cuts must not change a single id. The code
+        # without spaces gets cut at line breaks only, next to blank lines ("\n\n" is one token).
+        text = "\n".join(self.docs) * 3 + "x=1;\n\ny=[2];\n\n\nz={3}\t\n\n" * 40
+        write(self.path("big.txt"), text)
+        common = ["--encoding", "gpt2", "--val-fraction", "0.1", "--shard-tokens", "1000", "--header", "llmc",
+                  "--chunk-bytes", "64"]
+        run(self.path("big.txt"), self.path("one"), *common, "--workers", "1")
+        run(self.path("big.txt"), self.path("many"), *common, "--workers", "3")
+        names = sorted(os.listdir(self.path("one")))
+        self.assertEqual(names, sorted(os.listdir(self.path("many"))))
+        self.assertGreater(len(names), 3)
+        for n in names:
+            self.assertEqual(read(self.path("one", n)), read(self.path("many", n)), n)
+        train, _ = shards(self.path("many"), "train", "llmc")
+        val, _ = shards(self.path("many"), "val", "llmc")
+        self.assertEqual(train.tolist() + val.tolist(), [EOT] + self.enc.encode_ordinary(text))
+
+    def test_missing_ranks_names_the_file(self):
+        write(self.path("a.txt"), "hello")
+        p = run(self.path("a.txt"), self.path("out"), "--encoding", "gpt2", "--ranks", self.path("none.tiktoken"), ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(self.path("none.tiktoken"), p.stderr)
+        self.assertIn("scripts/bootstrap.sh", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+    def test_bad_inputs_name_file_and_line(self):
+        with open(self.path("bad.jsonl"), "w") as f:
+            f.write('{"text": "fine"}\n{"txt": "no field"}\n')
+        p = run(self.path("bad.jsonl"), self.path("out"), "--encoding", "gpt2", ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("bad.jsonl:2: no string field 'text'", p.stderr)
+        with open(self.path("broken.jsonl"), "w") as f:
+            f.write('{"text": "fine"}\n\n{"text": \n')
+        p = run(self.path("broken.jsonl"), self.path("out"), "--encoding", "gpt2", "--workers", "2", ok=False)
+        self.assertIn("broken.jsonl:3: not JSON", p.stderr)
+        write(self.path("latin1.txt"), b"caf\xe9 au lait")
+        p = run(self.path("latin1.txt"), self.path("out"), "--encoding", "gpt2", ok=False)
+        self.assertIn("latin1.txt: byte 3: not UTF-8", p.stderr)
+        p = run(self.path("nothing"), self.path("out"), ok=False)
+        self.assertIn("nothing: no such file or folder", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+
+class Bytes(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_one_file_is_its_bytes_and_documents_are_joined_by_a_newline(self):
+        data = "héllo\n\t wörld  \n".encode() * 50
+        write(os.path.join(self.dir, "a.txt"), data)
+        run(os.path.join(self.dir, "a.txt"), os.path.join(self.dir, "one"), "--val-fraction", "0.2",
+            "--chunk-bytes", "7", "--workers", "2")
+        train, _ = shards(os.path.join(self.dir, "one"), "train")
+        val, _ = shards(os.path.join(self.dir, "one"), "val")
+        self.assertEqual(bytes(train.astype(np.uint8)) + bytes(val.astype(np.uint8)), data)
+        self.assertEqual(len(val), int(len(data) * 0.2))
+
+        with open(os.path.join(self.dir, "d.jsonl"), "w") as f:
+            f.write('{"text": "one"}\n{"text": "two\\n"}\n{"text": ""}\n{"text": "thrée"}\n')
+        run(os.path.join(self.dir, "d.jsonl"), os.path.join(self.dir, "j"), "--val-fraction", "0")
+        train, _ = shards(os.path.join(self.dir, "j"), "train")
+        self.assertEqual(bytes(train.astype(np.uint8)), "one\ntwo\n\nthrée".encode())
+
+
+if __name__ == "__main__":
+    unittest.main()
