@@ -35,6 +35,10 @@ find_package(PNG REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(GTest REQUIRED)
 find_package(benchmark QUIET)
+# PCRE2 (Debian libpcre2-dev): GPT-2's pre-tokenizer pattern in data/gpt2_tokenizer.cpp. Found by
+# file rather than pkg-config so the GPU machines' unpacked packages (CMAKE_PREFIX_PATH) serve too.
+find_path(PCRE2_INCLUDE_DIR pcre2.h REQUIRED)
+find_library(PCRE2_LIBRARY pcre2-8 REQUIRED)
 
 # CUDA runtime and NCCL: compiled on every build where the toolkit exists (also without a GPU),
 # so CI catches compile errors in those paths. The CUDA build of LibTorch brings the toolkit in.

@@ -15,6 +15,7 @@ packages=(
   # the rest of the build
   libyaml-cpp0.7 libyaml-cpp-dev libfmt9 libfmt-dev libspdlog1.10 libspdlog-dev libcli11-dev
   nlohmann-json3-dev libpng16-16 libpng-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
+  libpcre2-8-0 libpcre2-dev
 )
 # barkeep's header (the progress bar), which cmake/TrainerDeps.cmake otherwise fetches from PyPI.
 barkeep=.device/barkeep-0.1.6.tar.gz

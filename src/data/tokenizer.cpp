@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "data/gpt2_tokenizer.h"
+
 namespace data {
 
 std::vector<int64_t> ByteTokenizer::encode(std::string_view text) const {
@@ -26,10 +28,11 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   return text;
 }
 
-std::vector<std::string> tokenizer_names() { return {"bytes"}; }
+std::vector<std::string> tokenizer_names() { return {"bytes", "gpt2"}; }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding) {
   if (encoding == "bytes") return std::make_unique<ByteTokenizer>();
+  if (encoding == "gpt2") return std::make_unique<Gpt2Tokenizer>(gpt2_ranks_path());
   throw std::invalid_argument(fmt::format("unknown tokenizer encoding '{}' (known: {})", encoding,
                                           fmt::join(tokenizer_names(), ", ")));
 }

@@ -4,6 +4,8 @@
 //
 // Encodings (make_tokenizer):
 //   bytes  each byte of the UTF-8 text is one id (0..255); vocabulary 256; no end-of-text id.
+//   gpt2   GPT-2's BPE as tiktoken's "gpt2" encoding (data/gpt2_tokenizer.h); vocabulary 50257,
+//          end of text 50256; the ranks file is gpt2_ranks_path().
 //
 // Contract: decode(encode(t)) == t byte for byte for every text t. decode() of an arbitrary id
 // sequence returns the bytes those ids stand for, which need not be valid UTF-8 (a multi-byte
@@ -48,7 +50,8 @@ class ByteTokenizer final : public Tokenizer {
 std::vector<std::string> tokenizer_names();
 
 // Throws std::invalid_argument naming `encoding` and the known names for an unknown one, and
-// data::DataError naming the file for a vocabulary file that cannot be read.
+// data::DataError naming the file for a vocabulary file that cannot be read (gpt2: a missing or
+// malformed ranks file).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding);
 
 }  // namespace data
