@@ -153,17 +153,22 @@ def init_worker(encoding, ranks_path):
     _encoding = "bytes" if encoding == "bytes" else gpt2_encoding(ranks_path)
 
 
-def encode_document(text, starts_document):
+def encode_document(text, starts_document, where):
     """The ids of `text` (str for gpt2, bytes for bytes), after <|endoftext|> for gpt2 where it
-    starts a document."""
+    starts a document. `where` names the text's place for a message."""
     if _encoding == "bytes":
         return np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
-    ids = _encoding.encode_ordinary(text)
+    try:
+        ids = _encoding.encode_ordinary(text)
+    except BaseException as e:  # tiktoken's Rust regex panics (a BaseException) on e.g. ~1 MB of spaces
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise InputError(f"{where}: tiktoken cannot encode these {len(text)} characters: {e}")
     return np.array(([END_OF_TEXT] if starts_document else []) + ids, dtype=np.uint16)
 
 
 def jsonl_documents(data, path, first, field):
-    """The non-empty texts of the records in `data` (lines `first`, ... of `path`)."""
+    """(line number, text) of each record in `data` (lines `first`, ... of `path`) with a text."""
     for number, line in enumerate(data.split(b"\n"), first):  # as the file was read: by \n
         if not line.strip():
             continue
@@ -181,7 +186,7 @@ def jsonl_documents(data, path, first, field):
             except UnicodeEncodeError as e:
                 raise InputError(f"{path}:{number}: field '{field}' is not text ({e.reason})")
         if text:
-            yield text
+            yield number, text
 
 
 def tokenize_unit(unit, field):
@@ -194,9 +199,10 @@ def tokenize_unit(unit, field):
                 data = data.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise InputError(f"{path}: byte {offset + e.start}: not UTF-8 text ({e.reason})")
-        return encode_document(data, starts), starts
+        return encode_document(data, starts, f"{path} (from byte {offset})"), starts
     _, path, first, data = unit
-    docs = [encode_document(text, True) for text in jsonl_documents(data, path, first, field)]
+    docs = [encode_document(text, True, f"{path}:{number}")
+            for number, text in jsonl_documents(data, path, first, field)]
     if _encoding == "bytes" and len(docs) > 1:
         newline = np.array([10], dtype=np.uint16)
         docs = [d for doc in docs for d in (newline, doc)][1:]
