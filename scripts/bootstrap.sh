@@ -33,6 +33,12 @@ else
     log "installing safetensors, numpy, pillow, matplotlib, tensorboard into $TRAINER_VENV"
     "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check safetensors numpy pillow matplotlib tensorboard
   fi
+  # Hugging Face transformers: the GPT-2 import/export and generation tests compare with it
+  # (offline: the tests build random models; nothing is downloaded at test time).
+  if ! HF_HUB_OFFLINE=1 "$TRAINER_VENV/bin/python" -c "import transformers" 2>/dev/null; then
+    log "installing transformers into $TRAINER_VENV"
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check transformers
+  fi
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi
 
