@@ -35,7 +35,7 @@ case $case_name in
     py shard "$work/shards/val_000000.bin" $((4 * 32 + 1)) 50257 --seed 1
     expected=$(py loss "$work/hf" "$work/shards/train_000000.bin" 32) || fail "reference loss: $expected"
     run mpirun -np 2 "$trainer" --config "$src/configs/gpt2.yaml" --set model.init_from="$work/hf" \
-      --set data.path="$work/shards" --set data.context=32 --set train.device=cpu \
+      --set data.path="$work/shards" --set data.context=32 --set model.context=64 --set train.device=cpu \
       --set ddp.backend=auto --set train.global_batch_size=16 --set train.steps=30 \
       --set train.warmup_steps=2 --set train.lr=0.003 --set train.eval_every=30 \
       --set checkpoint.dir="$work/ckpt" --set log.every=10
@@ -49,8 +49,8 @@ case $case_name in
     echo "step 1 loss $first = transformers' $ref; after 30 steps $last"
     # Resuming ignores init_from, saying so.
     run mpirun -np 2 "$trainer" --config "$src/configs/gpt2.yaml" --set model.init_from="$work/hf" \
-      --set data.path="$work/shards" --set data.context=32 --set train.device=cpu \
-      --set ddp.backend=auto --set train.global_batch_size=16 --set train.steps=32 \
+      --set data.path="$work/shards" --set data.context=32 --set model.context=64 --set train.device=cpu \
+      --set ddp.backend=auto --set train.global_batch_size=16 --set train.steps=32 --set train.warmup_steps=2 \
       --set checkpoint.dir="$work/ckpt" --set log.every=1
     expect_rc 0; expect_grep "model.init_from ignored: resuming from $work/ckpt/final.safetensors"
     expect_grep "step +31/32" ;;
