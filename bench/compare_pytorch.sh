@@ -51,7 +51,7 @@ row() {  # name precision ranks batch trainer-args(;-separated) peer-args(;-sepa
     'BEGIN { printf "| %s | %s | %d | %d | %.1f | %.1f | %.2f |\n", n, pr, np, b, t, p, (p > 0 ? t / p : 0) }'
 }
 
-mlp_t="configs/quickstart.yaml;--set;train.micro_batch_size=1000000"
+mlp_t="configs/mlp.yaml;--set;train.micro_batch_size=1000000"
 mlp_p="mlp;--inputs;64;--hidden-dim;512;--depth;3;--classes;16"
 gpt_t="configs/gpt-tiny.yaml;--set;train.micro_batch_size=1000000"
 gpt_p="gpt;--data;data/tokens-sample;--context;64;--vocab;256;--layers;2;--heads;4;--d-model;64"

@@ -40,6 +40,13 @@ else
     log "installing tiktoken==$TIKTOKEN_VERSION, tqdm into $TRAINER_VENV"
     "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "tiktoken==$TIKTOKEN_VERSION" tqdm
   fi
+  # Hugging Face transformers: the GPT-2 import/export and generation tests compare with it
+  # (offline: the tests build random models; nothing is downloaded at test time).
+  TRANSFORMERS_VERSION=5.23.0
+  if ! HF_HUB_OFFLINE=1 "$TRAINER_VENV/bin/python" -c "import transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" 2>/dev/null; then
+    log "installing transformers==$TRANSFORMERS_VERSION into $TRAINER_VENV"
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION"
+  fi
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi
 

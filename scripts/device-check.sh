@@ -76,7 +76,7 @@ tests() {
   use_deps
   nvidia-smi -L 2>&1 | tee "$out/gpu.txt" || true
   step gpu-tests ctest --test-dir build-gpu -L gpu --output-on-failure
-  step quickstart-cuda mpirun -np 1 build-gpu/trainer --config configs/quickstart.yaml --set train.device=cuda
+  step quickstart-cuda mpirun -np 1 build-gpu/trainer --config configs/mlp.yaml --set train.device=cuda
 }
 
 bench() {

@@ -30,6 +30,7 @@
 #include "launcher/config.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
+#include "launcher/generate_command.h"
 #include "launcher/launch.h"
 #include "launcher/logging.h"
 #include "launcher/signals.h"
@@ -52,6 +53,9 @@ struct CommandLine {
   bool print_config = false;
   bool dry_run = false;
   bool help_config = false;
+  bool generate = false;      // --generate PROMPT (launcher/generate_command.h)
+  GenerateArgs generate_args;
+  std::string export_hf;      // --export-hf DIR
 };
 
 // What one rank found in a start-up phase: 0, or the exit code and the message.
@@ -123,6 +127,19 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
   app.add_flag("--print-config", cli.print_config, "print the effective configuration and exit");
   app.add_flag("--dry-run", cli.dry_run, "print the plan (ranks, devices, batches, model) and exit");
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
+  GenerateArgs& g = cli.generate_args;
+  auto* generate = app.add_option("--generate", g.prompt,
+                                  "write PROMPT and a continuation from the config's weights, exit");
+  app.add_option("--max-new-tokens", g.max_new_tokens, "--generate: tokens to add")
+      ->check(CLI::NonNegativeNumber)->needs(generate);
+  app.add_option("--temperature", g.temperature, "--generate: sampling temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)->needs(generate);
+  app.add_option("--top-k", g.top_k, "--generate: sample among the K most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber)->needs(generate);
+  app.add_option("--seed", g.seed, "--generate: sampling seed")->needs(generate);
+  app.add_option("--export-hf", cli.export_hf,
+                 "write the config's weights as a Hugging Face GPT-2 (config.json, "
+                 "model.safetensors) to DIR, exit")->excludes(generate);
   app.set_version_flag("--version", fmt::format("trainer 0.1.0 (LibTorch {})", TORCH_VERSION));
   const bool speaks = launcher_rank(process_environment()) == 0;
   try {
@@ -135,6 +152,7 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
     if (speaks) fmt::print(stderr, "trainer: error: {}\nRun 'trainer --help' for usage.\n", e.what());
     return kExitUsage;
   }
+  cli.generate = generate->count() > 0;
   if (cli.help_config) {
     if (speaks) fmt::print("{}", config_reference());
     return kExitOk + 1000;
@@ -160,6 +178,9 @@ int run(int argc, char** argv) {
   if (const int rc = parse_command_line(argc, argv, cli); rc != kExitOk) {
     return rc >= 1000 ? rc - 1000 : rc;
   }
+  // One process, no MPI: the language-model commands (under mpirun, rank 0 alone works).
+  if (cli.generate) return run_generate(cli.config_path, cli.overrides, cli.generate_args);
+  if (!cli.export_hf.empty()) return run_export_hf(cli.config_path, cli.overrides, cli.export_hf);
   try {
     check_launch_before_mpi(process_environment());
   } catch (const LaunchError& e) {
@@ -281,6 +302,9 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
         throw train::CheckpointError(fmt::format("checkpoint.resume: {}", e.what()));
       }
       if (!path.empty()) {
+        if (!config.model.init_from.empty()) {
+          spdlog::info("model.init_from ignored: resuming from {}", path);
+        }
         train::apply_model_state(*checkpoint, *model);
       } else {
         spdlog::info("checkpoint.resume: auto: no checkpoint in {} yet; starting at step 1",
@@ -300,6 +324,9 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     trainer_ptr = std::make_unique<train::Trainer>(options, *control, *data_comm, model, *dataset,
                                                    binding.device);
     trainer_ptr->resume(checkpoint ? &*checkpoint : nullptr);
+    if (config.train.sample_every > 0 && rank == 0) {
+      trainer_ptr->set_sampler(make_training_sampler(model, config, *dataset));
+    }
   }));
   if (code != kExitOk) return code;
   train::Trainer& trainer = *trainer_ptr;

@@ -211,16 +211,34 @@ class GptBlock final : public torch::nn::Module {
   }
 
   // x [n, T, d] -> x + attn(ln_1(x)) -> + mlp(ln_2(.)), dropout p on the attention
-  // probabilities and on each branch's output.
-  at::Tensor forward(const at::Tensor& x, double p) {
+  // probabilities and on each branch's output. With `past_k` / `past_v` (incremental decoding),
+  // x holds the positions after the ones cached there: its queries see the cached keys and values
+  // too, and the cache is extended by its own.
+  at::Tensor forward(const at::Tensor& x, double p, at::Tensor* past_k = nullptr,
+                     at::Tensor* past_v = nullptr) {
     const int64_t n = x.size(0), t = x.size(1);
     const auto split_heads = [&](const at::Tensor& z) {
       return z.view({n, t, heads_, d_ / heads_}).transpose(1, 2);  // [n, heads, T, d / heads]
     };
     const auto qkv = c_attn_->forward(ln_1_->forward(x)).split(d_, -1);
-    const at::Tensor a = at::scaled_dot_product_attention(
-        split_heads(qkv[0]), split_heads(qkv[1]), split_heads(qkv[2]), /*attn_mask=*/{}, p,
-        /*is_causal=*/true);
+    at::Tensor k = split_heads(qkv[1]), v = split_heads(qkv[2]);
+    std::optional<at::Tensor> mask;
+    bool causal = true;
+    if (past_k != nullptr) {
+      if (past_k->defined()) {
+        // is_causal aligns the mask to the top left, which is wrong once keys outnumber
+        // queries: query i (position past + i) sees keys 0 .. past + i.
+        const int64_t past = past_k->size(2);
+        k = at::cat({*past_k, k}, 2);
+        v = at::cat({*past_v, v}, 2);
+        causal = false;
+        if (t > 1) mask = at::ones({t, past + t}, x.options().dtype(at::kBool)).tril(past);
+      }
+      *past_k = k;
+      *past_v = v;
+    }
+    const at::Tensor a = at::scaled_dot_product_attention(split_heads(qkv[0]), k, v, mask, p,
+                                                          causal);
     at::Tensor h = x + at::dropout(attn_proj_->forward(a.transpose(1, 2).reshape({n, t, d_})), p,
                                    p > 0);
     const at::Tensor m = at::gelu(c_fc_->forward(ln_2_->forward(h)), "tanh");
@@ -327,6 +345,28 @@ at::Tensor Gpt::hidden(const at::Tensor& tokens) {
     }
   }
   return l.ln_f->forward(x);
+}
+
+at::Tensor Gpt::forward_cached(const at::Tensor& tokens, KvCache& cache) {
+  require(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+          fmt::format("tokens must be int64 [n, T], got {} {}",
+                      c10::toString(tokens.scalar_type()), tokens.sizes()));
+  Layers& l = *layers_;
+  if (cache.keys.empty()) {
+    cache.keys.resize(l.blocks.size());
+    cache.values.resize(l.blocks.size());
+  }
+  require(cache.keys.size() == l.blocks.size(), "a KV cache of another model");
+  const int64_t past = cache.length(), t = tokens.size(1);
+  require(t >= 1 && past + t <= options_.context,
+          fmt::format("{} cached + {} new positions; model.context = {} are allowed", past, t,
+                      options_.context));
+  // The position embedding continues where the cache ends.
+  at::Tensor x = l.wte->forward(tokens) + l.wpe->forward(at::arange(past, past + t, tokens.options()));
+  for (size_t i = 0; i < l.blocks.size(); ++i) {
+    x = l.blocks[i]->forward(x, 0.0, &cache.keys[i], &cache.values[i]);
+  }
+  return at::linear(l.ln_f->forward(x), l.wte->weight);
 }
 
 at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {

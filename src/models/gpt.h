@@ -53,6 +53,13 @@ struct GptOptions {
 GptOptions gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 
+// Keys and values of the positions decoded so far, one pair per block, each
+// [n, heads, positions, d_model / heads] (Gpt::forward_cached fills it). Empty: no positions.
+struct KvCache {
+  std::vector<at::Tensor> keys, values;
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+};
+
 class Gpt final : public Model {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options (heads not
@@ -61,6 +68,11 @@ class Gpt final : public Model {
   ~Gpt() override;
   // logits [n, T, padded_vocab_size] for tokens int64 [n, T] (T <= context).
   at::Tensor forward(const at::Tensor& tokens) override;
+  // Incremental decoding: logits [n, t, padded_vocab_size] of `tokens` [n, t] standing at
+  // positions cache.length() .. cache.length() + t - 1, attending to the cached positions, which
+  // `cache` is then extended by. The same logits forward() gives for the whole sequence (up to
+  // rounding). Needs cache.length() + t <= context; no dropout (call it in eval mode).
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache);
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
   bool set_checkpoint_activations(bool on) override;
   bool checkpoint_activations() const override { return options_.checkpoint_activations; }

@@ -32,6 +32,7 @@ struct ModelOptions {
   int64_t context = 0;     // gpt: positions (0: the data's context)
   double dropout = 0.0;    // gpt, sequence: dropout probability
   bool checkpoint_activations = false;  // gpt: recompute each block in backward
+  std::string init_from;  // gpt: weights to start from (models/hf_gpt2.h); empty: initialised
   // sequence
   std::string cell;  // lstm | transformer
   // cnn

@@ -2,13 +2,16 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "models/cnn.h"
 #include "models/gpt.h"
+#include "models/hf_gpt2.h"
 #include "models/mlp.h"
 #include "models/recommender.h"
 #include "models/sequence.h"
@@ -56,6 +59,12 @@ const std::map<std::string, Factory>& builtin() {
          g.heads = or_else(o.heads, g.heads);
          g.d_model = or_else(o.d_model, g.d_model);
          g.context = or_else(o.context, s.context);
+         std::optional<GptInit> init;
+         if (!o.init_from.empty()) {
+           // The file's dimensions win over the preset's; keys the config sets must agree.
+           init = read_gpt_init(o.init_from);
+           apply_init_dims(*init, {o.num_layers, o.heads, o.d_model, o.context, 0, 0}, g);
+         }
          if (s.context > g.context) {
            throw std::invalid_argument(fmt::format(
                "data.context = {} is longer than model.context = {} (the model's positions)",
@@ -63,7 +72,14 @@ const std::map<std::string, Factory>& builtin() {
          }
          g.dropout = o.dropout;
          g.checkpoint_activations = o.checkpoint_activations;
-         return std::make_shared<Gpt>(g);
+         auto gpt = std::make_shared<Gpt>(g);
+         if (init) {
+           load_gpt_init(*init, *gpt);
+           spdlog::info("model.init_from: weights of {} {} ({} blocks, {} heads, {} wide, {} "
+                        "positions)", init->kind, init->file, g.num_layers, g.heads, g.d_model,
+                        g.context);
+         }
+         return gpt;
        }},
       {"sequence", [](const ModelOptions& o, const ModelShape& s) {
          require_data(s.window > 0 && s.features > 0, "sequence", "time-series data (data.dataset: csv)");

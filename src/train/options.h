@@ -41,6 +41,9 @@ struct TrainOptions {
   std::string channels_last;  // auto | on | off (models that convolve)
   bool cuda_graphs = false;   // capture forward + backward as a CUDA graph (train/graph_step.h)
   double peak_tflops = 0;    // MFU's denominator (0: a table of known GPUs)
+  int64_t sample_every = 0;  // gpt: rank 0 logs a generated sample every N steps (0: never)
+  std::string sample_prompt;  // its prompt (empty: the start of the first validation sequence)
+  int64_t sample_tokens = 0;  // new tokens per sample
 };
 
 struct CheckpointOptions {

@@ -399,6 +399,9 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       report.eval(s + 1, evaluate_and_log(control_, *model_, dataset_, s + 1, plan_.micro_batch,
                                           t.eval_samples));
     }
+    if (text_sampler_ && t.sample_every > 0 && (s + 1) % t.sample_every == 0) {
+      spdlog::info("sample at step {}: {}", s + 1, text_sampler_());
+    }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
       save_checkpoint(fmt::format("{}/step_{:06d}.safetensors", ckpt.dir, s + 1), s + 1);

@@ -120,6 +120,11 @@ class Trainer {
   void resume(const Checkpoint* ckpt);
   int64_t start_step() const { return start_step_; }
 
+  // train.sample_every: run() calls `sample` after every N-th step and logs the text it returns.
+  // Set on rank 0 only (the others do not wait for it: the next step's collectives do). It must
+  // leave the training state alone (models/generate.h: eval mode, its own generator).
+  void set_sampler(std::function<std::string()> sample) { text_sampler_ = std::move(sample); }
+
  private:
   struct Attempt {
     std::string failure;  // this rank's out-of-memory description; empty when none
@@ -177,6 +182,7 @@ class Trainer {
   at::Tensor step_loss_;        // this rank's weighted loss of the last step (float64, device)
   at::Tensor metrics_slots_;    // float64 on the device: what read_metrics() copies out at once
   int64_t host_reads_ = 0;
+  std::function<std::string()> text_sampler_;  // train.sample_every (rank 0)
 };
 
 }  // namespace train

@@ -33,7 +33,7 @@ ends_within_60s() {
   return 1
 }
 
-quick=(--config "$src/configs/quickstart.yaml" --set train.steps=150 --set log.every=25)
+quick=(--config "$src/configs/mlp.yaml" --set train.steps=150 --set log.every=25)
 bad=$work/bad.yaml
 cat >"$bad" <<'YAML'
 model:
@@ -58,7 +58,7 @@ case $case_name in
     echo "exited $rc after $(( $(date +%s) - start )) s" ;;
   bad_config_rank1_only)
     # Only rank 1 sees a broken file: rank 0 must not be left waiting, and rank 1 says why.
-    good=$work/good.yaml; cp "$src/configs/quickstart.yaml" "$good"
+    good=$work/good.yaml; cp "$src/configs/mlp.yaml" "$good"
     cat >"$work/pick.sh" <<SH
 #!/usr/bin/env bash
 if [ "\$OMPI_COMM_WORLD_RANK" = 1 ]; then exec "$trainer" --config "$bad"; else exec "$trainer" --config "$good"; fi
@@ -73,7 +73,7 @@ SH
     run "$trainer" --config "$work/nope.yaml"
     expect_rc 2; expect_grep "nope.yaml"; expect_no_grep "terminate called|Aborted" ;;
   bad_cli)
-    run "$trainer" --config "$src/configs/quickstart.yaml" --frobnicate
+    run "$trainer" --config "$src/configs/mlp.yaml" --frobnicate
     expect_rc 2; expect_grep "frobnicate" ;;
   world_larger_than_batch)
     run timeout 20 mpirun -np 3 "$trainer" "${quick[@]}" --set train.global_batch_size=2

@@ -59,13 +59,13 @@ void expect_within_15_percent(const PlanCheck& c, const std::string& what) {
 
 TEST(MemoryPlan, QuickstartEstimateWithinFifteenPercent) {
   auto comm = trainer_test::runtime().world(std::chrono::seconds(120));
-  const PlanCheck whole = estimate_and_measure(*comm, "quickstart.yaml", {"train.steps=30", "train.warmup_steps=2"});
-  expect_within_15_percent(whole, "quickstart, micro-batch auto");
+  const PlanCheck whole = estimate_and_measure(*comm, "mlp.yaml", {"train.steps=30", "train.warmup_steps=2"});
+  expect_within_15_percent(whole, "mlp, micro-batch auto");
   // Accumulation: four micro-batches per rank hold a quarter of the activations.
   const PlanCheck quarter = estimate_and_measure(
-      *comm, "quickstart.yaml",
+      *comm, "mlp.yaml",
       {"train.steps=30", "train.warmup_steps=2", fmt::format("train.micro_batch_size={}", whole.micro_batch / 4)});
-  expect_within_15_percent(quarter, "quickstart, a quarter micro-batch");
+  expect_within_15_percent(quarter, "mlp, a quarter micro-batch");
   EXPECT_LT(quarter.measured, whole.measured);
 }
 

@@ -20,7 +20,7 @@ source "$src/tests/case_lib.sh"
 # The job's log becomes the output the expectations read.
 job_log() { cat "$work"/job-*.log >>"$out" 2>/dev/null; }
 
-quick=(--config "$src/configs/quickstart.yaml" --set train.steps=60 --set train.warmup_steps=5 --set log.every=20)
+quick=(--config "$src/configs/mlp.yaml" --set train.steps=60 --set train.warmup_steps=5 --set log.every=20)
 # Resources of the shipped batch script scaled down to this CPU-only node.
 small=(--ntasks-per-node=3 --cpus-per-task=1 --gpus-per-node=0 --output="$work/job-%j.log")
 
@@ -42,7 +42,7 @@ case $case_name in
     # The shipped batch script, as a user submits it (sbatch --wait returns the job's exit code).
     cd "$work"
     run env TRAINER="$trainer" timeout 180 sbatch --wait "${small[@]}" "$src/slurm/train.sbatch" \
-      "$src/configs/quickstart.yaml" --set train.steps=60 --set train.warmup_steps=5
+      "$src/configs/mlp.yaml" --set train.steps=60 --set train.warmup_steps=5
     job_log
     expect_rc 0
     expect_grep "launched by srun: 3 rank\(s\)"
@@ -82,7 +82,7 @@ case $case_name in
     # checkpoint.resume: auto continues after that step (a preempted, requeued job).
     cd "$work"
     job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
-      "$src/slurm/train.sbatch" "$src/configs/quickstart.yaml" --set train.steps=1000000 \
+      "$src/slurm/train.sbatch" "$src/configs/mlp.yaml" --set train.steps=1000000 \
       --set train.warmup_steps=5 --set log.every=50 --set checkpoint.dir="$work/ckpt" \
       --set checkpoint.resume=auto) || fail "sbatch failed"
     jobs+=("$job")
@@ -105,7 +105,7 @@ case $case_name in
     # Resubmitted: 100 more steps, from the checkpoint.
     rm -f "$work"/job-*.log
     run env TRAINER="$trainer" timeout 180 sbatch --wait "${small[@]}" --ntasks-per-node=2 \
-      "$src/slurm/train.sbatch" "$src/configs/quickstart.yaml" --set train.steps=$((stopped + 100)) \
+      "$src/slurm/train.sbatch" "$src/configs/mlp.yaml" --set train.steps=$((stopped + 100)) \
       --set train.warmup_steps=5 --set log.every=50 --set checkpoint.dir="$work/ckpt" \
       --set checkpoint.resume=auto
     job_log
@@ -195,7 +195,7 @@ EOF
     # warning, says why and trains on; the job ends normally and is not requeued.
     cd "$work"
     job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
-      "$src/slurm/train.sbatch" "$src/configs/quickstart.yaml" --set train.steps=400 \
+      "$src/slurm/train.sbatch" "$src/configs/mlp.yaml" --set train.steps=400 \
       --set train.warmup_steps=5 --set log.every=50) || fail "sbatch failed"
     jobs+=("$job")
     for _ in $(seq 1 60); do grep -q "step  *50/" "$work"/job-*.log 2>/dev/null && break; sleep 1; done

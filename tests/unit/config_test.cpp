@@ -55,8 +55,11 @@ TEST(Config, LoadConfigReadsTheFileAndNamesItInErrors) {
 #ifdef TRAINER_SOURCE_DIR
 TEST(Config, ShippedQuickstartConfigIsValid) {
   const Config config = launcher::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/quickstart.yaml");
-  EXPECT_EQ(config.model.name, "mlp");
+  EXPECT_EQ(config.model.name, "gpt");
+  EXPECT_EQ(config.data.tokenizer, "bytes");
   EXPECT_GE(config.train.global_batch_size, 1);
+  const Config mlp = launcher::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/mlp.yaml");
+  EXPECT_EQ(mlp.model.name, "mlp");
 }
 #endif
 

@@ -1,0 +1,82 @@
+// Hugging Face GPT-2 weights in and out of Gpt: model.init_from and `trainer --export-hf`.
+//
+// Hugging Face's layout (GPT2LMHeadModel.save_pretrained): a directory with config.json
+// (n_layer, n_head, n_embd, n_positions, vocab_size, ...) and model.safetensors, whose keys are
+// Gpt's parameter names with a "transformer." prefix (some files have none):
+//   transformer.wte.weight [vocab, d]   transformer.wpe.weight [positions, d]
+//   transformer.h.N.attn.c_attn.weight [d, 3d] ... transformer.ln_f.bias [d]
+// GPT-2's Conv1D layers (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) store their weights
+// [in, out], transposed against Gpt's Linear [out, in]; reading and writing transpose them.
+// lm_head.weight, where present, is the tied output layer: it must equal wte.weight (Gpt cannot
+// hold an untied one) and is not written. The causal-mask buffers older files carry
+// (h.N.attn.bias, h.N.attn.masked_bias) are not weights and are passed over.
+//
+// The vocabulary: the file holds `vocab` rows of wte; Gpt holds padded_vocab_size rows. Reading
+// puts the file's rows first and zeros in the padded rows: those ids never occur in the data
+// (ids < vocab_size) and their logits are masked out of the loss and of sampling, so their
+// value never matters, and zero makes the load independent of the seed. Writing drops them.
+//
+// model.init_from also takes one of the trainer's checkpoints (keys "param.<name>", the padded
+// wte included): its parameters are taken as they are; the optimizer state and step are not.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "models/gpt.h"
+
+namespace models {
+
+// A GPT-2's dimensions as a file gives them; 0 where it does not say (heads, without a
+// config.json).
+struct Gpt2Dims {
+  int64_t num_layers = 0;
+  int64_t heads = 0;
+  int64_t d_model = 0;
+  int64_t context = 0;     // positions (n_positions, rows of wpe)
+  int64_t vocab_size = 0;  // Hugging Face: the real vocabulary; checkpoint: 0 (see padded_vocab)
+  int64_t padded_vocab = 0;  // checkpoint: rows of wte (padded); Hugging Face: 0
+};
+
+// What model.init_from holds.
+struct GptInit {
+  std::string path;    // as given
+  std::string file;    // the safetensors file read
+  std::string kind;    // "Hugging Face GPT-2" or "trainer checkpoint"
+  Gpt2Dims dims;       // from config.json where present, else from the tensors' shapes
+  std::map<std::string, at::Tensor> weights;  // by Gpt's names, Linear layout, float32, CPU
+};
+
+// Reads `path`: a Hugging Face GPT-2 directory (config.json + model.safetensors), a
+// model.safetensors file (a config.json beside it is read too), or a trainer checkpoint. Throws
+// std::invalid_argument naming model.init_from and the file for a missing or unreadable file,
+// a tensor with an unexpected name or shape, or an untied lm_head.
+GptInit read_gpt_init(const std::string& path);
+
+// Fills the dimensions of `options` that `set` leaves at 0 from `init`, and checks the others:
+// a dimension the config sets (non-zero in `set`: num_layers, heads, d_model, context;
+// vocab_size always) that differs from the file's is std::invalid_argument naming the key, the
+// file and both values.
+void apply_init_dims(const GptInit& init, const Gpt2Dims& set, GptOptions& options);
+
+// Copies init.weights into `model` (under no-grad), transposing nothing (read_gpt_init did) and
+// padding wte with zero rows. Throws std::invalid_argument naming both shapes for a tensor whose
+// shape differs from the model's, and for a missing or extra tensor.
+void load_gpt_init(const GptInit& init, Gpt& model);
+
+// The model as a Hugging Face GPT2LMHeadModel: tensors by their Hugging Face names (with the
+// "transformer." prefix; Conv1D layout; wte without the padded rows; no lm_head, which is tied),
+// float32, contiguous, CPU.
+std::map<std::string, at::Tensor> hf_gpt2_tensors(Gpt& model);
+
+// config.json for `model`: GPT-2's architecture keys with the model's dimensions (dropout 0).
+std::string hf_gpt2_config_json(const Gpt& model);
+
+// Writes `dir`/config.json and `dir`/model.safetensors (creating `dir`). Throws
+// std::runtime_error naming the file that cannot be written.
+void export_hf_gpt2(Gpt& model, const std::string& dir);
+
+}  // namespace models

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# End-to-end checks of the language-model features as a user runs them: model.init_from with a
+# Hugging Face GPT-2 (fine-tuning under mpirun), --export-hf, --generate, train.sample_every, and
+# their errors. The Hugging Face side is `transformers` (tests/hf/hf_gpt2.py, offline, random
+# models).
+#   language_models.sh CASE TRAINER SOURCE_DIR
+set -uo pipefail
+case_name=$1 trainer=$2 src=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+source "$src/tests/case_lib.sh"
+py() { "$TRAINER_PYTHON" "$src/tests/hf/hf_gpt2.py" "$@"; }
+
+# The first and last loss of the 'done:' line.
+losses() {
+  local line
+  line=$(grep -E "done: [0-9]+ steps, loss" "$out" | tail -1) || fail "no 'done:' line"
+  first=$(sed -E 's/.*loss ([0-9.]+) -> ([0-9.]+).*/\1/' <<<"$line")
+  last=$(sed -E 's/.*loss ([0-9.]+) -> ([0-9.]+).*/\2/' <<<"$line")
+}
+
+tiny=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
+  --set train.device=cpu --set log.every=5 --set train.warmup_steps=0)
+
+case $case_name in
+  hf_finetune_np2)
+    # configs/gpt2.yaml from a (small, random) Hugging Face GPT-2 with GPT-2's vocabulary, on
+    # uint16 shards of GPT-2 ids. The global batch is every window of the shard, so step 1's loss
+    # is the Hugging Face model's mean loss over the shard, whatever the order: the weights
+    # arrived. Then the loss falls.
+    py make "$work/hf" --vocab 50257 --layers 2 --heads 4 --width 64 --positions 64 --seed 1 >/dev/null 2>&1 \
+      || fail "could not make the transformers model"
+    mkdir -p "$work/shards"
+    py shard "$work/shards/train_000000.bin" $((16 * 32 + 1)) 50257
+    py shard "$work/shards/val_000000.bin" $((4 * 32 + 1)) 50257 --seed 1
+    expected=$(py loss "$work/hf" "$work/shards/train_000000.bin" 32) || fail "reference loss: $expected"
+    run mpirun -np 2 "$trainer" --config "$src/configs/gpt2.yaml" --set model.init_from="$work/hf" \
+      --set data.path="$work/shards" --set data.context=32 --set model.context=64 --set train.device=cpu \
+      --set ddp.backend=auto --set train.global_batch_size=16 --set train.steps=30 \
+      --set train.warmup_steps=2 --set train.lr=0.003 --set train.eval_every=30 \
+      --set checkpoint.dir="$work/ckpt" --set log.every=10
+    expect_rc 0
+    expect_grep "model.init_from: weights of Hugging Face GPT-2 $work/hf/model.safetensors \(2 blocks, 4 heads, 64 wide, 64 positions\)"
+    losses
+    ref=${expected%% *}
+    awk -v a="$first" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-3 * b) }' \
+      || fail "step 1 loss $first, the Hugging Face model's mean loss over the shard is $ref"
+    awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.7 * f) }' || fail "loss did not fall: $first -> $last"
+    echo "step 1 loss $first = transformers' $ref; after 30 steps $last"
+    # Resuming ignores init_from, saying so.
+    run mpirun -np 2 "$trainer" --config "$src/configs/gpt2.yaml" --set model.init_from="$work/hf" \
+      --set data.path="$work/shards" --set data.context=32 --set model.context=64 --set train.device=cpu \
+      --set ddp.backend=auto --set train.global_batch_size=16 --set train.steps=32 --set train.warmup_steps=2 \
+      --set checkpoint.dir="$work/ckpt" --set log.every=1
+    expect_rc 0; expect_grep "model.init_from ignored: resuming from $work/ckpt/final.safetensors"
+    expect_grep "step +31/32" ;;
+  export_hf)
+    # A trainer checkpoint exported with --export-hf loads with from_pretrained (no missing or
+    # unexpected keys) and gives the logits of the checkpoint's parameters mapped independently
+    # in Python. The padded vocabulary (vocab 300 -> 320 rows) is cut.
+    py shard "$work/train_000000.bin" 4000 300
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set data.path="$work/train_000000.bin" \
+      --set data.vocab_size=300 --set data.tokenizer=bytes --set model.num_layers=3 \
+      --set train.steps=10 --set checkpoint.dir="$work/ckpt"
+    expect_rc 0
+    run "$trainer" "${tiny[@]}" --set data.vocab_size=300 --set model.num_layers=3 \
+      --set checkpoint.dir="$work/ckpt" --export-hf "$work/exported"
+    expect_rc 0; expect_grep "wrote $work/exported/config.json and $work/exported/model.safetensors from checkpoint $work/ckpt/final.safetensors \(10 steps done\)"
+    grep -q '"vocab_size": 300' "$work/exported/config.json" || fail "config.json: $(cat "$work/exported/config.json")"
+    run py check-export "$work/exported" "$work/ckpt/final.safetensors"
+    expect_rc 0; cat "$out"
+    # The exported directory is a model.init_from too, with the same weights: the same loss.
+    run "$trainer" "${tiny[@]}" --set data.path="$work/train_000000.bin" --set data.vocab_size=300 \
+      --set model.init_from="$work/exported" --set train.steps=1 --set train.lr=1e-9
+    expect_rc 0; losses; from_hf=$first
+    run "$trainer" "${tiny[@]}" --set data.path="$work/train_000000.bin" --set data.vocab_size=300 \
+      --set model.num_layers=3 --set model.init_from="$work/ckpt/final.safetensors" \
+      --set train.steps=1 --set train.lr=1e-9
+    expect_rc 0; expect_grep "weights of trainer checkpoint"; losses
+    [ "$first" = "$from_hf" ] || fail "loss from the export $from_hf, from the checkpoint $first" ;;
+  generate_greedy)
+    # --generate --temperature 0 from a byte-level Hugging Face model writes what transformers'
+    # generate(do_sample=False) writes, byte for byte; under mpirun, once.
+    py make "$work/hf" --vocab 256 --layers 2 --heads 4 --width 64 --positions 64 --seed 5 >/dev/null 2>&1 \
+      || fail "could not make the transformers model"
+    py greedy "$work/hf" "Hello, wor" 24 >"$work/expected.txt" || fail "transformers' greedy failed"
+    run "$trainer" "${tiny[@]}" --set model.init_from="$work/hf" --generate "Hello, wor" \
+      --temperature 0 --max-new-tokens 24
+    expect_rc 0; expect_grep "weights: model.init_from $work/hf"
+    grep -av "^trainer: " "$out" | cmp - "$work/expected.txt" \
+      || fail "generated $(grep -av '^trainer: ' "$out" | od -c | head -3), transformers $(od -c "$work/expected.txt" | head -3)"
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set model.init_from="$work/hf" --generate "Hello, wor" \
+      --temperature 0 --max-new-tokens 24
+    expect_rc 0
+    [ "$(grep -c "Hello, wor" "$out")" = 1 ] || fail "not printed once under mpirun"
+    # Sampling: the same seed, the same text; the context (64) caps the new tokens.
+    run "$trainer" "${tiny[@]}" --set model.init_from="$work/hf" --generate "Hi" --seed 3 --max-new-tokens 100
+    expect_rc 0; expect_grep "the model holds 64 positions: 62 new tokens after the prompt's 2"
+    cp "$out" "$work/a.txt"
+    run "$trainer" "${tiny[@]}" --set model.init_from="$work/hf" --generate "Hi" --seed 3 --max-new-tokens 100
+    cmp -s "$out" "$work/a.txt" || fail "the same seed gave another text" ;;
+  sample_every_same_losses)
+    # train.sample_every logs samples and changes nothing else: every logged loss is the same
+    # as without it (dropout on, so the random stream matters).
+    common=("${tiny[@]}" --set train.steps=30 --set model.dropout=0.1)
+    run mpirun -np 2 "$trainer" "${common[@]}"
+    expect_rc 0; grep -E "step +[0-9]+/30" "$out" | sed -E 's/.*(step +[0-9]+\/30 loss [0-9.]+ lr [^ ]+ grad_norm [0-9.]+).*/\1/' >"$work/plain.txt"
+    run mpirun -np 2 "$trainer" "${common[@]}" --set train.sample_every=10 --set train.sample_tokens=40
+    expect_rc 0
+    expect_grep "sample at step 10: "; expect_grep "sample at step 30: "
+    grep -E "step +[0-9]+/30" "$out" | sed -E 's/.*(step +[0-9]+\/30 loss [0-9.]+ lr [^ ]+ grad_norm [0-9.]+).*/\1/' >"$work/sampled.txt"
+    [ -s "$work/plain.txt" ] || fail "no step lines"
+    diff "$work/plain.txt" "$work/sampled.txt" || fail "losses changed with train.sample_every"
+    grep "sample at step 30" "$out" ;;
+  lm_errors)
+    # init_from: a missing file; a dimension the config sets otherwise (both named).
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set model.init_from="$work/nothing"
+    expect_rc 2; expect_grep "model.init_from: $work/nothing: no such file or directory"
+    py make "$work/hf" --vocab 256 --layers 2 --heads 4 --width 64 --positions 64 >/dev/null 2>&1 \
+      || fail "could not make the transformers model"
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set model.init_from="$work/hf" --set model.d_model=96
+    expect_rc 2; expect_grep "has width 64, the config has model.d_model = 96"
+    # --export-hf: no checkpoint and no init_from; a model that is not a gpt.
+    run "$trainer" "${tiny[@]}" --set checkpoint.dir="$work/empty" --export-hf "$work/out"
+    expect_rc 2; expect_grep "--export-hf: no weights to export: no checkpoint in checkpoint.dir \($work/empty\)"
+    [ ! -e "$work/out/model.safetensors" ] || fail "wrote a model anyway"
+    run "$trainer" --config "$src/configs/mlp.yaml" --export-hf "$work/out"
+    expect_rc 2; expect_grep "--export-hf needs a language model \(model.name: gpt\); this config has model.name: mlp"
+    # data.tokenizer: auto cannot choose for 300 ids.
+    run "$trainer" "${tiny[@]}" --set data.vocab_size=300 --generate "x"
+    expect_rc 2; expect_grep "data.tokenizer: auto knows no encoding with data.vocab_size = 300" ;;
+  *) echo "unknown case $case_name"; exit 2 ;;
+esac
+echo "PASS [$case_name]"
