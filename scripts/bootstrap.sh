@@ -2,7 +2,8 @@
 # Installs what is missing (Debian packages, the LibTorch wheel in a reusable virtualenv),
 # configures and builds. Idempotent: a second run with nothing changed takes seconds.
 #
-#   scripts/bootstrap.sh              # Release build in ./build
+#   scripts/bootstrap.sh              # Release build in ./build: everything (trainer, tests, benches)
+#   scripts/bootstrap.sh trainer      # only the given targets (scripts/quickstart.sh: the binary)
 #   Torch_DIR=/opt/libtorch/share/cmake/Torch scripts/bootstrap.sh   # use an existing LibTorch
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,11 +11,8 @@ source scripts/env.sh
 
 log() { printf '[bootstrap] %s\n' "$*"; }
 
-# 1. Debian packages.
-apt_packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv procps
-  openmpi-bin libopenmpi-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev
-  nlohmann-json3-dev libpng-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libprotobuf-dev protobuf-compiler libboost-dev bsdutils libpcre2-dev)
+# 1. Debian packages: those scripts/packages.txt marks `host` (one list, shared with device-deps.sh).
+mapfile -t apt_packages < <(debian_packages host)
 install_debian_packages "${apt_packages[@]}"
 
 # 2. LibTorch: a user-provided Torch_DIR wins; otherwise the PyPI wheel in a cached virtualenv.
@@ -83,5 +81,5 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"} \
     ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"} >/dev/null
 fi
-log "building $BUILD_DIR"
-cmake --build "$BUILD_DIR" -- -j"${BUILD_JOBS:-$(nproc)}"
+log "building ${*:-everything} in $BUILD_DIR"
+cmake --build "$BUILD_DIR" ${1:+--target "$@"} -- -j"${BUILD_JOBS:-$(nproc)}"

@@ -7,16 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .device/debs
-packages=(
-  # Open MPI 4.1 and what libmpi, mpirun and their components load
-  libopenmpi3 libopenmpi-dev openmpi-bin openmpi-common libpmix2 libhwloc15 libltdl7
-  libevent-2.1-7 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 libibverbs1
-  librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200 libnuma1 libmunge2
-  # the rest of the build
-  libyaml-cpp0.7 libyaml-cpp-dev libfmt9 libfmt-dev libspdlog1.10 libspdlog-dev libcli11-dev
-  nlohmann-json3-dev libpng16-16 libpng-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark1debian libbenchmark-dev
-  libpcre2-8-0 libpcre2-dev
-)
+source scripts/env.sh
+# The packages scripts/packages.txt marks `device` (one list, shared with bootstrap.sh).
+mapfile -t packages < <(debian_packages device)
 # barkeep's header (the progress bar), which cmake/TrainerDeps.cmake otherwise fetches from PyPI.
 barkeep=.device/barkeep-0.1.6.tar.gz
 [ -f "$barkeep" ] || curl -fsSL -o "$barkeep" \

@@ -17,6 +17,13 @@ fi
 export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
 export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
 
+# The Debian packages scripts/packages.txt marks with $1 (host or device), one a line.
+debian_packages() {
+  local list
+  list="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/packages.txt"
+  awk -v want="$1" '{ sub(/#.*/, "") } NF { for (i = 2; i <= NF; ++i) if ($i == want) print $1 }' "$list"
+}
+
 # Installs whichever of the Debian packages "$@" are missing (as root, or through sudo).
 install_debian_packages() {
   local missing=() p
