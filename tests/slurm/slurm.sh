@@ -24,6 +24,8 @@ quick=(--config "$src/configs/mlp.yaml" --set train.steps=60 --set train.warmup_
 # Resources of the shipped batch script scaled down to this CPU-only node.
 small=(--ntasks-per-node=3 --cpus-per-task=1 --gpus-per-node=0 --output="$work/job-%j.log")
 
+# One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
+# list from these labels (trainer_script_cases).
 case $case_name in
   srun_pmix_np3)
     run timeout 120 srun --mpi=pmix -n 3 "$trainer" "${quick[@]}"
