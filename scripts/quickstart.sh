@@ -2,9 +2,10 @@
 # The quick start: bootstrap, then a small GPT learns byte-level English (configs/quickstart.yaml)
 # on 2 CPU ranks in a few minutes, with a sample of its writing before and after training.
 # Arguments go to every trainer command (e.g. --set train.steps=200). NP ranks (default 2).
+# It builds the trainer binary only; scripts/test.sh builds the tests and benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh trainer
 source scripts/env.sh
 config=configs/quickstart.yaml
 prompt="The parser"

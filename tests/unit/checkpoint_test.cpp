@@ -56,7 +56,7 @@ TEST(Checkpoint, WhatIsWrittenIsWhatIsRead) {
   test::TempDir dir;
   auto written = mlp(8, 1);
   const std::string path = dir.file("step_000007.safetensors");
-  write(path, *written, 0.25, {7, 96, 42, 3});
+  write(path, *written, 0.25, {7, 96, 42, 3, ""});
   EXPECT_NE(::access((path + ".tmp").c_str(), F_OK), 0) << "the temporary file was left behind";
 
   const auto ckpt = train::read_checkpoint(path);
@@ -78,7 +78,7 @@ TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
   test::TempDir dir;
   auto written = mlp(8, 1);
   const std::string path = dir.file("final.safetensors");
-  write(path, *written, 0.1, {3, 16, 1, 1});
+  write(path, *written, 0.1, {3, 16, 1, 1, ""});
   const auto ckpt = train::read_checkpoint(path);
   auto wider = mlp(16, 1);
   const std::string message = error_of([&] { train::check_compatible(ckpt, *wider); });
@@ -112,9 +112,9 @@ TEST(Checkpoint, LatestIsTheOneWithTheMostStepsAndSkipsOthers) {
   EXPECT_EQ(train::latest_checkpoint(dir.path()), "");
   EXPECT_EQ(train::latest_checkpoint(dir.file("absent")), "");
   auto model = mlp(4, 1);
-  write(dir.file("step_000020.safetensors"), *model, 0, {20, 8, 1, 1});
-  write(dir.file("step_000100.safetensors"), *model, 0, {100, 8, 1, 1});
-  write(dir.file("oom_step_000051.safetensors"), *model, 0, {50, 8, 1, 1});
+  write(dir.file("step_000020.safetensors"), *model, 0, {20, 8, 1, 1, ""});
+  write(dir.file("step_000100.safetensors"), *model, 0, {100, 8, 1, 1, ""});
+  write(dir.file("oom_step_000051.safetensors"), *model, 0, {50, 8, 1, 1, ""});
   models::write_safetensors(dir.file("weights.safetensors"), {{"w", at::ones({2})}});
   std::ofstream(dir.file("torn.safetensors")) << "garbage";
   EXPECT_EQ(train::latest_checkpoint(dir.path()), dir.file("step_000100.safetensors"));
@@ -138,7 +138,7 @@ TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
   cached->build_cache();
   ASSERT_TRUE(cached->has_cache());
   const std::string path = dir.file("final.safetensors");
-  write(path, *cached, 0, {1, 8, 1, 1});
+  write(path, *cached, 0, {1, 8, 1, 1, ""});
   const auto ckpt = train::read_checkpoint(path);
   EXPECT_FALSE(ckpt.tensors.count("buffer.item_cache"));
   EXPECT_TRUE(ckpt.tensors.count("buffer.item_text"));
@@ -164,7 +164,7 @@ TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName)
   auto model = mlp(8, 1);
   const std::string flipped = dir.file("step_000001.safetensors"),
                     cut = dir.file("step_000002.safetensors"), empty = dir.file("step_000003.safetensors");
-  for (const auto& p : {flipped, cut, empty}) write(p, *model, 0.5, {1, 96, 42, 2});
+  for (const auto& p : {flipped, cut, empty}) write(p, *model, 0.5, {1, 96, 42, 2, ""});
   EXPECT_NO_THROW(train::read_checkpoint(flipped));
   damage(flipped, -3, "\x7f");  // in the last tensor's data
   truncate_to(cut, 500);
@@ -183,9 +183,9 @@ TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName)
 TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
   test::TempDir dir;
   auto model = mlp(8, 1);
-  write(dir.file("step_000010.safetensors"), *model, 0.1, {10, 96, 42, 2});
-  write(dir.file("step_000020.safetensors"), *model, 0.2, {20, 96, 42, 2});
-  write(dir.file("final.safetensors"), *model, 0.3, {30, 96, 42, 2});
+  write(dir.file("step_000010.safetensors"), *model, 0.1, {10, 96, 42, 2, ""});
+  write(dir.file("step_000020.safetensors"), *model, 0.2, {20, 96, 42, 2, ""});
+  write(dir.file("final.safetensors"), *model, 0.3, {30, 96, 42, 2, ""});
   damage(dir.file("final.safetensors"), -1, "\x01");
   truncate_to(dir.file("step_000020.safetensors"), 100);
   std::vector<std::string> skipped;
@@ -199,9 +199,9 @@ TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
 TEST(CheckpointIntegrity, KeepLastDeletesOnlyOlderPeriodicCheckpoints) {
   test::TempDir dir;
   auto model = mlp(8, 1);
-  for (int s : {10, 20, 30, 40}) write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, {s, 96, 42, 2});
-  write(dir.file("final.safetensors"), *model, 0.1, {40, 96, 42, 2});
-  write(dir.file("oom_step_000005.safetensors"), *model, 0.1, {4, 96, 42, 2});
+  for (int s : {10, 20, 30, 40}) write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, {s, 96, 42, 2, ""});
+  write(dir.file("final.safetensors"), *model, 0.1, {40, 96, 42, 2, ""});
+  write(dir.file("oom_step_000005.safetensors"), *model, 0.1, {4, 96, 42, 2, ""});
   const auto deleted = train::prune_checkpoints(dir.path(), 2);
   EXPECT_THAT(deleted, ::testing::UnorderedElementsAre(dir.file("step_000010.safetensors"),
                                                        dir.file("step_000020.safetensors")));

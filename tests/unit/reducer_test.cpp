@@ -64,7 +64,9 @@ TEST(Buckets, EveryParameterExactlyOnceAndCapsRespected) {
   std::vector<int> seen(params.size(), 0);
   for (size_t b = 0; b < buckets.size(); ++b) {
     const int64_t cap = b == 0 ? 500 : 2000;
-    if (buckets[b].params.size() > 1) EXPECT_LE(buckets[b].bytes(), cap) << "bucket " << b;
+    if (buckets[b].params.size() > 1) {
+      EXPECT_LE(buckets[b].bytes(), cap) << "bucket " << b;
+    }
     for (size_t k : buckets[b].params) ++seen[k];
   }
   for (int count : seen) EXPECT_EQ(count, 1);
