@@ -18,6 +18,29 @@ loss_drops() {
   echo "loss $first -> $last"
 }
 
+# same_tensors A B TOL: checkpoints A and B hold the same tensors (parameters and AdamW moments),
+# each within a relative error (||a - b|| / ||b||) of TOL; TOL 0 asks for bitwise equality.
+same_tensors() {
+  "$TRAINER_PYTHON" - "$@" <<'PY' || fail "the checkpoints' tensors differ: $1 vs $2"
+import sys
+from safetensors.torch import load_file
+a, b, tol = load_file(sys.argv[1]), load_file(sys.argv[2]), float(sys.argv[3])
+if a.keys() != b.keys():
+    sys.exit(f"different tensors: {sorted(a.keys() ^ b.keys())}")
+worst, name = 0.0, ""
+for k in sorted(a):
+    x, y = a[k].double(), b[k].double()
+    if x.shape != y.shape:
+        sys.exit(f"{k}: shape {tuple(x.shape)} vs {tuple(y.shape)}")
+    err = 0.0 if x.equal(y) else float((x - y).norm() / y.norm().clamp_min(1e-30))
+    if err >= worst:
+        worst, name = err, k
+    if (tol == 0 and err != 0) or err > tol:
+        sys.exit(f"{k}: relative error {err:.3e} (allowed {tol:g})")
+print(f"{len(a)} tensors {'bitwise equal' if worst == 0 else f'within {tol:g}'}: worst {worst:.3e} ({name})")
+PY
+}
+
 # The pid of rank $2 among mpirun $1's children: this job's ranks only (other tests may run
 # trainers at the same time).
 rank_pid() {
@@ -42,6 +65,8 @@ train:
   global_batch_size: lots
 YAML
 
+# One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
+# list from these labels (trainer_script_cases).
 case $case_name in
   quickstart_np1)
     run "$trainer" "${quick[@]}"
@@ -94,9 +119,17 @@ SH
     expect_grep "rank +2 .*batch 33 samples \[67, 100\)"
     expect_grep "dry run: nothing trained"; expect_no_grep "step +1/" ;;
   print_config_roundtrip)
-    run "$trainer" "${quick[@]}" --print-config --set train.lr=0.02
-    expect_rc 0; expect_grep "^  lr: 0.02$"
+    # The printed configuration, fed back in, prints the same text: every value survives the
+    # round trip, the --set ones (a float, an integer, a list, a choice) included.
+    run "$trainer" "${quick[@]}" --print-config --set train.lr=0.02 --set ddp.timeout_s=33 \
+      --set "memory.fallback=[halve_micro_batch]" --set train.precision=bf16
+    expect_rc 0; expect_grep "^  lr: 0.02$"; expect_grep "^  timeout_s: 33$"
+    expect_grep "^  fallback: \[halve_micro_batch\]$"; expect_grep "^  precision: bf16$"
     cp "$out" "$work/printed.yaml"
+    run "$trainer" --config "$work/printed.yaml" --print-config
+    expect_rc 0
+    diff "$work/printed.yaml" "$out" || fail "the second print differs from the first (above)"
+    echo "$(wc -l <"$out") lines printed the same twice"
     run "$trainer" --config "$work/printed.yaml" --dry-run
     expect_rc 0 ;;
   help_config)
@@ -176,12 +209,15 @@ SH
     whole=$(grep -oE "done: 150 steps, loss [0-9.]+ -> [0-9.]+" "$out" | grep -oE "[0-9.]+$")
     [ -n "$whole" ] || fail "no final loss"
     [ -f "$work/ckpt/step_000075.safetensors" ] || fail "no step-75 checkpoint"
-    run mpirun -np 3 "$trainer" "${quick[@]}" --set checkpoint.resume="$work/ckpt/step_000075.safetensors"
+    run mpirun -np 3 "$trainer" "${quick[@]}" --set checkpoint.resume="$work/ckpt/step_000075.safetensors" \
+      --set checkpoint.dir="$work/resumed"
     expect_rc 0
     expect_grep "resumed from .*step_000075.safetensors: 75 steps done \(written by 2 rank\(s\)\); continuing at step 76"
     expect_grep "step +76/150"; expect_no_grep "step +1/150"
     expect_grep "done: 150 steps \(75 in this run\), loss [0-9.]+ -> $whole,"
-    echo "final loss $whole both ways" ;;
+    echo "final loss $whole both ways"
+    # The parameters and AdamW's moments themselves (3 ranks sum in another order: not bitwise).
+    same_tensors "$work/resumed/final.safetensors" "$work/ckpt/final.safetensors" 1e-6 ;;
   resume_errors)
     # A missing file, a checkpoint of another model, 'auto' without a directory: exit 2, named.
     run mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.resume="$work/nope.safetensors"
@@ -246,12 +282,20 @@ SH
     awk -v a="$fp32" -v b="$bf16" 'BEGIN { d = (b - a) / a; exit !(d < 0.02 && d > -0.02) }' ||
       fail "bf16-reduced final loss $bf16 is not within 2% of $fp32" ;;
   cuda_graphs_on_cpu)
-    # train.cuda_graphs on a CPU run: said once, and the run trains eagerly to the same loss.
-    run mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=30 --set train.cuda_graphs=true
+    # train.cuda_graphs on a CPU run: said once, and the run trains eagerly to the same losses
+    # and the same parameters (bitwise) as a run without it.
+    losses() { grep -oE "(step +[0-9]+/30 loss [0-9.]+|done: .* loss [0-9.]+ -> [0-9.]+)" "$out"; }
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=30 --set log.every=5 --set checkpoint.dir="$work/eager"
+    expect_rc 0; eager=$(losses)
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=30 --set log.every=5 --set checkpoint.dir="$work/graphs" \
+      --set train.cuda_graphs=true
     expect_rc 0
     expect_grep "train.cuda_graphs: training eagerly for the rest of the run: they need a CUDA device"
     [ "$(grep -c "train.cuda_graphs" "$out")" = 1 ] || fail "the reason is not logged exactly once"
-    expect_grep "done: 30 steps" ;;
+    expect_grep "done: 30 steps"
+    [ "$(losses)" = "$eager" ] || fail "losses differ from the run without cuda_graphs: $(diff <(echo "$eager") <(losses))"
+    echo "$(wc -l <<<"$eager") logged losses equal"
+    same_tensors "$work/graphs/final.safetensors" "$work/eager/final.safetensors" 0 ;;
   model_needs_other_data)
     run mpirun -np 2 "$trainer" "${quick[@]}" --set model.name=gpt
     expect_rc 2; expect_grep "model.name: gpt needs token data \(data.dataset: tokens\)" ;;
@@ -276,14 +320,21 @@ SH
     csv=$work/s.csv
     seq_args=(--config "$src/configs/sequence-lstm.yaml")
     printf 'time,a,b\n' > "$csv"; for i in $(seq 1 300); do echo "$i,$i,$((i * 2))"; done >> "$csv"
+    # Each mistake gets its own message: the file, the line and column where there is one, and
+    # what is wrong there.
     run mpirun -np 2 "$trainer" "${seq_args[@]}" --set data.path="$csv" --set "data.features=[a, c]" --set "data.targets=[b]"
-    expect_rc 2; expect_grep "s.csv"; expect_grep "'c'|\"c\"| c[ :,]"
+    expect_rc 2; expect_grep "trainer: error: .*/s.csv: no column 'c' \(data.features\); the header has: time, a, b$"
     sed -i '120s/.*/120,12x0,240/' "$csv"
     run mpirun -np 2 "$trainer" "${seq_args[@]}" --set data.path="$csv" --set "data.features=[a]" --set "data.targets=[b]"
-    expect_rc 2; expect_grep "s.csv:120"
-    head -20 "$csv" | sed '120d' > "$work/short.csv"
+    expect_rc 2; expect_grep "trainer: error: .*/s.csv:120: column 'a': '12x0' is not a number$"
+    sed -i '120s/.*/120,120,240/; 77s/.*/76,5/' "$csv"
+    run mpirun -np 2 "$trainer" "${seq_args[@]}" --set data.path="$csv" --set "data.features=[a]" --set "data.targets=[b]"
+    expect_rc 2; expect_grep "trainer: error: .*/s.csv:77: 2 values, the header names 3 columns$"
+    head -20 "$csv" > "$work/short.csv"
     run mpirun -np 2 "$trainer" "${seq_args[@]}" --set data.path="$work/short.csv" --set "data.features=[a]" --set "data.targets=[b]" --set data.window=48
-    expect_rc 2; expect_grep "short.csv"; expect_no_grep "terminate called|Aborted" ;;
+    expect_rc 2
+    expect_grep "trainer: error: .*/short.csv: the validation split has [0-9]+ rows, fewer than data.window \+ data.horizon = 49"
+    expect_no_grep "terminate called|Aborted" ;;
   bad_png)
     mkdir -p "$work/img"
     cp "$src"/data/images-sample/*.png "$work/img/" 2>/dev/null
@@ -304,17 +355,25 @@ SH
     [ "${sync_wait:-0}" -ge 30 ] || fail "without workers the step waited only ${sync_wait}%"
     [ "${async_wait:-100}" -le 10 ] || fail "with 8 workers the step still waited ${async_wait}%" ;;
   bf16_matches_fp32)
-    # bf16 autocast on CPU: gpt-tiny's final loss within 2% of the fp32 run's.
+    # bf16 autocast on CPU: gpt-tiny's final loss within 2% of the fp32 run's. And bf16 is really
+    # on: step 1 (the same weights and batch in both runs) computes another loss, close to fp32's
+    # but not equal (the metrics files hold the losses in full precision).
     final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }
+    step1_loss() { "$TRAINER_PYTHON" -c 'import json, sys
+print(next(r["loss"] for r in map(json.loads, open(sys.argv[1])) if r.get("step") == 1 and r["type"] == "step"))' "$1"; }
     tiny=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
           --set train.steps=200 --set train.eval_samples=32)
-    run mpirun -np 2 "$trainer" "${tiny[@]}" --set train.precision=fp32
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set train.precision=fp32 --set log.metrics="$work/fp32.jsonl"
     expect_rc 0; fp32=$(final_loss)
-    run mpirun -np 2 "$trainer" "${tiny[@]}" --set train.precision=bf16
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set train.precision=bf16 --set log.metrics="$work/bf16.jsonl"
     expect_rc 0; expect_grep "precision bf16"; bf16=$(final_loss)
     echo "final loss: fp32 $fp32, bf16 $bf16"
     awk -v a="$fp32" -v b="$bf16" 'BEGIN { d = (b - a) / a; exit !(d < 0.02 && d > -0.02) }' ||
-      fail "bf16 final loss $bf16 is not within 2% of fp32's $fp32" ;;
+      fail "bf16 final loss $bf16 is not within 2% of fp32's $fp32"
+    a=$(step1_loss "$work/fp32.jsonl"); b=$(step1_loss "$work/bf16.jsonl")
+    echo "step 1 loss: fp32 $a, bf16 $b"
+    awk -v a="$a" -v b="$b" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d; exit !(d > 1e-6 && d < 0.01) }' ||
+      fail "step 1 loss in bf16 ($b) is not a bf16 rounding of fp32's ($a): bf16 did nothing, or too much" ;;
   metrics_and_plots)
     # log.metrics: a record per logged step and evaluation; a resumed run appends without
     # repeating steps; scripts/plot_metrics.py turns the file into PNGs.
@@ -345,7 +404,7 @@ PY
     final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }
     c=(--set train.steps=60 --set checkpoint.dir="$work/ck" --set checkpoint.every=15 --set log.every=15)
     run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.keep_last=2
-    expect_rc 0; whole=$(final_loss)
+    expect_rc 0; whole=$(final_loss); cp "$work/ck/final.safetensors" "$work/whole.safetensors"
     expect_grep "checkpoint.keep_last = 2: deleted .*step_000015.safetensors"
     [ ! -e "$work/ck/step_000030.safetensors" ] && [ -e "$work/ck/step_000045.safetensors" ] ||
       fail "keep_last kept the wrong checkpoints: $(ls "$work/ck")"
@@ -359,6 +418,9 @@ PY
     expect_grep "resumed from .*step_000045.safetensors: 45 steps done"
     [ "$(final_loss)" = "$whole" ] || fail "resumed run ended at $(final_loss), the uninterrupted one at $whole"
     echo "final loss $whole both ways"
+    # The tensors themselves: the same ranks and order as the uninterrupted run, so bitwise.
+    # (The damaged final.safetensors was overwritten by the resumed run's.)
+    same_tensors "$work/ck/final.safetensors" "$work/whole.safetensors" 0
     # Asked for by name, a damaged checkpoint is an error naming it.
     # A byte of the tensor data: past the 8-byte length and the JSON header it announces.
     header=$(od -An -t u8 -N 8 "$work/ck/step_000045.safetensors" | tr -d ' ')
@@ -367,13 +429,16 @@ PY
     expect_rc 2; expect_grep "checkpoint.resume: .*step_000045.safetensors: corrupt" ;;
   killed_rank_ends_job)
     # Rank 1 of 3 is killed (SIGKILL) mid-training: the job ends within ddp.timeout_s + 20 s with
-    # a non-zero exit and a message naming rank 1, and the last periodic checkpoint is intact.
+    # a non-zero exit, the surviving ranks' processes end with it, and the last periodic
+    # checkpoint is intact. Plain mpirun ends the job itself (its message names rank 1); with
+    # --enable-recovery it leaves the survivors running, and their own collective timeout must
+    # end them, each naming the collective and step it waited on.
     echo "+ mpirun -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 ... (then SIGKILL rank 1)"
     mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 \
       --set checkpoint.dir="$work/ck" --set checkpoint.every=20 >"$out" 2>&1 &
     mpirun_pid=$!
     for _ in $(seq 600); do [ -e "$work/ck/step_000040.safetensors" ] && break; sleep 0.1; done
-    victim=$(rank_pid $mpirun_pid 1)
+    victim=$(rank_pid $mpirun_pid 1); survivors="$(rank_pid $mpirun_pid 0) $(rank_pid $mpirun_pid 2)"
     [ -n "$victim" ] || fail "could not find rank 1's process"
     kill -KILL "$victim"
     killed_at=$(date +%s)
@@ -383,11 +448,31 @@ PY
     echo "job ended $took s after SIGKILL with exit code $rc"
     [ "$rc" != 0 ] || fail "exit code 0 after a rank died"
     [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
+    for p in $survivors; do ! kill -0 "$p" 2>/dev/null || fail "surviving rank process $p still runs"; done
     expect_grep "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9"
     grep -E "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9" "$out" | head -1
     last=$(ls "$work/ck"/step_*.safetensors | sort | tail -1)
     run "$trainer" "${quick[@]}" --set checkpoint.dir="$work/ck" --set checkpoint.resume="$last" --dry-run
-    expect_rc 0; expect_grep "resumed from .*step_[0-9]+.safetensors" ;;
+    expect_rc 0; expect_grep "resumed from .*step_[0-9]+.safetensors"
+    # The survivors on their own: mpirun --enable-recovery does not end the job when rank 1 dies.
+    echo "+ mpirun --enable-recovery -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 ... (then SIGKILL rank 1)"
+    mpirun --enable-recovery -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 \
+      --set ddp.timeout_s=10 --set log.every=1 >"$out" 2>&1 &
+    mpirun_pid=$!
+    for _ in $(seq 600); do grep -q "step +3/" "$out" && break; sleep 0.1; done
+    victim=$(rank_pid $mpirun_pid 1); survivors="$(rank_pid $mpirun_pid 0) $(rank_pid $mpirun_pid 2)"
+    [ -n "$victim" ] || fail "could not find rank 1's process"
+    kill -KILL "$victim"
+    killed_at=$(date +%s)
+    ends_within_60s $mpirun_pid || { kill -KILL $mpirun_pid; fail "the survivors still run 60 s after rank 1 died"; }
+    wait $mpirun_pid
+    took=$(( $(date +%s) - killed_at ))
+    echo "the survivors ended the job $took s after SIGKILL"
+    [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
+    for p in $survivors; do ! kill -0 "$p" 2>/dev/null || fail "surviving rank process $p still runs"; done
+    expect_grep "\[[02]/3\] \[error\] rank [02]: .* did not complete at step [0-9]+: waited [0-9.]+ s, past ddp.timeout_s = 10 s"
+    expect_grep "\[[02]/3\] \[error\] aborting the job \(exit code 3\)"
+    grep -E "did not complete at step" "$out" | head -1 ;;
   progress_bar)
     # log.progress auto: a live bar on a terminal (a pseudo-terminal from util-linux's script),
     # none in a redirected log, whose step lines carry the ETA instead.

@@ -1,6 +1,6 @@
 // GPU tier: NCCL at world size 1, the Reducer on CUDA tensors, and GPU training against CPU
 // training. Every test skips with a reason where no CUDA device is present; on a GPU machine they
-// run in full. Run under mpirun -np 1 (MPI is the control plane that bootstraps NCCL).
+// run in full, and fail where the build has no NCCL. Run under mpirun -np 1 (MPI is the control plane that bootstraps NCCL).
 #include <ATen/ATen.h>
 #include <chrono>
 #include <cstdio>
@@ -29,10 +29,16 @@
 
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                              \
-  do {                                                                                  \
-    if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine"; \
-    if (!ddp::nccl_available()) GTEST_SKIP() << "this build has no NCCL";               \
+// Skips only where no CUDA device is (ctest's SKIP_REGULAR_EXPRESSION matches that text). A
+// device without NCCL in the build is a failure, not a skip: the tier would otherwise pass having
+// tested nothing on a GPU machine.
+#define SKIP_WITHOUT_GPU()                                                                   \
+  do {                                                                                       \
+    if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";  \
+    if (!ddp::nccl_available()) {                                                            \
+      GTEST_FAIL() << "a CUDA device is present but this build has no NCCL (it needs the "   \
+                      "CUDA toolkit and nccl.h at configure time: cmake/TrainerDeps.cmake)"; \
+    }                                                                                        \
   } while (0)
 
 std::unique_ptr<ddp::Communicator> nccl(ddp::Communicator& control) {

@@ -1,8 +1,9 @@
 // The N-rank vs 1-rank equivalence test (docs/DESIGN.md, "Global batch semantics"): after 20
 // optimizer steps, parameters trained on W ranks equal those trained by one process on the same
-// global batch, to a relative error below 1e-5, also when the global batch does not divide by W.
-// Each rank trains twice: over the whole world, and alone over MPI_COMM_SELF (the 1-rank
-// reference), then compares.
+// global batch, to a relative error below 1e-5, also when the global batch does not divide by W;
+// and step 1's reduced gradients and their norm equal the single process's to 1e-6. Each rank
+// trains twice: over the whole world, and alone over MPI_COMM_SELF (the 1-rank reference), then
+// compares.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -45,9 +46,14 @@ ddp: {{first_bucket_mb: {}, bucket_mb: {}}}
 )", c.global_batch, c.micro_batch, c.grad_clip, c.bucket_mb, c.bucket_mb);
 }
 
-std::vector<at::Tensor> train_parameters(ddp::Communicator& comm, const Case& c,
-                                         std::vector<at::Tensor>* initial = nullptr,
-                                         size_t* buckets = nullptr) {
+struct Trained {
+  std::vector<at::Tensor> parameters;    // after the last step
+  std::vector<at::Tensor> step1_grads;   // the reduced gradients after step 1 (clipped)
+  double step1_grad_norm = 0;            // their global norm before clipping
+};
+
+Trained train_parameters(ddp::Communicator& comm, const Case& c,
+                         std::vector<at::Tensor>* initial = nullptr, size_t* buckets = nullptr) {
   const auto config = launcher::parse_config(config_text(c), "equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
@@ -58,9 +64,14 @@ std::vector<at::Tensor> train_parameters(ddp::Communicator& comm, const Case& c,
   if (initial != nullptr) {
     for (const auto& p : model->parameters()) initial->push_back(p.detach().clone());
   }
-  for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
-  std::vector<at::Tensor> out;
-  for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
+  Trained out;
+  for (int64_t s = 0; s < config.train.steps; ++s) {
+    const train::StepResult r = trainer.step(s);
+    if (s > 0) continue;
+    out.step1_grad_norm = r.grad_norm;
+    for (const auto& p : model->parameters()) out.step1_grads.push_back(p.grad().detach().clone());
+  }
+  for (const auto& p : model->parameters()) out.parameters.push_back(p.detach().clone());
   return out;
 }
 
@@ -73,15 +84,22 @@ TEST_P(Equivalence, WorldMatchesSingleProcess) {
   auto self = trainer_test::runtime().self(std::chrono::seconds(60));
   std::vector<at::Tensor> initial;
   size_t buckets = 0;
-  const auto distributed = train_parameters(*world, c, &initial, &buckets);
-  const auto reference = train_parameters(*self, c);
-  ASSERT_EQ(distributed.size(), reference.size());
-  const double err = relative_error(distributed, reference);
+  const Trained distributed = train_parameters(*world, c, &initial, &buckets);
+  const Trained reference = train_parameters(*self, c);
+  ASSERT_EQ(distributed.parameters.size(), reference.parameters.size());
+  // Step 1's gradients, tightly: AdamW's update hardly changes when every gradient is off by a
+  // constant factor (a wrong mean over ranks), their norm and values do.
+  const double grad_err = relative_error(distributed.step1_grads, reference.step1_grads);
+  EXPECT_LT(grad_err, 1e-6) << "step 1 gradients, world " << world->size();
+  EXPECT_GT(reference.step1_grad_norm, 0);
+  EXPECT_NEAR(distributed.step1_grad_norm, reference.step1_grad_norm,
+              1e-6 * reference.step1_grad_norm);
+  const double err = relative_error(distributed.parameters, reference.parameters);
   EXPECT_LT(err, 1e-5) << "world " << world->size() << " global batch " << c.global_batch;
   // The comparison means something only if training moved the parameters.
-  EXPECT_GT(relative_error(reference, initial), 1e-2);
+  EXPECT_GT(relative_error(reference.parameters, initial), 1e-2);
   // And every rank holds the same parameters.
-  for (const auto& p : distributed) {
+  for (const auto& p : distributed.parameters) {
     at::Tensor max = p.clone();
     at::Tensor min = p.clone();
     world->all_reduce(max, ddp::ReduceOp::kMax);
@@ -89,8 +107,10 @@ TEST_P(Equivalence, WorldMatchesSingleProcess) {
     EXPECT_TRUE(at::equal(max, min));
   }
   if (world->rank() == 0) {
-    fmt::print("world {} global batch {} micro {} buckets {} ({} MiB): relative error {:.2e}\n",
-               world->size(), c.global_batch, c.micro_batch, buckets, c.bucket_mb, err);
+    fmt::print("world {} global batch {} micro {} buckets {} ({} MiB): relative error {:.2e}, "
+               "step 1 gradients {:.2e} (norm {:.6g})\n",
+               world->size(), c.global_batch, c.micro_batch, buckets, c.bucket_mb, err, grad_err,
+               distributed.step1_grad_norm);
   }
 }
 

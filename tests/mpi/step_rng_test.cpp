@@ -2,7 +2,8 @@
 // straight, and trained 4 steps, checkpointed, and resumed in a fresh Trainer for 4 more, ends
 // with bitwise equal parameters and AdamW moments, with and without activation checkpointing
 // (whose recompute restores the generators around itself). Without the per-step reseeding the
-// resumed run draws other masks: the fresh Trainer's memory probe alone moves the stream.
+// resumed run draws other masks: the fresh Trainer's memory probe alone moves the stream. That
+// the masks are drawn at all is checked too: the run without dropout ends elsewhere.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -20,15 +21,15 @@
 
 namespace {
 
-std::string config_yaml(bool checkpoint_activations) {
+std::string config_yaml(bool checkpoint_activations, double dropout = 0.1) {
   return fmt::format(
-      "model: {{name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4, dropout: 0.1, "
+      "model: {{name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4, dropout: {}, "
       "checkpoint_activations: {}}}\n"
       "data: {{dataset: tokens, path: {}/data/tokens-sample, context: 16, vocab_size: 256, "
       "workers: 1}}\n"
       "train: {{device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 8, lr: 0.003, "
       "warmup_steps: 2, seed: 21}}\n",
-      checkpoint_activations, TRAINER_SOURCE_DIR);
+      dropout, checkpoint_activations, TRAINER_SOURCE_DIR);
 }
 
 void expect_exact_continuation(bool checkpoint_activations) {
@@ -42,7 +43,16 @@ void expect_exact_continuation(bool checkpoint_activations) {
   const std::string resumed = dir + "/resumed.safetensors";
 
   using trainer_test::train_until;
-  train_until(*comm, yaml, 8, 1, "", straight);
+  const auto straight_params = train_until(*comm, yaml, 8, 1, "", straight);
+  // The masks are really drawn: without dropout the same run ends elsewhere (else the equality
+  // below would hold whatever the generators did).
+  const auto no_dropout = train_until(*comm, config_yaml(checkpoint_activations, 0.0), 8, 1, "", "");
+  ASSERT_EQ(no_dropout.size(), straight_params.size());
+  bool dropout_mattered = false;
+  for (size_t i = 0; i < no_dropout.size(); ++i) {
+    dropout_mattered = dropout_mattered || !at::equal(no_dropout[i], straight_params[i]);
+  }
+  EXPECT_TRUE(dropout_mattered) << "dropout 0.1 trained to the same parameters as dropout 0";
   train_until(*comm, yaml, 4, 1, "", half);
   // Some draws between the runs, as a fresh process would have made others.
   at::rand({1000});

@@ -2,9 +2,11 @@
 
     python <model>.py IN.safetensors OUT.safetensors
 
-IN holds the model's parameters by the trainer's names, `inputs` and `targets`, and the model's
-options as string metadata. run(loss_of) loads them (parameters as float32 leaves that require
-grad), calls loss_of(meta, params, inputs, targets), runs backward and writes OUT: `loss` (0-dim)
+IN holds the model's parameters by the trainer's names, `inputs` and `targets`, the model's
+options as string metadata, and optionally frozen tensors (buffers: weights that get no gradient,
+integer tables) as `frozen.<name>`. run(loss_of) loads them (parameters as float32 leaves that
+require grad; frozen tensors as they are, under their name without the prefix, in the same
+dict), calls loss_of(meta, params, inputs, targets), runs backward and writes OUT: `loss` (0-dim)
 and `grad.<name>` for every parameter."""
 import sys
 
@@ -20,8 +22,10 @@ def run(loss_of, usage):
     with safe_open(src, "pt") as f:
         meta = f.metadata()
     inputs, targets = tensors.pop("inputs"), tensors.pop("targets")
+    frozen = {name[len("frozen."):]: tensors.pop(name) for name in list(tensors)
+              if name.startswith("frozen.")}
     params = {name: t.float().clone().requires_grad_(True) for name, t in tensors.items()}
-    loss = loss_of(meta, params, inputs, targets)
+    loss = loss_of(meta, {**frozen, **params}, inputs, targets)
     loss.backward()
     result = {"loss": loss.detach().reshape(())}
     for name, t in params.items():

@@ -4,14 +4,27 @@
 #include "train/step_rng.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <set>
 
+#include "data/splitmix.h"
+
 namespace {
 
+// Known answers, computed apart from the code under test (Python, from the contract in
+// step_rng.h: splitmix64 chained over seed ^ "STEPRAND", step, rank), so a change of the formula
+// or of splitmix64 (whose first output for 0 is the published 0xe220a8397b1dcdaf) shows here.
+TEST(StepRng, SeedsAreSplitmixChainedOverSeedStepAndRank) {
+  EXPECT_EQ(data::splitmix64(0), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(train::step_seed(42, 7, 1), 0x20dbc73b8f203fc2ULL);
+  EXPECT_EQ(train::step_seed(42, 7, 0), 0x07e9892bb0804eb1ULL);
+  EXPECT_EQ(train::step_seed(0, 0, 0), 0x79bd28277adcceefULL);
+  EXPECT_EQ(train::step_seed(1234567, 100000, 7), 0xc79660aef934dae6ULL);
+}
+
 TEST(StepRng, SeedsAreAFunctionOfSeedStepAndRank) {
-  EXPECT_EQ(train::step_seed(42, 7, 1), train::step_seed(42, 7, 1));
   EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(42, 7, 0));
   EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(42, 8, 1));
   EXPECT_NE(train::step_seed(42, 7, 1), train::step_seed(43, 7, 1));
@@ -36,6 +49,9 @@ TEST(StepRng, ReseedingReplaysTheDrawsWhateverCameBefore) {
   const c10::Device cpu(c10::kCPU);
   train::seed_step_generators(42, 5, 1, cpu);
   const at::Tensor a = at::rand({64});
+  // What it draws is what a fresh generator seeded with step_seed draws.
+  EXPECT_TRUE(at::equal(
+      a, at::rand({64}, at::make_generator<at::CPUGeneratorImpl>(train::step_seed(42, 5, 1)))));
   const at::Tensor an = at::randn({3});  // leaves a cached normal sample behind
   at::rand({1000});                      // the stream moves on
   train::seed_step_generators(42, 5, 1, cpu);
