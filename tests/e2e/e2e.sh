@@ -121,9 +121,9 @@ SH
   print_config_roundtrip)
     # The printed configuration, fed back in, prints the same text: every value survives the
     # round trip, the --set ones (a float, an integer, a list, a choice) included.
-    run "$trainer" "${quick[@]}" --print-config --set train.lr=0.02 --set ddp.timeout_s=33 \
+    run "$trainer" "${quick[@]}" --print-config --set train.lr=0.0123456789 --set ddp.timeout_s=33 \
       --set "memory.fallback=[halve_micro_batch]" --set train.precision=bf16
-    expect_rc 0; expect_grep "^  lr: 0.02$"; expect_grep "^  timeout_s: 33$"
+    expect_rc 0; expect_grep "^  lr: 0.0123456789$"; expect_grep "^  timeout_s: 33$"
     expect_grep "^  fallback: \[halve_micro_batch\]$"; expect_grep "^  precision: bf16$"
     cp "$out" "$work/printed.yaml"
     run "$trainer" --config "$work/printed.yaml" --print-config
