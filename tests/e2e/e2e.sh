@@ -49,6 +49,18 @@ rank_pid() {
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
   done
 }
+# Waits up to 10 s for each of the processes "$@" to end (a zombie has ended); fails (1) if one
+# still runs.
+all_end_within_10s() {
+  local p _
+  for p in "$@"; do
+    for _ in $(seq 100); do
+      { ! kill -0 "$p" 2>/dev/null || [ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" = Z ]; } && break
+      sleep 0.1
+    done
+    { ! kill -0 "$p" 2>/dev/null || [ "$(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null)" = Z ]; } || return 1
+  done
+}
 # Waits up to 60 s for process $1 to end; fails (1) if it still runs.
 ends_within_60s() {
   local _
@@ -448,7 +460,7 @@ PY
     echo "job ended $took s after SIGKILL with exit code $rc"
     [ "$rc" != 0 ] || fail "exit code 0 after a rank died"
     [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
-    for p in $survivors; do ! kill -0 "$p" 2>/dev/null || fail "surviving rank process $p still runs"; done
+    all_end_within_10s $survivors || fail "a surviving rank's process ($survivors) still runs"
     expect_grep "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9"
     grep -E "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9" "$out" | head -1
     last=$(ls "$work/ck"/step_*.safetensors | sort | tail -1)
@@ -469,7 +481,7 @@ PY
     took=$(( $(date +%s) - killed_at ))
     echo "the survivors ended the job $took s after SIGKILL"
     [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
-    for p in $survivors; do ! kill -0 "$p" 2>/dev/null || fail "surviving rank process $p still runs"; done
+    all_end_within_10s $survivors || fail "a surviving rank's process ($survivors) still runs"
     expect_grep "\[[02]/3\] \[error\] rank [02]: .* did not complete at step [0-9]+: waited [0-9.]+ s, past ddp.timeout_s = 10 s"
     expect_grep "\[[02]/3\] \[error\] aborting the job \(exit code 3\)"
     grep -E "did not complete at step" "$out" | head -1 ;;
