@@ -18,34 +18,16 @@ here from the encoder's weights and the texts, not read from the model's cache. 
 import math
 
 import torch
+from gpt import gelu_tanh
 from reference_io import run
+from sequence import gelu_erf, layer_norm, linear  # layer_norm spelled out, eps 1e-5 (GPT-2's)
 
 PAD_ID = 256
-LAYER_NORM_EPS = 1e-5
 
 
 def conv1d(x, p, name):
     """GPT-2's Conv1D layout: weight [in, out]."""
     return x @ p[name + ".weight"] + p[name + ".bias"]
-
-
-def linear(x, p, name):
-    """torch.nn.Linear's layout: weight [out, in]."""
-    return x @ p[name + ".weight"].t() + p[name + ".bias"]
-
-
-def layer_norm(x, p, name):
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + LAYER_NORM_EPS) * p[name + ".weight"] + p[name + ".bias"]
-
-
-def gelu_tanh(x):
-    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-
-
-def gelu_erf(x):
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
 def encode(p, tokens, layers, heads):
