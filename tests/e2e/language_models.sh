@@ -22,6 +22,8 @@ losses() {
 tiny=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
   --set train.device=cpu --set log.every=5 --set train.warmup_steps=0)
 
+# One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
+# list from these labels (trainer_script_cases).
 case $case_name in
   hf_finetune_np2)
     # configs/gpt2.yaml from a (small, random) Hugging Face GPT-2 with GPT-2's vocabulary, on
