@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ddp/gather.h"
+#include "train/precision.h"
 
 namespace launcher {
 namespace {
@@ -58,7 +59,7 @@ void log_banner(const Startup& s) {
   spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}", config.model.name,
                n_params, config.data.dataset, s.dataset->size(), config.train.global_batch_size);
   for (const auto& line : lines) spdlog::info("{}", line);
-  spdlog::info("precision {}; {}", config.train.precision, s.device_flags);
+  spdlog::info("precision {}; {}", train::to_string(config.train.precision), s.device_flags);
   spdlog::info("memory plan (rank 0): {}",
                trainer.memory_estimate().describe(trainer.plan().micro_batch));
   if (trainer.plan().micro_clamped && config.train.micro_batch_size > 0) {

@@ -202,7 +202,7 @@ TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
   SKIP_WITHOUT_GPU();
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
-  for (const std::string cell : {"lstm", "transformer"}) {
+  for (const auto cell : {models::SequenceCell::kLstm, models::SequenceCell::kTransformer}) {
     models::SequenceOptions o;
     o.cell = cell;
     o.features = 5;
@@ -216,7 +216,7 @@ TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
     at::manual_seed(7);
     auto cpu = std::make_shared<models::SequenceForecaster>(o);
     auto cuda = std::make_shared<models::SequenceForecaster>(o);
-    SCOPED_TRACE(cell);
+    SCOPED_TRACE(models::kSequenceCellNames.at(static_cast<size_t>(cell)));
     expect_cuda_matches_cpu(cpu, cuda, at::randn({6, 24, 5}), at::randn({6, 3, 2}));
   }
   for (int64_t scale : {1, 2}) {
@@ -225,7 +225,7 @@ TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
     o.scale = scale;
     o.base_channels = 16;
     o.num_blocks = 2;
-    o.loss = "l1";
+    o.loss = models::CnnLoss::kL1;
     at::manual_seed(7);
     auto cpu = std::make_shared<models::RestorationCnn>(o);
     auto cuda = std::make_shared<models::RestorationCnn>(o);
