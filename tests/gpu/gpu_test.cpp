@@ -523,11 +523,11 @@ TEST(Gpu, Tf32FlagDecidesMatmulPrecision) {
   auto error = [&] {
     return ((at::matmul(a, b).to(at::kDouble) - exact).norm() / exact.norm()).item<double>();
   };
-  EXPECT_NE(train::apply_device_flags(dev, "off", false).find("TF32 matmuls and convolutions off"),
+  EXPECT_NE(train::apply_device_flags(dev, train::Switch::kOff, false).find("TF32 matmuls and convolutions off"),
             std::string::npos);
   EXPECT_FALSE(train::tf32_enabled());
   const double fp32 = error();
-  const std::string line = train::apply_device_flags(dev, "auto", true);
+  const std::string line = train::apply_device_flags(dev, train::Switch::kAuto, true);
   EXPECT_NE(line.find("TF32 matmuls and convolutions on"), std::string::npos) << line;
   EXPECT_NE(line.find("cuDNN autotuning on"), std::string::npos) << line;
   EXPECT_TRUE(train::tf32_enabled());
@@ -536,7 +536,7 @@ TEST(Gpu, Tf32FlagDecidesMatmulPrecision) {
   EXPECT_LT(fp32, 1e-5);
   EXPECT_GT(tf32, 10 * fp32);  // 10 mantissa bits instead of 23
   EXPECT_LT(tf32, 1e-2);
-  train::apply_device_flags(dev, "off", false);
+  train::apply_device_flags(dev, train::Switch::kOff, false);
 }
 
 }  // namespace
