@@ -58,7 +58,8 @@ class Dataset {
   virtual std::shared_ptr<const Dataset> validation() const { return nullptr; }
 };
 
-// The data section of the config (declared with defaults in launcher/config_schema.cpp).
+// The data section of the config (declared with defaults in launcher/config_schema.cpp; the
+// initialisers here are only zero values).
 struct DataOptions {
   std::string dataset;
   int64_t num_samples = 0;
@@ -71,8 +72,8 @@ struct DataOptions {
                           // csv: a .csv file; images: a directory of .png files
   std::string val_path;   // tokens, images: the validation split (tokens: empty = the directory's
                           // files named *val*)
-  int64_t text_len = 64;  // movielens: bytes of each item's text
-  int64_t negatives = 8;  // movielens: samples (each with its own negative) per interaction
+  int64_t text_len = 0;   // movielens: bytes of each item's text
+  int64_t negatives = 0;  // movielens: samples (each with its own negative) per interaction
   // tokens
   int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
   int64_t vocab_size = 0;  // token ids must be below this
@@ -85,7 +86,7 @@ struct DataOptions {
   double val_fraction = 0.0;  // csv, images: the last fraction of rows (images: files) held out
   // images
   int64_t patch_size = 0;       // target crop side, in pixels
-  int64_t scale = 1;            // 1: denoise; 2 or 4: super-resolution
+  int64_t scale = 0;            // 1: denoise; 2 or 4: super-resolution
   double noise_std = 0.0;       // Gaussian noise added to inputs (on [0, 1] pixel values)
   int64_t crops_per_image = 0;  // samples per image per epoch
   // loader

@@ -39,9 +39,11 @@
 
 namespace data {
 
+// Built from data.workers, data.prefetch and data.inject_read_delay_ms, whose defaults the config
+// schema declares; name the fields where you build one (LoaderOptions{.workers = 2, ...}).
 struct LoaderOptions {
   int64_t workers = 0;
-  int64_t prefetch = 1;
+  int64_t prefetch = 0;  // below 1: 1
   int64_t read_delay_ms = 0;
   bool pin_memory = false;
 };

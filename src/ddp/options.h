@@ -1,9 +1,16 @@
-// Options of the ddp section of the config (declared with defaults in launcher/config_schema.cpp).
+// Options of the ddp section of the config (declared with defaults in launcher/config_schema.cpp;
+// the initialisers here are only zero values). Choice keys are enums, with their names indexed by
+// the enum's value.
 #pragma once
 
+#include <array>
 #include <string>
 
 namespace ddp {
+
+// ddp.reduce_dtype: the dtype of the gradient all-reduce.
+enum class ReduceDtype { kFp32, kBf16 };
+inline constexpr std::array<const char*, 2> kReduceDtypeNames = {"fp32", "bf16"};
 
 struct DdpOptions {
   std::string backend;           // auto | nccl | mpi
@@ -11,7 +18,7 @@ struct DdpOptions {
   double first_bucket_mb = 0;    // cap of the first gradient bucket
   double bucket_mb = 0;          // cap of the other buckets
   bool find_unused_parameters = false;
-  std::string reduce_dtype;      // fp32 | bf16: dtype of the gradient all-reduce
+  ReduceDtype reduce_dtype{};    // fp32 | bf16: dtype of the gradient all-reduce
 };
 
 }  // namespace ddp

@@ -28,9 +28,16 @@ struct Config {
   train::LogOptions log;
 
   train::TrainerOptions trainer_options() const {
-    return {train, ddp, memory, checkpoint, log,
-            data::LoaderOptions{data.workers, data.prefetch, data.inject_read_delay_ms, false},
-            /*config_text=*/""};
+    return {.train = train,
+            .ddp = ddp,
+            .memory = memory,
+            .checkpoint = checkpoint,
+            .log = log,
+            .loader = {.workers = data.workers,
+                       .prefetch = data.prefetch,
+                       .read_delay_ms = data.inject_read_delay_ms,
+                       .pin_memory = false},
+            .config_text = ""};
   }
 };
 

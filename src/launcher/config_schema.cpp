@@ -7,9 +7,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "memory/allocator_guard.h"
 #include "models/gpt.h"
@@ -126,20 +128,45 @@ KeyDef text(std::string path, Access<std::string> access, std::string def,
           [=](const Config& c) { return yaml_string(field(access, c)); }};
 }
 
+// The position of `node`'s value among `options`; a ValueError naming them otherwise.
+size_t choice_index(const YAML::Node& node, const std::vector<std::string>& options) {
+  const std::string& v = scalar(node, "one of the choices");
+  const auto it = std::find(options.begin(), options.end(), v);
+  if (it == options.end()) {
+    throw ValueError(fmt::format("'{}' is not one of: {}", v, fmt::join(options, ", ")));
+  }
+  return static_cast<size_t>(it - options.begin());
+}
+
+// A choice kept as a string: a name from an open set (a registry's models, datasets, presets),
+// which the registry looks up once, or a launcher key read once at start-up (train.device,
+// ddp.backend, log.level).
 KeyDef choice(std::string path, Access<std::string> access, std::string def,
               std::vector<std::string> options, std::string description) {
   const bool required = def.empty();
   return {std::move(path), "choice", std::move(def), fmt::format("{}", fmt::join(options, " | ")),
           std::move(description), required,
-          [=](Config& c, const YAML::Node& n) {
-            const std::string& v = scalar(n, "one of the choices");
-            if (std::find(options.begin(), options.end(), v) == options.end()) {
-              throw ValueError(
-                  fmt::format("'{}' is not one of: {}", v, fmt::join(options, ", ")));
-            }
-            access(c) = v;
-          },
+          [=](Config& c, const YAML::Node& n) { access(c) = options[choice_index(n, options)]; },
           [=](const Config& c) { return field(access, c); }};
+}
+
+// The enum type a FIELD accessor names.
+template <class Get>
+using FieldType = std::remove_cvref_t<std::invoke_result_t<Get, Config&>>;
+
+// A closed choice, stored as an enum whose value indexes `names` (the names the option struct
+// declares beside the enum): parsed here once, printed back by name.
+template <class Get, size_t N>
+KeyDef enum_choice(std::string path, Get access, std::string def,
+                   const std::array<const char*, N>& names, std::string description) {
+  using E = FieldType<Get>;
+  const std::vector<std::string> options(names.begin(), names.end());
+  return {std::move(path), "choice", std::move(def), fmt::format("{}", fmt::join(options, " | ")),
+          std::move(description), false,
+          [=](Config& c, const YAML::Node& n) { access(c) = static_cast<E>(choice_index(n, options)); },
+          [=](const Config& c) {
+            return options.at(static_cast<size_t>(access(const_cast<Config&>(c))));
+          }};
 }
 
 KeyDef boolean(std::string path, Access<bool> access, std::string def, std::string description) {
@@ -157,26 +184,28 @@ KeyDef boolean(std::string path, Access<bool> access, std::string def, std::stri
           [=](const Config& c) { return std::string(field(access, c) ? "true" : "false"); }};
 }
 
-// A list of choices, e.g. [halve_micro_batch, uncache_embeddings]; [] is allowed.
-KeyDef choice_list(std::string path, Access<std::vector<std::string>> access, std::string def,
-                   std::vector<std::string> options, std::string description) {
+// A list of closed choices, e.g. [halve_micro_batch, uncache_embeddings], stored as enums like
+// enum_choice's; [] is allowed.
+template <class Get, size_t N>
+KeyDef enum_list(std::string path, Get access, std::string def,
+                 const std::array<const char*, N>& names, std::string description) {
+  using E = typename FieldType<Get>::value_type;
+  const std::vector<std::string> options(names.begin(), names.end());
   return {std::move(path), "list", std::move(def), fmt::format("of: {}", fmt::join(options, ", ")),
           std::move(description), false,
           [=](Config& c, const YAML::Node& n) {
             if (!n.IsSequence()) {
               throw ValueError(fmt::format("expected a list like [{}], got {}", options[0], kind_of(n)));
             }
-            std::vector<std::string> values;
-            for (const auto& item : n) {
-              const std::string& v = scalar(item, "one of the choices");
-              if (std::find(options.begin(), options.end(), v) == options.end()) {
-                throw ValueError(fmt::format("'{}' is not one of: {}", v, fmt::join(options, ", ")));
-              }
-              values.push_back(v);
-            }
+            std::vector<E> values;
+            for (const auto& item : n) values.push_back(static_cast<E>(choice_index(item, options)));
             access(c) = std::move(values);
           },
-          [=](const Config& c) { return fmt::format("[{}]", fmt::join(field(access, c), ", ")); }};
+          [=](const Config& c) {
+            std::vector<std::string> chosen;
+            for (const E v : access(const_cast<Config&>(c))) chosen.push_back(options.at(static_cast<size_t>(v)));
+            return fmt::format("[{}]", fmt::join(chosen, ", "));
+          }};
 }
 
 // A list of strings, e.g. [temperature, load]; [] is allowed.
@@ -267,10 +296,10 @@ std::vector<KeyDef> declare() {
       real("model.dropout", FIELD(model.dropout), "0.0", 0.0, 1.0, false, true, "gpt, sequence: dropout probability"),
       text("model.init_from", FIELD(model.init_from), "", "gpt: start from these weights: a Hugging Face GPT-2 directory (config.json + model.safetensors), a model.safetensors file, or a trainer checkpoint (weights only: a fresh optimizer at step 1); its dimensions replace the preset's, keys set here must agree; ignored when resuming from a checkpoint"),
       boolean("model.checkpoint_activations", FIELD(model.checkpoint_activations), "false", "gpt: recompute each block in backward instead of keeping its activations"),
-      choice("model.cell", FIELD(model.cell), "lstm", {"lstm", "transformer"}, "sequence: the encoder over the window"),
+      enum_choice("model.cell", FIELD(model.cell), "lstm", models::kSequenceCellNames, "sequence: the encoder over the window"),
       integer("model.base_channels", FIELD(model.base_channels), "64", 1, 4096, "cnn: feature channels of the residual blocks"),
       integer("model.num_blocks", FIELD(model.num_blocks), "8", 0, 1024, "cnn: residual blocks"),
-      choice("model.loss", FIELD(model.loss), "l1", {"l1", "mse"}, "cnn: loss against the clean image"),
+      enum_choice("model.loss", FIELD(model.loss), "l1", models::kCnnLossNames, "cnn: loss against the clean image"),
 
       choice("data.dataset", FIELD(data.dataset), "synthetic", data::dataset_names(), "dataset to train on"),
       text("data.path", FIELD(data.path), "", "movielens: directory with ratings.dat and movies.dat; tokens: a .bin shard or a directory of them (training: files without 'val' in the name); csv: a .csv file; images: a directory of .png files"),
@@ -314,7 +343,7 @@ std::vector<KeyDef> declare() {
       seed("train.seed", FIELD(train.seed), "42", "seed of initialisation and data order"),
       integer("train.threads", FIELD(train.threads), "0", 0, 4096, "CPU threads per rank (0: cores / ranks on the node)"),
       integer("train.eval_every", FIELD(train.eval_every), "0", 0, kMax, "log validation metrics every N steps (0: after the last step only): the loss on the validation split (tokens, csv, images; PSNR too for images), HR@10 and NDCG@10 (movielens)"),
-      choice("train.precision", FIELD(train.precision), "fp32", {"fp32", "bf16", "fp16"}, "bf16 / fp16: forward and loss under autocast (bfloat16 / float16 matmuls and convolutions); parameters, gradients, all-reduce and AdamW stay fp32; fp16 adds dynamic loss scaling"),
+      enum_choice("train.precision", FIELD(train.precision), "fp32", train::kPrecisionNames, "bf16 / fp16: forward and loss under autocast (bfloat16 / float16 matmuls and convolutions); parameters, gradients, all-reduce and AdamW stay fp32; fp16 adds dynamic loss scaling"),
       real("train.loss_scale", FIELD(train.loss_scale), "65536", 1.0, 1e30, false, false, "fp16: initial loss scale"),
       real("train.loss_scale_growth", FIELD(train.loss_scale_growth), "2.0", 1.0, 1e6, false, false, "fp16: factor the scale grows by after train.loss_scale_interval finite steps in a row"),
       real("train.loss_scale_backoff", FIELD(train.loss_scale_backoff), "0.5", 0.0, 1.0, true, true, "fp16: factor the scale shrinks by after a step with a non-finite gradient (the step is skipped)"),
@@ -322,9 +351,9 @@ std::vector<KeyDef> declare() {
       integer("train.max_skipped_steps", FIELD(train.max_skipped_steps), "50", 1, kMax, "fp16: this many skipped steps in a row end the job with a message"),
       checked_text("train.inject_nonfinite", FIELD(train.inject_nonfinite), "test hook: 'RANK:STEP[; RANK:STEP ...]' makes that rank's gradient non-finite at that step",
                    [](const std::string& v) { train::parse_nonfinite_injections(v); }),
-      choice("train.tf32", FIELD(train.tf32), "auto", {"auto", "on", "off"}, "CUDA: TF32 matmuls and convolutions (auto: on Ampere and newer)"),
+      enum_choice("train.tf32", FIELD(train.tf32), "auto", train::kSwitchNames, "CUDA: TF32 matmuls and convolutions (auto: on Ampere and newer)"),
       boolean("train.cudnn_benchmark", FIELD(train.cudnn_benchmark), "false", "CUDA: let cuDNN time its algorithms for each new input shape (fixed shapes: faster)"),
-      choice("train.channels_last", FIELD(train.channels_last), "auto", {"auto", "on", "off"}, "cnn: convolutions in channels-last (NHWC) memory format, which cuDNN's tensor-core kernels want (auto: on a GPU)"),
+      enum_choice("train.channels_last", FIELD(train.channels_last), "auto", train::kSwitchNames, "cnn: convolutions in channels-last (NHWC) memory format, which cuDNN's tensor-core kernels want (auto: on a GPU)"),
       boolean("train.cuda_graphs", FIELD(train.cuda_graphs), "false", "CUDA: capture forward + backward of a micro-batch as a CUDA graph after warm-up and replay it (launch overhead gone); falls back to eager, saying why, where capture cannot work"),
       real("train.peak_tflops", FIELD(train.peak_tflops), "0", 0.0, 1e6, false, false, "the device's dense peak TFLOP/s for MFU in the log (0: known GPUs by name: H100, H200, A100, L40S)"),
       integer("train.sample_every", FIELD(train.sample_every), "0", 0, kMax, "gpt: rank 0 logs a sample of generated text every N steps (fixed seed, eval mode; the training result is unchanged; 0: never)"),
@@ -337,9 +366,9 @@ std::vector<KeyDef> declare() {
       real("ddp.first_bucket_mb", FIELD(ddp.first_bucket_mb), "1", 0.0, 65536.0, true, false, "cap of the first gradient bucket (MiB): small, so communication starts early"),
       real("ddp.bucket_mb", FIELD(ddp.bucket_mb), "25", 0.0, 65536.0, true, false, "cap of the other gradient buckets (MiB)"),
       boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
-      choice("ddp.reduce_dtype", FIELD(ddp.reduce_dtype), "fp32", {"fp32", "bf16"}, "dtype the gradient buckets are all-reduced in: bf16 halves the bytes on the wire (gradients, parameters and AdamW stay fp32; each bucket is cast for the reduction and back)"),
+      enum_choice("ddp.reduce_dtype", FIELD(ddp.reduce_dtype), "fp32", ddp::kReduceDtypeNames, "dtype the gradient buckets are all-reduced in: bf16 halves the bytes on the wire (gradients, parameters and AdamW stay fp32; each bucket is cast for the reduction and back)"),
 
-      choice_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", {"checkpoint_activations", "halve_micro_batch", "uncache_embeddings"}, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
+      enum_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", memory::kRungNames, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),
       real("memory.fraction", FIELD(memory.fraction), "0", 0.0, 1.0, false, false, "CUDA: cap of each process's share of its device memory (0: no cap)"),
       real("memory.cpu_budget_mb", FIELD(memory.cpu_budget_mb), "0", 0.0, kInf, false, true, "CPU: tensor memory budget per rank in MiB; beyond it allocations fail as out of memory (0: none)"),
@@ -357,7 +386,7 @@ std::vector<KeyDef> declare() {
       choice("log.level", FIELD(log.level), "info", {"trace", "debug", "info", "warn", "error"}, "log level of rank 0 (other ranks log warnings and errors)"),
       integer("log.every", FIELD(log.every), "10", 1, kMax, "log a step line every N steps"),
       text("log.metrics", FIELD(log.metrics), "", "JSON Lines file with a record per logged step and evaluation (empty: checkpoint.dir/metrics.jsonl when checkpoint.dir is set; off: none)"),
-      choice("log.progress", FIELD(log.progress), "auto", {"auto", "bar", "lines", "off"}, "rank 0's progress: bar (a live bar on stderr: steps, samples/s, loss, ETA; step lines still logged above it), lines (an ETA at the end of each step line), off (neither); auto: bar when stderr is a terminal, else lines (under mpirun a rank's stderr is a pipe: lines)"),
+      enum_choice("log.progress", FIELD(log.progress), "auto", train::kProgressSettingNames, "rank 0's progress: bar (a live bar on stderr: steps, samples/s, loss, ETA; step lines still logged above it), lines (an ETA at the end of each step line), off (neither); auto: bar when stderr is a terminal, else lines (under mpirun a rank's stderr is a pipe: lines)"),
       text("log.tensorboard", FIELD(log.tensorboard), "", "directory for TensorBoard event files (rank 0 writes each logged step's and evaluation's numbers as scalars; created if missing; empty: none)"),
   };
 }

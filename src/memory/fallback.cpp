@@ -1,27 +1,26 @@
 #include "memory/fallback.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
 namespace memory {
 
 Rung parse_rung(const std::string& name) {
-  if (name == "checkpoint_activations") return Rung::kCheckpointActivations;
-  if (name == "halve_micro_batch") return Rung::kHalveMicroBatch;
-  if (name == "uncache_embeddings") return Rung::kUncacheEmbeddings;
-  throw std::invalid_argument(fmt::format(
-      "memory.fallback: unknown rung '{}'; rungs are checkpoint_activations, halve_micro_batch, "
-      "uncache_embeddings", name));
+  for (size_t i = 0; i < kRungNames.size(); ++i) {
+    if (name == kRungNames[i]) return static_cast<Rung>(i);
+  }
+  throw std::invalid_argument(fmt::format("memory.fallback: unknown rung '{}'; rungs are {}", name,
+                                          fmt::join(kRungNames, ", ")));
 }
 
-std::string to_string(Rung rung) {
-  switch (rung) {
-    case Rung::kCheckpointActivations: return "checkpoint_activations";
-    case Rung::kHalveMicroBatch: return "halve_micro_batch";
-    case Rung::kUncacheEmbeddings: return "uncache_embeddings";
-  }
-  return "?";
+std::string to_string(Rung rung) { return kRungNames.at(static_cast<size_t>(rung)); }
+
+std::vector<std::string> to_strings(const std::vector<Rung>& rungs) {
+  std::vector<std::string> names;
+  for (const Rung rung : rungs) names.push_back(to_string(rung));
+  return names;
 }
 
 FallbackLadder::FallbackLadder(std::vector<Rung> rungs, int64_t micro_batch,

@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
-namespace memory {
+#include "memory/options.h"
 
-enum class Rung { kCheckpointActivations, kHalveMicroBatch, kUncacheEmbeddings };
+namespace memory {
 
 // Throws std::invalid_argument naming memory.fallback for an unknown rung name.
 Rung parse_rung(const std::string& name);
 std::string to_string(Rung rung);
+std::vector<std::string> to_strings(const std::vector<Rung>& rungs);
 
 struct FallbackAction {
   Rung rung;

@@ -1,16 +1,22 @@
 // Options of the memory section of the config (declared with defaults in
-// launcher/config_schema.cpp).
+// launcher/config_schema.cpp; the initialisers here are only zero values).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace memory {
 
+// A rung of memory.fallback (memory/fallback.h), with its names indexed by the enum's value.
+enum class Rung { kCheckpointActivations, kHalveMicroBatch, kUncacheEmbeddings };
+inline constexpr std::array<const char*, 3> kRungNames = {"checkpoint_activations",
+                                                          "halve_micro_batch", "uncache_embeddings"};
+
 struct MemoryOptions {
-  std::vector<std::string> fallback;  // rungs, in order: halve_micro_batch, uncache_embeddings
-  int64_t min_micro_batch = 1;        // halve_micro_batch never goes below this
+  std::vector<Rung> fallback;         // rungs, in order
+  int64_t min_micro_batch = 0;        // halve_micro_batch never goes below this (nor below 1)
   double fraction = 0;                // CUDA: cap of this process's share of the device (0: none)
   double cpu_budget_mb = 0;           // CPU: tensor memory budget per rank (0: none)
   std::string inject_oom;             // test hook: "rank:step:phase[:times]; ..."

@@ -50,9 +50,6 @@ RestorationCnn::RestorationCnn(const CnnOptions& o)
     throw std::invalid_argument(
         fmt::format("cnn: model.num_blocks must be zero or more, got {}", o.num_blocks));
   }
-  if (o.loss != "l1" && o.loss != "mse") {
-    throw std::invalid_argument(fmt::format("cnn: model.loss must be l1 or mse, got '{}'", o.loss));
-  }
 
   Layers& l = *layers_;
   const int64_t b = o.base_channels;
@@ -122,7 +119,7 @@ void check_targets(const at::Tensor& out, const at::Tensor& targets) {
 at::Tensor RestorationCnn::loss(const at::Tensor& inputs, const at::Tensor& targets) {
   const at::Tensor out = forward(inputs);
   check_targets(out, targets);
-  return options_.loss == "l1" ? at::l1_loss(out, targets) : at::mse_loss(out, targets);
+  return options_.loss == CnnLoss::kL1 ? at::l1_loss(out, targets) : at::mse_loss(out, targets);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> RestorationCnn::eval_sums(
@@ -134,7 +131,7 @@ std::vector<std::pair<std::string, at::Tensor>> RestorationCnn::eval_sums(
   const at::Tensor diff = out.to(at::kDouble) - t;
   const std::vector<int64_t> image_dims{1, 2, 3};
   const at::Tensor per_image_loss =
-      options_.loss == "l1" ? diff.abs().mean(image_dims) : diff.square().mean(image_dims);
+      options_.loss == CnnLoss::kL1 ? diff.abs().mean(image_dims) : diff.square().mean(image_dims);
   const at::Tensor mse = (out.to(at::kDouble).clamp(0.0, 1.0) - t).square().mean(image_dims);
   const at::Tensor psnr = mse.clamp_min(kMseFloor).log10().mul(-10.0);  // 10 log10(1 / mse)
   return {{"loss", per_image_loss.sum()}, {"psnr", psnr.sum()}};

@@ -33,7 +33,7 @@ struct CnnOptions {
   int64_t scale = 1;     // 1, 2 or 4
   int64_t base_channels = 0;
   int64_t num_blocks = 0;
-  std::string loss;  // l1 | mse
+  CnnLoss loss{};  // l1 | mse
 };
 
 class RestorationCnn final : public Model {

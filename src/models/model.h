@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -12,7 +13,15 @@
 
 namespace models {
 
-// The model section of the config (declared with defaults in launcher/config_schema.cpp).
+// model.cell (sequence) and model.loss (cnn): choice keys, parsed once by the config loader; their
+// names, as the config spells them, are indexed by the enum's value.
+enum class SequenceCell { kLstm, kTransformer };
+inline constexpr std::array<const char*, 2> kSequenceCellNames = {"lstm", "transformer"};
+enum class CnnLoss { kL1, kMse };
+inline constexpr std::array<const char*, 2> kCnnLossNames = {"l1", "mse"};
+
+// The model section of the config (declared with defaults in launcher/config_schema.cpp; the
+// initialisers here are only zero values).
 struct ModelOptions {
   std::string name;
   int64_t hidden_dim = 0;  // width of each hidden layer (recommender: of the item tower)
@@ -34,11 +43,11 @@ struct ModelOptions {
   bool checkpoint_activations = false;  // gpt: recompute each block in backward
   std::string init_from;  // gpt: weights to start from (models/hf_gpt2.h); empty: initialised
   // sequence
-  std::string cell;  // lstm | transformer
+  SequenceCell cell{};  // lstm | transformer
   // cnn
   int64_t base_channels = 0;
   int64_t num_blocks = 0;
-  std::string loss;  // cnn: l1 | mse
+  CnnLoss loss{};  // cnn: l1 | mse
 };
 
 // What the data says the model must accept and produce (train::model_shape_for fills it from the

@@ -45,8 +45,6 @@ struct SequenceForecaster::Layers {
 
 SequenceForecaster::SequenceForecaster(const SequenceOptions& o)
     : options_(o), layers_(std::make_shared<Layers>()) {
-  require(o.cell == "lstm" || o.cell == "transformer",
-          fmt::format("model.cell must be lstm or transformer, got '{}'", o.cell));
   require_positive("data.features (input columns)", o.features);
   require_positive("data.window", o.window);
   require_positive("data.horizon", o.horizon);
@@ -58,7 +56,7 @@ SequenceForecaster::SequenceForecaster(const SequenceOptions& o)
 
   Layers& l = *layers_;
   int64_t width = 0;  // of the encoder's output, the head's input
-  if (o.cell == "lstm") {
+  if (o.cell == SequenceCell::kLstm) {
     require_positive("model.hidden_dim", o.hidden_dim);
     // Dropout acts between layers only, so one layer has none (torch.nn.LSTM warns otherwise).
     l.lstm =
@@ -110,7 +108,7 @@ at::Tensor SequenceForecaster::forward(const at::Tensor& inputs) {
                                             options_.features, inputs.sizes()));
   }
   const at::Tensor last =
-      options_.cell == "lstm" ? encode_lstm(inputs) : encode_transformer(inputs);
+      options_.cell == SequenceCell::kLstm ? encode_lstm(inputs) : encode_transformer(inputs);
   return layers_->head->forward(last).view({inputs.size(0), options_.horizon, options_.targets});
 }
 

@@ -33,7 +33,7 @@
 namespace models {
 
 struct SequenceOptions {
-  std::string cell;  // lstm | transformer
+  SequenceCell cell{};  // lstm | transformer
   int64_t features = 0;
   int64_t window = 0;
   int64_t horizon = 0;

@@ -1,7 +1,13 @@
 // Options of the training loop (the train and checkpoint sections of the config; every key is
-// declared with its default in launcher/config_schema.cpp).
+// declared with its default in launcher/config_schema.cpp, the one place for defaults: the
+// initialisers here are only zero values).
+//
+// A choice key is an enum here, parsed once by the config loader. Each enum's names, as the
+// config spells them, are an array indexed by the enum's value (the loader, --print-config and
+// --help-config use them; so do messages).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -10,6 +16,18 @@
 #include "memory/options.h"
 
 namespace train {
+
+// train.tf32, train.channels_last.
+enum class Switch { kAuto, kOn, kOff };
+inline constexpr std::array<const char*, 3> kSwitchNames = {"auto", "on", "off"};
+
+// train.precision (train/precision.h).
+enum class Precision { kFp32, kBf16, kFp16 };
+inline constexpr std::array<const char*, 3> kPrecisionNames = {"fp32", "bf16", "fp16"};
+
+// log.progress (train/progress.h).
+enum class ProgressSetting { kAuto, kBar, kLines, kOff };
+inline constexpr std::array<const char*, 4> kProgressSettingNames = {"auto", "bar", "lines", "off"};
 
 struct TrainOptions {
   std::string device;           // auto | cpu | cuda
@@ -28,7 +46,7 @@ struct TrainOptions {
   int64_t threads = 0;   // 0: cores / local ranks
   int64_t eval_every = 0;  // validation metrics every N steps (0: after the last step only)
   int64_t eval_samples = 0;  // validation samples evaluated (0: the whole split)
-  std::string precision;     // fp32 | bf16 | fp16 (train/precision.h)
+  Precision precision{};     // fp32 | bf16 | fp16 (train/precision.h)
   double loss_scale = 0;           // fp16: initial loss scale (train/loss_scaler.h)
   double loss_scale_growth = 0;
   double loss_scale_backoff = 0;
@@ -36,9 +54,9 @@ struct TrainOptions {
   int64_t max_skipped_steps = 0;   // fp16: consecutive skipped steps that end the job
   std::string inject_nonfinite;    // test hook: "RANK:STEP[;RANK:STEP...]" makes that rank's
                                    // gradient non-finite at that step
-  std::string tf32;          // auto | on | off
+  Switch tf32{};             // auto | on | off
   bool cudnn_benchmark = false;
-  std::string channels_last;  // auto | on | off (models that convolve)
+  Switch channels_last{};     // auto | on | off (models that convolve)
   bool cuda_graphs = false;   // capture forward + backward as a CUDA graph (train/graph_step.h)
   double peak_tflops = 0;    // MFU's denominator (0: a table of known GPUs)
   int64_t sample_every = 0;  // gpt: rank 0 logs a generated sample every N steps (0: never)
@@ -57,7 +75,7 @@ struct LogOptions {
   std::string level;
   int64_t every = 0;
   std::string metrics;  // JSON Lines file (train/metrics.h); "": checkpoint.dir/metrics.jsonl; "off"
-  std::string progress;     // auto | bar | lines | off (train/progress.h)
+  ProgressSetting progress{};  // auto | bar | lines | off (train/progress.h)
   std::string tensorboard;  // directory for TensorBoard event files (train/tensorboard.h); "": none
 };
 

@@ -12,21 +12,8 @@
 
 namespace train {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  if (name == "fp16") return Precision::kFp16;
-  throw std::invalid_argument(
-      fmt::format("train.precision: '{}' is not one of: fp32, bf16, fp16", name));
-}
-
 std::string to_string(Precision precision) {
-  switch (precision) {
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-    case Precision::kFp32: break;
-  }
-  return "fp32";
+  return kPrecisionNames.at(static_cast<size_t>(precision));
 }
 
 AutocastScope::AutocastScope(c10::Device device, Precision precision) {
@@ -49,7 +36,7 @@ AutocastScope::~AutocastScope() {
   at::autocast::set_autocast_dtype(type_, was_dtype_);
 }
 
-std::string apply_device_flags(c10::Device device, const std::string& tf32, bool cudnn_benchmark) {
+std::string apply_device_flags(c10::Device device, Switch tf32, bool cudnn_benchmark) {
   if (!device.is_cuda()) return "CPU: train.tf32 and train.cudnn_benchmark do not apply";
   bool ampere = false;
   int major = 0;
@@ -58,14 +45,14 @@ std::string apply_device_flags(c10::Device device, const std::string& tf32, bool
   if (cudaGetDeviceProperties(&prop, device.index()) == cudaSuccess) major = prop.major;
 #endif
   ampere = major >= 8;
-  const bool on = tf32 == "on" || (tf32 == "auto" && ampere);
+  const bool on = tf32 == Switch::kOn || (tf32 == Switch::kAuto && ampere);
   auto& ctx = at::globalContext();
   ctx.setAllowTF32CuBLAS(on);
   ctx.setAllowTF32CuDNN(on);
   ctx.setBenchmarkCuDNN(cudnn_benchmark);
   return fmt::format("TF32 matmuls and convolutions {} (train.tf32 = {}, compute capability {}.x); "
                      "cuDNN autotuning {}",
-                     on ? "on" : "off", tf32, major, cudnn_benchmark ? "on" : "off");
+                     on ? "on" : "off", kSwitchNames.at(static_cast<size_t>(tf32)), major, cudnn_benchmark ? "on" : "off");
 }
 
 bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS(); }

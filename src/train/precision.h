@@ -13,12 +13,10 @@
 
 #include <string>
 
+#include "train/options.h"
+
 namespace train {
 
-enum class Precision { kFp32, kBf16, kFp16 };
-
-// "fp32" | "bf16" | "fp16"; throws std::invalid_argument naming train.precision otherwise.
-Precision parse_precision(const std::string& name);
 std::string to_string(Precision precision);
 
 // Autocast on `device` for the scope of the object (nothing for fp32). Restores the previous
@@ -38,10 +36,10 @@ class AutocastScope {
 };
 
 // Sets the math flags of a CUDA device and returns a line for the log:
-//   tf32 "auto" (TF32 matmuls and convolutions on Ampere (compute capability 8.0) and newer), "on"
-//   or "off"; cudnn_benchmark: let cuDNN time its algorithms for each new shape.
+//   tf32 auto (TF32 matmuls and convolutions on Ampere (compute capability 8.0) and newer), on
+//   or off; cudnn_benchmark: let cuDNN time its algorithms for each new shape.
 // On CPU it changes nothing and says so.
-std::string apply_device_flags(c10::Device device, const std::string& tf32, bool cudnn_benchmark);
+std::string apply_device_flags(c10::Device device, Switch tf32, bool cudnn_benchmark);
 
 // Dense peak TFLOP/s of the device for the precision (train.peak_tflops when > 0, else a table of
 // known GPUs by name: H100, H200, A100, L40S; the TF32 figure for fp32 with TF32 on). 0 where

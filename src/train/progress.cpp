@@ -239,11 +239,15 @@ struct Progress::Bar {
   std::vector<spdlog::sink_ptr> sinks;  // the logger's own, put back at the end
 };
 
-ProgressMode progress_mode(const std::string& configured, int rank, bool stderr_is_terminal) {
-  if (rank != 0 || configured == "off") return ProgressMode::kOff;
-  if (configured == "bar") return ProgressMode::kBar;
-  if (configured == "lines") return ProgressMode::kLines;
-  return stderr_is_terminal ? ProgressMode::kBar : ProgressMode::kLines;  // auto
+ProgressMode progress_mode(ProgressSetting configured, int rank, bool stderr_is_terminal) {
+  if (rank != 0) return ProgressMode::kOff;
+  switch (configured) {
+    case ProgressSetting::kOff: return ProgressMode::kOff;
+    case ProgressSetting::kBar: return ProgressMode::kBar;
+    case ProgressSetting::kLines: return ProgressMode::kLines;
+    case ProgressSetting::kAuto: break;
+  }
+  return stderr_is_terminal ? ProgressMode::kBar : ProgressMode::kLines;
 }
 
 std::string format_duration(double seconds) {

@@ -23,13 +23,15 @@
 #include <memory>
 #include <string>
 
+#include "train/options.h"
+
 namespace train {
 
 enum class ProgressMode { kOff, kLines, kBar };
 
 // log.progress for this rank: auto resolves to kBar on rank 0 when `stderr_is_terminal`, else
 // kLines; ranks other than 0 get kOff whatever was asked.
-ProgressMode progress_mode(const std::string& configured, int rank, bool stderr_is_terminal);
+ProgressMode progress_mode(ProgressSetting configured, int rank, bool stderr_is_terminal);
 
 // "45s", "3m12s", "1h02m" (whole seconds, rounded up: an ETA that says 0s is done).
 std::string format_duration(double seconds);

@@ -43,12 +43,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-std::vector<memory::Rung> parse_ladder(const std::vector<std::string>& names) {
-  std::vector<memory::Rung> rungs;
-  for (const auto& n : names) rungs.push_back(memory::parse_rung(n));
-  return rungs;
-}
 }  // namespace
 
 models::ModelShape model_shape_for(const data::Dataset& dataset) {
@@ -74,7 +68,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
                  ddp::Communicator& data, std::shared_ptr<models::Model> model,
                  const data::Dataset& dataset, c10::Device device)
     : options_(options), control_(control), data_(data), model_(std::move(model)),
-      dataset_(dataset), device_(device), precision_(parse_precision(options.train.precision)),
+      dataset_(dataset), device_(device), precision_(options.train.precision),
       micro_batch_(initial_micro_batch(options.train, control.size())),
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
@@ -88,13 +82,13 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
     // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
     model_->to(device_);
     // Before the Reducer makes the gradients views with the parameters' strides.
-    const std::string& cl = options_.train.channels_last;
-    if (cl == "on" || (cl == "auto" && device_.is_cuda())) {
+    const Switch cl = options_.train.channels_last;
+    if (cl == Switch::kOn || (cl == Switch::kAuto && device_.is_cuda())) {
       const bool applied = model_->set_channels_last(true);
       if (control_.rank() == 0 && applied) {
         spdlog::info("channels-last (NHWC) convolution weights and activations (train.channels_last "
-                     "= {})", cl);
-      } else if (control_.rank() == 0 && cl == "on") {
+                     "= {})", kSwitchNames.at(static_cast<size_t>(cl)));
+      } else if (control_.rank() == 0 && cl == Switch::kOn) {
         spdlog::warn("train.channels_last = on: this model does not convolve; ignored");
       }
     }
@@ -133,7 +127,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
         std::move(named), data_,
         ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                             static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
-                            d.reduce_dtype == "bf16" ? at::kBFloat16 : c10::ScalarType::Undefined},
+                            d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined},
         &control_);
     clipper_ = std::make_unique<GradClipper>(reducer_->buffers());
   });
@@ -146,7 +140,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
   // A model that can checkpoint activations (and does not already) offers that rung.
   const bool can_checkpoint =
       !model_->checkpoint_activations() && model_->set_checkpoint_activations(false);
-  ladder_ = memory::FallbackLadder(parse_ladder(options_.memory.fallback), micro_batch_,
+  ladder_ = memory::FallbackLadder(options_.memory.fallback, micro_batch_,
                                    options_.memory.min_micro_batch, model_->has_cache(),
                                    can_checkpoint);
   // The loader reads this rank's slice of each step; the slice (offset, size) never changes with

@@ -144,7 +144,7 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
     throw memory::OutOfMemoryFatal(fmt::format(
         "out of memory at step {} with every fallback spent (memory.fallback = [{}], micro-batch "
         "{}):\n  {}\n{}. {}",
-        step + 1, fmt::join(options_.memory.fallback, ", "), micro, fmt::join(failures, "\n  "),
+        step + 1, fmt::join(memory::to_strings(options_.memory.fallback), ", "), micro, fmt::join(failures, "\n  "),
         where, advice));
   }
   ++fallbacks_;

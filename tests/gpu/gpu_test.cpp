@@ -208,7 +208,7 @@ TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
   SKIP_WITHOUT_GPU();
   at::globalContext().setAllowTF32CuBLAS(false);
   at::globalContext().setAllowTF32CuDNN(false);
-  for (const std::string cell : {"lstm", "transformer"}) {
+  for (const auto cell : {models::SequenceCell::kLstm, models::SequenceCell::kTransformer}) {
     models::SequenceOptions o;
     o.cell = cell;
     o.features = 5;
@@ -222,7 +222,7 @@ TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
     at::manual_seed(7);
     auto cpu = std::make_shared<models::SequenceForecaster>(o);
     auto cuda = std::make_shared<models::SequenceForecaster>(o);
-    SCOPED_TRACE(cell);
+    SCOPED_TRACE(models::kSequenceCellNames.at(static_cast<size_t>(cell)));
     expect_cuda_matches_cpu(cpu, cuda, at::randn({6, 24, 5}), at::randn({6, 3, 2}));
   }
   for (int64_t scale : {1, 2}) {
@@ -231,7 +231,7 @@ TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
     o.scale = scale;
     o.base_channels = 16;
     o.num_blocks = 2;
-    o.loss = "l1";
+    o.loss = models::CnnLoss::kL1;
     at::manual_seed(7);
     auto cpu = std::make_shared<models::RestorationCnn>(o);
     auto cuda = std::make_shared<models::RestorationCnn>(o);
@@ -529,11 +529,11 @@ TEST(Gpu, Tf32FlagDecidesMatmulPrecision) {
   auto error = [&] {
     return ((at::matmul(a, b).to(at::kDouble) - exact).norm() / exact.norm()).item<double>();
   };
-  EXPECT_NE(train::apply_device_flags(dev, "off", false).find("TF32 matmuls and convolutions off"),
+  EXPECT_NE(train::apply_device_flags(dev, train::Switch::kOff, false).find("TF32 matmuls and convolutions off"),
             std::string::npos);
   EXPECT_FALSE(train::tf32_enabled());
   const double fp32 = error();
-  const std::string line = train::apply_device_flags(dev, "auto", true);
+  const std::string line = train::apply_device_flags(dev, train::Switch::kAuto, true);
   EXPECT_NE(line.find("TF32 matmuls and convolutions on"), std::string::npos) << line;
   EXPECT_NE(line.find("cuDNN autotuning on"), std::string::npos) << line;
   EXPECT_TRUE(train::tf32_enabled());
@@ -542,7 +542,7 @@ TEST(Gpu, Tf32FlagDecidesMatmulPrecision) {
   EXPECT_LT(fp32, 1e-5);
   EXPECT_GT(tf32, 10 * fp32);  // 10 mantissa bits instead of 23
   EXPECT_LT(tf32, 1e-2);
-  train::apply_device_flags(dev, "off", false);
+  train::apply_device_flags(dev, train::Switch::kOff, false);
 }
 
 }  // namespace

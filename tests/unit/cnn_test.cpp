@@ -19,7 +19,7 @@ using models::CnnOptions;
 using models::RestorationCnn;
 using ::testing::HasSubstr;
 
-CnnOptions small(int64_t scale, const std::string& loss) {
+CnnOptions small(int64_t scale, models::CnnLoss loss) {
   return {.channels = 3, .scale = scale, .base_channels = 8, .num_blocks = 2, .loss = loss};
 }
 
@@ -28,7 +28,7 @@ std::map<std::string, std::string> meta(const CnnOptions& o) {
           {"scale", std::to_string(o.scale)},
           {"base_channels", std::to_string(o.base_channels)},
           {"num_blocks", std::to_string(o.num_blocks)},
-          {"loss", o.loss}};
+          {"loss", models::kCnnLossNames.at(static_cast<size_t>(o.loss))}};
 }
 
 // A batch of n non-square images for `o`: inputs [n, C, h, w] and targets at `scale` times.
@@ -72,24 +72,24 @@ std::string construction_error(const CnnOptions& o) {
   return "";
 }
 
-TEST(CnnReference, Scale1L1MatchesPyTorch) { expect_reference(small(1, "l1"), 6, 5); }
-TEST(CnnReference, Scale2MseMatchesPyTorch) { expect_reference(small(2, "mse"), 5, 4); }
-TEST(CnnReference, Scale4L1MatchesPyTorch) { expect_reference(small(4, "l1"), 3, 4); }
+TEST(CnnReference, Scale1L1MatchesPyTorch) { expect_reference(small(1, models::CnnLoss::kL1), 6, 5); }
+TEST(CnnReference, Scale2MseMatchesPyTorch) { expect_reference(small(2, models::CnnLoss::kMse), 5, 4); }
+TEST(CnnReference, Scale4L1MatchesPyTorch) { expect_reference(small(4, models::CnnLoss::kL1), 3, 4); }
 
 TEST(CnnShape, OutputIsInputTimesScale) {
   for (int64_t scale : {1, 2, 4}) {
-    RestorationCnn model(small(scale, "mse"));
+    RestorationCnn model(small(scale, models::CnnLoss::kMse));
     EXPECT_EQ(model.forward(at::rand({2, 3, 5, 7})).sizes(),
               (std::vector<int64_t>{2, 3, 5 * scale, 7 * scale}))
         << "scale " << scale;
   }
-  RestorationCnn model(small(2, "l1"));
+  RestorationCnn model(small(2, models::CnnLoss::kL1));
   EXPECT_THROW(model.forward(at::rand({2, 1, 5, 7})), std::invalid_argument);  // channels
   EXPECT_THROW(model.loss(at::rand({2, 3, 5, 7}), at::rand({2, 3, 5, 7})), std::invalid_argument);
 }
 
 TEST(CnnNames, ParametersAreNamedAsTheHeader) {
-  RestorationCnn model(small(4, "l1"));
+  RestorationCnn model(small(4, models::CnnLoss::kL1));
   std::vector<std::string> names;
   for (const auto& item : model.named_parameters()) names.push_back(item.key());
   std::vector<std::string> expected;
@@ -104,35 +104,35 @@ TEST(CnnNames, ParametersAreNamedAsTheHeader) {
   EXPECT_EQ(params["up.1.weight"].sizes(), (std::vector<int64_t>{32, 8, 3, 3}));
   EXPECT_EQ(params["tail.weight"].sizes(), (std::vector<int64_t>{3, 8, 3, 3}));
   // Scale 1 has no upsampler.
-  RestorationCnn denoiser(small(1, "l1"));
+  RestorationCnn denoiser(small(1, models::CnnLoss::kL1));
   EXPECT_FALSE(denoiser.named_parameters().contains("up.0.weight"));
 }
 
 TEST(CnnGlobalSkip, ZeroNetworkGivesTheInputOrItsBilinearUpsample) {
   const at::Tensor x = at::rand({2, 3, 4, 5});
-  RestorationCnn denoiser(small(1, "l1"));
+  RestorationCnn denoiser(small(1, models::CnnLoss::kL1));
   set_constant_residual(denoiser, 0.0);
   EXPECT_TRUE(at::equal(denoiser.forward(x), x));
-  RestorationCnn upscaler(small(2, "l1"));
+  RestorationCnn upscaler(small(2, models::CnnLoss::kL1));
   set_constant_residual(upscaler, 0.0);
   EXPECT_TRUE(at::allclose(upscaler.forward(x),
                            at::upsample_bilinear2d(x, {8, 10}, /*align_corners=*/false)));
 }
 
 TEST(CnnEval, PsnrOfAConstantOffsetOfPointOneIs20dB) {
-  for (const std::string loss : {"l1", "mse"}) {
+  for (const auto loss : {models::CnnLoss::kL1, models::CnnLoss::kMse}) {
     RestorationCnn model(small(1, loss));
     model.eval();
     set_constant_residual(model, 0.1);                        // output = input + 0.1
     const at::Tensor targets = at::rand({3, 3, 6, 5}) * 0.8;  // output stays inside [0, 1]
-    EXPECT_NEAR(eval_sum(model, targets, targets, "psnr"), 3 * 20.0, 1e-4) << loss;
-    EXPECT_NEAR(eval_sum(model, targets, targets, "loss"), 3 * (loss == "l1" ? 0.1 : 0.01), 1e-6)
-        << loss;
+    EXPECT_NEAR(eval_sum(model, targets, targets, "psnr"), 3 * 20.0, 1e-4) << static_cast<int>(loss);
+    EXPECT_NEAR(eval_sum(model, targets, targets, "loss"), 3 * (loss == models::CnnLoss::kL1 ? 0.1 : 0.01), 1e-6)
+        << static_cast<int>(loss);
   }
 }
 
 TEST(CnnEval, PsnrClampsTheOutputAndFloorsTheError) {
-  RestorationCnn model(small(1, "mse"));
+  RestorationCnn model(small(1, models::CnnLoss::kMse));
   model.eval();
   const at::Tensor x = at::rand({2, 3, 4, 4});
   set_constant_residual(model, 0.0);  // a perfect image: 10 log10(1 / 1e-10)
@@ -147,7 +147,7 @@ TEST(CnnEval, PsnrClampsTheOutputAndFloorsTheError) {
 TEST(CnnEval, LossSumIsTheMeanLossTimesTheBatch) {
   at::manual_seed(5);
   for (int64_t scale : {1, 2}) {
-    RestorationCnn model(small(scale, "l1"));
+    RestorationCnn model(small(scale, models::CnnLoss::kL1));
     const auto [inputs, targets] = batch(model.options(), 4, 5, 6);
     const double mean = model.loss(inputs, targets).item<double>();
     EXPECT_NEAR(eval_sum(model, inputs, targets, "loss"), 4 * mean, 1e-5);
@@ -157,7 +157,7 @@ TEST(CnnEval, LossSumIsTheMeanLossTimesTheBatch) {
 TEST(CnnChannelsLast, MatchesContiguousOutputAndGradients) {
   for (int64_t scale : {1, 2, 4}) {
     at::manual_seed(20 + scale);
-    RestorationCnn model(small(scale, "mse"));
+    RestorationCnn model(small(scale, models::CnnLoss::kMse));
     const auto [inputs, targets] = batch(model.options(), 2, 5, 6);
     const at::Tensor out = model.forward(inputs).detach();
     model.zero_grad();
@@ -187,20 +187,18 @@ TEST(CnnChannelsLast, MatchesContiguousOutputAndGradients) {
 }
 
 TEST(CnnValidation, ErrorsNameTheConfigKey) {
-  CnnOptions o = small(3, "l1");
+  CnnOptions o = small(3, models::CnnLoss::kL1);
   EXPECT_THAT(construction_error(o), HasSubstr("data.scale must be 1, 2 or 4"));
-  o = small(1, "l1");
+  o = small(1, models::CnnLoss::kL1);
   o.base_channels = 0;
   EXPECT_THAT(construction_error(o), HasSubstr("model.base_channels"));
-  o = small(1, "l2");
-  EXPECT_THAT(construction_error(o), HasSubstr("model.loss must be l1 or mse"));
-  o = small(1, "l1");
+  o = small(1, models::CnnLoss::kL1);
   o.channels = 0;
   EXPECT_THAT(construction_error(o), HasSubstr("channels"));
-  o = small(1, "l1");
+  o = small(1, models::CnnLoss::kL1);
   o.num_blocks = -1;
   EXPECT_THAT(construction_error(o), HasSubstr("model.num_blocks"));
-  o = small(4, "mse");
+  o = small(4, models::CnnLoss::kMse);
   o.num_blocks = 0;  // no residual blocks is a valid (small) network
   EXPECT_EQ(construction_error(o), "");
 }

@@ -51,7 +51,7 @@ struct Sampler {
 std::vector<at::Tensor> read_steps(int64_t workers, int64_t prefetch, int64_t steps) {
   CountingDataset ds(1 << 20);
   Sampler sampler;
-  data::Loader loader(ds, std::ref(sampler), {workers, prefetch, 0, false});
+  data::Loader loader(ds, std::ref(sampler), {.workers = workers, .prefetch = prefetch});
   std::vector<at::Tensor> out;
   for (int64_t s = 0; s < steps; ++s) out.push_back(loader.get(s).inputs.clone());
   return out;
@@ -76,7 +76,7 @@ TEST(Loader, WorkersGiveTheSynchronousBatchesInOrder) {
 TEST(Loader, AskingForTheSameStepAgainDoesNotReadAgain) {
   CountingDataset ds(1 << 20);
   Sampler sampler;
-  data::Loader loader(ds, std::ref(sampler), {2, 2, 0, false});
+  data::Loader loader(ds, std::ref(sampler), {.workers = 2, .prefetch = 2});
   const auto first = loader.get(0).targets.clone();
   EXPECT_TRUE(at::equal(loader.get(0).targets, first));  // a step re-run after a fallback
   EXPECT_EQ(ds.reads_of_sample0.load(), 1);
@@ -86,7 +86,7 @@ TEST(Loader, AskingForTheSameStepAgainDoesNotReadAgain) {
 TEST(Loader, JumpsRestartTheReadAhead) {
   CountingDataset ds(1 << 20);
   Sampler sampler;
-  data::Loader loader(ds, std::ref(sampler), {3, 4, 0, false});
+  data::Loader loader(ds, std::ref(sampler), {.workers = 3, .prefetch = 4});
   loader.get(0);
   EXPECT_TRUE(at::equal(loader.get(10).inputs, at::arange(80, 88, at::kFloat).flip(0)));
   EXPECT_TRUE(at::equal(loader.get(11).inputs, at::arange(88, 96, at::kFloat).flip(0)));
@@ -97,7 +97,7 @@ TEST(Loader, AWorkersErrorSurfacesInTheStepThatReadIt) {
   for (int64_t workers : {0, 2}) {
     CountingDataset ds(1 << 20, /*poison=*/5 * 8);  // step 5 holds sample 40
     Sampler sampler;
-    data::Loader loader(ds, std::ref(sampler), {workers, 4, 0, false});
+    data::Loader loader(ds, std::ref(sampler), {.workers = workers, .prefetch = 4});
     for (int64_t s = 0; s < 5; ++s) EXPECT_NO_THROW(loader.get(s)) << "step " << s;
     try {
       loader.get(5);
@@ -109,8 +109,8 @@ TEST(Loader, AWorkersErrorSurfacesInTheStepThatReadIt) {
 }
 
 TEST(Loader, BufferBytesCountTheReadAhead) {
-  EXPECT_EQ(data::Loader::buffer_bytes({0, 4, 0, false}, 100), 100);
-  EXPECT_EQ(data::Loader::buffer_bytes({2, 4, 0, false}, 100), 500);
+  EXPECT_EQ(data::Loader::buffer_bytes({.workers = 0, .prefetch = 4}, 100), 100);
+  EXPECT_EQ(data::Loader::buffer_bytes({.workers = 2, .prefetch = 4}, 100), 500);
 }
 
 // A reader 4x slower than a step, with 6 workers reading ahead: after the first step the
@@ -120,7 +120,7 @@ TEST(Loader, ASlowReaderWithEnoughWorkersLeavesTheStepUnblocked) {
   auto run = [&](int64_t workers) {
     CountingDataset ds(1 << 20);
     Sampler sampler;
-    data::Loader loader(ds, std::ref(sampler), {workers, 8, kDelayMs, false});
+    data::Loader loader(ds, std::ref(sampler), {.workers = workers, .prefetch = 8, .read_delay_ms = kDelayMs});
     loader.get(0);  // the first read cannot be hidden
     const double before = loader.waited_s();
     for (int64_t s = 1; s < kSteps; ++s) {

@@ -205,6 +205,7 @@ TEST(MovieLensSample, ParsesAndSplits) {
   o.dataset = "movielens";
   o.path = kSample;
   o.text_len = 48;
+  o.negatives = 8;
   o.seed = 3;
   const auto ds = data::make_dataset(o);
   const auto& ml = dynamic_cast<const MovieLensDataset&>(*ds);
@@ -212,7 +213,7 @@ TEST(MovieLensSample, ParsesAndSplits) {
   EXPECT_EQ(ml.num_items(), 300);
   EXPECT_EQ(ml.held_out().size(0), 300);  // every sample user has >= 10 ratings
   EXPECT_EQ(ml.num_interactions() + ml.held_out().size(0), 6048);
-  EXPECT_EQ(ml.size(), 8 * ml.num_interactions());  // data.negatives defaults to 8
+  EXPECT_EQ(ml.size(), 8 * ml.num_interactions());  // 8 negatives per interaction
   EXPECT_EQ(ml.item_text().sizes(), (std::vector<int64_t>{300, 48}));
   EXPECT_THAT(data::dataset_names(), ::testing::Contains("movielens"));
 }

@@ -8,15 +8,16 @@
 namespace {
 
 using train::ProgressMode;
+using train::ProgressSetting;
 
 TEST(Progress, AutoDrawsOnlyOnRankZeroAtATerminal) {
-  EXPECT_EQ(train::progress_mode("auto", 0, true), ProgressMode::kBar);
-  EXPECT_EQ(train::progress_mode("auto", 0, false), ProgressMode::kLines);
-  EXPECT_EQ(train::progress_mode("auto", 1, true), ProgressMode::kOff);
-  EXPECT_EQ(train::progress_mode("bar", 0, false), ProgressMode::kBar);
-  EXPECT_EQ(train::progress_mode("bar", 3, true), ProgressMode::kOff);
-  EXPECT_EQ(train::progress_mode("lines", 0, true), ProgressMode::kLines);
-  EXPECT_EQ(train::progress_mode("off", 0, true), ProgressMode::kOff);
+  EXPECT_EQ(train::progress_mode(ProgressSetting::kAuto, 0, true), ProgressMode::kBar);
+  EXPECT_EQ(train::progress_mode(ProgressSetting::kAuto, 0, false), ProgressMode::kLines);
+  EXPECT_EQ(train::progress_mode(ProgressSetting::kAuto, 1, true), ProgressMode::kOff);
+  EXPECT_EQ(train::progress_mode(ProgressSetting::kBar, 0, false), ProgressMode::kBar);
+  EXPECT_EQ(train::progress_mode(ProgressSetting::kBar, 3, true), ProgressMode::kOff);
+  EXPECT_EQ(train::progress_mode(ProgressSetting::kLines, 0, true), ProgressMode::kLines);
+  EXPECT_EQ(train::progress_mode(ProgressSetting::kOff, 0, true), ProgressMode::kOff);
 }
 
 TEST(Progress, DurationsRoundUpToWholeSeconds) {

@@ -20,7 +20,7 @@ using models::SequenceOptions;
 using ::testing::HasSubstr;
 
 SequenceOptions lstm_options() {
-  return {.cell = "lstm",
+  return {.cell = models::SequenceCell::kLstm,
           .features = 3,
           .window = 6,
           .horizon = 2,
@@ -30,7 +30,7 @@ SequenceOptions lstm_options() {
 }
 
 SequenceOptions transformer_options() {
-  return {.cell = "transformer",
+  return {.cell = models::SequenceCell::kTransformer,
           .features = 3,
           .window = 5,
           .horizon = 2,
@@ -40,8 +40,12 @@ SequenceOptions transformer_options() {
           .heads = 2};
 }
 
+std::string cell_name(const SequenceOptions& o) {
+  return models::kSequenceCellNames.at(static_cast<size_t>(o.cell));
+}
+
 std::map<std::string, std::string> meta(const SequenceOptions& o) {
-  return {{"cell", o.cell},
+  return {{"cell", cell_name(o)},
           {"features", std::to_string(o.features)},
           {"window", std::to_string(o.window)},
           {"horizon", std::to_string(o.horizon)},
@@ -91,11 +95,11 @@ TEST(SequenceShape, OutputIsBatchByHorizonByTargets) {
     SequenceForecaster model(o);
     EXPECT_EQ(model.forward(at::randn({5, o.window, o.features})).sizes(),
               (std::vector<int64_t>{5, o.horizon, o.targets}))
-        << o.cell;
+        << cell_name(o);
     // Shorter windows work too (the transformer uses the first positions).
     EXPECT_EQ(model.forward(at::randn({1, o.window - 2, o.features})).sizes(),
               (std::vector<int64_t>{1, o.horizon, o.targets}))
-        << o.cell;
+        << cell_name(o);
   }
 }
 
@@ -158,17 +162,14 @@ TEST(SequenceDropout, OnlyInTraining) {
     SequenceForecaster model(o);
     const at::Tensor x = at::randn({4, o.window, o.features});
     model.train();
-    EXPECT_FALSE(at::equal(model.forward(x), model.forward(x))) << o.cell;
+    EXPECT_FALSE(at::equal(model.forward(x), model.forward(x))) << cell_name(o);
     model.eval();
-    EXPECT_TRUE(at::equal(model.forward(x), model.forward(x))) << o.cell;
+    EXPECT_TRUE(at::equal(model.forward(x), model.forward(x))) << cell_name(o);
   }
 }
 
 TEST(SequenceValidation, ErrorsNameTheConfigKey) {
   SequenceOptions o = lstm_options();
-  o.cell = "gru";
-  EXPECT_THAT(construction_error(o), HasSubstr("model.cell"));
-  o = lstm_options();
   o.hidden_dim = 0;
   EXPECT_THAT(construction_error(o), HasSubstr("model.hidden_dim"));
   o = lstm_options();

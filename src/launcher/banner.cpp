@@ -1,0 +1,72 @@
+#include "launcher/banner.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "ddp/gather.h"
+#include "train/precision.h"
+
+namespace launcher {
+namespace {
+
+int count_nodes(const std::vector<std::string>& hosts) {
+  std::vector<std::string> unique = hosts;
+  std::sort(unique.begin(), unique.end());
+  return static_cast<int>(std::unique(unique.begin(), unique.end()) - unique.begin());
+}
+
+// The checkpoint resumed from (rank 0 holds it), and a data order that will differ from the
+// original run's.
+void log_resume(const train::Checkpoint& checkpoint, const train::TrainOptions& train) {
+  const auto& meta = checkpoint.meta;
+  spdlog::info("resumed from {}: {} steps done (written by {} rank(s)); continuing at step {}",
+               checkpoint.path, meta.step, meta.world_size, meta.step + 1);
+  if (meta.global_batch_size != train.global_batch_size || meta.seed != train.seed) {
+    spdlog::warn("the checkpoint was written with train.global_batch_size = {} and train.seed = "
+                 "{}, this run has {} and {}: the data order differs from the original run's",
+                 meta.global_batch_size, meta.seed, train.global_batch_size, train.seed);
+  }
+}
+
+}  // namespace
+
+void log_banner(const Startup& s) {
+  const Config& config = s.config;
+  const LaunchInfo& launch = s.launch;
+  const train::Trainer& trainer = *s.trainer;
+  int64_t n_params = 0;
+  for (const auto& p : s.model->parameters()) n_params += p.numel();
+  const auto hosts = ddp::all_gather_strings(*s.control, launch.hostname);
+  const auto lines = ddp::all_gather_strings(
+      *s.control, fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {}  batch {}",
+                              s.rank, launch.hostname, launch.local_rank, launch.local_size,
+                              s.binding.description, s.threads, trainer.plan().describe()));
+  spdlog::info("trainer 0.1.0 (LibTorch {}), {}: {} rank(s) on {} node(s), backend {}",
+               TORCH_VERSION,
+               launch.launcher == "none" ? "started without a launcher" : "launched by " + launch.launcher,
+               launch.world_size, count_nodes(hosts), s.data_comm->backend());
+  const auto& buckets = trainer.reducer().layout();
+  int64_t bucket_bytes = 0;
+  for (const auto& b : buckets) bucket_bytes += b.bytes();
+  spdlog::info("gradients: {} bucket(s), {:.2f} MiB (first {:.2f} MiB, cap {} MiB)", buckets.size(),
+               bucket_bytes / 1048576.0, buckets.empty() ? 0.0 : buckets[0].bytes() / 1048576.0,
+               config.ddp.bucket_mb);
+  spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}", config.model.name,
+               n_params, config.data.dataset, s.dataset->size(), config.train.global_batch_size);
+  for (const auto& line : lines) spdlog::info("{}", line);
+  spdlog::info("precision {}; {}", train::to_string(config.train.precision), s.device_flags);
+  spdlog::info("memory plan (rank 0): {}",
+               trainer.memory_estimate().describe(trainer.plan().micro_batch));
+  if (trainer.plan().micro_clamped && config.train.micro_batch_size > 0) {
+    spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
+                 config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
+  }
+  if (s.checkpoint) log_resume(*s.checkpoint, config.train);
+}
+
+}  // namespace launcher

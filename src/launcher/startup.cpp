@@ -1,0 +1,141 @@
+#include "launcher/startup.h"
+
+#include <ATen/Parallel.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <algorithm>
+#include <functional>
+#include <thread>
+
+#include "ddp/backend.h"
+#include "ddp/batch_plan.h"
+#include "ddp/nccl_communicator.h"
+#include "ddp/rank_sampler.h"
+#include "launcher/exit_codes.h"
+#include "launcher/exit_status.h"
+#include "launcher/generate_command.h"
+#include "launcher/logging.h"
+#include "launcher/resume.h"
+#include "memory/allocator_guard.h"
+#include "models/registry.h"
+#include "train/metrics.h"
+#include "train/precision.h"
+#include "train/tensorboard.h"
+
+namespace launcher {
+namespace {
+
+// Every rank learns whether any rank failed. Rank 0 prints its own error; a failing rank prints
+// its error only when rank 0 had none (then it is news). Returns the exit code all ranks use.
+int agree(ddp::Communicator& comm, const ExitStatus& mine) {
+  at::Tensor vote = at::tensor({mine.code, comm.rank() == 0 ? mine.code : 0}, at::kInt);
+  comm.all_reduce(vote, ddp::ReduceOp::kMax, "start-up vote");
+  const int code = vote[0].item<int>();
+  const bool rank0_failed = vote[1].item<int>() != 0;
+  if (mine.code != kExitOk && (comm.rank() == 0 || !rank0_failed)) print_error(comm.rank(), mine.message);
+  return code;
+}
+
+// Runs one start-up phase of this rank; `doing` names it in an out-of-memory message.
+ExitStatus attempt(const char* doing, const std::function<void()>& fn) {
+  try {
+    fn();
+    return {};
+  } catch (const std::exception& e) {
+    return *exit_status(startup_rules(), e, doing);  // the table ends with std::exception
+  }
+}
+
+// The device, the data plane's backend, the memory limits and the CPU threads of this rank.
+void bind_rank(Startup& s) {
+  const Config& config = s.config;
+  const auto env = process_environment();
+  s.binding = bind_device(config.train.device, s.launch.local_rank, s.launch.local_size,
+                          visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
+  s.backend = ddp::resolve_backend(config.ddp.backend, s.binding.device, ddp::nccl_available());
+  if (s.binding.device.is_cuda()) {
+    c10::cuda::set_device(s.binding.device.index());
+    if (config.memory.fraction > 0) {
+      c10::cuda::CUDACachingAllocator::setMemoryFraction(config.memory.fraction,
+                                                         s.binding.device.index());
+    }
+  }
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  guard.set_budget(static_cast<int64_t>(config.memory.cpu_budget_mb * 1048576.0));
+  guard.set_injections(s.launch.rank, memory::parse_injections(config.memory.inject_oom));
+  at::set_num_threads(s.threads);
+}
+
+// The data set and the model, and the checks that must fail here rather than in the Trainer.
+void load_data_and_model(Startup& s) {
+  const Config& config = s.config;
+  s.dataset = data::make_dataset(config.data);
+  // Built here only to be checked: the Trainer (phase 3) builds them again, but its
+  // constructor runs collectives, and a user mistake must end at this vote, before any.
+  ddp::BatchPlan::make(config.train.global_batch_size, s.launch.world_size, s.launch.rank,
+                       config.train.micro_batch_size);
+  ddp::RankSampler(s.dataset->size(), config.train.global_batch_size, config.train.seed);
+  at::manual_seed(config.train.seed);
+  s.model = models::create_model(config.model, train::model_shape_for(*s.dataset));
+  if (s.rank != 0) return;
+  if (!config.checkpoint.dir.empty()) train::check_checkpoint_dir(config.checkpoint.dir);
+  if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
+      !metrics.empty()) {
+    train::check_metrics_path(metrics);
+  }
+  if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
+  // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
+  s.checkpoint = select_resume(config.checkpoint, *s.model);
+  if (s.checkpoint && !config.model.init_from.empty()) {
+    spdlog::info("model.init_from ignored: resuming from the checkpoint");
+  }
+}
+
+}  // namespace
+
+int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
+                       const std::vector<std::string>& overrides, Startup& s) {
+  s.rank = mpi.topology().rank;
+  s.bootstrap = mpi.world(std::chrono::seconds(120));
+  const int code = agree(*s.bootstrap, attempt("reading the configuration", [&] {
+    s.launch = resolve_launch(mpi.topology(), process_environment());
+    s.config = load_config(config_path, overrides);
+  }));
+  if (code == kExitOk) setup_logging(s.rank, s.launch.world_size, s.config.log.level);
+  return code;
+}
+
+int prepare(ddp::MpiRuntime& mpi, Startup& s) {
+  s.control = mpi.world(std::chrono::duration<double>(s.config.ddp.timeout_s));
+  s.threads = s.config.train.threads > 0
+                  ? static_cast<int>(s.config.train.threads)
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                                    s.launch.local_size);
+  return agree(*s.control, attempt("loading the data set and building the model", [&] {
+    bind_rank(s);
+    load_data_and_model(s);
+  }));
+}
+
+int build_trainer(Startup& s) {
+  const int code = agree(*s.control, attempt("setting up the trainer", [&] {
+    s.data_comm = ddp::make_data_communicator(s.backend, s.binding.device, *s.control,
+                                              std::chrono::duration<double>(s.config.ddp.timeout_s));
+    train::TrainerOptions options = s.config.trainer_options();
+    options.config_text = config_to_yaml(s.config);  // recorded in every checkpoint
+    s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
+                                                 *s.dataset, s.binding.device);
+    s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
+    if (s.config.train.sample_every > 0 && s.rank == 0) {
+      s.trainer->set_sampler(make_training_sampler(s.model, s.config, *s.dataset));
+    }
+  }));
+  if (code == kExitOk) {
+    s.device_flags = train::apply_device_flags(s.binding.device, s.config.train.tf32,
+                                               s.config.train.cudnn_benchmark);
+  }
+  return code;
+}
+
+}  // namespace launcher

@@ -1,0 +1,58 @@
+// Start-up of one rank: what runs between MPI_Init and the first step, in three phases.
+//
+// Each phase ends with a vote over MPI (every rank learns whether any rank failed), so a user
+// mistake seen on any rank ends every rank with the exit code of launcher/exit_status.h's start-up
+// table and one message, and no rank is left waiting in a collective. A phase returns that exit
+// code: kExitOk to go on.
+//
+// 1. read_configuration: launch discovery and the config file (a fixed 120 s deadline: the
+//    configured one is not known yet).
+// 2. prepare: devices, memory limits, data, model, a check of the batch plan and the output
+//    directories, and (rank 0) the checkpoint to resume from (launcher/resume.h). Its vote waits
+//    up to ddp.timeout_s: loading a large data set or checkpoint can take longer than 120 s.
+// 3. build_trainer: the data-plane communicator and the Trainer (parameter check, buckets, the
+//    broadcast from rank 0); then the device's math flags (train.tf32, train.cudnn_benchmark).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "ddp/communicator.h"
+#include "ddp/mpi_runtime.h"
+#include "launcher/config.h"
+#include "launcher/device.h"
+#include "launcher/launch.h"
+#include "models/model.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace launcher {
+
+// What start-up builds, phase by phase. Members are destroyed in reverse order: the Trainer
+// before the communicators, model and data it refers to.
+struct Startup {
+  int rank = 0;
+  std::unique_ptr<ddp::Communicator> bootstrap;  // phase 1's vote
+  LaunchInfo launch;
+  Config config;
+  std::unique_ptr<ddp::Communicator> control;  // MPI, ddp.timeout_s: votes and the Trainer's control
+  DeviceBinding binding;
+  std::string backend;  // the data plane's: "nccl" or "mpi"
+  int threads = 1;      // at::set_num_threads
+  std::unique_ptr<data::Dataset> dataset;
+  std::shared_ptr<models::Model> model;
+  std::optional<train::Checkpoint> checkpoint;  // rank 0, when resuming
+  std::unique_ptr<ddp::Communicator> data_comm;
+  std::unique_ptr<train::Trainer> trainer;
+  std::string device_flags;  // what train::apply_device_flags set, for the banner
+};
+
+int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
+                       const std::vector<std::string>& overrides, Startup& s);
+int prepare(ddp::MpiRuntime& mpi, Startup& s);
+int build_trainer(Startup& s);
+
+}  // namespace launcher

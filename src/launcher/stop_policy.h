@@ -1,0 +1,35 @@
+// The stop policy: when a signal ends training early, and the exit code it ends with
+// (launcher/signals.h has the signals' contract).
+//
+// - SIGINT / SIGTERM stop the run after the current step; the exit code is 128 + the signal.
+// - SIGUSR1, the preemption warning, stops the run only when the requeued job would continue
+//   from the checkpoint written now (checkpoint.dir set, checkpoint.resume: auto); otherwise
+//   stopping early would only lose the time left, so training goes on and rank 0 says why. A
+//   run stopped by it exits 128 + SIGUSR1 (slurm/train.sbatch requeues the job), unless the
+//   warning came with the last step: the run is complete, nothing to requeue, exit 0.
+#pragma once
+
+#include <cstdint>
+
+#include "train/options.h"
+
+namespace launcher {
+
+class StopPolicy {
+ public:
+  StopPolicy(int rank, const train::CheckpointOptions& checkpoint);
+  // Polled by the Trainer once per step: whether this rank asks to stop after it.
+  bool stop_requested();
+
+ private:
+  int rank_;
+  train::CheckpointOptions checkpoint_;
+  bool resumable_;
+  bool warned_ = false;  // the SIGUSR1 warning was logged
+};
+
+// The exit code of a run that ended: `stopped` (by a signal, all ranks agreed), `signal`
+// (stop_signal()), the steps done and train.steps.
+int exit_code_after_run(bool stopped, int signal, int64_t steps_done, int64_t steps);
+
+}  // namespace launcher
