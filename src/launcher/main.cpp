@@ -39,9 +39,9 @@
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/error_text.h"
-#include "train/metrics.h"
 #include "train/precision.h"
-#include "train/tensorboard.h"
+#include "train/report/metrics.h"
+#include "train/report/tensorboard.h"
 #include "train/trainer.h"
 
 namespace launcher {
@@ -273,7 +273,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
                          config.train.micro_batch_size);
     ddp::RankSampler(dataset->size(), config.train.global_batch_size, config.train.seed);
     at::manual_seed(config.train.seed);
-    model = models::create_model(config.model, train::model_shape_for(*dataset));
+    model = models::create_model(config.model, dataset->shape());
     if (!config.checkpoint.dir.empty() && rank == 0) train::check_checkpoint_dir(config.checkpoint.dir);
     if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
         !metrics.empty() && rank == 0) {

@@ -56,9 +56,11 @@ struct CheckpointOptions {
 struct LogOptions {
   std::string level;
   int64_t every = 0;
-  std::string metrics;  // JSON Lines file (train/metrics.h); "": checkpoint.dir/metrics.jsonl; "off"
-  std::string progress;     // auto | bar | lines | off (train/progress.h)
-  std::string tensorboard;  // directory for TensorBoard event files (train/tensorboard.h); "": none
+  // JSON Lines file (train/report/metrics.h); "": checkpoint.dir/metrics.jsonl; "off": none
+  std::string metrics;
+  std::string progress;     // auto | bar | lines | off (train/report/progress.h)
+  // directory for TensorBoard event files (train/report/tensorboard.h); "": none
+  std::string tensorboard;
 };
 
 // Everything the Trainer is configured with.
