@@ -111,7 +111,7 @@ struct Setup {
     config = launcher::parse_config(yaml, "overlap_bench.yaml");
     dataset = data::make_dataset(config.data);
     at::manual_seed(config.train.seed);
-    const models::ModelShape shape = train::model_shape_for(*dataset);
+    const core::Shape shape = dataset->shape();
     model = models::create_model(config.model, shape);
     trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, model,
                                                *dataset, c10::Device(c10::kCPU));

@@ -139,7 +139,7 @@ ddp: {{timeout_s: 600}}
 log: {{level: warn}}
 )", a.hidden, a.depth, 4 * a.batch, a.input, a.device, a.batch, a.batch, total), "bench.yaml");
     const auto dataset = data::make_dataset(config.data);
-    const models::ModelShape shape = train::model_shape_for(*dataset);
+    const core::Shape shape = dataset->shape();
 
     auto control = mpi.self(std::chrono::seconds(600));
     const std::string backend = ddp::resolve_backend("auto", device, ddp::nccl_available());

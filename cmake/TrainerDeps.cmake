@@ -68,8 +68,9 @@ file(CREATE_LINK ${TRAINER_FMT_INCLUDE}/fmt ${TRAINER_FMT_SHIM}/fmt SYMBOLIC)
 # barkeep: the progress bar of log.progress (header-only, Apache-2.0, maintained; no C++ progress
 # bar is packaged in Debian 12). The header comes from its PyPI sdist, pinned by hash; the copy
 # scripts/device-deps.sh puts in .device/ serves machines without network. Only
-# train/progress.cpp sees its directory (src/CMakeLists.txt), and formats with fmt
-# (BARKEEP_ENABLE_FMT_FORMAT there: the system fmt 9, through the shim above, as everywhere else).
+# train/report/progress.cpp sees its directory (src/train/report/CMakeLists.txt), and formats
+# with fmt (BARKEEP_ENABLE_FMT_FORMAT there: the system fmt 9, through the shim above, as
+# everywhere else).
 include(FetchContent)
 set(TRAINER_BARKEEP_URL https://files.pythonhosted.org/packages/86/6e/7d04a6cef6174ba7aa0d4e99eabd11c82f55d7454bb08e270c6ca2699aa4/barkeep-0.1.6.tar.gz)
 if(EXISTS ${PROJECT_SOURCE_DIR}/.device/barkeep-0.1.6.tar.gz)
@@ -83,9 +84,9 @@ FetchContent_MakeAvailable(barkeep)  # the sdist has no CMakeLists.txt: this onl
 set(TRAINER_BARKEEP_INCLUDE ${barkeep_SOURCE_DIR})  # holds barkeep/barkeep.h
 
 # TensorBoard event files (log.tensorboard): Debian's protobuf compiles TensorBoard's Event and
-# Summary messages (src/train/tensorboard_event.proto) and Boost.CRC frames the records. Optional:
-# without them (the GPU machines build with few packages) the trainer still builds, and a run
-# that sets log.tensorboard stops at start-up saying so.
+# Summary messages (src/train/report/tensorboard_event.proto) and Boost.CRC frames the records.
+# Optional: without them (the GPU machines build with few packages) the trainer still builds, and
+# a run that sets log.tensorboard stops at start-up saying so.
 find_package(Protobuf QUIET)
 find_package(Boost QUIET)
 set(TRAINER_HAVE_TENSORBOARD OFF)

@@ -147,8 +147,8 @@ CsvSeriesDataset::CsvSeriesDataset(std::shared_ptr<const CsvSeries> series, int6
   }
 }
 
-DataShape CsvSeriesDataset::shape() const {
-  DataShape s;
+core::Shape CsvSeriesDataset::shape() const {
+  core::Shape s;
   s.window = window_;
   s.horizon = horizon_;
   s.features = static_cast<int64_t>(series_->feature_index.size());

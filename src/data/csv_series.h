@@ -46,7 +46,7 @@ class CsvSeriesDataset final : public Dataset {
                    int64_t window, int64_t horizon, const std::string& path,
                    std::shared_ptr<const Dataset> validation = nullptr);
   int64_t size() const override { return end_ - begin_ - window_ - horizon_ + 1; }
-  DataShape shape() const override;
+  core::Shape shape() const override;
   Batch get(const at::Tensor& indices) const override;
   std::shared_ptr<const Dataset> validation() const override { return validation_; }
   const CsvSeries& series() const { return *series_; }

@@ -6,8 +6,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/shape.h"
 
 namespace data {
 
@@ -22,40 +25,30 @@ struct Batch {
   at::Tensor targets;
 };
 
-// What a model must know of its data: the one description every dataset returns (zeros where a
-// field does not apply). The model registry consumes it (through train::model_shape_for).
-struct DataShape {
-  // synthetic classification
-  int64_t input_dim = 0;
-  int64_t num_classes = 0;
-  // movielens: users, items and each item's text, int64 [num_items, text_len]
+// A held-out ranking task (leave-last-out interaction data: movielens): each row of `held_out` is
+// a user and the item its training interactions leave out; train/evaluation.h ranks that item
+// among every item by the model's scores (models::Model::score_all), the user's training items
+// masked, for HR@k and NDCG@k. Users are 0..num_users-1, items 0..num_items-1.
+struct RankingTask {
+  at::Tensor held_out;  // int64 [n, 2] (user, item) on the CPU, at most one row per user
+  at::Tensor seen;      // int64 [m, 2] (user, item) on the CPU: the training interactions to mask
   int64_t num_users = 0;
   int64_t num_items = 0;
-  at::Tensor item_text;
-  // token shards: token ids are < vocab_size; each sample is `context` positions
-  int64_t vocab_size = 0;
-  int64_t context = 0;
-  // time series: a window of `window` steps of `features` columns predicts `horizon` steps of
-  // `targets` columns
-  int64_t window = 0;
-  int64_t features = 0;
-  int64_t horizon = 0;
-  int64_t targets = 0;
-  // images: channels, and the upscaling factor from input to target (1: denoising)
-  int64_t channels = 0;
-  int64_t scale = 0;
 };
 
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
-  virtual DataShape shape() const = 0;
+  // What a model must know of this data (core/shape.h): the model registry builds from it.
+  virtual core::Shape shape() const = 0;
   // Samples at `indices` (int64, CPU), in that order, on the CPU. Safe to call from several
   // threads at once (the loader's workers): implementations are immutable after construction.
   virtual Batch get(const at::Tensor& indices) const = 0;
   // The held-out split, evaluated every train.eval_every steps; nullptr where there is none.
   virtual std::shared_ptr<const Dataset> validation() const { return nullptr; }
+  // The held-out ranking task, evaluated every train.eval_every steps; nullopt where there is none.
+  virtual std::optional<RankingTask> ranking_task() const { return std::nullopt; }
 };
 
 // The data section of the config (declared with defaults in launcher/config_schema.cpp; the

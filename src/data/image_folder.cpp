@@ -116,8 +116,8 @@ int64_t ImageFolderDataset::size() const {
   return static_cast<int64_t>(images_.size()) * params_.crops_per_image;
 }
 
-DataShape ImageFolderDataset::shape() const {
-  DataShape s;
+core::Shape ImageFolderDataset::shape() const {
+  core::Shape s;
   s.channels = 3;
   s.scale = params_.scale;
   return s;

@@ -48,7 +48,7 @@ class ImageFolderDataset final : public Dataset {
                      std::vector<std::string> validation_files = {});
 
   int64_t size() const override;
-  DataShape shape() const override;
+  core::Shape shape() const override;
   Batch get(const at::Tensor& indices) const override;
   std::shared_ptr<const Dataset> validation() const override { return validation_; }
 

@@ -239,8 +239,8 @@ int64_t MovieLensDataset::negative(int64_t index, int64_t positive) const {
   return r >= positive ? r + 1 : r;
 }
 
-DataShape MovieLensDataset::shape() const {
-  DataShape s;
+core::Shape MovieLensDataset::shape() const {
+  core::Shape s;
   s.input_dim = 3;
   s.num_users = num_users();
   s.num_items = num_items();
@@ -273,6 +273,10 @@ Batch MovieLensDataset::get(const at::Tensor& indices) const {
 
 at::Tensor MovieLensDataset::train_interactions() const {
   return at::stack({train_users_, train_items_}, 1);
+}
+
+std::optional<RankingTask> MovieLensDataset::ranking_task() const {
+  return RankingTask{held_out_, train_interactions(), num_users(), num_items()};
 }
 
 }  // namespace data

@@ -67,10 +67,12 @@ class MovieLensDataset final : public Dataset {
   int64_t num_interactions() const { return train_users_.size(0); }
   int64_t negatives_per_interaction() const { return negatives_per_interaction_; }
   // input_dim 3 (user, positive, negative), users, items and their texts.
-  DataShape shape() const override;
+  core::Shape shape() const override;
   // inputs int64 [n, 3] (user, positive, negative); targets int64 zeros [n].
   // Throws std::out_of_range for an index outside [0, size()).
   Batch get(const at::Tensor& indices) const override;
+  // The leave-last-out task: held_out() against every item, train_interactions() masked.
+  std::optional<RankingTask> ranking_task() const override;
 
   int64_t num_users() const { return static_cast<int64_t>(user_ids_.size()); }
   int64_t num_items() const { return static_cast<int64_t>(movie_ids_.size()); }

@@ -12,8 +12,8 @@ class SyntheticClassification final : public Dataset {
  public:
   explicit SyntheticClassification(const DataOptions& options);
   int64_t size() const override { return inputs_.size(0); }
-  DataShape shape() const override {
-    DataShape s;
+  core::Shape shape() const override {
+    core::Shape s;
     s.input_dim = inputs_.size(1);
     s.num_classes = num_classes_;
     return s;

@@ -160,8 +160,8 @@ TokenShardDataset::TokenShardDataset(const std::vector<std::string>& files, int6
 
 TokenShardDataset::~TokenShardDataset() = default;
 
-DataShape TokenShardDataset::shape() const {
-  DataShape s;
+core::Shape TokenShardDataset::shape() const {
+  core::Shape s;
   s.vocab_size = vocab_size_;
   s.context = context_;
   return s;

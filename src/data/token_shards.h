@@ -38,7 +38,7 @@ class TokenShardDataset final : public Dataset {
   TokenShardDataset& operator=(const TokenShardDataset&) = delete;
 
   int64_t size() const override { return windows_; }
-  DataShape shape() const override;
+  core::Shape shape() const override;
   Batch get(const at::Tensor& indices) const override;
   std::shared_ptr<const Dataset> validation() const override { return validation_; }
 

@@ -42,7 +42,7 @@ Loaded load_model(const Config& config, const char* command) {
     throw std::invalid_argument(fmt::format("{} needs a language model (model.name: gpt); this "
                                             "config has model.name: {}", command, config.model.name));
   }
-  models::ModelShape shape;
+  core::Shape shape;
   shape.vocab_size = config.data.vocab_size;
   shape.context = config.data.context;
   at::manual_seed(config.train.seed);  // untrained weights: the ones training would start from

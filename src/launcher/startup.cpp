@@ -19,9 +19,9 @@
 #include "launcher/resume.h"
 #include "memory/allocator_guard.h"
 #include "models/registry.h"
-#include "train/metrics.h"
+#include "train/report/metrics.h"
 #include "train/precision.h"
-#include "train/tensorboard.h"
+#include "train/report/tensorboard.h"
 
 namespace launcher {
 namespace {
@@ -77,7 +77,7 @@ void load_data_and_model(Startup& s) {
                        config.train.micro_batch_size);
   ddp::RankSampler(s.dataset->size(), config.train.global_batch_size, config.train.seed);
   at::manual_seed(config.train.seed);
-  s.model = models::create_model(config.model, train::model_shape_for(*s.dataset));
+  s.model = models::create_model(config.model, s.dataset->shape());
   if (s.rank != 0) return;
   if (!config.checkpoint.dir.empty()) train::check_checkpoint_dir(config.checkpoint.dir);
   if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,28 +51,6 @@ struct ModelOptions {
   CnnLoss loss{};  // cnn: l1 | mse
 };
 
-// What the data says the model must accept and produce (train::model_shape_for fills it from the
-// dataset's data::DataShape; fields that do not apply are zero).
-struct ModelShape {
-  int64_t input_dim = 0;
-  int64_t num_classes = 0;
-  // Id-based data (recommender): users, items and each item's text, int64 [num_items, L].
-  int64_t num_users = 0;
-  int64_t num_items = 0;
-  at::Tensor item_text;
-  // Tokens (gpt): ids below vocab_size, `context` positions per sample.
-  int64_t vocab_size = 0;
-  int64_t context = 0;
-  // Time series (sequence): [window, features] in, [horizon, targets] out.
-  int64_t window = 0;
-  int64_t features = 0;
-  int64_t horizon = 0;
-  int64_t targets = 0;
-  // Images (cnn): channels, and the upscaling factor from input to target (1: denoising).
-  int64_t channels = 0;
-  int64_t scale = 0;
-};
-
 class Model : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
@@ -96,6 +75,13 @@ class Model : public torch::nn::Module {
   virtual std::vector<std::pair<std::string, at::Tensor>> eval_sums(const at::Tensor& inputs,
                                                                     const at::Tensor& targets) {
     return {{"loss", loss(inputs, targets).to(at::kDouble).mul(inputs.size(0))}};
+  }
+  // Ranking evaluation (train/evaluation.h, on data with a data::RankingTask): whether the model
+  // scores users against items, and those scores: `users` int64 [u] on the model's device gives
+  // float [u, num_items], without gradient. Models that score items override both.
+  virtual bool scores_items() const { return false; }
+  virtual at::Tensor score_all(const at::Tensor& users) {
+    throw std::logic_error("Model::score_all: this model does not score items");
   }
 
   // Activation checkpointing (the memory.fallback rung checkpoint_activations): when on, the

@@ -68,8 +68,10 @@ class Recommender final : public Model {
   bool uncache() override;
 
   // Scores of `users` (int64 [u], model's device) against every item, [u, num_items], without
-  // gradient (for evaluation). Uses the cache when it is built, else encodes items in chunks.
-  at::Tensor score_all(const at::Tensor& users);
+  // gradient (the ranking evaluation's hook, Model::score_all). Uses the cache when it is built,
+  // else encodes items in chunks.
+  bool scores_items() const override { return true; }
+  at::Tensor score_all(const at::Tensor& users) override;
 
   bool cached() const { return cached_; }
   bool has_cache() const override { return cached_; }

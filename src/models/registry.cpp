@@ -19,7 +19,7 @@
 namespace models {
 namespace {
 
-using Factory = std::function<std::shared_ptr<Model>(const ModelOptions&, const ModelShape&)>;
+using Factory = std::function<std::shared_ptr<Model>(const ModelOptions&, const core::Shape&)>;
 
 // A key's value when set (> 0), else the fallback (a preset's, or the model's default).
 int64_t or_else(int64_t value, int64_t fallback) { return value > 0 ? value : fallback; }
@@ -33,10 +33,10 @@ void require_data(bool ok, const std::string& model, const char* what) {
 
 const std::map<std::string, Factory>& builtin() {
   static const std::map<std::string, Factory> models = {
-      {"mlp", [](const ModelOptions& o, const ModelShape& s) {
+      {"mlp", [](const ModelOptions& o, const core::Shape& s) {
          return std::make_shared<Mlp>(s.input_dim, o.hidden_dim, o.depth, s.num_classes);
        }},
-      {"recommender", [](const ModelOptions& o, const ModelShape& s) {
+      {"recommender", [](const ModelOptions& o, const core::Shape& s) {
          RecommenderOptions r;
          r.embedding_dim = o.embedding_dim;
          r.mlp_hidden = o.hidden_dim;
@@ -50,7 +50,7 @@ const std::map<std::string, Factory>& builtin() {
          r.encoder_weights = o.encoder_weights;
          return std::make_shared<Recommender>(s.num_users, s.num_items, s.item_text, r);
        }},
-      {"gpt", [](const ModelOptions& o, const ModelShape& s) {
+      {"gpt", [](const ModelOptions& o, const core::Shape& s) {
          require_data(s.vocab_size > 0 && s.context > 0, "gpt", "token data (data.dataset: tokens)");
          GptOptions g = gpt_preset(o.preset.empty() ? "gpt2" : o.preset);
          g.vocab_size = s.vocab_size;
@@ -81,7 +81,7 @@ const std::map<std::string, Factory>& builtin() {
          }
          return gpt;
        }},
-      {"sequence", [](const ModelOptions& o, const ModelShape& s) {
+      {"sequence", [](const ModelOptions& o, const core::Shape& s) {
          require_data(s.window > 0 && s.features > 0, "sequence", "time-series data (data.dataset: csv)");
          SequenceOptions q;
          q.cell = o.cell;
@@ -96,7 +96,7 @@ const std::map<std::string, Factory>& builtin() {
          q.dropout = o.dropout;
          return std::make_shared<SequenceForecaster>(q);
        }},
-      {"cnn", [](const ModelOptions& o, const ModelShape& s) {
+      {"cnn", [](const ModelOptions& o, const core::Shape& s) {
          require_data(s.channels > 0, "cnn", "image data (data.dataset: images)");
          CnnOptions c;
          c.channels = s.channels;
@@ -120,7 +120,7 @@ std::vector<std::string> model_names() {
 
 bool has_model(const std::string& name) { return builtin().count(name) > 0; }
 
-std::shared_ptr<Model> create_model(const ModelOptions& options, const ModelShape& shape) {
+std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Shape& shape) {
   auto it = builtin().find(options.name);
   if (it == builtin().end()) {
     throw std::invalid_argument(fmt::format("unknown model '{}'; known models: {}", options.name,

@@ -5,13 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "core/shape.h"
 #include "models/model.h"
 
 namespace models {
 
 std::vector<std::string> model_names();
 bool has_model(const std::string& name);
-// Throws std::invalid_argument naming the known models when `options.name` is unknown.
-std::shared_ptr<Model> create_model(const ModelOptions& options, const ModelShape& shape);
+// The model `options` names, sized for the data `shape` describes (data::Dataset::shape()).
+// Throws std::invalid_argument naming the known models when `options.name` is unknown, and naming
+// the data it needs when `shape` lacks it.
+std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Shape& shape);
 
 }  // namespace models

@@ -1,5 +1,5 @@
 #include "train/checkpoint.h"
-#include "train/output_dir.h"
+#include "train/report/output_dir.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

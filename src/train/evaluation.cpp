@@ -6,10 +6,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <stdexcept>
-
-#include "data/movielens.h"
-#include "models/recommender.h"
 
 namespace train {
 namespace {
@@ -53,30 +51,33 @@ at::Tensor held_out_ranks(const at::Tensor& scores, const at::Tensor& held_items
   return masked.gt(target).sum(1);
 }
 
-RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model,
-                                const data::Dataset& dataset, int64_t k) {
-  const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset);
-  auto* recommender = dynamic_cast<models::Recommender*>(&model);
-  if (ml == nullptr || recommender == nullptr) return {};
+namespace {
+
+// evaluate_ranking for a task the dataset gave: collective (one all-reduce) whenever `model`
+// scores items.
+RankingMetrics evaluate_task(ddp::Communicator& control, models::Model& model,
+                             const data::RankingTask& task, int64_t k) {
+  if (!model.scores_items()) return {};
   if (k < 1) throw std::invalid_argument(fmt::format("ranking metrics: k must be >= 1, got {}", k));
   at::NoGradGuard no_grad;
 
   // This rank's contiguous slice of the held-out users (BatchPlan's rule, empty slices allowed).
-  const at::Tensor& held = ml->held_out();  // [n, 2] (user, item), by user
+  const at::Tensor& held = task.held_out;  // [n, 2] (user, item), one row per user
   const int64_t n = held.size(0);
   const int world = control.size(), rank = control.rank();
   const int64_t base = n / world, extra = n % world;
   const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
   const int64_t count = base + (rank < extra ? 1 : 0);
 
-  const auto params = recommender->parameters();
+  const auto params = model.parameters();
   const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
-  const at::Tensor interactions = ml->train_interactions();  // [m, 2] (user, item), CPU
+  const at::Tensor& interactions = task.seen;  // [m, 2] (user, item), CPU
   const at::Tensor inter_users = interactions.select(1, 0).contiguous();
   const at::Tensor inter_items = interactions.select(1, 1).contiguous();
-  at::Tensor row_of_user = at::full({ml->num_users()}, -1, at::kLong);  // chunk row, or -1
+  at::Tensor row_of_user = at::full({task.num_users}, -1, at::kLong);  // chunk row, or -1
 
-  const int64_t chunk = std::max<int64_t>(1, kScoresPerChunk / std::max<int64_t>(1, ml->num_items()));
+  const int64_t chunk =
+      std::max<int64_t>(1, kScoresPerChunk / std::max<int64_t>(1, task.num_items));
   at::Tensor sums = at::zeros({3}, at::kDouble);  // hits, ndcg, users
   for (int64_t start = begin; start < begin + count; start += chunk) {
     const int64_t rows = std::min(chunk, begin + count - start);
@@ -90,7 +91,7 @@ RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model
     const at::Tensor seen_items = inter_items.masked_select(seen);
     row_of_user.index_put_({users}, -1);
 
-    const at::Tensor scores = recommender->score_all(users.to(device));
+    const at::Tensor scores = model.score_all(users.to(device));
     const at::Tensor ranks = held_out_ranks(scores, items, seen_rows, seen_items);
     sums.narrow(0, 0, 2).add_(metric_sums(ranks, k));
     sums[2] += static_cast<double>(rows);
@@ -103,6 +104,14 @@ RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model
     m.ndcg = sums[1].item<double>() / static_cast<double>(m.users);
   }
   return m;
+}
+
+}  // namespace
+
+RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model,
+                                const data::Dataset& dataset, int64_t k) {
+  const std::optional<data::RankingTask> task = dataset.ranking_task();
+  return task ? evaluate_task(control, model, *task, k) : RankingMetrics{};
 }
 
 ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
@@ -154,13 +163,13 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
 ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
                                    const data::Dataset& dataset, int64_t step, int64_t batch,
                                    int64_t max_samples) {
-  if (const auto* ml = dynamic_cast<const data::MovieLensDataset*>(&dataset)) {
+  if (const std::optional<data::RankingTask> task = dataset.ranking_task()) {
     constexpr int64_t k = 10;
-    const RankingMetrics m = evaluate_ranking(control, model, dataset, k);
+    const RankingMetrics m = evaluate_task(control, model, *task, k);
     if (control.rank() == 0 && m.users > 0) {
       // A uniformly random ranking's HR@k, roughly (it ignores the masked training items).
       const double random =
-          std::min(1.0, static_cast<double>(k) / static_cast<double>(ml->num_items()));
+          std::min(1.0, static_cast<double>(k) / static_cast<double>(task->num_items));
       spdlog::info("eval step {}: HR@{} {:.3f} NDCG@{} {:.3f} over {} users (random: {:.3f})",
                    step, k, m.hit_rate, k, m.ndcg, m.users, random);
     }

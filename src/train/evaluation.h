@@ -1,16 +1,21 @@
-// Ranking evaluation of a recommender on MovieLens's held-out interactions (leave-last-out).
+// Evaluation on held-out data, through the Dataset and Model interfaces only (this file names no
+// concrete dataset or model):
 //
-// For each user with a held-out item, every item is scored (Recommender::score_all); the items the
-// user has in training are masked out (score -inf; the held-out item itself always competes), and
-// the held-out item's rank is the number of remaining items that score strictly higher (0: best).
+// Ranking (data with a data::RankingTask, e.g. leave-last-out interactions, and a model that
+// scores items, Model::score_all): for each held-out (user, item) pair every item is scored; the
+// items the user has in training are masked out (score -inf; the held-out item itself always
+// competes), and the held-out item's rank is the number of remaining items that score strictly
+// higher (0: best).
 //   HR@k   = mean over users of [rank < k]
 //   NDCG@k = mean over users of [rank < k] / log2(rank + 2)      (one relevant item: IDCG = 1)
 //
-// Distributed: rank r of W scores a contiguous slice of the held-out users (the same rule as the
-// batch plan: users / W each, the first users mod W ranks one more), and one SUM all-reduce of
-// (hits, ndcg, users) on the control communicator gives every rank the same global metrics. Every
-// rank issues exactly that one collective, whatever its slice (even an empty one), so the result
-// does not depend on W beyond float rounding of the sums.
+// Validation (data with a validation split): the means of the model's eval_sums.
+//
+// Distributed: rank r of W evaluates a contiguous slice of the held-out users or validation
+// samples (the same rule as the batch plan: n / W each, the first n mod W ranks one more), and one
+// SUM all-reduce on the control communicator gives every rank the same global metrics. Every rank
+// issues exactly that one collective, whatever its slice (even an empty one), so the result does
+// not depend on W beyond float rounding of the sums.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +28,7 @@
 #include "data/dataset.h"
 #include "ddp/communicator.h"
 #include "models/model.h"
+#include "train/report/results.h"
 
 namespace train {
 
@@ -43,21 +49,17 @@ RankingMetrics ranking_metrics_from_ranks(const at::Tensor& ranks, int64_t k);
 at::Tensor held_out_ranks(const at::Tensor& scores, const at::Tensor& held_items,
                           const at::Tensor& seen_rows, const at::Tensor& seen_items);
 
-// HR@k and NDCG@k over every held-out user of `dataset`, the same on every rank. Collective on
-// `control` (one all-reduce) when `dataset` is a data::MovieLensDataset and `model` a
-// models::Recommender; otherwise returns users = 0 without communicating (the dataset and model
-// types are the same on every rank, so ranks still agree). Runs under no-grad on the model's
+// HR@k and NDCG@k over every held-out user of `dataset`'s ranking task, the same on every rank.
+// Collective on `control` (one all-reduce) when `dataset` has a ranking task and `model` scores
+// items (Model::scores_items); otherwise returns users = 0 without communicating (the dataset and
+// model are the same kinds on every rank, so ranks still agree). Runs under no-grad on the model's
 // device, in chunks of users.
 RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model,
                                 const data::Dataset& dataset, int64_t k);
 
 // The mean of each of the model's eval_sums (Model::eval_sums: "loss", and e.g. "psnr") over the
-// first `max_samples` samples of `validation` (0: all of them), in that order.
-struct ValidationMetrics {
-  std::vector<std::pair<std::string, double>> means;
-  int64_t samples = 0;
-};
-
+// first `max_samples` samples of `validation` (0: all of them), in that order, as a
+// ValidationMetrics (train/report/results.h: the reporting layer records it).
 // Rank r of W evaluates a contiguous slice of those samples (the batch plan's rule), in chunks of
 // at most `batch`, under no-grad in eval mode (training mode is restored), on the model's device;
 // one SUM all-reduce on `control` of (sums..., samples) gives every rank the same means. Every
@@ -67,10 +69,11 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
                                       int64_t max_samples);
 
 // The trainer's evaluation hook. Rank 0 logs
-//   "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)"   (movielens), or
+//   "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)"  (a ranking task), or
 //   "eval step S: loss .. psnr .. over N validation samples"    (datasets with a validation split).
-// Collective as above; nothing (and no collective) for datasets with neither. Returns what it
-// logged (movielens: "hr@10", "ndcg@10" over `samples` users), empty for nothing.
+// Collective as above; nothing (and no collective) for datasets with neither, or with a ranking
+// task and a model that scores no items. Returns what it logged (ranking: "hr@10", "ndcg@10" over
+// `samples` users), empty for nothing.
 ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
                                    const data::Dataset& dataset, int64_t step, int64_t batch,
                                    int64_t max_samples);

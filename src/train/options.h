@@ -14,6 +14,7 @@
 #include "data/loader.h"
 #include "ddp/options.h"
 #include "memory/options.h"
+#include "train/report/progress.h"  // ProgressSetting (log.progress), owned by the report layer
 
 namespace train {
 
@@ -24,10 +25,6 @@ inline constexpr std::array<const char*, 3> kSwitchNames = {"auto", "on", "off"}
 // train.precision (train/precision.h).
 enum class Precision { kFp32, kBf16, kFp16 };
 inline constexpr std::array<const char*, 3> kPrecisionNames = {"fp32", "bf16", "fp16"};
-
-// log.progress (train/progress.h).
-enum class ProgressSetting { kAuto, kBar, kLines, kOff };
-inline constexpr std::array<const char*, 4> kProgressSettingNames = {"auto", "bar", "lines", "off"};
 
 struct TrainOptions {
   std::string device;           // auto | cpu | cuda
@@ -74,9 +71,11 @@ struct CheckpointOptions {
 struct LogOptions {
   std::string level;
   int64_t every = 0;
-  std::string metrics;  // JSON Lines file (train/metrics.h); "": checkpoint.dir/metrics.jsonl; "off"
-  ProgressSetting progress{};  // auto | bar | lines | off (train/progress.h)
-  std::string tensorboard;  // directory for TensorBoard event files (train/tensorboard.h); "": none
+  // JSON Lines file (train/report/metrics.h); "": checkpoint.dir/metrics.jsonl; "off": none
+  std::string metrics;
+  ProgressSetting progress{};  // auto | bar | lines | off (train/report/progress.h)
+  // directory for TensorBoard event files (train/report/tensorboard.h); "": none
+  std::string tensorboard;
 };
 
 // Everything the Trainer is configured with.

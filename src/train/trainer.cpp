@@ -9,15 +9,15 @@
 #include <filesystem>
 #include <limits>
 
-#include "data/movielens.h"
 #include "memory/allocator_guard.h"
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "train/checkpoint.h"
 #include "train/error_text.h"
 #include "train/evaluation.h"
-#include "train/run_report.h"
 #include "train/precision.h"
+#include "train/report/metrics.h"
+#include "train/report/run_report.h"
 #include "train/schedule.h"
 
 namespace train {
@@ -44,25 +44,6 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 }  // namespace
-
-models::ModelShape model_shape_for(const data::Dataset& dataset) {
-  const data::DataShape d = dataset.shape();
-  models::ModelShape m;
-  m.input_dim = d.input_dim;
-  m.num_classes = d.num_classes;
-  m.num_users = d.num_users;
-  m.num_items = d.num_items;
-  m.item_text = d.item_text;
-  m.vocab_size = d.vocab_size;
-  m.context = d.context;
-  m.window = d.window;
-  m.features = d.features;
-  m.horizon = d.horizon;
-  m.targets = d.targets;
-  m.channels = d.channels;
-  m.scale = d.scale;
-  return m;
-}
 
 Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
                  ddp::Communicator& data, std::shared_ptr<models::Model> model,
@@ -355,7 +336,11 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   facts.steps_per_epoch = sampler_.steps_per_epoch();
   facts.positions = dataset_.shape().context;
   facts.flops_per_token = model_->flops_per_token(facts.positions);
-  RunReport report(control_, options_, device_, precision_, facts, start);
+  facts.peak_tflops = peak_tflops(device_, precision_, tf32_enabled(), t.peak_tflops);
+  const ReportOptions report_options{
+      options_.log.progress, metrics_path(options_.log.metrics, options_.checkpoint.dir),
+      options_.log.tensorboard};
+  RunReport report(control_, report_options, device_, facts, start);
   auto window_start = Clock::now();
   auto steady_start = Clock::now();
   int64_t window_steps = 0;

@@ -43,23 +43,10 @@
 #include "train/optimizer.h"
 #include "train/options.h"
 #include "train/precision.h"
+#include "train/report/results.h"
 #include "train/step_rng.h"
 
 namespace train {
-
-// One optimizer step's outcome. `stop` and `attempts` are known on the host at once; the numbers
-// below them live on the device until Trainer::read_metrics() copies them out (logged steps only:
-// see "No host synchronisation in the step" in trainer.cpp).
-struct StepResult {
-  bool stop = false;     // some rank asked to stop (a signal); all ranks agree
-  int attempts = 1;      // 1 + the fallbacks this step needed
-  double lr = 0;
-  bool metrics_read = false;  // the fields below hold this step's values
-  double loss = 0;       // mean loss over the global batch
-  double grad_norm = 0;  // before clipping
-  bool skipped = false;  // fp16: a non-finite gradient on some rank; no update (all ranks agree)
-  double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
-};
 
 // fp16: train.max_skipped_steps steps in a row had non-finite gradients. Every rank throws it
 // after the same step (the verdict comes from the reduced gradients), so the exit is agreed.
@@ -67,19 +54,6 @@ class NonFiniteFatal : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-
-struct RunSummary {
-  int64_t steps_done = 0;
-  double first_loss = 0;
-  double last_loss = 0;
-  double samples_per_s = 0;  // over steps after the first (which includes warm-up)
-  std::string throughput;    // " N tokens/s MFU M%" for token models; empty otherwise
-  bool stopped = false;
-  int fallbacks = 0;
-};
-
-// What `dataset` requires of a model: feature and class counts, or users, items and item texts.
-models::ModelShape model_shape_for(const data::Dataset& dataset);
 
 class Trainer {
  public:

@@ -115,7 +115,7 @@ train: {global_batch_size: 32, micro_batch_size: 8, steps: 20, lr: 0.01, warmup_
   const auto config = launcher::parse_config(yaml, "gpu.yaml", {"train.device=" + device});
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  auto model = models::create_model(config.model, dataset->shape());
   const c10::Device dev = device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   train::Trainer trainer(config.trainer_options(), control, data, model, *dataset, dev);
   for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
@@ -291,7 +291,7 @@ train: {device: cuda, global_batch_size: 8192, steps: 6, lr: 0.001, warmup_steps
 )", "gpu-memory.yaml", overrides);
   *data_out = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  *model_out = models::create_model(config.model, train::model_shape_for(**data_out));
+  *model_out = models::create_model(config.model, (*data_out)->shape());
   return std::make_unique<train::Trainer>(config.trainer_options(), control, data, *model_out,
                                           **data_out, c10::Device(c10::kCUDA, 0));
 }
@@ -353,7 +353,7 @@ GptRun train_gpt_on_cuda(ddp::Communicator& control, ddp::Communicator& data,
   const auto config = launcher::parse_config(yaml, "gpu-gpt.yaml", overrides);
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  auto model = models::create_model(config.model, dataset->shape());
   train::Trainer trainer(config.trainer_options(), control, data, model, *dataset,
                          c10::Device(c10::kCUDA, 0));
   GptRun run;

@@ -57,7 +57,7 @@ Trained train_parameters(ddp::Communicator& comm, const Case& c,
   const auto config = launcher::parse_config(config_text(c), "equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  auto model = models::create_model(config.model, dataset->shape());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
                          c10::Device(c10::kCPU));
   if (buckets != nullptr) *buckets = trainer.reducer().layout().size();

@@ -35,7 +35,7 @@ PlanCheck estimate_and_measure(ddp::Communicator& comm, const std::string& confi
   {
     const auto dataset = data::make_dataset(config.data);
     at::manual_seed(config.train.seed);
-    auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+    auto model = models::create_model(config.model, dataset->shape());
     train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
     guard.reset_peak();  // the probe's own peak is not the run's
     for (int64_t s = 0; s < 3; ++s) trainer.step(s);
@@ -86,7 +86,7 @@ data: {{num_samples: 512, input_dim: {}, num_classes: 4, teacher_hidden: 8, seed
 train: {{device: cpu, global_batch_size: {}, steps: 4, lr: 0.01, warmup_steps: 1, seed: 9}}
 )", hidden, input_dim, global_batch), "small.yaml")),
         dataset(data::make_dataset(config.data)),
-        model(models::create_model(config.model, train::model_shape_for(*dataset))) {}
+        model(models::create_model(config.model, dataset->shape())) {}
   ~SmallRun() { memory::CpuAllocatorGuard::instance().set_budget(0); }
   launcher::Config config;
   std::unique_ptr<data::Dataset> dataset;

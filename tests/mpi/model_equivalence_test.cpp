@@ -34,7 +34,7 @@ Run train_on(ddp::Communicator& comm, const std::string& yaml) {
   const auto config = launcher::parse_config(yaml, "model-equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  auto model = models::create_model(config.model, dataset->shape());
   Run run;
   for (const auto& p : model->parameters()) run.initial.push_back(p.detach().clone());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,

@@ -38,7 +38,7 @@ CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std:
   CpuRun r;
   r.dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  r.model = models::create_model(config.model, train::model_shape_for(*r.dataset));
+  r.model = models::create_model(config.model, r.dataset->shape());
   r.trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, r.model,
                                                *r.dataset, c10::Device(c10::kCPU));
   return r;
@@ -50,7 +50,7 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
   const auto config = launcher::parse_config(yaml, "train_until.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(model_seed);
-  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  auto model = models::create_model(config.model, dataset->shape());
   std::optional<train::Checkpoint> ckpt;
   if (!resume_from.empty() && comm.rank() == 0) {
     ckpt = train::read_checkpoint(resume_from);

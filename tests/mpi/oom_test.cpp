@@ -45,7 +45,7 @@ train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2
   } reset;
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  auto model = models::create_model(config.model, dataset->shape());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
   for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   TrainedRun run;
@@ -195,7 +195,7 @@ memory: {{min_micro_batch: 48, inject_oom: "{}"}}
   memory::CpuAllocatorGuard::instance().set_injections(comm.rank(), memory::parse_injections(inject));
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
-  auto model = models::create_model(config.model, train::model_shape_for(*dataset));
+  auto model = models::create_model(config.model, dataset->shape());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
   for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   memory::CpuAllocatorGuard::instance().set_injections(0, {});

@@ -22,7 +22,7 @@ std::shared_ptr<models::Model> mlp(int64_t hidden, uint64_t seed) {
   o.name = "mlp";
   o.hidden_dim = hidden;
   o.depth = 2;
-  models::ModelShape shape;
+  core::Shape shape;
   shape.input_dim = 6;
   shape.num_classes = 3;
   return models::create_model(o, shape);
@@ -89,7 +89,7 @@ TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
   deeper_options.name = "mlp";
   deeper_options.hidden_dim = 8;
   deeper_options.depth = 3;
-  models::ModelShape shape;
+  core::Shape shape;
   shape.input_dim = 6;
   shape.num_classes = 3;
   auto deeper = models::create_model(deeper_options, shape);
@@ -130,7 +130,7 @@ TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
   o.encoder_dim = 8;
   o.encoder_layers = 1;
   o.encoder_heads = 2;
-  models::ModelShape shape;
+  core::Shape shape;
   shape.num_users = 5;
   shape.num_items = 7;
   shape.item_text = at::randint(1, 200, {7, 6}, at::kLong);

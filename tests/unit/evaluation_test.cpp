@@ -1,11 +1,13 @@
 // Ranking metrics in closed form: HR@k and NDCG@k from hand-picked ranks, the held-out rank with
-// training items masked, and evaluate_ranking on the MovieLens sample against a brute-force loop
-// (one process, a fake communicator: one all-reduce, nothing for other datasets).
+// training items masked, evaluate_ranking through the Dataset and Model hooks alone (a hand-made
+// task and score table), and on the MovieLens sample against a brute-force loop (one process, a
+// fake communicator: one all-reduce, nothing for other datasets or models).
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -64,6 +66,68 @@ TEST(RankingMetrics, HeldOutRankSkipsTrainingItemsButNotItself) {
   EXPECT_TRUE(at::equal(scores, before));  // scores untouched
 }
 
+// A dataset that is nothing but a ranking task: 3 users, 5 items.
+class TaskOnly final : public data::Dataset {
+ public:
+  int64_t size() const override { return 0; }
+  core::Shape shape() const override { return {}; }
+  data::Batch get(const at::Tensor&) const override { return {}; }
+  std::optional<data::RankingTask> ranking_task() const override {
+    // (user, held-out item); the training pairs, among them user 2's own held-out item 0.
+    return data::RankingTask{at::tensor({0, 1, 1, 4, 2, 0}, at::kLong).view({3, 2}),
+                             at::tensor({0, 3, 1, 0, 2, 1, 2, 0}, at::kLong).view({4, 2}), 3, 5};
+  }
+};
+
+// A model that scores items from a fixed table (or, without `scores_items`, does not).
+class TableScorer final : public models::Model {
+ public:
+  explicit TableScorer(bool scores) : scores_(scores) {}
+  at::Tensor forward(const at::Tensor& inputs) override { return inputs; }
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor&) override { return inputs.sum(); }
+  bool scores_items() const override { return scores_; }
+  at::Tensor score_all(const at::Tensor& users) override {
+    const at::Tensor table = at::tensor({0.1f, 0.5f, 0.3f, 0.9f, 0.2f,    // user 0
+                                         0.8f, 0.7f, 0.6f, 0.5f, 0.4f,    // user 1
+                                         0.2f, 0.4f, 0.6f, 0.8f, 0.1f})   // user 2
+                                 .view({3, 5});
+    return table.index_select(0, users);
+  }
+
+ private:
+  bool scores_;
+};
+
+TEST(RankingMetrics, EvaluateRankingThroughTheDatasetAndModelHooks) {
+  // User 0: held-out 0.5, only item 3 (0.9) above it, masked: rank 0. User 1: held-out 0.4,
+  // items 1-3 above it (item 0, 0.8, masked): rank 3. User 2: held-out 0.2, items 1-3 above it,
+  // item 1 masked (its own held-out item 0 still competes): rank 2.
+  // HR@3 = 2/3; NDCG@3 = (1 / log2(2) + 1 / log2(4)) / 3 = 0.5.
+  const TaskOnly data;
+  TableScorer model(/*scores=*/true);
+  trainer_test::FakeCommunicator comm;
+  const auto m = train::evaluate_ranking(comm, model, data, 3);
+  EXPECT_EQ(m.users, 3);
+  EXPECT_NEAR(m.hit_rate, 2.0 / 3, 1e-12);
+  EXPECT_NEAR(m.ndcg, 0.5, 1e-12);
+  ASSERT_EQ(comm.ops.size(), 1u);
+  EXPECT_EQ(comm.ops[0].kind, "all_reduce");
+
+  // What the trainer logs and records: the same numbers, as hr@10 and ndcg@10 over the users.
+  const auto logged = train::evaluate_and_log(comm, model, data, 1, 8, 0);
+  EXPECT_EQ(logged.samples, 3);
+  ASSERT_EQ(logged.means.size(), 2u);
+  EXPECT_EQ(logged.means[0].first, "hr@10");
+  EXPECT_DOUBLE_EQ(logged.means[0].second, 1.0);  // every held-out item ranks in the top 10
+
+  // A model that does not score items is not evaluated, and nothing is communicated.
+  TableScorer other(/*scores=*/false);
+  trainer_test::FakeCommunicator quiet;
+  EXPECT_EQ(train::evaluate_ranking(quiet, other, data, 3).users, 0);
+  EXPECT_EQ(train::evaluate_and_log(quiet, other, data, 1, 8, 0).samples, 0);
+  EXPECT_TRUE(quiet.ops.empty());
+}
+
 std::shared_ptr<models::Model> small_recommender(const data::MovieLensDataset& ds) {
   models::ModelOptions o;
   o.name = "recommender";
@@ -74,7 +138,7 @@ std::shared_ptr<models::Model> small_recommender(const data::MovieLensDataset& d
   o.encoder_layers = 1;
   o.encoder_heads = 2;
   at::manual_seed(5);
-  auto model = models::create_model(o, train::model_shape_for(ds));
+  auto model = models::create_model(o, ds.shape());
   model->build_cache();
   return model;
 }

@@ -60,8 +60,8 @@ models::ModelOptions gpt_options(const std::string& init_from) {
   return o;
 }
 
-models::ModelShape token_shape(int64_t vocab, int64_t context) {
-  models::ModelShape s;
+core::Shape token_shape(int64_t vocab, int64_t context) {
+  core::Shape s;
   s.vocab_size = vocab;
   s.context = context;
   return s;

@@ -21,7 +21,7 @@ class CountingDataset final : public data::Dataset {
  public:
   explicit CountingDataset(int64_t n, int64_t poison = -1) : n_(n), poison_(poison) {}
   int64_t size() const override { return n_; }
-  data::DataShape shape() const override { return {}; }
+  core::Shape shape() const override { return {}; }
   data::Batch get(const at::Tensor& indices) const override {
     ++gets;
     if (indices.eq(0).any().item<bool>()) ++reads_of_sample0;

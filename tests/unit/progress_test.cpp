@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "train/progress.h"
+#include "train/report/progress.h"
 
 namespace {
 

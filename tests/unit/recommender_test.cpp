@@ -296,7 +296,7 @@ TEST(Recommender, RegistryBuildsItFromAMovieLensDataset) {
   o.encoder_dim = 32;
   o.encoder_layers = 1;
   o.encoder_heads = 2;
-  models::ModelShape shape;
+  core::Shape shape;
   shape.input_dim = ds.shape().input_dim;
   shape.num_users = ds.num_users();
   shape.num_items = ds.num_items();
@@ -310,7 +310,7 @@ TEST(Recommender, RegistryBuildsItFromAMovieLensDataset) {
   EXPECT_NEAR(loss, std::log(2.0), 0.2);
   EXPECT_TRUE(model->uncache());
 
-  models::ModelShape no_text = shape;
+  core::Shape no_text = shape;
   no_text.item_text = at::Tensor();
   try {
     models::create_model(o, no_text);

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "temp_dir.h"
-#include "train/tensorboard.h"
-#include "train/tensorboard_event.pb.h"
+#include "train/report/tensorboard.h"
+#include "train/report/tensorboard_event.pb.h"
 
 namespace {
 

@@ -19,13 +19,16 @@
 // are written above it: see Note [Log lines above the bar] in progress.cpp.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "train/options.h"
-
 namespace train {
+
+// log.progress, as the config spells it (parsed once by the config loader; train/options.h).
+enum class ProgressSetting { kAuto, kBar, kLines, kOff };
+inline constexpr std::array<const char*, 4> kProgressSettingNames = {"auto", "bar", "lines", "off"};
 
 enum class ProgressMode { kOff, kLines, kBar };
 

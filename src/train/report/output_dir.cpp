@@ -1,4 +1,4 @@
-#include "train/output_dir.h"
+#include "train/report/output_dir.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "train/run_report.h"
+#include "train/report/run_report.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -10,23 +10,19 @@
 
 #include "memory/memory_stats.h"
 #include "memory/process_memory.h"
-#include "train/trainer.h"
 
 namespace train {
 
-RunReport::RunReport(ddp::Communicator& control, const TrainerOptions& options, c10::Device device,
-                     Precision precision, RunFacts facts, int64_t start_step)
-    : control_(control), device_(device),
-      peak_tflops_(peak_tflops(device, precision, tf32_enabled(), options.train.peak_tflops)),
-      facts_(facts),
-      progress_(progress_mode(options.log.progress, control.rank(), isatty(STDERR_FILENO) == 1),
+RunReport::RunReport(ddp::Communicator& control, const ReportOptions& options, c10::Device device,
+                     RunFacts facts, int64_t start_step)
+    : control_(control), device_(device), facts_(facts),
+      progress_(progress_mode(options.progress, control.rank(), isatty(STDERR_FILENO) == 1),
                 start_step, facts.steps, facts.global_batch) {
-  const std::string path = metrics_path(options.log.metrics, options.checkpoint.dir);
-  metrics_on_ = !path.empty();
-  if (metrics_on_ && control_.rank() == 0) metrics_ = MetricsFile(path, start_step);
-  tensorboard_on_ = !options.log.tensorboard.empty();
+  metrics_on_ = !options.metrics_path.empty();
+  if (metrics_on_ && control_.rank() == 0) metrics_ = MetricsFile(options.metrics_path, start_step);
+  tensorboard_on_ = !options.tensorboard.empty();
   if (tensorboard_on_ && control_.rank() == 0) {
-    tensorboard_ = std::make_unique<TensorBoardWriter>(options.log.tensorboard, start_step + 1);
+    tensorboard_ = std::make_unique<TensorBoardWriter>(options.tensorboard, start_step + 1);
   }
 }
 
@@ -34,10 +30,10 @@ std::string RunReport::throughput(double samples_per_s) const {
   if (facts_.positions <= 0) return "";
   const double tokens_per_s = samples_per_s * static_cast<double>(facts_.positions);
   std::string text = fmt::format(" {:.0f} tokens/s", tokens_per_s);
-  if (facts_.flops_per_token > 0 && peak_tflops_ > 0) {
+  if (facts_.flops_per_token > 0 && facts_.peak_tflops > 0) {
     // Every rank's share: the job's tokens/s over the job's peak.
     text += fmt::format(" MFU {:.1f}%", 100.0 * tokens_per_s * facts_.flops_per_token /
-                                            (peak_tflops_ * 1e12 * facts_.world_size));
+                                            (facts_.peak_tflops * 1e12 * facts_.world_size));
   }
   return text;
 }

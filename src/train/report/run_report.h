@@ -1,8 +1,9 @@
 // RunReport: what a run tells its user on logged steps and evaluations: rank 0's step line (loss,
 // lr, grad norm, loss scale, samples/s, tokens/s and MFU, data wait, RSS, ETA), its progress bar
-// (train/progress.h), the records of the metrics file (train/metrics.h) and the scalars of the
-// TensorBoard event file (train/tensorboard.h). The Trainer decides when; this decides what and
-// how.
+// (progress.h), the records of the metrics file (metrics.h) and the scalars of the TensorBoard
+// event file (tensorboard.h). The Trainer decides when; this decides what and how. It knows the
+// loop only through the values it is handed (results.h, RunFacts): reporting sits below train/
+// and never includes it (docs/DESIGN.md, "Layers").
 //
 // Collective: step() gathers every rank's memory peak when a metrics file or TensorBoard files are
 // written (the configuration says so, so every rank knows); every rank calls step() and eval() on
@@ -17,16 +18,19 @@
 #include <string>
 
 #include "ddp/communicator.h"
-#include "train/evaluation.h"
-#include "train/metrics.h"
-#include "train/options.h"
-#include "train/precision.h"
-#include "train/progress.h"
-#include "train/tensorboard.h"
+#include "train/report/metrics.h"
+#include "train/report/progress.h"
+#include "train/report/results.h"
+#include "train/report/tensorboard.h"
 
 namespace train {
 
-struct StepResult;
+// The log section's say in the report (train::LogOptions, resolved by the Trainer).
+struct ReportOptions {
+  std::string progress;      // log.progress: auto | bar | lines | off (progress_mode)
+  std::string metrics_path;  // the metrics file (metrics_path()); "": none
+  std::string tensorboard;   // log.tensorboard: the event files' directory; "": none
+};
 
 struct RunFacts {
   int64_t steps = 0;            // train.steps
@@ -35,13 +39,14 @@ struct RunFacts {
   int64_t steps_per_epoch = 1;
   int64_t positions = 0;        // tokens per sample (token data), else 0
   double flops_per_token = 0;   // the model's estimate for `positions` (0: none)
+  double peak_tflops = 0;       // the device's dense peak at the run's precision (0: unknown)
 };
 
 class RunReport {
  public:
   // Opens the metrics file on rank 0 (dropping records after `start_step`, a resumed run's).
-  RunReport(ddp::Communicator& control, const TrainerOptions& options, c10::Device device,
-            Precision precision, RunFacts facts, int64_t start_step);
+  RunReport(ddp::Communicator& control, const ReportOptions& options, c10::Device device,
+            RunFacts facts, int64_t start_step);
 
   // " N tokens/s MFU M%" for token data (MFU where the device's peak is known); "" otherwise.
   std::string throughput(double samples_per_s) const;
@@ -58,7 +63,6 @@ class RunReport {
  private:
   ddp::Communicator& control_;
   c10::Device device_;
-  double peak_tflops_;
   RunFacts facts_;
   MetricsFile metrics_;
   bool metrics_on_ = false;  // the same on every rank (from the configuration)

@@ -11,8 +11,9 @@
 // are compiled by Debian's protobuf from tensorboard_event.proto (upstream's names and numbers).
 //
 // Only rank 0 writes (RunReport owns the writer). Not thread-safe. This library is built apart
-// from LibTorch (src/CMakeLists.txt); in a build without protobuf (TRAINER_HAVE_TENSORBOARD unset)
-// check_tensorboard_dir() says so at start-up and the constructor throws the same.
+// from LibTorch (src/train/report/CMakeLists.txt); in a build without protobuf
+// (TRAINER_HAVE_TENSORBOARD unset) check_tensorboard_dir() says so at start-up and the
+// constructor throws the same.
 #pragma once
 
 #include <cstddef>

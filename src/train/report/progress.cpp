@@ -1,7 +1,8 @@
-#include "train/progress.h"
+#include "train/report/progress.h"
 
 // barkeep formats its bar with fmt when asked (else std::format, which GCC 12 lacks); the fmt it
-// gets is the system's, through trainer_core's shim (cmake/TrainerDeps.cmake).
+// gets is the system's, through the shim every layer has (trainer_settings, src/CMakeLists.txt;
+// cmake/TrainerDeps.cmake).
 #define BARKEEP_ENABLE_FMT_FORMAT 1
 #include <barkeep/barkeep.h>
 #include <fmt/format.h>

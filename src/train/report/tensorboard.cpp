@@ -1,6 +1,6 @@
-#include "train/tensorboard.h"
+#include "train/report/tensorboard.h"
 
-#include "train/output_dir.h"
+#include "train/report/output_dir.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -18,7 +18,7 @@
 #ifdef TRAINER_HAVE_TENSORBOARD
 #include <boost/crc.hpp>
 
-#include "train/tensorboard_event.pb.h"
+#include "train/report/tensorboard_event.pb.h"
 #endif
 
 namespace train {

@@ -1,0 +1,46 @@
+// What the training loop produces and the reporting layer shows: one optimizer step's outcome, an
+// evaluation's means and a run's summary. Plain values, in a header of their own below both the
+// loop (train/trainer.h fills them) and the report (train/report/run_report.h reads them), so
+// that reporting never includes the loop (docs/DESIGN.md, "Layers").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace train {
+
+// One optimizer step's outcome. `stop` and `attempts` are known on the host at once; the numbers
+// below them live on the device until Trainer::read_metrics() copies them out (logged steps only:
+// Note [No host synchronisation in the step] in train/trainer.cpp).
+struct StepResult {
+  bool stop = false;     // some rank asked to stop (a signal); all ranks agree
+  int attempts = 1;      // 1 + the fallbacks this step needed
+  double lr = 0;
+  bool metrics_read = false;  // the fields below hold this step's values
+  double loss = 0;       // mean loss over the global batch
+  double grad_norm = 0;  // before clipping
+  bool skipped = false;  // fp16: a non-finite gradient on some rank; no update (all ranks agree)
+  double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
+};
+
+// An evaluation's named means over `samples` (validation samples, or users for ranking metrics),
+// the same on every rank (train/evaluation.h); samples = 0: nothing was evaluated.
+struct ValidationMetrics {
+  std::vector<std::pair<std::string, double>> means;
+  int64_t samples = 0;
+};
+
+// What Trainer::run() did.
+struct RunSummary {
+  int64_t steps_done = 0;
+  double first_loss = 0;
+  double last_loss = 0;
+  double samples_per_s = 0;  // over steps after the first (which includes warm-up)
+  std::string throughput;    // " N tokens/s MFU M%" for token models; empty otherwise
+  bool stopped = false;
+  int fallbacks = 0;
+};
+
+}  // namespace train
