@@ -12,6 +12,7 @@ struct DdpOptions {
   double bucket_mb = 0;          // cap of the other buckets
   bool find_unused_parameters = false;
   std::string reduce_dtype;      // fp32 | bf16: dtype of the gradient all-reduce
+  std::string shard = "none";    // none | optimizer | gradients (ddp/shard.h)
 };
 
 }  // namespace ddp

@@ -338,6 +338,7 @@ std::vector<KeyDef> declare() {
       real("ddp.bucket_mb", FIELD(ddp.bucket_mb), "25", 0.0, 65536.0, true, false, "cap of the other gradient buckets (MiB)"),
       boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
       choice("ddp.reduce_dtype", FIELD(ddp.reduce_dtype), "fp32", {"fp32", "bf16"}, "dtype the gradient buckets are all-reduced in: bf16 halves the bytes on the wire (gradients, parameters and AdamW stay fp32; each bucket is cast for the reduction and back)"),
+      choice("ddp.shard", FIELD(ddp.shard), "none", {"none", "optimizer", "gradients"}, "ZeRO sharding: optimizer keeps each rank's 1/N of the AdamW state (gradients reduce-scattered, parameters all-gathered); gradients also keeps only 1/N of the reduced gradients between steps"),
 
       choice_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", {"checkpoint_activations", "halve_micro_batch", "uncache_embeddings"}, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),
