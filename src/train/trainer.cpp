@@ -292,10 +292,7 @@ StepResult Trainer::step(int64_t step, bool stop_requested, bool read_metrics) {
   r.lr = learning_rate(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
   // Sharded: each rank checked its blocks only; one verdict for all (a device all-reduce, after
   // the vote, so that every rank posts it, including one that ran out of memory before unscaling).
-  if (reducer_->sharded() && scaler_->enabled()) {
-    at::Tensor found_inf = scaler_->found_inf();
-    data_.all_reduce(found_inf, ddp::ReduceOp::kMax, "fp16 non-finite verdict");
-  }
+  if (reducer_->sharded()) scaler_->combine_verdict(data_);
   // fp16: back off or grow the scale; a non-finite verdict (the same on every rank) makes the
   // optimizer kernel skip the update, on the device (LossScaler, FusedAdamW::step).
   scaler_->update();

@@ -5,10 +5,12 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <thread>
 
 #include "ddp/errors.h"
 #include "mpi_test_env.h"
+#include "train/loss_scaler.h"
 
 namespace {
 
@@ -99,6 +101,24 @@ TEST(ShardCollectives, MissingPeerTimesOutNamingTheReduceScatter) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   }
   trainer_test::runtime().world(std::chrono::seconds(30))->barrier("after timeout test");
+}
+
+// fp16 with sharded gradients: an inf in one rank's block only (train.inject_nonfinite poisons
+// every block, so the Trainer-level tests cannot tell) becomes every rank's verdict.
+TEST(ShardCollectives, OneRanksNonFiniteBlockIsEveryRanksVerdict) {
+  auto comm = world();
+  train::LossScaler scaler({true, 1024.0, 2.0, 0.5, 2000}, c10::Device(c10::kCPU));
+  at::Tensor block = at::ones({5});
+  if (comm->rank() == 0) block[2] = std::numeric_limits<float>::infinity();
+  scaler.unscale({block});
+  EXPECT_EQ(scaler.found_inf().item<float>(), comm->rank() == 0 ? 1.0f : 0.0f);
+  scaler.combine_verdict(*comm);
+  EXPECT_EQ(scaler.found_inf().item<float>(), 1.0f) << "rank " << comm->rank();
+  // A finite step on every rank stays finite.
+  at::Tensor finite = at::ones({5});
+  scaler.unscale({finite});
+  scaler.combine_verdict(*comm);
+  EXPECT_EQ(scaler.found_inf().item<float>(), 0.0f);
 }
 
 }  // namespace
