@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 rounds=${1:-3}
 run() {  # CONFIG SHARD STEPS
-  mpirun -np 2 build/trainer --config "$1" --set ddp.shard="$2" --set train.steps="$3" \
+  mpirun -np 2 build/trainer --config "$1" --set ddp.shard="$2" --set train.steps="$3" --set train.warmup_steps=1 \
     --set train.eval_every=0 --set log.every=1000 --set log.progress=off --set log.metrics=off 2>&1
 }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
