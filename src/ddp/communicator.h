@@ -49,9 +49,15 @@ class Communicator {
                                                  std::string_view what) = 0;
   [[nodiscard]] virtual WorkPtr broadcast_async(at::Tensor tensor, int root,
                                                 std::string_view what) = 0;
-  // `output` holds size() blocks the shape of `input`, concatenated along dim 0.
+  // `output` holds size() blocks the shape of `input`, concatenated along dim 0. In place when
+  // `input` is this rank's block of `output` (the same memory: output[rank * n, (rank + 1) * n)).
   [[nodiscard]] virtual WorkPtr all_gather_async(at::Tensor output, at::Tensor input,
                                                  std::string_view what) = 0;
+  // `input` holds size() blocks of output.numel() elements; rank r's `output` receives the
+  // reduction over ranks of block r (ZeRO's gradient reduce-scatter). Both contiguous, distinct
+  // memory, one dtype; kSum and kAvg only.
+  [[nodiscard]] virtual WorkPtr reduce_scatter_async(at::Tensor output, at::Tensor input,
+                                                     ReduceOp op, std::string_view what) = 0;
   [[nodiscard]] virtual WorkPtr barrier_async(std::string_view what) = 0;
 
   void all_reduce(at::Tensor tensor, ReduceOp op, std::string_view what = "all_reduce") {
@@ -62,6 +68,10 @@ class Communicator {
   }
   void all_gather(at::Tensor output, at::Tensor input, std::string_view what = "all_gather") {
     all_gather_async(std::move(output), std::move(input), what)->wait();
+  }
+  void reduce_scatter(at::Tensor output, at::Tensor input, ReduceOp op,
+                      std::string_view what = "reduce_scatter") {
+    reduce_scatter_async(std::move(output), std::move(input), op, what)->wait();
   }
   void barrier(std::string_view what = "barrier") { barrier_async(what)->wait(); }
 

@@ -272,6 +272,15 @@ WorkPtr MpiCommunicator::broadcast_async(at::Tensor tensor, int root, std::strin
   return work;
 }
 
+namespace {
+// Whether `input` is rank `rank`'s block of `output` (an in-place all-gather).
+bool is_own_block(const at::Tensor& output, const at::Tensor& input, int rank) {
+  return input.is_contiguous() && output.is_contiguous() &&
+         input.storage().is_alias_of(output.storage()) &&
+         input.storage_offset() == output.storage_offset() + rank * input.numel();
+}
+}  // namespace
+
 WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
                                           std::string_view what) {
   if (output.numel() != input.numel() * size_ || output.scalar_type() != input.scalar_type()) {
@@ -280,19 +289,51 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
         what, size_, input.numel(), c10::toString(input.scalar_type()), output.numel(),
         c10::toString(output.scalar_type())));
   }
+  // In place: the staged output (or the output itself) already holds this rank's block.
+  const bool in_place = is_own_block(output, input, rank_);
   bool in_copied = false;
   bool out_copy_back = false;
-  at::Tensor in = staging_buffer(input, &in_copied);
+  at::Tensor in = in_place ? at::Tensor() : staging_buffer(input, &in_copied);
   at::Tensor out = staging_buffer(output, &out_copy_back);
-  const auto type = mpi_type(in.scalar_type());
-  const int count = static_cast<int>(in.numel());
-  void* in_data = in.data_ptr();
+  const auto type = mpi_type(output.scalar_type());
+  const int count = static_cast<int>(input.numel());
+  const void* in_data = in_place ? MPI_IN_PLACE : in.data_ptr();
   void* out_data = out.data_ptr();
   auto work = std::make_unique<MpiWork>(
       OpInfo{"all_gather", std::string(what), input.numel(), input.scalar_type()}, step_, rank_,
       timeout_, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
   TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
                                    work->request()));
+  return work;
+}
+
+WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op,
+                                              std::string_view what) {
+  if (output.numel() * size_ != input.numel() || output.scalar_type() != input.scalar_type() ||
+      (op != ReduceOp::kSum && op != ReduceOp::kAvg) ||
+      (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type()))) {
+    throw CommError(fmt::format(
+        "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements of {} and the "
+        "operation be sum (or avg of floating point); got {} of {}", rank_, to_string(op), what,
+        size_, output.numel(), c10::toString(output.scalar_type()), input.numel(),
+        c10::toString(input.scalar_type())));
+  }
+  bool in_copied = false;
+  bool out_copy_back = false;
+  at::Tensor in = staging_buffer(input, &in_copied);
+  at::Tensor out = staging_buffer(output, &out_copy_back);
+  const auto dtype = in.scalar_type();
+  const int count = static_cast<int>(output.numel());
+  const void* in_data = in.data_ptr();
+  void* out_data = out.data_ptr();
+  auto work = std::make_unique<MpiWork>(
+      OpInfo{op == ReduceOp::kSum ? "reduce_scatter(sum)" : "reduce_scatter(avg)",
+             std::string(what), input.numel(), input.scalar_type()},
+      step_, rank_, timeout_, oversubscribed_, std::move(out), output, out_copy_back,
+      op == ReduceOp::kAvg ? size_ : 0, std::move(in));
+  // The 16-bit float types use the same user-defined sum as the all-reduce (mpi_op).
+  TRAINER_MPI_CHECK(MPI_Ireduce_scatter_block(in_data, out_data, count, mpi_type(dtype),
+                                              mpi_op(op, dtype), comm_, work->request()));
   return work;
 }
 

@@ -25,6 +25,8 @@ class MpiCommunicator final : public Communicator {
   WorkPtr all_reduce_async(at::Tensor tensor, ReduceOp op, std::string_view what) override;
   WorkPtr broadcast_async(at::Tensor tensor, int root, std::string_view what) override;
   WorkPtr all_gather_async(at::Tensor output, at::Tensor input, std::string_view what) override;
+  WorkPtr reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op,
+                               std::string_view what) override;
   WorkPtr barrier_async(std::string_view what) override;
 
   // A new communicator over the same ranks, with its own MPI context. Collective.

@@ -209,11 +209,32 @@ class NcclCommunicator final : public Communicator {
       throw CommError(fmt::format("rank {}: all_gather of {}: output must hold {} x {} elements",
                                   rank_, what, size_, input.numel()));
     }
+    // In place when `input` is this rank's block of `output` (NCCL detects it by the pointers).
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
     return post(output, fmt::format("all_gather of {}", what), [&](cudaStream_t s) {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
                            nccl_type(input.scalar_type()), comm_->get(), s);
     });
+  }
+
+  WorkPtr reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op,
+                               std::string_view what) override {
+    check_tensor(input, what);
+    check_tensor(output, what);
+    if (output.numel() * size_ != input.numel() || output.scalar_type() != input.scalar_type() ||
+        (op != ReduceOp::kSum && op != ReduceOp::kAvg)) {
+      throw CommError(fmt::format(
+          "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements (sum or avg)",
+          rank_, to_string(op), what, size_, output.numel()));
+    }
+    c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
+    return post(output, fmt::format("reduce_scatter({}) of {} ({} x {})", to_string(op), what,
+                                    input.numel(), c10::toString(input.scalar_type())),
+                [&](cudaStream_t s) {
+                  return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
+                                           nccl_type(input.scalar_type()),
+                                           nccl_op(op, input.scalar_type()), comm_->get(), s);
+                });
   }
 
   WorkPtr barrier_async(std::string_view what) override {

@@ -12,6 +12,10 @@ namespace ddp {
 enum class ReduceDtype { kFp32, kBf16 };
 inline constexpr std::array<const char*, 2> kReduceDtypeNames = {"fp32", "bf16"};
 
+// ddp.shard: what a rank keeps of the optimizer state and gradients (ddp/shard.h, ZeRO-1/2).
+enum class ShardMode { kNone, kOptimizer, kGradients };
+inline constexpr std::array<const char*, 3> kShardModeNames = {"none", "optimizer", "gradients"};
+
 struct DdpOptions {
   std::string backend;           // auto | nccl | mpi
   double timeout_s = 0;          // deadline of every collective
@@ -19,6 +23,7 @@ struct DdpOptions {
   double bucket_mb = 0;          // cap of the other buckets
   bool find_unused_parameters = false;
   ReduceDtype reduce_dtype{};    // fp32 | bf16: dtype of the gradient all-reduce
+  ShardMode shard{};             // none | optimizer | gradients (ddp/shard.h)
 };
 
 }  // namespace ddp

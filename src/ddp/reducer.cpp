@@ -66,41 +66,66 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
   std::vector<ParamMeta> meta;
   for (const auto& [name, p] : params_) meta.push_back({p.numel(), p.scalar_type(), p.device()});
   layout_ = assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);
-  // Every buffer first: if one allocation runs out of memory, no parameter has been touched yet.
   for (const auto& bucket : layout_) {
-    buffers_.push_back(
-        at::zeros({bucket.numel}, at::TensorOptions().dtype(bucket.dtype).device(bucket.device)));
+    if (sharded()) shards_.push_back(shard_bucket(bucket.numel, comm_.size(), comm_.rank()));
+  }
+  // Every buffer first: if one allocation runs out of memory, no parameter has been touched yet.
+  // Sharded buckets are padded to a multiple of the world size; ZeRO-2 allocates them per step.
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    const auto& bucket = layout_[b];
+    const int64_t numel = sharded() ? shards_[b].padded : bucket.numel;
+    buffers_.push_back(zero2() ? at::Tensor()
+                               : at::zeros({numel}, at::TensorOptions().dtype(bucket.dtype).device(bucket.device)));
   }
   // Where the all-reduce runs in another dtype: one persistent copy per bucket (with one rank
   // nothing is reduced, so nothing is cast).
   wire_.resize(layout_.size());
-  const auto wire_dtype = options_.reduce_dtype;
   for (size_t b = 0; b < layout_.size(); ++b) {
-    if (wire_dtype == c10::ScalarType::Undefined || wire_dtype == layout_[b].dtype ||
-        comm_.size() == 1 || !at::isFloatingType(layout_[b].dtype)) {
-      continue;
-    }
-    wire_[b] = at::zeros({layout_[b].numel},
-                         at::TensorOptions().dtype(wire_dtype).device(layout_[b].device));
+    if (!has_wire(b) || zero2()) continue;
+    wire_[b] = at::zeros({buffers_[b].numel()},
+                         at::TensorOptions().dtype(options_.reduce_dtype).device(layout_[b].device));
   }
+  if (sharded()) setup_shards();  // allocates the rest, then makes the parameters flat views
   bucket_of_.resize(params_.size());
+  if (zero2()) pre_hooks_.resize(params_.size());
   for (size_t b = 0; b < layout_.size(); ++b) {
     const auto& bucket = layout_[b];
+    if (buffers_[b].defined()) point_gradients(b);
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const size_t k = bucket.params[j];
       at::Tensor& p = params_[k].second;
       bucket_of_[k] = b;
-      // The gradient takes the parameter's layout (dense: a channels-last weight's gradient is
-      // channels-last too), so the optimizer walks parameter and gradient in the same order.
-      at::Tensor flat = buffers_[b].narrow(0, bucket.offsets[j], p.numel());
-      p.mutable_grad() = p.is_contiguous() ? flat.view(p.sizes())
-                                           : flat.as_strided(p.sizes(), p.strides());
       torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, k));
+      if (zero2()) {
+        pre_hooks_[k] = p.register_hook([this, k](const at::Tensor&) { on_gradient_arriving(k); });
+      }
     }
   }
   pending_.assign(layout_.size(), 0);
   ready_.assign(params_.size(), 0);
   works_.resize(layout_.size());
+  completed_.assign(layout_.size(), 0);
+}
+
+bool Reducer::has_wire(size_t b) const {
+  const auto wire_dtype = options_.reduce_dtype;
+  return wire_dtype != c10::ScalarType::Undefined && wire_dtype != layout_[b].dtype &&
+         comm_.size() > 1 && at::isFloatingType(layout_[b].dtype);
+}
+
+void Reducer::point_gradients(size_t b) {
+  // The gradient takes the parameter's layout (dense: a channels-last weight's gradient is
+  // channels-last too), so the optimizer walks parameter and gradient in the same order.
+  for (size_t j = 0; j < layout_[b].params.size(); ++j) {
+    at::Tensor& p = params_[layout_[b].params[j]].second;
+    p.mutable_grad() = param_view(buffers_[b], b, j);
+  }
+}
+
+at::Tensor Reducer::param_view(const at::Tensor& flat, size_t b, size_t j) const {
+  const at::Tensor& p = params_[layout_[b].params[j]].second;
+  at::Tensor piece = flat.narrow(0, layout_[b].offsets[j], p.numel());
+  return p.is_contiguous() ? piece.view(p.sizes()) : piece.as_strided(p.sizes(), p.strides());
 }
 
 int64_t Reducer::communication_bytes() const {
@@ -112,14 +137,20 @@ int64_t Reducer::communication_bytes() const {
 }
 
 Reducer::~Reducer() noexcept {
-  for (auto& [name, p] : params_) {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    at::Tensor& p = params_[k].second;
     torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    if (zero2()) p.remove_hook(pre_hooks_[k]);
   }
 }
 
 void Reducer::zero_grad() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& buffer : buffers_) buffer.zero_();
+  if (zero2()) {
+    for (size_t b = 0; b < layout_.size(); ++b) release_bucket(b);
+  } else {
+    for (auto& buffer : buffers_) buffer.zero_();
+  }
   state_ = StepState::kIdle;
 }
 
@@ -139,6 +170,7 @@ void Reducer::start_sync() {
   for (size_t b = 0; b < layout_.size(); ++b) {
     pending_[b] = static_cast<int64_t>(layout_[b].params.size());
     works_[b].reset();
+    completed_[b] = 0;
   }
   std::fill(ready_.begin(), ready_.end(), 0);
   launch_order_.clear();
@@ -162,26 +194,60 @@ void Reducer::on_gradient_ready(size_t param) {
   drive_progress();
 }
 
+void Reducer::on_gradient_arriving(size_t param) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  acquire_bucket(bucket_of_[param]);
+}
+
 void Reducer::post_ready_buckets() {
   while (next_bucket_ < layout_.size() && pending_[next_bucket_] == 0) {
-    // One rank: the sum over ranks is the bucket itself; nothing is posted or waited for.
-    if (comm_.size() > 1) {
-      at::Tensor& wire = wire_[next_bucket_];
-      if (wire.defined()) wire.copy_(buffers_[next_bucket_]);  // cast (on the caller's stream)
-      works_[next_bucket_] = comm_.all_reduce_async(wire.defined() ? wire : buffers_[next_bucket_],
-                                                    ReduceOp::kSum,
-                                                    fmt::format("bucket {}", next_bucket_));
-    }
+    post_bucket(next_bucket_);
     launch_order_.push_back(next_bucket_);
     if (in_backward_) ++launched_during_backward_;
     ++next_bucket_;
   }
 }
 
+void Reducer::post_bucket(size_t b) {
+  const std::string what = fmt::format("bucket {}", b);
+  if (sharded()) {
+    acquire_bucket(b);  // ZeRO-2: a bucket no gradient reached, or abandon()
+    if (comm_.size() == 1) {  // the one block is the whole bucket, reduced over one rank
+      if (!shard_grads_[b].is_same(buffers_[b])) shard_grads_[b].copy_(buffers_[b]);
+      complete_bucket(b);
+      return;
+    }
+    if (wire_[b].defined()) {
+      wire_[b].copy_(buffers_[b]);  // cast (on the caller's stream)
+      works_[b] = comm_.reduce_scatter_async(wire_shards_[b], wire_[b], ReduceOp::kSum, what);
+    } else {
+      works_[b] = comm_.reduce_scatter_async(shard_grads_[b], buffers_[b], ReduceOp::kSum, what);
+    }
+    return;
+  }
+  // One rank: the sum over ranks is the bucket itself; nothing is posted or waited for.
+  if (comm_.size() > 1) {
+    at::Tensor& wire = wire_[b];
+    if (wire.defined()) wire.copy_(buffers_[b]);  // cast (on the caller's stream)
+    works_[b] = comm_.all_reduce_async(wire.defined() ? wire : buffers_[b], ReduceOp::kSum, what);
+  }
+}
+
+void Reducer::complete_bucket(size_t b) {
+  completed_[b] = 1;
+  if (!sharded()) {
+    if (wire_[b].defined()) buffers_[b].copy_(wire_[b]);  // cast back into the float32 bucket
+    return;
+  }
+  if (wire_shards_[b].defined()) shard_grads_[b].copy_(wire_shards_[b]);
+  if (zero2()) release_bucket(b);  // its full buffer was needed only in flight
+}
+
 void Reducer::drive_progress() {
-  // MPI progresses non-blocking collectives only inside MPI calls: poke the posted ones.
+  // MPI progresses non-blocking collectives only inside MPI calls: poke the posted ones. ZeRO-2
+  // frees a bucket as soon as its reduce-scatter is done, while backward still runs.
   for (size_t b = 0; b < next_bucket_; ++b) {
-    if (works_[b]) works_[b]->is_completed();
+    if (works_[b] && !completed_[b] && works_[b]->is_completed() && zero2()) complete_bucket(b);
   }
 }
 
@@ -196,9 +262,9 @@ void Reducer::mark_all_ready() {
 
 void Reducer::wait_all() {
   for (size_t b = 0; b < layout_.size(); ++b) {
-    if (!works_[b]) continue;
+    if (!works_[b] || completed_[b]) continue;
     works_[b]->wait();
-    if (wire_[b].defined()) buffers_[b].copy_(wire_[b]);  // cast back into the float32 bucket
+    complete_bucket(b);
   }
   state_ = StepState::kDone;
 }

@@ -29,6 +29,31 @@
 //   (contents are thrown away by the caller) and waits, so the failing rank issues exactly the
 //   collectives the others do (docs/DESIGN.md, "The OOM protocol", point 4).
 // - Hooks may run on autograd's device threads; the Reducer serialises them with a mutex.
+//
+// Sharded (ddp.shard: optimizer | gradients; ZeRO-1/2, ddp/shard.h): every bucket is padded to a
+// multiple of the world size and each rank owns one contiguous block of it. The parameters become
+// views into flat per-bucket parameter buffers laid out like the gradient buckets (the same
+// Variables: set_data, as FSDP's flat parameters), so a rank's block of parameters, of gradients
+// and of optimizer state is one slice each. Each bucket is reduce-scattered (SUM) into this rank's
+// block of reduced gradients (reduced_gradients()), posted from the same hooks and in the same
+// order as the all-reduce, so it overlaps backward the same way and the OOM protocol is unchanged.
+// The caller updates its blocks (parameter_shards()) and then gather_parameters() all-gathers
+// every bucket's parameters in place.
+// - optimizer (ZeRO-1): the full buckets stay allocated, as unsharded; the reduced blocks add
+//   1/W of the gradient bytes.
+// - gradients (ZeRO-2): only the reduced blocks persist. A bucket's full buffer is allocated when
+//   its first gradient of the step arrives (a tensor pre-hook, so at that point in backward, not
+//   before forward) and freed as soon as its reduce-scatter completes (progress is driven from the
+//   hooks, so during backward). Under gradient accumulation the full buffers live from the first
+//   micro-batch's backward until the last one's reduce-scatters: accumulation needs the full
+//   gradient, so ZeRO-2 saves nothing during accumulation (as DeepSpeed's ZeRO-2 when it reduces
+//   once per step); it saves the full gradient in forward, in the optimizer step and all-gather,
+//   between steps, and bucket by bucket during the last backward. The per-bucket allocations happen
+//   inside the step, so running out there is an ordinary out-of-memory in backward (the protocol
+//   retries); abandon() allocates the buckets it must still post (the step's tensors are gone by
+//   then). CUDA graphs need fixed addresses and are not used with it (the Trainer says so).
+// Switching a replicated run to sharded in place (a future memory.fallback rung) needs only what
+// is here: adopt the flat parameters, allocate the blocks, slice the replicated moments.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,6 +67,7 @@
 
 #include "ddp/buckets.h"
 #include "ddp/communicator.h"
+#include "ddp/shard.h"
 
 namespace ddp {
 
@@ -51,6 +77,7 @@ struct ReducerOptions {
   bool find_unused_parameters = false;
   // Dtype of the all-reduce (Undefined: the gradients' own). Floating-point buckets only.
   c10::ScalarType reduce_dtype = c10::ScalarType::Undefined;
+  ShardMode shard = ShardMode::kNone;
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -89,6 +116,28 @@ class Reducer {
   const std::vector<at::Tensor>& buffers() const { return buffers_; }
   // Bytes of the reduce_dtype copies of the buckets (0 without them).
   int64_t communication_bytes() const;
+  // Gradient bytes held between steps: the full buckets (not under ZeRO-2), the reduced blocks
+  // (sharded) and the reduce_dtype copies that persist.
+  int64_t gradient_bytes() const;
+
+  // Sharding (see above). Unsharded, reduced_gradients() is buffers().
+  ShardMode shard_mode() const { return options_.shard; }
+  bool sharded() const { return options_.shard != ShardMode::kNone; }
+  // After finish(): the reduced gradients this rank uses: the full buckets, or its blocks.
+  const std::vector<at::Tensor>& reduced_gradients() const;
+  // Sharded: this rank's block of each bucket's geometry and of its flat parameters.
+  const std::vector<BucketShard>& shards() const { return shards_; }
+  std::vector<at::Tensor> parameter_shards() const;
+  // Sharded: all-gathers every bucket's parameters from their owners, in place. Collective.
+  void gather_parameters();
+  // Sharded: every parameter's full tensor (shape, dtype and strides of the parameter), copied to
+  // the CPU on `root`, from per-bucket blocks such as parameter_shards() (optimizer moments); one
+  // bucket at a time, so the extra device memory is one bucket. Other ranks get an empty vector.
+  // Collective.
+  std::vector<at::Tensor> unshard(const std::vector<at::Tensor>& blocks, int root);
+  // Sharded: fills this rank's per-bucket `blocks` from full per-parameter tensors that rank 0
+  // holds (`full`, in parameter order; nullptr on other ranks). Collective.
+  void shard_from(const std::vector<at::Tensor>* full, const std::vector<at::Tensor>& blocks);
   // Bucket indices in the order their all-reduces were posted in the last synced step.
   const std::vector<size_t>& launch_order() const { return launch_order_; }
   // Buckets posted while backward was still running in the last synced step (overlap).
@@ -96,6 +145,7 @@ class Reducer {
 
   // Called by the hooks; public for them only.
   void on_gradient_ready(size_t param);
+  void on_gradient_arriving(size_t param);  // ZeRO-2: before the gradient is accumulated
 
  private:
   enum class StepState { kIdle, kAccumulating, kSyncing, kDone };
@@ -105,6 +155,16 @@ class Reducer {
   void mark_all_ready();
   void wait_all();
   void drive_progress();
+  void post_bucket(size_t b);
+  void complete_bucket(size_t b);  // after its collective completed: cast back, release
+  // Sharded (reducer_shard.cpp).
+  void setup_shards();                // blocks, flat parameters; before the gradient views
+  void acquire_bucket(size_t b);      // ZeRO-2: the full buffer and gradient views
+  void release_bucket(size_t b);      // ZeRO-2: frees them
+  void point_gradients(size_t b);     // each parameter's .grad: a view into buffers_[b]
+  at::Tensor param_view(const at::Tensor& flat, size_t b, size_t j) const;
+  bool zero2() const { return options_.shard == ShardMode::kGradients; }
+  bool has_wire(size_t b) const;      // bucket b is reduced in reduce_dtype
 
   NamedParameters params_;
   Communicator& comm_;
@@ -116,6 +176,12 @@ class Reducer {
   std::vector<int64_t> pending_;          // bucket -> parameters not yet ready this step
   std::vector<char> ready_;               // param -> marked ready this step
   std::vector<WorkPtr> works_;            // bucket -> its all-reduce, once posted
+  std::vector<char> completed_;           // bucket -> its collective completed this step
+  std::vector<BucketShard> shards_;       // sharded: bucket -> this rank's block
+  std::vector<at::Tensor> param_buffers_; // sharded: bucket -> flat padded parameters
+  std::vector<at::Tensor> shard_grads_;   // sharded: bucket -> this rank's reduced block
+  std::vector<at::Tensor> wire_shards_;   // sharded + reduce_dtype: the block in that dtype
+  std::vector<unsigned> pre_hooks_;       // ZeRO-2: param -> its tensor hook's handle
   std::vector<size_t> launch_order_;
   size_t next_bucket_ = 0;
   size_t launched_during_backward_ = 0;

@@ -367,6 +367,7 @@ std::vector<KeyDef> declare() {
       real("ddp.bucket_mb", FIELD(ddp.bucket_mb), "25", 0.0, 65536.0, true, false, "cap of the other gradient buckets (MiB)"),
       boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
       enum_choice("ddp.reduce_dtype", FIELD(ddp.reduce_dtype), "fp32", ddp::kReduceDtypeNames, "dtype the gradient buckets are all-reduced in: bf16 halves the bytes on the wire (gradients, parameters and AdamW stay fp32; each bucket is cast for the reduction and back)"),
+      enum_choice("ddp.shard", FIELD(ddp.shard), "none", ddp::kShardModeNames, "ZeRO sharding: optimizer keeps each rank's 1/N of the AdamW state (gradients reduce-scattered, parameters all-gathered); gradients also keeps only 1/N of the reduced gradients between steps"),
 
       enum_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", memory::kRungNames, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),

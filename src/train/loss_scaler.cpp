@@ -27,6 +27,11 @@ void LossScaler::unscale(const std::vector<at::Tensor>& buffers) {
   at::_amp_foreach_non_finite_check_and_unscale_(buffers, found_inf_, inv_scale_);
 }
 
+void LossScaler::combine_verdict(ddp::Communicator& comm) {
+  if (!options_.enabled) return;
+  comm.all_reduce(found_inf_, ddp::ReduceOp::kMax, "fp16 non-finite verdict");
+}
+
 void LossScaler::update() {
   if (!options_.enabled) return;
   at::NoGradGuard no_grad;

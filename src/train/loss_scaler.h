@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "ddp/communicator.h"
+
 namespace train {
 
 struct LossScalerOptions {
@@ -48,6 +50,10 @@ class LossScaler {
   // The last unscale()'s verdict: float [1], 1 where a gradient was inf or NaN, else 0; it stays
   // until the next unscale() (zeros while disabled).
   const at::Tensor& found_inf() const { return found_inf_; }
+  // Sharded gradients (ddp.shard): each rank unscaled only its blocks, so its verdict covers
+  // them only; this makes it the verdict over every rank's blocks (a max all-reduce of the device
+  // flag on `comm`, no host read). Collective; no-op when disabled.
+  void combine_verdict(ddp::Communicator& comm);
   // Backs off or grows the scale according to the last unscale(), and counts a skipped step.
   void update();
 

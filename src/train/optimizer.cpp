@@ -7,9 +7,13 @@
 
 namespace train {
 
-FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper)
-    : params_(std::move(params)), hyper_(hyper) {
+FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper,
+                       std::vector<at::Tensor> grads)
+    : params_(std::move(params)), grads_(std::move(grads)), hyper_(hyper) {
   if (params_.empty()) throw std::invalid_argument("FusedAdamW: no parameters");
+  if (!grads_.empty() && grads_.size() != params_.size()) {
+    throw std::invalid_argument("FusedAdamW: one gradient per parameter");
+  }
   const auto device = params_.front().device();
   // The fused kernel reads the step from a float32 tensor on the parameters' device.
   const at::Tensor count = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
@@ -32,11 +36,13 @@ void FusedAdamW::set_steps(int64_t steps) {
 
 void FusedAdamW::step(double lr, const at::Tensor* found_inf) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads;
-  grads.reserve(params_.size());
-  for (const auto& p : params_) {
-    if (!p.grad().defined()) throw std::logic_error("FusedAdamW: a parameter has no gradient");
-    grads.push_back(p.grad());
+  std::vector<at::Tensor> grads = grads_;
+  if (grads_.empty()) {
+    grads.reserve(params_.size());
+    for (const auto& p : params_) {
+      if (!p.grad().defined()) throw std::logic_error("FusedAdamW: a parameter has no gradient");
+      grads.push_back(p.grad());
+    }
   }
   ++steps_;
   at::Tensor& count = step_counts_.front();
@@ -63,7 +69,8 @@ int64_t FusedAdamW::state_bytes() const {
   return bytes;
 }
 
-GradClipper::GradClipper(std::vector<at::Tensor> flat_grads) : grads_(std::move(flat_grads)) {
+GradClipper::GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over)
+    : grads_(std::move(flat_grads)), sum_over_(sum_over) {
   const auto device = grads_.empty() ? c10::Device(c10::kCPU) : grads_.front().device();
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   norms_ = at::zeros({static_cast<int64_t>(grads_.size())}, options);
@@ -79,6 +86,11 @@ void GradClipper::clip(double max_norm) {
     at::linalg_vector_norm_out(slot, grads_[i], 2, std::nullopt, false, at::kFloat);
   }
   at::linalg_vector_norm_out(total_, norms_, 2);
+  if (sum_over_ != nullptr) {  // this rank's blocks only: sqrt(sum over ranks of norm^2)
+    total_.square_();
+    sum_over_->all_reduce(total_, ddp::ReduceOp::kSum, "gradient norm");
+    total_.sqrt_();
+  }
   if (max_norm <= 0) return;
   // As torch.nn.utils.clip_grad_norm_: multiply by min(1, max_norm / (norm + 1e-6)), computed on
   // the device (a factor of exactly 1 leaves the gradients bitwise unchanged).

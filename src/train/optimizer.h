@@ -15,6 +15,11 @@
 // per-buffer slots and multiplies them by min(1, max_norm / (norm + 1e-6)), as
 // torch.nn.utils.clip_grad_norm_ does, on the device: the norm is never read on the host here.
 //
+// Sharded (ddp.shard, ddp/reducer.h): FusedAdamW runs over each rank's blocks of the flat
+// parameter buffers with the reduced gradient blocks given explicitly, so its moments (and
+// state_bytes()) are this rank's share; GradClipper sums the squared norms of the ranks' blocks
+// with an all-reduce on the data communicator (device tensors: no host read either).
+//
 // Neither is thread-safe; both are used by the training thread only.
 #pragma once
 
@@ -22,6 +27,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "ddp/communicator.h"
 
 namespace train {
 
@@ -34,8 +41,10 @@ struct AdamWHyper {
 
 class FusedAdamW {
  public:
-  // Allocates both moments of every parameter and the step counter now.
-  FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper);
+  // Allocates both moments of every parameter and the step counter now. `grads`, when given
+  // (one per parameter, same shape), are the gradients step() uses instead of each .grad (sharded
+  // blocks: views with no .grad of their own).
+  FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper, std::vector<at::Tensor> grads = {});
 
   // One update at learning rate `lr` from the parameters' current gradients. With `found_inf`
   // (fp16 loss scaling: a float [1] tensor on the parameters' device, 1 when the reduced gradients
@@ -54,6 +63,7 @@ class FusedAdamW {
 
  private:
   std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> grads_;  // explicit gradients (empty: each parameter's .grad)
   std::vector<at::Tensor> exp_avgs_;
   std::vector<at::Tensor> exp_avg_sqs_;
   std::vector<at::Tensor> step_counts_;  // the same float32 counter per parameter, as the kernel wants
@@ -63,8 +73,10 @@ class FusedAdamW {
 
 class GradClipper {
  public:
-  // `flat_grads`: every gradient exactly once (the Reducer's bucket buffers); one device.
-  explicit GradClipper(std::vector<at::Tensor> flat_grads);
+  // `flat_grads`: every gradient exactly once (the Reducer's bucket buffers); one device. With
+  // `sum_over` (sharded), each rank holds a disjoint part of the gradients and the squared norms
+  // are summed across its ranks (a collective in every clip()).
+  explicit GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over = nullptr);
 
   // Computes the global L2 norm before clipping into norm() and scales the gradients so the norm
   // is at most `max_norm` (max_norm <= 0: no clipping). Queues device work only: no host read.
@@ -74,6 +86,7 @@ class GradClipper {
 
  private:
   std::vector<at::Tensor> grads_;
+  ddp::Communicator* sum_over_ = nullptr;
   at::Tensor norms_;  // one float32 slot per buffer
   at::Tensor total_;  // float32 scalar
   at::Tensor coef_;   // float32 scalar: the clip coefficient

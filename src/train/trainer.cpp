@@ -50,6 +50,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
                  const data::Dataset& dataset, c10::Device device)
     : options_(options), control_(control), data_(data), model_(std::move(model)),
       dataset_(dataset), device_(device), precision_(options.train.precision),
+      shard_(options.ddp.shard),
       micro_batch_(initial_micro_batch(options.train, control.size())),
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
@@ -86,9 +87,12 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
         0, memory::sample_memory(device_).tensor_bytes - estimate_.parameters - estimate_.caches);
     params_ = model_->parameters();
     const auto& t = options_.train;
-    optimizer_ = std::make_unique<FusedAdamW>(
-        params_, AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay});
-    estimate_.optimizer_state = optimizer_->state_bytes();
+    // Sharded, the optimizer runs over the Reducer's blocks: it is made with the Reducer below.
+    if (shard_ == ddp::ShardMode::kNone) {
+      optimizer_ = std::make_unique<FusedAdamW>(
+          params_, AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay});
+      estimate_.optimizer_state = optimizer_->state_bytes();
+    }
     const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device_);
     step_loss_ = at::zeros({}, f64);
     metrics_slots_ = at::zeros({2 + LossScaler::kStateSlots}, f64);
@@ -108,12 +112,21 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
         std::move(named), data_,
         ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                             static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
-                            d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined},
+                            d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined,
+                            shard_},
         &control_);
-    clipper_ = std::make_unique<GradClipper>(reducer_->buffers());
+    const bool sharded = reducer_->sharded();
+    if (sharded) {
+      const auto& t = options_.train;
+      optimizer_ = std::make_unique<FusedAdamW>(reducer_->parameter_shards(),
+                                                AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay},
+                                                reducer_->reduced_gradients());
+      estimate_.optimizer_state = optimizer_->state_bytes();
+    }
+    clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(),
+                                             sharded ? &data_ : nullptr);
   });
-  for (const auto& b : reducer_->layout()) estimate_.gradients += b.bytes();
-  estimate_.gradients += reducer_->communication_bytes();
+  estimate_.gradients += reducer_->gradient_bytes();
   // Last, so that it measures activations with everything persistent already in place.
   allocate_agreed("the loader's buffers and the activation probe", [&] { probe_activations(); });
   broadcast_model();
@@ -164,7 +177,9 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
         model_->checkpoint_activations()
             ? "activation checkpointing is on (it saves and restores the RNG state on the host)"
         : inject ? "train.inject_nonfinite changes this step"
-                 : "");
+        : shard_ == ddp::ShardMode::kGradients
+            ? "ddp.shard: gradients allocates the gradient buckets anew every step"
+            : "");
     const size_t micros = plan_.micro_sizes.size();
     // Micro-batch m + 1 is copied to the device while micro-batch m computes.
     data::Batch next = data::to_device(batch, 0, plan_.micro_sizes[0], device_);
@@ -208,7 +223,9 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     } else {
       reducer_->finish();
     }
-    scaler_->unscale(reducer_->buffers());  // the same reduced buckets, the same verdict, on every rank
+    // The same reduced buckets, the same verdict, on every rank (sharded: each rank's blocks; the
+    // verdicts are combined after the vote, in step()).
+    scaler_->unscale(reducer_->reduced_gradients());
   } catch (const c10::OutOfMemoryError& e) {
     guard.set_phase(step + 1, memory::Phase::kNone);
     attempt.failure = fmt::format("rank {} in {} (micro-batch {}): {}", control_.rank(),
@@ -248,6 +265,9 @@ StepResult Trainer::step(int64_t step, bool stop_requested, bool read_metrics) {
   }
   const auto& t = options_.train;
   r.lr = learning_rate(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
+  // Sharded: each rank checked its blocks only; one verdict for all (a device all-reduce, after
+  // the vote, so that every rank posts it, including one that ran out of memory before unscaling).
+  if (reducer_->sharded()) scaler_->combine_verdict(data_);
   // fp16: back off or grow the scale; a non-finite verdict (the same on every rank) makes the
   // optimizer kernel skip the update, on the device (LossScaler, FusedAdamW::step).
   scaler_->update();
@@ -259,6 +279,7 @@ StepResult Trainer::step(int64_t step, bool stop_requested, bool read_metrics) {
     guard.check_injection(0);
     clipper_->clip(t.grad_clip);
     optimizer_->step(r.lr, scaler_->enabled() ? &scaler_->found_inf() : nullptr);
+    reducer_->gather_parameters();  // sharded: every rank updated its blocks only
   } catch (const c10::OutOfMemoryError& e) {
     guard.set_phase(step + 1, memory::Phase::kNone);
     throw memory::OutOfMemoryAbort(fmt::format(
@@ -404,8 +425,16 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
 }
 
 void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
+  // Sharded: the moments are gathered into full tensors on rank 0 (collective), so the file is
+  // the one an unsharded run writes and resumes on any world size, sharded or not.
+  std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
+  if (reducer_->sharded()) {
+    exp_avgs = reducer_->unshard(optimizer_->exp_avgs(), 0);
+    exp_avg_sqs = reducer_->unshard(optimizer_->exp_avg_sqs(), 0);
+  }
   if (control_.rank() != 0) return;
-  write_checkpoint(path, *model_, optimizer_->exp_avgs(), optimizer_->exp_avg_sqs(),
+  write_checkpoint(path, *model_, reducer_->sharded() ? exp_avgs : optimizer_->exp_avgs(),
+                   reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs(),
                    {steps_done, options_.train.global_batch_size, options_.train.seed,
                     control_.size(), options_.config_text});
   spdlog::info("checkpoint written: {} ({} steps done)", path, steps_done);
@@ -422,6 +451,20 @@ void Trainer::resume(const Checkpoint* ckpt) {
   const int64_t steps_done = step.item<int64_t>();
   if (steps_done < 0) return;
   at::NoGradGuard no_grad;
+  if (reducer_->sharded()) {  // rank 0 holds full moments; each rank takes its blocks
+    std::vector<at::Tensor> m, v;
+    if (ckpt != nullptr) {
+      for (const auto& item : model_->named_parameters()) {
+        m.push_back(ckpt->tensors.at(exp_avg_key(item.key())));
+        v.push_back(ckpt->tensors.at(exp_avg_sq_key(item.key())));
+      }
+    }
+    reducer_->shard_from(ckpt != nullptr ? &m : nullptr, optimizer_->exp_avgs());
+    reducer_->shard_from(ckpt != nullptr ? &v : nullptr, optimizer_->exp_avg_sqs());
+    optimizer_->set_steps(steps_done);
+    start_step_ = steps_done;
+    return;
+  }
   size_t i = 0;
   for (const auto& item : model_->named_parameters()) {
     const at::Tensor& m = optimizer_->exp_avgs()[i];

@@ -17,6 +17,11 @@
 // does every rank when some rank cannot allocate its persistent state at construction. The
 // optimizer step allocates nothing; if it runs out anyway, that rank throws
 // memory::OutOfMemoryAbort.
+//
+// Sharded (ddp.shard, ddp/reducer.h): the Reducer reduce-scatters the gradients, the optimizer
+// updates this rank's blocks, and the Reducer all-gathers the parameters after the update; the
+// clip norm and fp16's verdict are combined across ranks on the device after the status vote, so
+// every rank posts them. Checkpoints gather the moments into the unsharded file format.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -135,6 +140,7 @@ class Trainer {
   const data::Dataset& dataset_;
   c10::Device device_;
   Precision precision_;
+  ddp::ShardMode shard_;  // ddp.shard
   int64_t micro_batch_;  // job-wide micro-batch (the same on every rank)
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;

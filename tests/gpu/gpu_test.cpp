@@ -71,6 +71,33 @@ TEST(Gpu, NcclAllReduceEveryOpAndDtypeAtWorldOne) {
   comm->barrier();
 }
 
+// ZeRO's collectives (ddp.shard): reduce-scatter (every dtype, sum and avg) and the in-place
+// all-gather the Reducer uses for the parameters.
+TEST(Gpu, NcclReduceScatterAndInPlaceAllGather) {
+  SKIP_WITHOUT_GPU();
+  auto control = trainer_test::runtime().world(std::chrono::seconds(60));
+  auto comm = nccl(*control);
+  const int64_t w = comm->size(), n = 37;
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt, at::kLong}) {
+    for (auto op : {ddp::ReduceOp::kSum, ddp::ReduceOp::kAvg}) {
+      if (op == ddp::ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
+      const at::Tensor input = at::arange(w * n, at::kLong).remainder(11).to(dtype).to(at::kCUDA);
+      at::Tensor output = at::full({n}, -1, cuda.dtype(dtype));
+      comm->reduce_scatter(output, input, op, "gpu test");
+      at::Tensor expected = input.narrow(0, comm->rank() * n, n).cpu();
+      if (op == ddp::ReduceOp::kSum) expected = expected * w;
+      EXPECT_TRUE(at::equal(output.cpu(), expected)) << c10::toString(dtype) << " " << ddp::to_string(op);
+    }
+  }
+  at::Tensor flat = at::full({w * n}, -1.0, cuda);
+  flat.narrow(0, comm->rank() * n, n).fill_(comm->rank());
+  comm->all_gather(flat, flat.narrow(0, comm->rank() * n, n), "in place");
+  for (int64_t r = 0; r < w; ++r) {
+    EXPECT_TRUE(at::equal(flat.narrow(0, r * n, n).cpu(), at::full({n}, double(r))));
+  }
+}
+
 TEST(Gpu, NcclRejectsCpuTensorsWithAMessage) {
   SKIP_WITHOUT_GPU();
   auto control = trainer_test::runtime().world(std::chrono::seconds(60));

@@ -58,7 +58,8 @@ class ScalarReadObserver {
 
 using Trained = trainer_test::CpuRun;
 
-Trained make(ddp::Communicator& comm, const std::string& precision, const std::string& extra) {
+Trained make(ddp::Communicator& comm, const std::string& precision, const std::string& extra,
+             const std::string& shard) {
   return trainer_test::make_cpu_run(
       comm,
       "model: {name: mlp, hidden_dim: 32, depth: 2}\n"
@@ -66,7 +67,8 @@ Trained make(ddp::Communicator& comm, const std::string& precision, const std::s
       "train: {device: cpu, global_batch_size: 13, micro_batch_size: 3, steps: 12, lr: 0.01,\n"
       "        warmup_steps: 1, seed: 11, grad_clip: 0.05, precision: " + precision +
           ", loss_scale: 1024, loss_scale_interval: 3" + extra + "}\n"
-      "memory: {check_every: 0}\n",
+      "memory: {check_every: 0}\n" +
+      (shard == "none" ? std::string() : "ddp: {shard: " + shard + ", bucket_mb: 0.002}\n"),
       "host-sync.yaml");
 }
 
@@ -106,16 +108,21 @@ std::vector<train::StepResult> run_logging_every_4th(Trained& run) {
 
 class HostSync : public ::testing::TestWithParam<std::string> {};
 
+// The parameter: "PRECISION" or "PRECISION/SHARD" (ddp.shard; none when absent).
 TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  const std::string param = GetParam();
+  const std::string precision = param.substr(0, param.find('/'));
+  const std::string shard =
+      param.find('/') == std::string::npos ? "none" : param.substr(param.find('/') + 1);
   // fp16: an inf on the last rank at step 6, between two logged steps (4 and 8).
   const std::string extra =
-      GetParam() == "fp16" ? fmt::format(", inject_nonfinite: '{}:6'", world->size() - 1) : "";
-  Trained lazy = make(*world, GetParam(), extra);
+      precision == "fp16" ? fmt::format(", inject_nonfinite: '{}:6'", world->size() - 1) : "";
+  Trained lazy = make(*world, precision, extra, shard);
   const auto logged = run_logging_every_4th(lazy);
 
   // The same run, reading after every step, as before the change.
-  Trained eager = make(*world, GetParam(), extra);
+  Trained eager = make(*world, precision, extra, shard);
   std::vector<train::StepResult> every;
   for (int64_t s = 0; s < 12; ++s) every.push_back(eager.trainer->step(s));
   expect_equal(parameters(*lazy.model), parameters(*eager.model));
@@ -126,7 +133,7 @@ TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
     EXPECT_EQ(logged[i].grad_norm, e.grad_norm);
     EXPECT_EQ(logged[i].loss_scale, e.loss_scale);
   }
-  if (GetParam() == "fp16") {
+  if (precision == "fp16") {
     EXPECT_TRUE(every[5].skipped);  // every rank skipped step 6 ...
     for (const auto& r : logged) EXPECT_FALSE(r.skipped);  // ... which no logged step was
     // 1024 grew after steps 3 (2048); 6 backed off (1024); 9 and 12 grew it again (4096).
@@ -135,5 +142,13 @@ TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, HostSync, ::testing::Values("fp32", "bf16", "fp16"));
+// Sharded: the norm and the fp16 verdict are combined across ranks on the device, not read.
+INSTANTIATE_TEST_SUITE_P(Sharded, HostSync,
+                         ::testing::Values("fp32/optimizer", "fp16/optimizer", "fp16/gradients"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           n[n.find('/')] = '_';
+                           return n;
+                         });
 
 }  // namespace

@@ -12,7 +12,9 @@
 
 namespace {
 
+using trainer_test::expect_same_on_every_rank;
 using trainer_test::relative_error;
+using trainer_test::snapshot;
 
 using Run16 = trainer_test::CpuRun;
 
@@ -27,20 +29,6 @@ Run16 make(ddp::Communicator& comm, const std::string& extra) {
       "loss-scale.yaml");
 }
 
-std::vector<at::Tensor> snapshot(models::Model& m) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
-void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Tensor>& params) {
-  for (const auto& p : params) {
-    at::Tensor max = p.clone(), min = p.clone();
-    comm.all_reduce(max, ddp::ReduceOp::kMax);
-    comm.all_reduce(min, ddp::ReduceOp::kMin);
-    EXPECT_TRUE(at::equal(max, min));
-  }
-}
 
 TEST(LossScale, NonFiniteOnOneRankSkipsTheStepOnEveryRank) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));

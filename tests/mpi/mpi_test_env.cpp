@@ -1,6 +1,7 @@
 #include "mpi_test_env.h"
 
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "launcher/config.h"
 #include "models/registry.h"
@@ -31,6 +32,21 @@ double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Te
     norm += b[i].to(at::kDouble).pow(2).sum().item<double>();
   }
   return std::sqrt(diff / norm);
+}
+
+std::vector<at::Tensor> snapshot(models::Model& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Tensor>& params) {
+  for (const auto& p : params) {
+    at::Tensor max = p.clone(), min = p.clone();
+    comm.all_reduce(max, ddp::ReduceOp::kMax);
+    comm.all_reduce(min, ddp::ReduceOp::kMin);
+    EXPECT_TRUE(at::equal(max, min)) << "the ranks hold different values";
+  }
 }
 
 CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name) {

@@ -16,6 +16,11 @@ ddp::MpiRuntime& runtime();
 // ||a - b|| / ||b|| over all tensors together, in double precision.
 double relative_error(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b);
 
+// A copy of the model's parameters.
+std::vector<at::Tensor> snapshot(models::Model& m);
+// Expects every rank of `comm` to hold exactly the same tensors. Collective.
+void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Tensor>& params);
+
 // A Trainer on CPU from a YAML configuration (its data set and model seeded by train.seed),
 // and what it borrows.
 struct CpuRun {

@@ -66,6 +66,21 @@ class Oom : public ::testing::Test {
   static inline std::unique_ptr<TrainedRun> reference_;
 };
 
+// Sharded (ddp.shard): the failing rank posts every reduce-scatter the others do (ZeRO-2 allocates
+// the buckets it never reached), and the retried step matches the unsharded run.
+TEST_F(Oom, ShardedRunsFallBackTogetherAndMatch) {
+  const int victim = comm_->size() > 1 ? 1 : 0;
+  for (const char* mode : {"optimizer", "gradients"}) {
+    for (const char* phase : {"forward", "backward"}) {
+      const TrainedRun run = train(*comm_, fmt::format("{}:5:{}", victim, phase),
+                                   {std::string("ddp.shard=") + mode});
+      EXPECT_EQ(run.fallbacks, 1) << mode << " " << phase;
+      EXPECT_EQ(run.final_micro_batch, reference_->final_micro_batch / 2);
+      EXPECT_LT(relative_error(run.params, reference_->params), 1e-5) << mode << " " << phase;
+    }
+  }
+}
+
 TEST_F(Oom, OneRankInBackwardFallsBackAndMatches) {
   const int victim = comm_->size() > 1 ? 1 : 0;
   const TrainedRun run = train(*comm_, fmt::format("{}:5:backward", victim));

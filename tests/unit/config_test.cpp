@@ -266,7 +266,7 @@ const std::vector<std::string> kEveryKey = {
     "train.channels_last", "train.cuda_graphs", "train.peak_tflops",
     "train.eval_samples",
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
-    "ddp.find_unused_parameters", "ddp.reduce_dtype",
+    "ddp.find_unused_parameters", "ddp.reduce_dtype", "ddp.shard",
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
     "memory.inject_oom", "memory.check_every", "memory.target_fraction",
     "memory.high_watermark",

@@ -43,6 +43,15 @@ class FakeCommunicator final : public ddp::Communicator {
       for (int r = 0; r < w; ++r) out.narrow(0, r * in.numel(), in.numel()).copy_(in.reshape(-1));
     });
   }
+  // Every rank's input is this one's: block `rank` summed over `world` ranks.
+  ddp::WorkPtr reduce_scatter_async(at::Tensor out, at::Tensor in, ddp::ReduceOp op,
+                                    std::string_view what) override {
+    ops.push_back({"reduce_scatter", std::string(what), in.numel()});
+    return std::make_unique<FakeWork>([out, in, op, w = world_, r = rank_]() mutable {
+      out.copy_(in.reshape(-1).narrow(0, r * out.numel(), out.numel()).view_as(out));
+      if (op == ddp::ReduceOp::kSum) out.mul_(w);
+    });
+  }
   ddp::WorkPtr barrier_async(std::string_view what) override {
     ops.push_back({"barrier", std::string(what), 0});
     return std::make_unique<FakeWork>(nullptr);

@@ -7,9 +7,11 @@
 #include "ddp/buckets.h"
 #include "ddp/reducer.h"
 #include "fake_communicator.h"
+#include "reducer_net.h"
 
 namespace {
 
+using trainer_test::Net;
 using ddp::assign_buckets;
 using ddp::BucketLayout;
 using ddp::ParamMeta;
@@ -71,21 +73,6 @@ TEST(Buckets, EveryParameterExactlyOnceAndCapsRespected) {
   }
   for (int count : seen) EXPECT_EQ(count, 1);
 }
-
-// A three-layer network whose parameters we hand to the Reducer.
-struct Net {
-  torch::nn::Linear l1{8, 16}, l2{16, 16}, l3{16, 4};
-  ddp::NamedParameters named() {
-    ddp::NamedParameters out;
-    int i = 0;
-    for (auto* l : {&l1, &l2, &l3}) {
-      out.emplace_back("l" + std::to_string(++i) + ".weight", (*l)->weight);
-      out.emplace_back("l" + std::to_string(i) + ".bias", (*l)->bias);
-    }
-    return out;
-  }
-  at::Tensor loss(const at::Tensor& x) { return l3(at::relu(l2(at::relu(l1(x))))).pow(2).mean(); }
-};
 
 // The gradient all-reduces posted (the start-up parameter check uses collectives too).
 std::vector<std::string> bucket_ops(const trainer_test::FakeCommunicator& comm) {

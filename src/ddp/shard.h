@@ -1,0 +1,42 @@
+// Sharding (ZeRO): how a flat gradient bucket is split among the ranks, and the ddp.shard modes.
+//
+// A bucket of n elements is padded with zeros to the next multiple of the world size W, so that
+// every rank owns one contiguous block of the same length: rank r owns [r * S, (r + 1) * S) of
+// the padded bucket, S = padded / W. Any n and any W work (a bucket smaller than W gives most
+// ranks a block of padding only); padding is never more than W - 1 elements per bucket. These are
+// pure functions of (n, W, r): every rank computes the same geometry.
+//
+// Modes (ddp.shard):
+// - kNone: every rank keeps the full gradients and optimizer state (all-reduce).
+// - kOptimizer (ZeRO-1): gradients are reduce-scattered; a rank keeps the AdamW moments of its
+//   blocks only, updates its blocks of the parameters, and all-gathers the parameters.
+// - kGradients (ZeRO-2): as kOptimizer, and only the reduced blocks of the gradients persist; the
+//   full buckets exist while gradients accumulate and are in flight (ddp/reducer.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ddp/options.h"
+
+namespace ddp {
+
+// ShardMode (ddp.shard) is declared with the ddp options, where the config loader parses it.
+std::string_view to_string(ShardMode mode);
+
+struct BucketShard {
+  int64_t numel = 0;   // the bucket's own elements
+  int64_t padded = 0;  // numel rounded up to a multiple of the world size
+  int64_t size = 0;    // elements per rank: padded / world
+  int64_t begin = 0;   // this rank's first element: rank * size
+
+  int64_t end() const { return begin + size; }
+  // The elements of [offset, offset + count) (a parameter in the bucket) that this rank owns, as
+  // [first, last); empty (first == last) when it owns none of them.
+  std::pair<int64_t, int64_t> owned(int64_t offset, int64_t count) const;
+};
+
+BucketShard shard_bucket(int64_t numel, int world, int rank);
+
+}  // namespace ddp

@@ -1,0 +1,257 @@
+// ddp.shard (ZeRO-1 `optimizer`, ZeRO-2 `gradients`) against ddp.shard: none on the same ranks:
+// - the MLP and gpt, with an uneven global batch, micro-batches and bucket caps that split
+//   parameters across buckets (and buckets whose sizes do not divide by the world size), give
+//   the same parameters within 1e-6 after every rank updated only its blocks;
+// - fp16 loss scaling with a non-finite gradient on one rank skips the step on every rank;
+// - per-rank optimizer state is about 1/W of the unsharded one (the optimizer's own count), and
+//   ZeRO-2 keeps less gradient memory;
+// - checkpoints keep one format: a sharded run's checkpoint resumes on W - 1 ranks unsharded, an
+//   unsharded one on W ranks sharded, both equal to the run without a break.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <unistd.h>
+
+#include "../unit/temp_dir.h"
+#include "ddp/gather.h"
+#include "ddp/mpi_communicator.h"
+#include "mpi_test_env.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+using trainer_test::expect_same_on_every_rank;
+using trainer_test::relative_error;
+using trainer_test::snapshot;
+
+struct Trained {
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> initial;
+  std::vector<train::StepResult> results;
+  memory::MemoryEstimate estimate;
+  size_t buckets = 0;
+};
+
+Trained train(ddp::Communicator& comm, const std::string& yaml, int64_t steps) {
+  auto run = trainer_test::make_cpu_run(comm, yaml, "shard.yaml");
+  Trained t;
+  t.initial = snapshot(*run.model);
+  for (int64_t s = 0; s < steps; ++s) t.results.push_back(run.trainer->step(s));
+  t.params = snapshot(*run.model);
+  t.estimate = run.trainer->memory_estimate();
+  t.buckets = run.trainer->reducer().layout().size();
+  return t;
+}
+
+struct Case {
+  std::string name;
+  std::string yaml;  // everything but the ddp section
+  std::string ddp;   // extra ddp keys
+  int64_t steps;
+  double tolerance = 1e-6;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::string mlp(int64_t global, const std::string& micro, double clip) {
+  return fmt::format(
+      "model: {{name: mlp, hidden_dim: 48, depth: 2}}\n"
+      "data: {{num_samples: 2000, input_dim: 12, num_classes: 5, teacher_hidden: 16, seed: 7}}\n"
+      "train: {{device: cpu, global_batch_size: {}, micro_batch_size: {}, steps: 20, lr: 0.01, "
+      "warmup_steps: 3, grad_clip: {}, seed: 11}}\n"
+      "memory: {{check_every: 0}}\n", global, micro, clip);
+}
+
+// gpt on token shards written into a directory that lives as long as the process.
+std::string gpt_yaml() {
+  static test::TempDir dir;
+  static bool written = false;
+  if (!written) {
+    const at::Tensor tokens = (at::arange(6000, at::kLong) * 7919 % 97).to(at::kShort);
+    FILE* f = std::fopen((dir.path() + "/train_000.bin").c_str(), "wb");
+    std::fwrite(tokens.data_ptr(), 2, 6000, f);
+    std::fclose(f);
+    written = true;
+  }
+  return "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}\n"
+         "data: {dataset: tokens, path: " + dir.path() + ", context: 16, vocab_size: 100}\n"
+         "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 5, lr: 0.003, "
+         "warmup_steps: 1, seed: 11, grad_clip: 1.0}\n"
+         "memory: {check_every: 0}\n";
+}
+
+class ShardEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShardEquivalence, ShardedParametersEqualUnsharded) {
+  const Case c = GetParam();
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  const auto ddp = [&](const char* shard) {
+    return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
+  };
+  const Trained none = train(*world, c.yaml + ddp("none"), c.steps);
+  EXPECT_GT(relative_error(none.params, none.initial), 1e-3) << "training moved nothing";
+  for (const char* shard : {"optimizer", "gradients"}) {
+    const Trained sharded = train(*world, c.yaml + ddp(shard), c.steps);
+    const double err = relative_error(sharded.params, none.params);
+    EXPECT_LT(err, c.tolerance) << shard << ", world " << world->size();
+    expect_same_on_every_rank(*world, sharded.params);
+    // Every step's loss and gradient norm (the norm summed over the ranks' blocks) as unsharded.
+    for (size_t s = 0; s < none.results.size(); ++s) {
+      EXPECT_EQ(sharded.results[s].skipped, none.results[s].skipped) << shard << " step " << s + 1;
+      if (none.results[s].skipped) continue;  // a non-finite norm
+      EXPECT_NEAR(sharded.results[s].grad_norm, none.results[s].grad_norm,
+                  std::max(1e-5, c.tolerance) * none.results[s].grad_norm)
+          << shard << " step " << s + 1;
+    }
+    if (c.name == "mlp_fp16_inject") {
+      EXPECT_TRUE(none.results[2].skipped && sharded.results[2].skipped) << "step 3 was skipped";
+    }
+    if (world->rank() == 0) {
+      fmt::print("{} {} world {}: {} buckets, relative error {:.2e}\n", c.name, shard,
+                 world->size(), sharded.buckets, err);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ShardEquivalence,
+    ::testing::Values(
+        // 13 samples: uneven over 2 and 3 ranks; micro-batches of 2 accumulate; 1 KiB buckets
+        // split parameters and leave bucket sizes that do not divide by the world size.
+        Case{"mlp_uneven_micro_1KiB", mlp(13, "2", 1.0), ", first_bucket_mb: 0.001, bucket_mb: 0.001", 20},
+        Case{"mlp_clipping_3KiB", mlp(7, "1", 0.05), ", first_bucket_mb: 0.001, bucket_mb: 0.003", 20},
+        Case{"mlp_one_bucket", mlp(32, "5", 0.0), ", bucket_mb: 64", 20},
+        Case{"gpt_2KiB", gpt_yaml(), ", first_bucket_mb: 0.002, bucket_mb: 0.002", 5},
+        // fp16: rank 1 (or 0 alone) makes its gradient non-finite at step 3; every rank skips.
+        Case{"mlp_fp16_inject", std::string(mlp(13, "2", 1.0)).replace(
+                 mlp(13, "2", 1.0).find("seed: 11"), 8,
+                 "seed: 11, precision: fp16, loss_scale: 1024, inject_nonfinite: '1:3'"),
+             ", first_bucket_mb: 0.001, bucket_mb: 0.002", 8},
+        // bf16 on the wire: the reduce-scatter sums bf16 as the all-reduce does, in another
+        // order over 3 ranks, so the parameters agree to bf16's rounding only.
+        Case{"mlp_bf16_reduce", mlp(13, "2", 1.0), ", reduce_dtype: bf16, bucket_mb: 0.002", 10,
+             2e-2}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(ShardMemory, OptimizerStateIsAboutOneNthAndZeroTwoKeepsLessGradient) {
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  const int64_t w = world->size();
+  const std::string yaml = gpt_yaml();
+  const auto estimate = [&](const char* shard) {
+    return train(*world, yaml + fmt::format("ddp: {{shard: {}, bucket_mb: 0.05}}\n", shard), 1)
+        .estimate;
+  };
+  const auto none = estimate("none");
+  const auto zero1 = estimate("optimizer");
+  const auto zero2 = estimate("gradients");
+  // Padding adds at most W - 1 elements (two moments of 4 bytes) per bucket.
+  const int64_t buckets = train(*world, yaml + "ddp: {bucket_mb: 0.05}\n", 1).buckets;
+  EXPECT_GE(zero1.optimizer_state * w, none.optimizer_state);
+  EXPECT_LE(zero1.optimizer_state * w, none.optimizer_state + buckets * (w - 1) * 8 * w);
+  EXPECT_EQ(zero2.optimizer_state, zero1.optimizer_state);
+  // ZeRO-1 keeps the full buckets (and its blocks); ZeRO-2 keeps only its blocks.
+  EXPECT_GT(zero1.gradients, none.gradients);
+  EXPECT_LE(zero2.gradients * w, none.gradients + buckets * (w - 1) * 4 * w);
+  EXPECT_LT(zero2.gradients, none.gradients);
+  if (world->rank() == 0) {
+    fmt::print("world {}: optimizer state {} / {} / {} bytes, gradients {} / {} / {} bytes "
+               "(none / optimizer / gradients)\n", w, none.optimizer_state, zero1.optimizer_state,
+               zero2.optimizer_state, none.gradients, zero1.gradients, zero2.gradients);
+  }
+}
+
+// Checkpoints across world sizes and modes. With W ranks, the first W - 1 form a smaller job.
+class ShardResume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world_ = trainer_test::runtime().world(std::chrono::seconds(60));
+    if (world_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+    const int rank = world_->rank();
+    MPI_Comm split = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < world_->size() - 1 ? 0 : MPI_UNDEFINED, rank, &split);
+    if (split != MPI_COMM_NULL) {
+      smaller_ = std::make_unique<ddp::MpiCommunicator>(split, std::chrono::seconds(60));
+      MPI_Comm_free(&split);
+    }
+    dir_ = ddp::all_gather_strings(*world_, fmt::format("/tmp/trainer_shard_resume_{}", ::getpid()))[0];
+  }
+  void TearDown() override {
+    if (!world_ || world_->size() < 2) return;
+    world_->barrier("cleanup");
+    if (world_->rank() == 0) {
+      for (const auto& f : files_) ::unlink(f.c_str());
+      ::rmdir(dir_.c_str());
+    }
+  }
+  std::string yaml(const char* shard) const {
+    return std::string(R"(
+model: {name: mlp, hidden_dim: 32, depth: 2}
+data: {num_samples: 2000, input_dim: 10, num_classes: 4, teacher_hidden: 8, seed: 2}
+train: {device: cpu, global_batch_size: 47, micro_batch_size: 8, steps: 12, lr: 0.01, warmup_steps: 2, grad_clip: 0.5, weight_decay: 0.1, seed: 9}
+memory: {check_every: 0}
+)") + fmt::format("ddp: {{shard: {}, first_bucket_mb: 0.002, bucket_mb: 0.005}}\n", shard);
+  }
+  std::string file(const std::string& name) {
+    files_.push_back(dir_ + "/" + name);
+    return files_.back();
+  }
+
+  std::unique_ptr<ddp::Communicator> world_;
+  std::unique_ptr<ddp::Communicator> smaller_;  // ranks 0 .. W - 2; null on the last rank
+  std::string dir_;
+  std::vector<std::string> files_;
+};
+
+void expect_same_checkpoints(const std::string& a_path, const std::string& b_path, double tol) {
+  const auto a = train::read_checkpoint(a_path);
+  const auto b = train::read_checkpoint(b_path);
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [key, t] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(key)) << key;
+    EXPECT_EQ(b.tensors.at(key).sizes(), t.sizes()) << key;
+    EXPECT_LT(relative_error({b.tensors.at(key)}, {t}), tol) << key;
+  }
+}
+
+TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
+  using trainer_test::train_until;
+  const double tol = 1e-5;  // another world size sums in another order (Equivalence: 1e-5)
+  const std::string straight_ckpt = file("straight.safetensors");
+  const auto straight = train_until(*world_, yaml("none"), 12, 1, "", straight_ckpt);
+
+  // W ranks sharded (ZeRO-1) for 6 steps; W - 1 ranks unsharded for the other 6.
+  const std::string sharded_half = file("sharded_half.safetensors");
+  train_until(*world_, yaml("optimizer"), 6, 1, "", sharded_half);
+  world_->barrier("checkpoint written");
+  if (smaller_) {
+    const std::string end = file("from_sharded.safetensors");
+    const auto resumed = train_until(*smaller_, yaml("none"), 12, 77, sharded_half, end);
+    EXPECT_LT(relative_error(resumed, straight), tol) << "sharded W -> unsharded W - 1";
+    if (smaller_->rank() == 0) expect_same_checkpoints(straight_ckpt, end, tol);
+  } else {
+    file("from_sharded.safetensors");
+  }
+  world_->barrier("first direction done");
+
+  // W - 1 ranks unsharded for 6 steps; W ranks sharded (ZeRO-2) for the other 6.
+  const std::string plain_half = file("plain_half.safetensors");
+  if (smaller_) train_until(*smaller_, yaml("none"), 6, 1, "", plain_half);
+  world_->barrier("checkpoint written");
+  const std::string end = file("from_plain.safetensors");
+  const auto resumed = train_until(*world_, yaml("gradients"), 12, 77, plain_half, end);
+  EXPECT_LT(relative_error(resumed, straight), tol) << "unsharded W - 1 -> sharded W";
+  if (world_->rank() == 0) {
+    expect_same_checkpoints(straight_ckpt, end, tol);
+    // The sharded run's file is the unsharded format: the same keys, shapes and metadata.
+    const auto half = train::read_checkpoint(sharded_half);
+    EXPECT_EQ(half.meta.step, 6);
+    EXPECT_EQ(half.meta.world_size, world_->size());
+    fmt::print("resume across world sizes and modes: relative error {:.2e}\n",
+               relative_error(resumed, straight));
+  }
+}
+
+}  // namespace
