@@ -27,7 +27,7 @@ namespace train {
 
 // The log section's say in the report (train::LogOptions, resolved by the Trainer).
 struct ReportOptions {
-  std::string progress;      // log.progress: auto | bar | lines | off (progress_mode)
+  ProgressSetting progress{};  // log.progress: auto | bar | lines | off (progress_mode)
   std::string metrics_path;  // the metrics file (metrics_path()); "": none
   std::string tensorboard;   // log.tensorboard: the event files' directory; "": none
 };
