@@ -88,7 +88,7 @@ void load_data_and_model(Startup& s) {
   // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
   s.checkpoint = select_resume(config.checkpoint, *s.model);
   if (s.checkpoint && !config.model.init_from.empty()) {
-    spdlog::info("model.init_from ignored: resuming from the checkpoint");
+    spdlog::info("model.init_from ignored: resuming from {}", s.checkpoint->path);
   }
 }
 
