@@ -55,6 +55,8 @@ struct Args {
   double first_mb = 1;
   double bucket_mb = 4;
   int64_t threads = 1;
+  std::string progress = "thread";  // ddp.mpi_progress
+  int64_t poll_us = 50;
 };
 
 // Prints help and exits for --help; throws std::invalid_argument for a bad argument.
@@ -72,6 +74,11 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--first-mb", a.first_mb, "overlap on: first bucket cap (MiB)");
   app.add_option("--bucket-mb", a.bucket_mb, "overlap on: bucket cap (MiB)");
   app.add_option("--threads", a.threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--progress", a.progress, "thread: a progress thread drives the posted all-reduces "
+                 "(ddp/mpi_progress.h); caller: only the training thread's MPI calls do")
+      ->check(CLI::IsMember({"thread", "caller"}));
+  app.add_option("--poll-us", a.poll_us, "progress thread: microseconds between rounds of MPI_Test")
+      ->check(CLI::PositiveNumber);
   bench::parse_or_exit(app, argc, argv);
   return a;
 }
@@ -140,6 +147,9 @@ int main(int argc, char** argv) {
     const Args a = parse_args(argc, argv);
     at::set_num_threads(static_cast<int>(a.threads));
     const auto timeout = std::chrono::seconds(600);
+    if (a.progress == "thread" && !mpi.start_progress_thread(std::chrono::microseconds(a.poll_us))) {
+      throw std::invalid_argument("--progress thread: MPI did not provide MPI_THREAD_MULTIPLE");
+    }
     auto world = mpi.world(timeout);
     auto self = mpi.self(timeout);
     const int w = world->size();

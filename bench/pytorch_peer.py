@@ -51,6 +51,14 @@ class Gpt(nn.Module):
         self.wte, self.wpe = nn.Embedding(padded, d), nn.Embedding(context, d)
         self.h = nn.ModuleList(Block(d, heads, True, 0.0) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
+        # GPT-2's initialisation, as the trainer's (src/models/gpt.cpp): N(0, 0.02), the residual
+        # output projections scaled by 1 / sqrt(2 layers), zero biases.
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() == 2:
+                residual = name.endswith("proj.weight") or name.endswith("out.weight")
+                nn.init.normal_(p, 0.0, 0.02 / (2 * layers) ** 0.5 if residual else 0.02)
 
     def forward(self, tokens, targets):  # the loss (DDP wraps forward)
         t = tokens.shape[1]
@@ -143,6 +151,8 @@ def main():
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
                    help="bf16: forward and loss under torch.autocast, as the trainer's train.precision")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--trace", default="", help="directory for a torch.profiler trace of steps 3-7 "
+                   "(trace_rank<R>.json, the phases named as the trainer's log.profile trace)")
     # gpt
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--vocab", type=int, default=256)
@@ -195,20 +205,35 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01, fused=True)
     except (RuntimeError, TypeError):
         opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
-    losses, start = [], None
+    losses, start, prof = [], None, None
+    phase = torch.profiler.record_function
     for step in range(a.steps):
         if step == 1:
             dist.barrier()
             start = time.perf_counter()
-        x, y = next(batches)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        if a.trace and step == 2:  # the trainer's log.profile_from 3 (1-based)
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof.__enter__()
+        with phase("step/data"):
+            x, y = next(batches)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with phase("step/forward"), torch.autocast(device.type, dtype=torch.bfloat16,
+                                                   enabled=a.precision == "bf16"):
             loss = ddp(x, y)  # DDP averages the gradients over ranks
-        opt.zero_grad(set_to_none=False)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        with phase("step/zero_grad"):
+            opt.zero_grad(set_to_none=False)
+        with phase("step/backward"):  # DDP's all-reduce overlaps it
+            loss.backward()
+        with phase("step/clip"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        with phase("step/optimizer"):
+            opt.step()
         losses.append(loss.item())
+        if prof is not None and step == 6:
+            prof.__exit__(None, None, None)
+            os.makedirs(a.trace, exist_ok=True)
+            prof.export_chrome_trace(os.path.join(a.trace, f"trace_rank{rank}.json"))
+            prof = None
     if device.type == "cuda":
         torch.cuda.synchronize()
     dist.barrier()

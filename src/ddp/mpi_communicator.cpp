@@ -11,6 +11,7 @@
 
 #include "ddp/check.h"
 #include "ddp/errors.h"
+#include "ddp/mpi_progress.h"
 
 namespace ddp {
 
@@ -149,9 +150,9 @@ class MpiWork final : public Work {
     // Never wait here: a Work dropped unfinished (an exception unwinding past it, a timed-out
     // peer) could wait forever. MPI forbids freeing an active collective request, and it may
     // still write into the buffers, so both are leaked on purpose; this happens only on the way
-    // to ending the process.
-    if (!done_ && request_ != MPI_REQUEST_NULL) {
-      new MPI_Request(request_);
+    // to ending the process. (A request handed to the progress thread stays with it.)
+    if (!done_ && (pending_ || request_ != MPI_REQUEST_NULL)) {
+      if (!pending_) new MPI_Request(request_);
       new at::Tensor(std::move(buffer_));
       new at::Tensor(std::move(keep_));
     }
@@ -159,8 +160,18 @@ class MpiWork final : public Work {
 
   MPI_Request* request() { return &request_; }
 
+  // Called once the operation is posted: the progress thread, where one runs, owns the request
+  // from here on (ddp/mpi_progress.h).
+  void posted() {
+    if (MpiProgress* progress = MpiProgress::running()) pending_ = progress->track(request_);
+  }
+
   bool is_completed() override {
     if (done_) return true;
+    if (pending_) {
+      if (pending_->done.load(std::memory_order_acquire)) complete_handed_over();
+      return done_;
+    }
     int flag = 0;
     TRAINER_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
     if (flag) complete();
@@ -168,6 +179,15 @@ class MpiWork final : public Work {
   }
 
   void wait() override {
+    if (pending_) {
+      // The progress thread tests the request; this thread sleeps until it is done.
+      if (!MpiProgress::running()->wait_until(*pending_, posted_ + std::chrono::duration_cast<
+                                                             Clock::duration>(timeout_))) {
+        throw_timeout(Clock::now());
+      }
+      complete_handed_over();
+      return;
+    }
     // Poll MPI_Test (Open MPI progresses only inside MPI calls); yield the core between polls only
     // where ranks outnumber cores (as Open MPI does), since yielding costs ~5% bandwidth on 1-4 MB
     // buffers (bench/RESULTS.md). Only a wait that has lasted seconds (a slow or stalled peer)
@@ -175,13 +195,7 @@ class MpiWork final : public Work {
     const auto started = Clock::now();
     while (!is_completed()) {
       const auto now = Clock::now();
-      if (now - posted_ > timeout_) {
-        throw CommTimeout(fmt::format(
-            "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
-            "s. Another rank is stalled, dead, or issuing different collectives.",
-            rank_, info_.describe(), Communicator::when(step_), std::chrono::duration<double>(now - posted_).count(),
-            timeout_.count()));
-      }
+      if (now - posted_ > timeout_) throw_timeout(now);
       if (now - started < std::chrono::seconds(2)) {
         if (yield_) std::this_thread::yield();
       } else {
@@ -191,6 +205,19 @@ class MpiWork final : public Work {
   }
 
  private:
+  [[noreturn]] void throw_timeout(Clock::time_point now) const {
+    throw CommTimeout(fmt::format(
+        "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
+        "s. Another rank is stalled, dead, or issuing different collectives.",
+        rank_, info_.describe(), Communicator::when(step_),
+        std::chrono::duration<double>(now - posted_).count(), timeout_.count()));
+  }
+
+  void complete_handed_over() {
+    TRAINER_MPI_CHECK(pending_->error);
+    complete();
+  }
+
   void complete() {
     done_ = true;
     if (divide_by_ > 0) buffer_.div_(divide_by_);
@@ -209,6 +236,7 @@ class MpiWork final : public Work {
   bool copy_back_;
   int divide_by_;
   MPI_Request request_ = MPI_REQUEST_NULL;
+  std::shared_ptr<PendingRequest> pending_;  // set when the progress thread owns the request
   bool done_ = false;
 };
 
@@ -255,6 +283,7 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::s
       op == ReduceOp::kAvg ? size_ : 0);
   TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(dtype), mpi_op(op, dtype),
                                    comm_, work->request()));
+  work->posted();
   return work;
 }
 
@@ -269,6 +298,7 @@ WorkPtr MpiCommunicator::broadcast_async(at::Tensor tensor, int root, std::strin
              tensor.scalar_type()},
       step_, rank_, timeout_, oversubscribed_, std::move(buffer), tensor, copy_back, 0);
   TRAINER_MPI_CHECK(MPI_Ibcast(data, count, mpi_type(dtype), root, comm_, work->request()));
+  work->posted();
   return work;
 }
 
@@ -304,6 +334,7 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
       timeout_, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
   TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
                                    work->request()));
+  work->posted();
   return work;
 }
 
@@ -334,6 +365,7 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
   // The 16-bit float types use the same user-defined sum as the all-reduce (mpi_op).
   TRAINER_MPI_CHECK(MPI_Ireduce_scatter_block(in_data, out_data, count, mpi_type(dtype),
                                               mpi_op(op, dtype), comm_, work->request()));
+  work->posted();
   return work;
 }
 
@@ -342,6 +374,7 @@ WorkPtr MpiCommunicator::barrier_async(std::string_view what) {
                                         rank_, timeout_, oversubscribed_, at::Tensor(),
                                         at::Tensor(), false, 0);
   TRAINER_MPI_CHECK(MPI_Ibarrier(comm_, work->request()));
+  work->posted();
   return work;
 }
 

@@ -10,6 +10,7 @@
 
 #include "ddp/check.h"
 #include "ddp/mpi_communicator.h"
+#include "ddp/mpi_progress.h"
 
 namespace ddp {
 
@@ -19,8 +20,11 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   // of blocking MPI_Allreduce on 1-64 MB buffers here; ring matches it (bench/RESULTS.md). A
   // user's own choice (environment or mpirun --mca) wins: setenv does not overwrite.
   setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", /*overwrite=*/0);
+  // MPI_THREAD_MULTIPLE lets the progress thread (ddp/mpi_progress.h) test requests while the
+  // training thread makes MPI calls of its own.
   int provided = 0;
-  TRAINER_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
+  TRAINER_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+  thread_multiple_ = provided >= MPI_THREAD_MULTIPLE;
   // Errors come back as return codes, so the check macros can turn them into exceptions.
   TRAINER_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   TRAINER_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &topology_.rank));
@@ -40,6 +44,7 @@ MpiRuntime::~MpiRuntime() noexcept {
   // MPI_Finalize synchronises with the other ranks: while an exception is unwinding, a peer may
   // be stalled or gone, and finalising would hang. The code that catches it aborts the job.
   if (std::uncaught_exceptions() > 0) return;
+  MpiProgress::stop();  // its thread makes MPI calls
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -51,6 +56,12 @@ std::unique_ptr<Communicator> MpiRuntime::world(std::chrono::duration<double> ti
 
 std::unique_ptr<Communicator> MpiRuntime::self(std::chrono::duration<double> timeout) const {
   return std::make_unique<MpiCommunicator>(MPI_COMM_SELF, timeout);
+}
+
+bool MpiRuntime::start_progress_thread(std::chrono::microseconds poll) {
+  if (!thread_multiple_) return false;
+  MpiProgress::start(poll);
+  return true;
 }
 
 void MpiRuntime::abort(int code) noexcept {

@@ -37,12 +37,18 @@ class MpiRuntime {
   std::unique_ptr<Communicator> world(std::chrono::duration<double> timeout) const;
   std::unique_ptr<Communicator> self(std::chrono::duration<double> timeout) const;
 
+  // Starts the thread that drives non-blocking operations while the training thread computes
+  // (ddp/mpi_progress.h; stopped before MPI_Finalize). False, and nothing started, when MPI
+  // did not provide MPI_THREAD_MULTIPLE.
+  bool start_progress_thread(std::chrono::microseconds poll);
+
   // Ends every process of the job with `code`. For failures after which ranks can no longer
   // agree (a timeout, an error on one rank in the middle of a step).
   [[noreturn]] static void abort(int code) noexcept;
 
  private:
   MpiTopology topology_;
+  bool thread_multiple_ = false;
 };
 
 }  // namespace ddp

@@ -16,6 +16,10 @@ inline constexpr std::array<const char*, 2> kReduceDtypeNames = {"fp32", "bf16"}
 enum class ShardMode { kNone, kOptimizer, kGradients };
 inline constexpr std::array<const char*, 3> kShardModeNames = {"none", "optimizer", "gradients"};
 
+// ddp.mpi_progress: what moves posted MPI operations forward (ddp/mpi_progress.h).
+enum class MpiProgressMode { kThread, kCaller };
+inline constexpr std::array<const char*, 2> kMpiProgressModeNames = {"thread", "caller"};
+
 struct DdpOptions {
   std::string backend;           // auto | nccl | mpi
   double timeout_s = 0;          // deadline of every collective
@@ -24,6 +28,8 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   ReduceDtype reduce_dtype{};    // fp32 | bf16: dtype of the gradient all-reduce
   ShardMode shard{};             // none | optimizer | gradients (ddp/shard.h)
+  MpiProgressMode mpi_progress{};  // thread | caller (ddp/mpi_progress.h)
+  double mpi_poll_us = 0;        // the progress thread's pause between rounds of MPI_Test
 };
 
 }  // namespace ddp

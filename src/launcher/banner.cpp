@@ -43,9 +43,10 @@ void log_banner(const Startup& s) {
   for (const auto& p : s.model->parameters()) n_params += p.numel();
   const auto hosts = ddp::all_gather_strings(*s.control, launch.hostname);
   const auto lines = ddp::all_gather_strings(
-      *s.control, fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {}  batch {}",
+      *s.control, fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {} on {}  batch {}",
                               s.rank, launch.hostname, launch.local_rank, launch.local_size,
-                              s.binding.description, s.threads, trainer.plan().describe()));
+                              s.binding.description, s.threads, s.cpus.describe(),
+                              trainer.plan().describe()));
   spdlog::info("trainer 0.1.0 (LibTorch {}), {}: {} rank(s) on {} node(s), backend {}",
                TORCH_VERSION,
                launch.launcher == "none" ? "started without a launcher" : "launched by " + launch.launcher,

@@ -341,7 +341,7 @@ std::vector<KeyDef> declare() {
       real("train.eps", FIELD(train.eps), "1e-08", 0.0, 1.0, true, false, "AdamW epsilon"),
       real("train.grad_clip", FIELD(train.grad_clip), "1.0", 0.0, kInf, false, true, "clip the global gradient norm to this (0: no clipping)"),
       seed("train.seed", FIELD(train.seed), "42", "seed of initialisation and data order"),
-      integer("train.threads", FIELD(train.threads), "0", 0, 4096, "CPU threads per rank (0: cores / ranks on the node)"),
+      integer("train.threads", FIELD(train.threads), "0", 0, 4096, "CPU threads per rank (0: the rank's share of the node's cores, binding the rank to them where the launcher bound it to fewer; set: the launcher's binding stands)"),
       integer("train.eval_every", FIELD(train.eval_every), "0", 0, kMax, "log validation metrics every N steps (0: after the last step only): the loss on the validation split (tokens, csv, images; PSNR too for images), HR@10 and NDCG@10 (movielens)"),
       enum_choice("train.precision", FIELD(train.precision), "fp32", train::kPrecisionNames, "bf16 / fp16: forward and loss under autocast (bfloat16 / float16 matmuls and convolutions); parameters, gradients, all-reduce and AdamW stay fp32; fp16 adds dynamic loss scaling"),
       real("train.loss_scale", FIELD(train.loss_scale), "65536", 1.0, 1e30, false, false, "fp16: initial loss scale"),
@@ -368,6 +368,8 @@ std::vector<KeyDef> declare() {
       boolean("ddp.find_unused_parameters", FIELD(ddp.find_unused_parameters), "false", "reduce parameters that got no gradient as zeros instead of stopping with an error"),
       enum_choice("ddp.reduce_dtype", FIELD(ddp.reduce_dtype), "fp32", ddp::kReduceDtypeNames, "dtype the gradient buckets are all-reduced in: bf16 halves the bytes on the wire (gradients, parameters and AdamW stay fp32; each bucket is cast for the reduction and back)"),
       enum_choice("ddp.shard", FIELD(ddp.shard), "none", ddp::kShardModeNames, "ZeRO sharding: optimizer keeps each rank's 1/N of the AdamW state (gradients reduce-scattered, parameters all-gathered); gradients also keeps only 1/N of the reduced gradients between steps"),
+      enum_choice("ddp.mpi_progress", FIELD(ddp.mpi_progress), "caller", ddp::kMpiProgressModeNames, "what moves the MPI data plane's posted operations (gradient buckets on CPU) forward while backward computes: thread (a progress thread tests them; MPI_THREAD_MULTIPLE) or caller (only the training thread's own MPI calls, as Open MPI does by itself)"),
+      real("ddp.mpi_poll_us", FIELD(ddp.mpi_poll_us), "50", 1.0, 1e6, false, false, "ddp.mpi_progress: thread: microseconds between the progress thread's rounds of MPI_Test while the training thread computes"),
 
       enum_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", memory::kRungNames, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),
@@ -389,6 +391,9 @@ std::vector<KeyDef> declare() {
       text("log.metrics", FIELD(log.metrics), "", "JSON Lines file with a record per logged step and evaluation (empty: checkpoint.dir/metrics.jsonl when checkpoint.dir is set; off: none)"),
       enum_choice("log.progress", FIELD(log.progress), "auto", train::kProgressSettingNames, "rank 0's progress: bar (a live bar on stderr: steps, samples/s, loss, ETA; step lines still logged above it), lines (an ETA at the end of each step line), off (neither); auto: bar when stderr is a terminal, else lines (under mpirun a rank's stderr is a pipe: lines)"),
       text("log.tensorboard", FIELD(log.tensorboard), "", "directory for TensorBoard event files (rank 0 writes each logged step's and evaluation's numbers as scalars; created if missing; empty: none)"),
+      text("log.profile", FIELD(log.profile), "", "directory for a profiler trace (Chrome/Perfetto JSON, trace_rank<R>.json per rank, as torch.profiler writes) of steps log.profile_from .. + log.profile_steps - 1; bench/profile_summary.py sums it per phase and operator (empty: none)"),
+      integer("log.profile_from", FIELD(log.profile_from), "3", 1, kMax, "first step of the profiler trace (the first steps warm up allocators and caches)"),
+      integer("log.profile_steps", FIELD(log.profile_steps), "5", 1, 10000, "number of steps in the profiler trace"),
   };
 }
 

@@ -23,6 +23,7 @@
 #include "launcher/signals.h"
 #include "launcher/startup.h"
 #include "launcher/stop_policy.h"
+#include "memory/process_memory.h"
 
 namespace launcher {
 namespace {
@@ -133,11 +134,14 @@ int train_until_done(Startup& s) {
   }
   const int64_t start = trainer.start_step();
   if (summary.steps_done > start) {
-    spdlog::info("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{}, {} memory fallback(s)",
+    // Throughput of the training steps; evaluation and checkpoint time are reported apart.
+    spdlog::info("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{} in training "
+                 "(evaluation {:.1f} s, checkpoints {:.1f} s apart), {} memory fallback(s)",
                  summary.steps_done,
                  start > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start) : "",
                  summary.first_loss, summary.last_loss, summary.samples_per_s,
-                 summary.throughput, summary.fallbacks);
+                 summary.throughput, summary.evaluation_s, summary.checkpoint_s,
+                 summary.fallbacks);
   }
   s.control->barrier("shutdown");
   return exit_code_after_run(summary.stopped, stop_signal(), summary.steps_done,
@@ -167,6 +171,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
 }  // namespace launcher
 
 int main(int argc, char** argv) {
+  memory::keep_freed_memory_for_reuse();  // before any thread allocates (memory/process_memory.h)
   try {
     return launcher::run(argc, argv);
   } catch (const std::exception& e) {

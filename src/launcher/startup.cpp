@@ -108,10 +108,16 @@ int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
 
 int prepare(ddp::MpiRuntime& mpi, Startup& s) {
   s.control = mpi.world(std::chrono::duration<double>(s.config.ddp.timeout_s));
-  s.threads = s.config.train.threads > 0
-                  ? static_cast<int>(s.config.train.threads)
-                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                                    s.launch.local_size);
+  if (s.config.ddp.mpi_progress == ddp::MpiProgressMode::kThread &&
+      !mpi.start_progress_thread(std::chrono::microseconds(
+          static_cast<int64_t>(s.config.ddp.mpi_poll_us)))) {
+    if (s.rank == 0) {
+      spdlog::warn("ddp.mpi_progress = thread: MPI did not provide MPI_THREAD_MULTIPLE; the "
+                   "training thread drives MPI operations itself");
+    }
+  }
+  s.cpus = bind_cpus(s.launch.local_rank, s.launch.local_size, s.config.train.threads);
+  s.threads = s.cpus.threads;
   return agree(*s.control, attempt("loading the data set and building the model", [&] {
     bind_rank(s);
     load_data_and_model(s);

@@ -23,6 +23,7 @@
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
 #include "launcher/config.h"
+#include "launcher/cpu_binding.h"
 #include "launcher/device.h"
 #include "launcher/launch.h"
 #include "models/model.h"
@@ -41,6 +42,7 @@ struct Startup {
   std::unique_ptr<ddp::Communicator> control;  // MPI, ddp.timeout_s: votes and the Trainer's control
   DeviceBinding binding;
   std::string backend;  // the data plane's: "nccl" or "mpi"
+  CpuBinding cpus;      // the rank's cores (launcher/cpu_binding.h)
   int threads = 1;      // at::set_num_threads
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;

@@ -1,5 +1,7 @@
 #include "memory/process_memory.h"
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
@@ -38,6 +40,20 @@ MachineMemory sample_machine_memory() noexcept {
   MachineMemory m;
   read_kib_fields("/proc/meminfo", {{"MemTotal", &m.total_bytes}, {"MemAvailable", &m.available_bytes}});
   return m;
+}
+
+}  // namespace memory
+
+namespace memory {
+
+void keep_freed_memory_for_reuse() noexcept {
+#if defined(__GLIBC__)
+  // 32 MiB is glibc's largest mmap threshold on 64-bit (larger values are refused); blocks above
+  // it are still mapped and unmapped each time. The trim threshold keeps the freed top of the
+  // heap too (the default, twice the mmap threshold, would hand most of it back).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 }  // namespace memory

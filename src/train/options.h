@@ -76,6 +76,11 @@ struct LogOptions {
   ProgressSetting progress{};  // auto | bar | lines | off (train/report/progress.h)
   // directory for TensorBoard event files (train/report/tensorboard.h); "": none
   std::string tensorboard;
+  // directory for a profiler trace of steps profile_from .. profile_from + profile_steps - 1
+  // (train/profiler.h); "": none
+  std::string profile;
+  int64_t profile_from = 0;
+  int64_t profile_steps = 0;
 };
 
 // Everything the Trainer is configured with.

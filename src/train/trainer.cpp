@@ -16,6 +16,7 @@
 #include "train/error_text.h"
 #include "train/evaluation.h"
 #include "train/precision.h"
+#include "train/profiler.h"
 #include "train/report/metrics.h"
 #include "train/report/run_report.h"
 #include "train/schedule.h"
@@ -170,6 +171,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
   Attempt attempt;
   memory::Phase phase = memory::Phase::kNone;
   try {
+    std::optional<StepPhase> in_data(std::in_place, "step/data");
     const data::Batch batch = loader_->get(step);  // read ahead by the loader's workers
     step_loss_.zero_();
     const bool inject = injects_nonfinite(step);
@@ -183,6 +185,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     const size_t micros = plan_.micro_sizes.size();
     // Micro-batch m + 1 is copied to the device while micro-batch m computes.
     data::Batch next = data::to_device(batch, 0, plan_.micro_sizes[0], device_);
+    in_data.reset();
     int64_t offset = 0;
     for (size_t m = 0; m < micros; ++m) {
       const int64_t n = plan_.micro_sizes[m];
@@ -199,6 +202,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
       const GraphStep::Body body = [&](const at::Tensor& inputs, const at::Tensor& targets) {
         at::Tensor loss;
         {
+          const StepPhase in_forward("step/forward");
           AutocastScope autocast(device_, precision_);  // forward and loss only, not backward
           loss = model_->loss(inputs, targets) * weight;
         }
@@ -206,6 +210,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
         at::Tensor to_backward = scaler_->enabled() ? loss * scaler_->scale() : loss;
         if (inject_here) to_backward = to_backward * std::numeric_limits<float>::infinity();
         enter(phase = memory::Phase::kBackward);
+        const StepPhase in_backward("step/backward");
         to_backward.backward();
         step_loss_.add_(loss.detach());  // stays on the device (read_metrics)
       };
@@ -218,6 +223,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
       enter(phase = memory::Phase::kNone);
       offset += n;
     }
+    const StepPhase in_reduce("step/reduce");
     if (graphed) {
       reducer_->reduce_accumulated();
     } else {
@@ -247,17 +253,26 @@ bool Trainer::injects_nonfinite(int64_t step) const {
 StepResult Trainer::step(int64_t step, bool stop_requested, bool read_metrics) {
   control_.set_step(step + 1);
   data_.set_step(step + 1);
-  seed_step_generators(options_.train.seed, step, control_.rank(), device_);  // train/step_rng.h
+  {
+    const StepPhase in_rng("step/rng");
+    seed_step_generators(options_.train.seed, step, control_.rank(), device_);  // train/step_rng.h
+  }
   current_step_ = step + 1;
   StepResult r;
   for (;; ++r.attempts) {
-    reducer_->zero_grad();
+    {
+      const StepPhase in_zero_grad("step/zero_grad");
+      reducer_->zero_grad();
+    }
     const Attempt attempt = forward_backward(step);
     // Status vote: one small all-reduce of host values every step (stop requests, failures); the
     // control plane's tensors live on the host, so reading them synchronises with no device.
     at::Tensor vote = at::tensor({stop_requested ? 1.0 : 0.0, attempt.failure.empty() ? 0.0 : 1.0},
                                  at::kDouble);
-    control_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
+    {
+      const StepPhase in_vote("step/vote");
+      control_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
+    }
     const double* votes = vote.data_ptr<double>();
     r.stop = votes[0] > 0;
     if (votes[1] == 0) break;
@@ -277,8 +292,15 @@ StepResult Trainer::step(int64_t step, bool stop_requested, bool read_metrics) {
   guard.set_phase(step + 1, memory::Phase::kOptimizer);
   try {
     guard.check_injection(0);
-    clipper_->clip(t.grad_clip);
-    optimizer_->step(r.lr, scaler_->enabled() ? &scaler_->found_inf() : nullptr);
+    {
+      const StepPhase in_clip("step/clip");
+      clipper_->clip(t.grad_clip);
+    }
+    {
+      const StepPhase in_optimizer("step/optimizer");
+      optimizer_->step(r.lr, scaler_->enabled() ? &scaler_->found_inf() : nullptr);
+    }
+    const StepPhase in_gather("step/gather");
     reducer_->gather_parameters();  // sharded: every rank updated its blocks only
   } catch (const c10::OutOfMemoryError& e) {
     guard.set_phase(step + 1, memory::Phase::kNone);
@@ -366,45 +388,69 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
   auto steady_start = Clock::now();
   int64_t window_steps = 0;
   double waited_before = 0;  // the loader's wait at the start of the log window
+  // Time spent outside the training steps (evaluation, samples, memory tables, checkpoints): kept
+  // apart, so that step lines and the "done:" line report training throughput.
+  double aside_s = 0, aside_in_window_s = 0, aside_steady_s = 0;
+  const auto aside = [&](double* total, auto&& work) {
+    const auto t0 = Clock::now();
+    work();
+    const double took = seconds_since(t0);
+    *total += took;
+    aside_s += took;
+    aside_in_window_s += took;
+  };
+  StepProfiler profiler(options_.log.profile, options_.log.profile_from, options_.log.profile_steps,
+                        control_.rank(), device_.is_cuda());
   for (int64_t s = start; s < t.steps; ++s) {
     // Logged steps read the step's numbers from the device; the others read nothing (a step that
     // turns out to be the agreed last one, after a signal, reads them below).
     const bool logged = s == start || (s + 1) % options_.log.every == 0 || s + 1 == t.steps;
+    profiler.before_step(s + 1);
     StepResult r = step(s, stop_requested && stop_requested(), logged);
     if (r.stop && !r.metrics_read) read_metrics(r);
+    profiler.after_step(s + 1);
     ++window_steps;
     report.tick(s + 1);
     summary.steps_done = s + 1;
     if (s == start) {
       summary.first_loss = r.loss;  // the first step is always logged
       steady_start = Clock::now();
+      aside_steady_s = aside_s;
     }
     const bool last = s + 1 == t.steps || r.stop;
     if (last) summary.last_loss = r.loss;
     if (r.metrics_read) {
-      report.step(s + 1, r, window_steps, seconds_since(window_start),
+      report.step(s + 1, r, window_steps, seconds_since(window_start) - aside_in_window_s,
                   loader_->waited_s() - waited_before, plan_.micro_batch, fallbacks_,
                   skipped_total_);
       waited_before = loader_->waited_s();
       window_start = Clock::now();
       window_steps = 0;
+      aside_in_window_s = 0;
     }
     if (s + 1 == std::min<int64_t>(start + 3, t.steps)) compare_estimate(s + 1);
     const int64_t every = options_.memory.check_every;
     if ((every > 0 && (s + 1) % every == 0) || last) {
-      report_memory(fmt::format("memory at step {} (peak since the last table)", s + 1));
+      aside(&summary.evaluation_s, [&] {
+        report_memory(fmt::format("memory at step {} (peak since the last table)", s + 1));
+      });
     }
     if ((t.eval_every > 0 && (s + 1) % t.eval_every == 0) || last) {
       // Collective (one all-reduce) for datasets with a validation split or held-out items.
-      report.eval(s + 1, evaluate_and_log(control_, *model_, dataset_, s + 1, plan_.micro_batch,
-                                          t.eval_samples));
+      aside(&summary.evaluation_s, [&] {
+        report.eval(s + 1, evaluate_and_log(control_, *model_, dataset_, s + 1,
+                                            plan_.micro_batch, t.eval_samples));
+      });
     }
     if (text_sampler_ && t.sample_every > 0 && (s + 1) % t.sample_every == 0) {
-      spdlog::info("sample at step {}: {}", s + 1, text_sampler_());
+      aside(&summary.evaluation_s,
+            [&] { spdlog::info("sample at step {}: {}", s + 1, text_sampler_()); });
     }
     const auto& ckpt = options_.checkpoint;
     if (!ckpt.dir.empty() && ckpt.every > 0 && (s + 1) % ckpt.every == 0) {
-      save_checkpoint(fmt::format("{}/step_{:06d}.safetensors", ckpt.dir, s + 1), s + 1);
+      aside(&summary.checkpoint_s, [&] {
+        save_checkpoint(fmt::format("{}/step_{:06d}.safetensors", ckpt.dir, s + 1), s + 1);
+      });
     }
     if (r.stop) {
       if (control_.rank() == 0) spdlog::warn("stop requested (signal): stopping after step {}", s + 1);
@@ -412,14 +458,17 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
       break;
     }
   }
+  profiler.finish();
   if (summary.steps_done - start > 1) {
-    summary.samples_per_s =
-        (summary.steps_done - start - 1) * plan_.global_batch / seconds_since(steady_start);
+    summary.samples_per_s = (summary.steps_done - start - 1) * plan_.global_batch /
+                            (seconds_since(steady_start) - (aside_s - aside_steady_s));
     summary.throughput = report.throughput(summary.samples_per_s);
   }
   summary.fallbacks = fallbacks_;
   if (!options_.checkpoint.dir.empty()) {
-    save_checkpoint(options_.checkpoint.dir + "/final.safetensors", summary.steps_done);
+    aside(&summary.checkpoint_s, [&] {
+      save_checkpoint(options_.checkpoint.dir + "/final.safetensors", summary.steps_done);
+    });
   }
   return summary;
 }

@@ -266,12 +266,13 @@ const std::vector<std::string> kEveryKey = {
     "train.channels_last", "train.cuda_graphs", "train.peak_tflops",
     "train.sample_every", "train.sample_prompt", "train.sample_tokens", "train.eval_samples",
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
-    "ddp.find_unused_parameters", "ddp.reduce_dtype", "ddp.shard",
+    "ddp.find_unused_parameters", "ddp.reduce_dtype", "ddp.shard", "ddp.mpi_progress", "ddp.mpi_poll_us",
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
     "memory.inject_oom", "memory.check_every", "memory.target_fraction",
     "memory.high_watermark",
     "checkpoint.dir", "checkpoint.every", "checkpoint.keep_last", "checkpoint.resume",
-    "log.level", "log.every", "log.metrics", "log.progress", "log.tensorboard"};
+    "log.level", "log.every", "log.metrics", "log.progress", "log.tensorboard", "log.profile",
+    "log.profile_from", "log.profile_steps"};
 
 TEST(Config, SchemaDeclaresExactlyTheKnownKeys) {
   std::vector<std::string> paths;

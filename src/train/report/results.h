@@ -37,7 +37,11 @@ struct RunSummary {
   int64_t steps_done = 0;
   double first_loss = 0;
   double last_loss = 0;
-  double samples_per_s = 0;  // over steps after the first (which includes warm-up)
+  // Over the training steps after the first (which includes warm-up); the time spent between
+  // steps on evaluation (and samples, memory tables) and on checkpoints is not counted in it.
+  double samples_per_s = 0;
+  double evaluation_s = 0;
+  double checkpoint_s = 0;
   std::string throughput;    // " N tokens/s MFU M%" for token models; empty otherwise
   bool stopped = false;
   int fallbacks = 0;
