@@ -1,5 +1,6 @@
 #include "models/gpt.h"
 
+#include "models/layers.h"
 #include "models/linear_cross_entropy.h"
 
 #include <ATen/ATen.h>
@@ -220,7 +221,7 @@ class GptBlock final : public torch::nn::Module {
     const auto split_heads = [&](const at::Tensor& z) {
       return z.view({n, t, heads_, d_ / heads_}).transpose(1, 2);  // [n, heads, T, d / heads]
     };
-    const auto qkv = c_attn_->forward(ln_1_->forward(x)).split(d_, -1);
+    const auto qkv = linear(c_attn_, ln_1_->forward(x)).split(d_, -1);
     at::Tensor k = split_heads(qkv[1]), v = split_heads(qkv[2]);
     std::optional<at::Tensor> mask;
     bool causal = true;
@@ -239,10 +240,10 @@ class GptBlock final : public torch::nn::Module {
     }
     const at::Tensor a = at::scaled_dot_product_attention(split_heads(qkv[0]), k, v, mask, p,
                                                           causal);
-    at::Tensor h = x + at::dropout(attn_proj_->forward(a.transpose(1, 2).reshape({n, t, d_})), p,
+    at::Tensor h = x + at::dropout(linear(attn_proj_, a.transpose(1, 2).reshape({n, t, d_})), p,
                                    p > 0);
-    const at::Tensor m = at::gelu(c_fc_->forward(ln_2_->forward(h)), "tanh");
-    return h + at::dropout(mlp_proj_->forward(m), p, p > 0);
+    const at::Tensor m = gelu(linear(c_fc_, ln_2_->forward(h)), GeluApprox::kTanh);
+    return h + at::dropout(linear(mlp_proj_, m), p, p > 0);
   }
 
  private:

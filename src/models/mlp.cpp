@@ -1,5 +1,7 @@
 #include "models/mlp.h"
 
+#include "models/layers.h"
+
 #include <ATen/ATen.h>
 
 namespace models {
@@ -17,9 +19,9 @@ Mlp::Mlp(int64_t input_dim, int64_t hidden_dim, int64_t depth, int64_t num_class
 at::Tensor Mlp::forward(const at::Tensor& inputs) {
   at::Tensor x = inputs;
   for (const auto& layer : *hidden_) {
-    x = at::gelu(layer->as<torch::nn::Linear>()->forward(x));
+    x = gelu(linear(*layer->as<torch::nn::Linear>(), x), GeluApprox::kNone);
   }
-  return head_->forward(x);
+  return linear(head_, x);
 }
 
 at::Tensor Mlp::loss(const at::Tensor& inputs, const at::Tensor& targets) {

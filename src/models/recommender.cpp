@@ -1,5 +1,7 @@
 #include "models/recommender.h"
 
+#include "models/layers.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -121,8 +123,8 @@ at::Tensor Recommender::tower(const at::Tensor& id_embedding, const at::Tensor& 
   at::Tensor x = at::cat({id_embedding, meta}, -1);
   const size_t last = tower_->size() - 1;
   for (size_t i = 0; i < tower_->size(); ++i) {
-    x = tower_[i]->as<torch::nn::Linear>()->forward(x);
-    if (i != last) x = at::gelu(x);
+    x = linear(*tower_[i]->as<torch::nn::Linear>(), x);
+    if (i != last) x = gelu(x, GeluApprox::kNone);
   }
   return x;
 }

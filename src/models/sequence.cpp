@@ -1,5 +1,7 @@
 #include "models/sequence.h"
 
+#include "models/layers.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -109,7 +111,7 @@ at::Tensor SequenceForecaster::forward(const at::Tensor& inputs) {
   }
   const at::Tensor last =
       options_.cell == SequenceCell::kLstm ? encode_lstm(inputs) : encode_transformer(inputs);
-  return layers_->head->forward(last).view({inputs.size(0), options_.horizon, options_.targets});
+  return linear(layers_->head, last).view({inputs.size(0), options_.horizon, options_.targets});
 }
 
 at::Tensor SequenceForecaster::encode_lstm(const at::Tensor& inputs) {
@@ -128,19 +130,19 @@ at::Tensor SequenceForecaster::encode_transformer(const at::Tensor& inputs) {
   }
   const bool train = is_training();
   const double p = train ? options_.dropout : 0.0;
-  at::Tensor x = l.in_proj->forward(inputs) + l.pos.narrow(0, 0, len);
+  at::Tensor x = linear(l.in_proj, inputs) + l.pos.narrow(0, 0, len);
   x = at::dropout(x, p, train);
   const auto split_heads = [&](const at::Tensor& t) {
     return t.view({n, len, heads, d / heads}).transpose(1, 2);  // [n, heads, T, d / heads]
   };
   for (Layers::Block& b : l.blocks) {
-    const auto qkv = b.qkv->forward(b.ln_1->forward(x)).split(d, -1);
+    const auto qkv = linear(b.qkv, b.ln_1->forward(x)).split(d, -1);
     const at::Tensor a = at::scaled_dot_product_attention(split_heads(qkv[0]), split_heads(qkv[1]),
                                                           split_heads(qkv[2]), /*attn_mask=*/{}, p,
                                                           /*is_causal=*/false);
-    x = x + at::dropout(b.attn_proj->forward(a.transpose(1, 2).reshape({n, len, d})), p, train);
-    const at::Tensor h = at::gelu(b.fc->forward(b.ln_2->forward(x)));  // exact (erf)
-    x = x + at::dropout(b.mlp_proj->forward(h), p, train);
+    x = x + at::dropout(linear(b.attn_proj, a.transpose(1, 2).reshape({n, len, d})), p, train);
+    const at::Tensor h = gelu(linear(b.fc, b.ln_2->forward(x)), GeluApprox::kNone);  // exact (erf)
+    x = x + at::dropout(linear(b.mlp_proj, h), p, train);
   }
   return l.ln_f->forward(x).select(1, -1);
 }
