@@ -6,11 +6,16 @@
 #   bench/compare_pytorch.sh [STEPS]       (after scripts/bootstrap.sh; default 60 steps)
 #
 # Rows: the quickstart MLP, gpt-tiny (configs/gpt-tiny.yaml), gpt-tiny with GPT-2's vocabulary
-# of 50,257 (where the output layer and the loss are most of the step) and the LSTM forecaster
-# (configs/sequence-lstm.yaml) at 1 and 2 ranks, in fp32 and bf16 (the trainer's
-# train.precision, the peer's torch.autocast), or the precisions in $PRECISIONS; $MODELS picks
-# rows (default: mlp gpt gpt-50k lstm). Each pair runs twice, alternating (trainer, peer, trainer, peer), and the
-# table shows the better of the two runs of each, so a noisy neighbour hurts neither side alone.
+# of 50,257 (where the output layer and the loss are most of the step), the 3.2M-parameter GPT
+# of 4 blocks, 256 wide, 4 heads, context 128, global batch 16 (gpt-3m: bytes; gpt-3m-bpe: the
+# same text in GPT-2's BPE, vocabulary 50,257, where tiktoken's GPT-2 ranks are cached) and the
+# LSTM forecaster (configs/sequence-lstm.yaml) at 1 and 2 ranks, in fp32 and bf16 (the
+# trainer's train.precision, the peer's torch.autocast), or the precisions in $PRECISIONS;
+# $MODELS picks rows (default: mlp gpt gpt-50k gpt-3m gpt-3m-bpe lstm). Each pair runs
+# $REPEATS times (default 3), alternating (trainer, peer, trainer, peer, ...), so that a noisy
+# neighbour hurts both sides alike; the table shows the median of each side, the ratio of the
+# medians and the spread of the ratio over the pairs. Throughput is the "done:" line's (training
+# steps after the first; evaluation and checkpoints apart) and the peer's equivalent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -32,23 +37,26 @@ run_peer() {  # ranks args...
   mpirun -np "$np" "$py" bench/pytorch_peer.py "$@" --steps "$steps" 2>&1 |
     sed -n 's/^peer: .* samples\/s \([0-9.]*\) .*/\1/p'
 }
-best() { printf '%s\n' "$@" | sort -g | tail -1; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "| model | precision | ranks | global batch | trainer samples/s | PyTorch DDP (gloo) samples/s | trainer / PyTorch |"
-echo "|---|---|---:|---:|---:|---:|---:|"
+echo "| model | precision | ranks | global batch | trainer samples/s | PyTorch DDP (gloo) samples/s | trainer / PyTorch | spread (per pair) |"
+echo "|---|---|---:|---:|---:|---:|---:|---|"
 row() {  # name precision ranks batch trainer-args(;-separated) peer-args(;-separated)
   local name=$1 precision=$2 np=$3 batch=$4
   IFS=';' read -r -a targs <<<"$5;--set;train.precision=$precision"
   IFS=';' read -r -a pargs <<<"$6;--precision;$precision"
-  local t1 p1 t2 p2
-  t1=$(run_trainer "$np" "${targs[@]}" --set train.global_batch_size="$batch")
-  p1=$(run_peer "$np" "${pargs[@]}" --global-batch "$batch")
-  t2=$(run_trainer "$np" "${targs[@]}" --set train.global_batch_size="$batch")
-  p2=$(run_peer "$np" "${pargs[@]}" --global-batch "$batch")
-  local t p
-  t=$(best "$t1" "$t2"); p=$(best "$p1" "$p2")
-  awk -v n="$name" -v pr="$precision" -v np="$np" -v b="$batch" -v t="$t" -v p="$p" \
-    'BEGIN { printf "| %s | %s | %d | %d | %.1f | %.1f | %.2f |\n", n, pr, np, b, t, p, (p > 0 ? t / p : 0) }'
+  local ts=() ps=() ratios=() t p
+  for _ in $(seq "${REPEATS:-3}"); do
+    t=$(run_trainer "$np" "${targs[@]}" --set train.global_batch_size="$batch")
+    p=$(run_peer "$np" "${pargs[@]}" --global-batch "$batch")
+    ts+=("${t:-0}"); ps+=("${p:-0}")
+    ratios+=("$(awk -v t="${t:-0}" -v p="${p:-0}" 'BEGIN { print (p > 0 ? t / p : 0) }')")
+  done
+  t=$(median "${ts[@]}"); p=$(median "${ps[@]}")
+  local lo hi
+  lo=$(printf '%s\n' "${ratios[@]}" | sort -g | head -1); hi=$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)
+  awk -v n="$name" -v pr="$precision" -v np="$np" -v b="$batch" -v t="$t" -v p="$p" -v lo="$lo" -v hi="$hi" \
+    'BEGIN { printf "| %s | %s | %d | %d | %.1f | %.1f | %.2f | %.2f-%.2f |\n", n, pr, np, b, t, p, (p > 0 ? t / p : 0), lo, hi }'
 }
 
 mlp_t="configs/mlp.yaml;--set;train.micro_batch_size=1000000"
@@ -59,13 +67,39 @@ lstm_t="configs/sequence-lstm.yaml;--set;train.micro_batch_size=1000000"
 lstm_p="lstm;--data;data/timeseries-sample/series.csv;--features;temperature,humidity,load;--targets;load;--window;48;--horizon;1;--hidden;64;--lstm-layers;2"
 gpt50k_t="$gpt_t;--set;data.vocab_size=50257"
 gpt50k_p="${gpt_p/--vocab;256/--vocab;50257}"
-models=" ${MODELS:-mlp gpt gpt-50k lstm} "
+gpt3m_t="$gpt_t;--set;model.num_layers=4;--set;model.d_model=256;--set;model.heads=4;--set;data.context=128"
+gpt3m_p="gpt;--data;data/tokens-sample;--context;128;--vocab;256;--layers;4;--heads;4;--d-model;256"
+models=" ${MODELS:-mlp gpt gpt-50k gpt-3m gpt-3m-bpe lstm} "
 wanted() { [[ $models == *" $1 "* ]]; }
+# GPT-2 BPE tokens of the sample text (data/tokens-sample holds its bytes, one per uint16 token),
+# written by scripts/tokenize_text.py when tiktoken's GPT-2 ranks are cached.
+bpe=""
+ranks="$TRAINER_CACHE/gpt2.tiktoken"
+if wanted gpt-3m-bpe; then
+  if [ -f "$ranks" ]; then
+    bpe=$(mktemp -d)/gpt2-tokens
+    trap 'rm -rf "$(dirname "$bpe")"' EXIT
+    "$py" -c 'import sys, numpy as np
+open(sys.argv[2], "wb").write(np.fromfile(sys.argv[1], dtype=np.uint16).astype(np.uint8).tobytes())' \
+      data/tokens-sample/train_000000.bin "$bpe.txt"
+    "$py" scripts/tokenize_text.py --encoding gpt2 --ranks "$ranks" "$bpe.txt" "$bpe" >/dev/null
+  else
+    echo "gpt-3m-bpe rows skipped: no $ranks (scripts/bootstrap.sh caches it)" >&2
+  fi
+fi
+gpt3m_bpe_p="gpt;--data;$bpe;--context;128;--vocab;50257;--layers;4;--heads;4;--d-model;256"
 for precision in ${PRECISIONS:-fp32 bf16}; do
   if wanted mlp; then for np in 1 2; do row "mlp (quickstart)" "$precision" "$np" 512 "$mlp_t" "$mlp_p"; done; fi
   if wanted gpt; then for np in 1 2; do row gpt-tiny "$precision" "$np" 32 "$gpt_t" "$gpt_p"; done; fi
   if wanted gpt-50k; then
     for np in 1 2; do row "gpt-tiny, vocab 50257" "$precision" "$np" 32 "$gpt50k_t" "$gpt50k_p"; done
+  fi
+  if wanted gpt-3m; then for np in 1 2; do row "gpt 3.2M (4x256, ctx 128)" "$precision" "$np" 16 "$gpt3m_t" "$gpt3m_p"; done; fi
+  if wanted gpt-3m-bpe && [ -n "$bpe" ]; then
+    for np in 1 2; do
+      row "gpt 3.2M, GPT-2 BPE (vocab 50257)" "$precision" "$np" 16 \
+        "$gpt3m_t;--set;data.path=$bpe;--set;data.vocab_size=50257" "$gpt3m_bpe_p"
+    done
   fi
   if wanted lstm; then for np in 1 2; do row "lstm (sequence)" "$precision" "$np" 64 "$lstm_t" "$lstm_p"; done; fi
 done
