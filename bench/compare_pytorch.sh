@@ -11,7 +11,8 @@
 # same text in GPT-2's BPE, vocabulary 50,257, where tiktoken's GPT-2 ranks are cached) and the
 # LSTM forecaster (configs/sequence-lstm.yaml) at 1 and 2 ranks, in fp32 and bf16 (the
 # trainer's train.precision, the peer's torch.autocast), or the precisions in $PRECISIONS;
-# $MODELS picks rows (default: mlp gpt gpt-50k gpt-3m gpt-3m-bpe lstm). Each pair runs
+# $MODELS picks rows (default: mlp gpt gpt-50k gpt-3m gpt-3m-bpe lstm; $BPE_STEPS steps for
+# gpt-3m-bpe, default STEPS). Each pair runs
 # $REPEATS times (default 3), alternating (trainer, peer, trainer, peer, ...), so that a noisy
 # neighbour hurts both sides alike; the table shows the median of each side, the ratio of the
 # medians and the spread of the ratio over the pairs. Throughput is the "done:" line's (training
@@ -27,7 +28,7 @@ trainer=${TRAINER:-$BUILD_DIR/trainer}
 # One trainer run: prints its samples/s (the "done:" line: steps after the first).
 run_trainer() {  # ranks config overrides...
   local np=$1 config=$2; shift 2
-  mpirun -np "$np" "$trainer" --config "$config" --set train.steps="$steps" \
+  mpirun -np "$np" "$trainer" --config "$config" --set train.steps="$steps" --set train.warmup_steps=$((steps / 4)) \
     --set train.eval_every=0 --set train.eval_samples=1 --set log.every=1000000 \
     --set memory.check_every=0 "$@" 2>&1 |
     sed -n 's/.*done: .* \([0-9.]*\) samples\/s.*/\1/p'
@@ -102,10 +103,12 @@ for precision in ${PRECISIONS:-fp32 bf16}; do
   fi
   if wanted gpt-3m; then for np in 1 2; do row "gpt 3.2M (4x256, ctx 128)" "$precision" "$np" 16 "$gpt3m_t" "$gpt3m_p"; done; fi
   if wanted gpt-3m-bpe && [ -n "$bpe" ]; then
+    all_steps=$steps; steps=${BPE_STEPS:-$steps}  # its steps are 10x slower: $BPE_STEPS
     for np in 1 2; do
       row "gpt 3.2M, GPT-2 BPE (vocab 50257)" "$precision" "$np" 16 \
         "$gpt3m_t;--set;data.path=$bpe;--set;data.vocab_size=50257" "$gpt3m_bpe_p"
     done
+    steps=$all_steps
   fi
   if wanted lstm; then for np in 1 2; do row "lstm (sequence)" "$precision" "$np" 64 "$lstm_t" "$lstm_p"; done; fi
 done
