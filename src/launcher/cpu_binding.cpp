@@ -83,7 +83,8 @@ CpuBinding plan_cpu_binding(const std::vector<int>& node, const std::vector<int>
   CpuBinding b;
   b.launcher = launcher;
   b.cpus = launcher;
-  if (threads_setting <= 0 && !node.empty() && local_size >= 1) {
+  size_t share_size = launcher.size();
+  if (!node.empty() && local_size >= 1) {
     // Contiguous blocks of the node's CPUs, the first (n % local_size) one CPU larger; more
     // ranks than CPUs: one CPU each, round robin.
     const int n = static_cast<int>(node.size());
@@ -96,13 +97,17 @@ CpuBinding plan_cpu_binding(const std::vector<int>& node, const std::vector<int>
       const int size = base + (local_rank < extra ? 1 : 0);
       share.assign(node.begin() + begin, node.begin() + begin + size);
     }
-    if (launcher.size() < share.size()) {
+    share_size = share.size();
+    if (threads_setting <= 0 && launcher.size() < share.size()) {
       b.cpus = share;
       b.rebound = true;
     }
   }
-  b.threads = threads_setting > 0 ? static_cast<int>(threads_setting)
-                                  : std::max(1, static_cast<int>(b.cpus.size()));
+  // Auto: one thread per core of the share, and no more than the binding allows (ranks that
+  // share a wider binding, e.g. more ranks than cores, must not each run a thread per core).
+  b.threads = threads_setting > 0
+                  ? static_cast<int>(threads_setting)
+                  : std::max(1, static_cast<int>(std::min(b.cpus.size(), share_size)));
   return b;
 }
 

@@ -333,10 +333,11 @@ TEST(CpuBinding, RankBoundToFewerCoresThanItsShareIsRebound) {
 
 TEST(CpuBinding, WideEnoughBindingOrExplicitThreadsStand) {
   const std::vector<int> node = {0, 1, 2, 3};
-  // --bind-to none: every core; threads = the cores it may use.
+  // --bind-to none: every core stays allowed; threads = its share (2 ranks on 4 cores: 2).
   const auto unbound = launcher::plan_cpu_binding(node, node, 0, 2, 0);
   EXPECT_FALSE(unbound.rebound);
   EXPECT_EQ(unbound.cpus, node);
+  EXPECT_EQ(unbound.threads, 2);
   EXPECT_EQ(unbound.describe(), "cpus 0-3");
   // srun --cpus-per-task=2: exactly the share.
   EXPECT_FALSE(launcher::plan_cpu_binding(node, {2, 3}, 1, 2, 0).rebound);
@@ -345,8 +346,12 @@ TEST(CpuBinding, WideEnoughBindingOrExplicitThreadsStand) {
   EXPECT_FALSE(manual.rebound);
   EXPECT_EQ(manual.cpus, (std::vector<int>{0}));
   EXPECT_EQ(manual.threads, 3);
-  // More ranks than cores: one core each, round robin.
-  EXPECT_EQ(launcher::plan_cpu_binding({0, 1}, {}, 2, 3, 0).cpus, (std::vector<int>{0}));
+  // More ranks than cores, bound to both (oversubscribed): one thread each, not one per core.
+  const auto crowded = launcher::plan_cpu_binding({0, 1}, {0, 1}, 2, 3, 0);
+  EXPECT_FALSE(crowded.rebound);
+  EXPECT_EQ(crowded.threads, 1);
+  // ... and bound to one core each: stays, one thread.
+  EXPECT_EQ(launcher::plan_cpu_binding({0, 1}, {1}, 2, 3, 0).threads, 1);
 }
 
 TEST(CpuBinding, CpuListsRoundTrip) {
