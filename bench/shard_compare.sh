@@ -19,7 +19,7 @@ for shard in none optimizer gradients; do
   echo "gpt-tiny $shard: $(grep -o 'memory plan (rank 0): parameters [^,]*, gradient buckets [^,]*, optimizer state [^,]*' <<<"$out")"
   grep -A4 'memory before step 1' <<<"$out" | sed 's/^/    /'
 done
-for config in configs/quickstart.yaml configs/gpt-tiny.yaml; do
+for config in configs/mlp.yaml configs/gpt-tiny.yaml; do
   for round in $(seq "$rounds"); do
     for shard in none optimizer; do
       out=$(run "$config" "$shard" "$steps")
