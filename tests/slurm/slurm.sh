@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The trainer under a real SLURM (docs/DESIGN.md, "Tests and benchmarks", label `slurm`): the local
-# single-node cluster of scripts/local-slurm.sh. Exit 77 (skipped) when no SLURM answers.
+# cluster of scripts/local-slurm.sh, its node `localhost` (the default partition) and, for the
+# twonode_* cases, its two nodes n1 and n2 (partition twonode). Exit 77 (skipped) when no SLURM
+# answers, or for a twonode_* case when the two-node cluster is missing (the reason is printed).
 #   slurm.sh CASE TRAINER SOURCE_DIR
 set -uo pipefail
 case_name=$1 trainer=$2 src=$3
@@ -8,7 +10,13 @@ if ! "$src/scripts/local-slurm.sh" --check; then
   echo "SKIP [$case_name]: no SLURM answers here (run scripts/local-slurm.sh as root)"
   exit 77
 fi
-work=$(mktemp -d)
+if [[ $case_name == twonode_* ]] && ! why=$("$src/scripts/local-slurm.sh" --check-twonode); then
+  echo "SKIP [$case_name]: no two-node SLURM here: $why"
+  exit 77
+fi
+# Not under /tmp: nodes n1 and n2 each see a /tmp of their own, and their tasks write logs and
+# checkpoints here.
+work=$(mktemp -d -p /var/tmp trainer-slurm.XXXXXX)
 export TRAINER_CASE_WORK=$work  # marks this case's processes (srun passes the environment on)
 jobs=()
 cleanup() {
@@ -19,10 +27,63 @@ trap cleanup EXIT
 source "$src/tests/case_lib.sh"
 # The job's log becomes the output the expectations read.
 job_log() { cat "$work"/job-*.log >>"$out" 2>/dev/null; }
+# compare_checkpoints A B [TOLERANCE]: every tensor of two checkpoints (parameters, buffers, AdamW's
+# moments) equal, bitwise or within TOLERANCE (largest absolute difference); says which in $out.
+compare_checkpoints() {
+  "${TRAINER_PYTHON:-python3}" - "$1" "$2" "${3:-0}" >>"$out" 2>&1 <<'EOF'
+import sys
+import torch
+from safetensors.torch import load_file
+a, b, tol = load_file(sys.argv[1]), load_file(sys.argv[2]), float(sys.argv[3])
+assert a.keys() == b.keys(), f"tensor names differ: {sorted(a.keys() ^ b.keys())}"
+params = [k for k in a if k.startswith("param.")]
+assert params, "no parameters"
+differ = [k for k in a if not torch.equal(a[k], b[k])]
+if not differ:
+    print(f"bitwise equal: {len(params)} parameters, {len(a)} tensors")
+    sys.exit(0)
+def diff(k):
+    if not a[k].is_floating_point() or a[k].shape != b[k].shape:
+        return float("inf")
+    return (a[k].double() - b[k].double()).abs().max().item()
+worst = max(differ, key=diff)
+print(f"{len(differ)} of {len(a)} tensors differ, the most {diff(worst):.3g} in {worst} (tolerance {tol:g})")
+sys.exit(0 if diff(worst) <= tol else 1)
+EOF
+}
 
 quick=(--config "$src/configs/mlp.yaml" --set train.steps=60 --set train.warmup_steps=5 --set log.every=20)
 # Resources of the shipped batch script scaled down to this CPU-only node.
 small=(--ntasks-per-node=3 --cpus-per-task=1 --gpus-per-node=0 --output="$work/job-%j.log")
+
+# Two nodes (partition twonode): 2 ranks on each, training what one node's mpirun -np 4 trains.
+gpt_short=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
+  --set train.steps=30 --set train.warmup_steps=5 --set train.eval_every=0 --set log.every=10
+  --set data.workers=1 --set train.device=cpu)
+two_nodes=(-p twonode -N 2 --ntasks-per-node=2)
+# Ranks 0-1 on n1, 2-3 on n2 (each node's hostname), local ranks counted per node.
+expect_two_node_ranks() {
+  expect_grep "launched by srun: 4 rank\(s\) on 2 node\(s\)"
+  local r
+  for r in 0 1 2 3; do
+    expect_grep "rank +$r +host n$((r / 2 + 1)) +local rank $((r % 2))/2 +device cpu "
+  done
+}
+# The same run on one node (mpirun -np 4, checkpoint in $work/one) ends with the same loss and,
+# within 1e-6, the same parameters and optimizer state as the two-node run's checkpoint in $1.
+expect_one_node_result() {
+  local two one
+  two=$(grep -oE "done: [0-9]+ steps, loss [0-9.]+ -> [0-9.]+" "$out")
+  echo "+ mpirun -np 4 $trainer ${gpt_short[*]} --set checkpoint.dir=$work/one" | tee -a "$out"
+  timeout 120 mpirun -np 4 "$trainer" "${gpt_short[@]}" --set checkpoint.dir="$work/one" \
+    >"$work/one.txt" 2>&1 || { cat "$work/one.txt" >>"$out"; fail "the one-node run failed"; }
+  one=$(grep -oE "done: [0-9]+ steps, loss [0-9.]+ -> [0-9.]+" "$work/one.txt")
+  echo "two nodes: $two; one node: $one" | tee -a "$out"
+  [ -n "$two" ] && [ "$two" = "$one" ] || fail "the two-node run ended with '$two', one node with '$one'"
+  compare_checkpoints "$work/one/final.safetensors" "$1/final.safetensors" 1e-6 ||
+    fail "the two-node run's checkpoint differs from the one-node run's"
+  tail -1 "$out"
+}
 
 # One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
 # list from these labels (trainer_script_cases).
@@ -178,19 +239,9 @@ case $case_name in
     expect_grep "train.sbatch: job $job .*SLURM_RESTART_COUNT=1"
     expect_grep "resumed from .*/ckpt/final.safetensors: $stopped steps done \(written by 2 rank\(s\)\); continuing at step $((stopped + 1))"
     expect_grep "done: 150 steps \($((150 - stopped)) in this run\)"
-    # Bitwise: every tensor of the two final checkpoints (parameters, buffers, AdamW's moments).
-    "${TRAINER_PYTHON:-python3}" - "$work/straight/final.safetensors" "$work/ckpt/final.safetensors" >>"$out" 2>&1 <<'EOF' || fail "the resumed run's checkpoint differs from the uninterrupted run's"
-import sys
-import torch
-from safetensors.torch import load_file
-a, b = load_file(sys.argv[1]), load_file(sys.argv[2])
-assert a.keys() == b.keys(), f"tensor names differ: {sorted(a.keys() ^ b.keys())}"
-params = [k for k in a if k.startswith("param.")]
-assert params, "no parameters"
-differ = [k for k in a if not torch.equal(a[k], b[k])]
-assert not differ, f"{len(differ)} tensors differ, first: {differ[:5]}"
-print(f"bitwise equal: {len(params)} parameters, {len(a)} tensors")
-EOF
+    # Bitwise: every tensor of the two final checkpoints.
+    compare_checkpoints "$work/straight/final.safetensors" "$work/ckpt/final.safetensors" ||
+      fail "the resumed run's checkpoint differs from the uninterrupted run's"
     expect_grep "bitwise equal: [0-9]+ parameters" ;;
   usr1_without_checkpoint_dir)
     # Without checkpoint.dir a requeued job would start again at step 1: the trainer ignores the
@@ -210,6 +261,23 @@ EOF
     expect_grep "done: 400 steps"
     expect_grep "train.sbatch: not requeued: the run is complete"
     scontrol show job "$job" 2>/dev/null | grep -q "Restarts=0" || fail "the job was requeued" ;;
+  twonode_srun_pmix_np4)
+    run timeout 120 srun "${two_nodes[@]}" --mpi=pmix "$trainer" "${gpt_short[@]}" \
+      --set checkpoint.dir="$work/two"
+    expect_rc 0
+    expect_two_node_ranks
+    expect_one_node_result "$work/two" ;;
+  twonode_sbatch_script_np4)
+    # The shipped batch script on two nodes: the batch shell runs on the first, n1.
+    cd "$work"
+    run env TRAINER="$trainer" timeout 180 sbatch --wait "${two_nodes[@]}" --cpus-per-task=1 \
+      --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" "${gpt_short[@]:1}" \
+      --set checkpoint.dir="$work/two"
+    job_log
+    expect_rc 0
+    expect_grep "train.sbatch: job [0-9]+ on n1, SLURM_RESTART_COUNT=0"
+    expect_two_node_ranks
+    expect_one_node_result "$work/two" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"
