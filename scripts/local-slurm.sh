@@ -78,7 +78,8 @@ fi
 # cred_expire + 1 s before it may start again (default 120 s), and the scheduler looks at pending
 # jobs every sched_interval (default 60 s): short ones keep the requeue test quick. %n is the
 # node's name: every slurmd has its own spool directory and pid file (a slurmd ends the one whose
-# pid is in its pid file).
+# pid is in its pid file). n1 and n2 come before localhost: while `localhost` is the only node
+# read, SLURM finds it under any name, and would take n1 for a duplicate of it.
 conf_text() {
   cat <<EOF
 $marker
@@ -100,8 +101,6 @@ SlurmUser=root
 KillWait=10
 AuthInfo=cred_expire=15
 SchedulerParameters=sched_interval=5,bf_interval=5
-NodeName=localhost CPUs=8 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
   if [ "$twonode" = 1 ]; then
     cat <<EOF
@@ -110,12 +109,17 @@ NodeName=n2 NodeAddr=127.0.0.1 Port=17002 CPUs=4 State=UNKNOWN
 PartitionName=twonode Nodes=n1,n2 MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
   fi
+  cat <<EOF
+NodeName=localhost CPUs=8 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
 }
 
 source "$(dirname "$0")/env.sh"
 install_debian_packages slurm-wlm munge libpmix-dev
 
-mkdir -p /etc/slurm "$state/slurmctld" "$state/slurmd" /var/log/slurm /run/munge
+mkdir -p /etc/slurm "$state/slurmctld" /var/log/slurm /run/munge
+for n in localhost "${twonode_nodes[@]}"; do mkdir -p "$state/slurmd/$n"; done  # SlurmdSpoolDir
 [ "$twonode" = 0 ] || rm -f "$state/twonode.unavailable"
 if ! ours; then
   log "$conf exists and was not written by this script: using it as it is"
@@ -159,7 +163,8 @@ if [ "$twonode" = 1 ] && grep -q "^PartitionName=twonode " "$conf"; then
   done
 fi
 
-for _ in $(seq 1 30); do
+deadline=$((SECONDS + 30))
+while [ $SECONDS -lt $deadline ]; do
   if ready && { [ "$twonode" = 0 ] || twonode_ready; }; then
     log "SLURM is up: $(sinfo -h -o '%P %a %D %t %N' | tr '\n' ' ')"
     [ "$twonode" = 1 ] || log "no two-node cluster (the twonode cases will be skipped): $(cat "$state/twonode.unavailable")"
