@@ -3,8 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh
-# The `slurm` tests run jobs on a real single-node SLURM; it is installed and started here where
-# that is possible (root), and those tests are reported as skipped where it is not.
+# The `slurm` tests run jobs on a real SLURM on this machine (one node, and two nodes in namespaces
+# of their own); it is installed and started here where that is possible (root), and those tests
+# are reported as skipped where it is not (the two-node ones also where the namespaces are not).
 if [ "$(id -u)" = 0 ]; then
   scripts/local-slurm.sh || echo "[test] no local SLURM: the slurm tests will be skipped"
 fi

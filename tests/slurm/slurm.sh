@@ -61,6 +61,20 @@ gpt_short=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/toke
   --set train.steps=30 --set train.warmup_steps=5 --set train.eval_every=0 --set log.every=10
   --set data.workers=1 --set train.device=cpu)
 two_nodes=(-p twonode -N 2 --ntasks-per-node=2)
+# run_two_nodes CMD...: `run`, with the job's log; retried once where a rank crashed inside
+# MPI_Init (Open MPI 4.1's TCP transport between the two nodes on one host segfaults there about
+# one start in 30: a fragment whose tag has no handler; docs/reference.md, "A local SLURM").
+run_two_nodes() {
+  run "$@"
+  job_log
+  if [ "$rc" != 0 ] && grep -q "Segmentation fault" "$out" && ! grep -q "launched by srun" "$out"; then
+    echo "a rank crashed in MPI_Init (Open MPI's TCP transport): starting once more"
+    cp "$out" "$work/first-start.txt"
+    rm -f "$work"/job-*.log
+    run "$@"
+    job_log
+  fi
+}
 # Ranks 0-1 on n1, 2-3 on n2 (each node's hostname), local ranks counted per node.
 expect_two_node_ranks() {
   expect_grep "launched by srun: 4 rank\(s\) on 2 node\(s\)"
@@ -262,7 +276,7 @@ case $case_name in
     expect_grep "train.sbatch: not requeued: the run is complete"
     scontrol show job "$job" 2>/dev/null | grep -q "Restarts=0" || fail "the job was requeued" ;;
   twonode_srun_pmix_np4)
-    run timeout 120 srun "${two_nodes[@]}" --mpi=pmix "$trainer" "${gpt_short[@]}" \
+    run_two_nodes timeout 120 srun "${two_nodes[@]}" --mpi=pmix "$trainer" "${gpt_short[@]}" \
       --set checkpoint.dir="$work/two"
     expect_rc 0
     expect_two_node_ranks
@@ -270,10 +284,9 @@ case $case_name in
   twonode_sbatch_script_np4)
     # The shipped batch script on two nodes: the batch shell runs on the first, n1.
     cd "$work"
-    run env TRAINER="$trainer" timeout 180 sbatch --wait "${two_nodes[@]}" --cpus-per-task=1 \
-      --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" "${gpt_short[@]:1}" \
-      --set checkpoint.dir="$work/two"
-    job_log
+    run_two_nodes env TRAINER="$trainer" timeout 180 sbatch --wait "${two_nodes[@]}" \
+      --cpus-per-task=1 --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" \
+      "${gpt_short[@]:1}" --set checkpoint.dir="$work/two"
     expect_rc 0
     expect_grep "train.sbatch: job [0-9]+ on n1, SLURM_RESTART_COUNT=0"
     expect_two_node_ranks
