@@ -20,7 +20,12 @@ log() { echo "[local-slurm] $*"; }
 
 conf=/etc/slurm/slurm.conf
 state=/var/lib/slurm
-marker="# written by trainer scripts/local-slurm.sh"
+# The first line of a configuration this script wrote. Older versions of the script wrote
+# $old_marker and rewrite a file that starts with it: this one must not, or an older checkout's
+# run would take the two nodes out under running daemons (slurmctld stops: "MaxNodeCount has
+# changed"). This script upgrades both.
+marker="# trainer: scripts/local-slurm.sh wrote this file (nodes localhost, n1, n2) and rewrites it"
+old_marker="# written by trainer scripts/local-slurm.sh"
 twonode_nodes=(n1 n2)
 
 ready() {
@@ -50,7 +55,7 @@ case ${1:-} in
   *) echo "usage: $0 [--check | --check-twonode]" >&2; exit 2 ;;
 esac
 
-ours() { [ ! -f "$conf" ] || head -1 "$conf" | grep -qF "$marker"; }
+ours() { [ ! -f "$conf" ] || head -1 "$conf" | grep -qF -e "$marker" -e "$old_marker"; }
 if [ "$(id -u)" != 0 ]; then
   if ready; then log "SLURM is up: $(sinfo -h -o '%P %a %D %t' | tr '\n' ' ')"; exit 0; fi
   log "not root: cannot install or start SLURM; the slurm tests will be skipped"
