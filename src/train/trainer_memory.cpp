@@ -9,6 +9,7 @@
 
 #include "ddp/errors.h"
 #include "ddp/gather.h"
+#include "memory/allocator_guard.h"
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "train/error_text.h"
@@ -107,8 +108,9 @@ void Trainer::check_state_fits() {
         "of the {} this rank plans with ({}); {}.",
         control_.rank(), ddp::to_string(shard_), mib(f.parameters), mib(f.gradients),
         mib(f.optimizer_state), mib(base - f.parameters), mib(need(shard_)), mib(target),
-        device_.is_cuda() ? "memory.fraction of the device"
-        : options_.memory.cpu_budget_mb > 0 ? "memory.cpu_budget_mb" : "the machine's memory",
+        device_.is_cuda() ? "the device's memory, capped by memory.fraction"
+        : memory::CpuAllocatorGuard::instance().budget_bytes() > 0 ? "memory.cpu_budget_mb"
+                                                                   : "the machine's memory",
         advice);
   }
   at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
