@@ -96,9 +96,10 @@ void Trainer::check_state_fits() {
                          "more memory";
     for (const ddp::ShardMode mode : {ddp::ShardMode::kOptimizer, ddp::ShardMode::kGradients}) {
       if (mode <= shard_ || need(mode) > target) continue;
-      advice = fmt::format("ddp.shard: {} would need {} per rank and fits: set ddp.shard: {} "
-                           "(or give each rank more memory)",
-                           ddp::to_string(mode), mib(need(mode)), ddp::to_string(mode));
+      advice = fmt::format("ddp.shard: {} would keep {} per rank, leaving {} for activations: "
+                           "set ddp.shard: {} (or give each rank more memory)",
+                           ddp::to_string(mode), mib(need(mode)), mib(target - need(mode)),
+                           ddp::to_string(mode));
       break;
     }
     const ddp::ShardFootprint f = ddp::shard_footprint(layout, control_.size(), shard_, wire);
