@@ -245,11 +245,17 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
                                 "memory.", options_.memory.min_micro_batch)
                   : "Even one sample per micro-batch does not fit: use a smaller model or give "
                     "each rank more memory.";
+    // Sharding the optimizer state frees 2P(1 - 1/W) per rank for activations.
+    const std::string shard_advice =
+        shard_ == ddp::ShardMode::kNone && control_.size() > 1
+            ? " Or shard the optimizer state: ddp.shard: optimizer, or the rung shard_optimizer in "
+              "memory.fallback."
+            : "";
     throw memory::OutOfMemoryFatal(fmt::format(
         "out of memory at step {} with every fallback spent (memory.fallback = [{}], micro-batch "
         "{}):\n  {}\n{}. {}",
         step + 1, fmt::join(memory::to_strings(options_.memory.fallback), ", "), micro, fmt::join(failures, "\n  "),
-        where, advice));
+        where, advice + shard_advice));
   }
   ++fallbacks_;
   // A captured graph holds the old micro-batch's shapes (and the model as it was): capture anew.

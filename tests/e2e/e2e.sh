@@ -196,6 +196,7 @@ SH
     expect_grep "trainer: error: out of memory at step 3 with every fallback spent"
     expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes; injected by memory.inject_oom \(1:3:forward\); [0-9]+ bytes available on this machine"
     expect_grep "checkpoint written to .*/ckpt/oom_step_000003.safetensors"
+    expect_grep "Or shard the optimizer state: ddp.shard: optimizer, or the rung shard_optimizer in memory.fallback."
     [ -f "$work/ckpt/oom_step_000003.safetensors" ] || fail "no checkpoint"
     [ "$(grep -c "with every fallback spent" "$out")" = 1 ] || fail "message not printed exactly once" ;;
   oom_in_optimizer_aborts_np3)
