@@ -52,8 +52,9 @@
 //   inside the step, so running out there is an ordinary out-of-memory in backward (the protocol
 //   retries); abandon() allocates the buckets it must still post (the step's tensors are gone by
 //   then). CUDA graphs need fixed addresses and are not used with it (the Trainer says so).
-// Switching a replicated run to sharded in place (a future memory.fallback rung) needs only what
-// is here: adopt the flat parameters, allocate the blocks, slice the replicated moments.
+// Switching a replicated run to sharded in place (the memory.fallback rung shard_optimizer):
+// shard_in_place() pads the buckets, allocates the blocks and adopts the flat parameters;
+// blocks_of() slices the replicated moments. Both are local (every rank holds the same state).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -138,6 +139,15 @@ class Reducer {
   // Sharded: fills this rank's per-bucket `blocks` from full per-parameter tensors that rank 0
   // holds (`full`, in parameter order; nullptr on other ranks). Collective.
   void shard_from(const std::vector<at::Tensor>* full, const std::vector<at::Tensor>& blocks);
+  // Unsharded: this rank's block of each bucket (as ddp.shard: optimizer would own it) of full
+  // per-parameter tensors that every rank holds alike (replicated optimizer moments); new
+  // tensors, one per bucket. Local: no collective.
+  std::vector<at::Tensor> blocks_of(const std::vector<at::Tensor>& full) const;
+  // Unsharded -> ddp.shard: optimizer (`mode`), between steps (the memory.fallback rung
+  // shard_optimizer): the buckets padded, the blocks of reduced gradients allocated, the parameters
+  // made views into flat buffers (their values kept). Local: every rank holds the same replicated
+  // state, so no collective is needed; all ranks must call it at the same point (an agreed rung).
+  void shard_in_place(ShardMode mode);
   // Bucket indices in the order their all-reduces were posted in the last synced step.
   const std::vector<size_t>& launch_order() const { return launch_order_; }
   // Buckets posted while backward was still running in the last synced step (overlap).
@@ -163,6 +173,9 @@ class Reducer {
   void release_bucket(size_t b);      // ZeRO-2: frees them
   void point_gradients(size_t b);     // each parameter's .grad: a view into buffers_[b]
   at::Tensor param_view(const at::Tensor& flat, size_t b, size_t j) const;
+  // Bucket b's padded flat buffer holding `full`'s parameters of it (zeros where nullptr).
+  at::Tensor flat_bucket(const std::vector<at::Tensor>* full, size_t b,
+                         const at::TensorOptions& options) const;
   bool zero2() const { return options_.shard == ShardMode::kGradients; }
   bool has_wire(size_t b) const;      // bucket b is reduced in reduce_dtype
 

@@ -125,15 +125,70 @@ void Reducer::shard_from(const std::vector<at::Tensor>* full,
   }
   at::NoGradGuard no_grad;
   for (size_t b = 0; b < layout_.size(); ++b) {
-    at::Tensor flat = at::zeros({shards_[b].padded}, blocks[b].options());
-    if (full != nullptr) {
-      for (size_t j = 0; j < layout_[b].params.size(); ++j) {
-        param_view(flat, b, j).copy_((*full)[layout_[b].params[j]]);
-      }
-    }
+    at::Tensor flat = flat_bucket(full, b, blocks[b].options());
     if (comm_.size() > 1) comm_.broadcast(flat, 0, fmt::format("optimizer state of bucket {}", b));
     blocks[b].copy_(flat.narrow(0, shards_[b].begin, shards_[b].size));
   }
+}
+
+std::vector<at::Tensor> Reducer::blocks_of(const std::vector<at::Tensor>& full) const {
+  if (sharded() || full.size() != params_.size()) {
+    throw std::logic_error("Reducer::blocks_of: unsharded buckets and one tensor per parameter");
+  }
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> blocks;
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    const BucketShard shard = shard_bucket(layout_[b].numel, comm_.size(), comm_.rank());
+    // One bucket's flat copy at a time: the extra memory is one bucket.
+    blocks.push_back(flat_bucket(&full, b, full[layout_[b].params[0]].options())
+                         .narrow(0, shard.begin, shard.size)
+                         .clone());
+  }
+  return blocks;
+}
+
+at::Tensor Reducer::flat_bucket(const std::vector<at::Tensor>* full, size_t b,
+                                const at::TensorOptions& options) const {
+  const int64_t padded = shard_bucket(layout_[b].numel, comm_.size(), comm_.rank()).padded;
+  at::Tensor flat = at::zeros({padded}, options);
+  if (full != nullptr) {
+    for (size_t j = 0; j < layout_[b].params.size(); ++j) {
+      param_view(flat, b, j).copy_((*full)[layout_[b].params[j]]);
+    }
+  }
+  return flat;
+}
+
+void Reducer::shard_in_place(ShardMode mode) {
+  if (sharded() || mode != ShardMode::kOptimizer) {
+    throw std::logic_error("Reducer::shard_in_place: from unsharded to ddp.shard: optimizer only");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ == StepState::kSyncing || state_ == StepState::kAccumulating) {
+    throw std::logic_error("Reducer::shard_in_place: a step is in progress");
+  }
+  options_.shard = mode;
+  for (const auto& bucket : layout_) {
+    shards_.push_back(shard_bucket(bucket.numel, comm_.size(), comm_.rank()));
+  }
+  // Sharded buckets are padded to a multiple of the world size: an unpadded one is replaced (its
+  // contents belong to the abandoned step), the old freed before the new is allocated.
+  for (size_t b = 0; b < layout_.size(); ++b) {
+    works_[b].reset();  // an MPI work keeps its buffers alive
+    if (buffers_[b].numel() == shards_[b].padded) continue;
+    for (size_t k : layout_[b].params) params_[k].second.mutable_grad() = at::Tensor();
+    const auto options = buffers_[b].options();
+    buffers_[b] = at::Tensor();
+    buffers_[b] = at::zeros({shards_[b].padded}, options);
+    if (wire_[b].defined()) {
+      const auto wire_options = wire_[b].options();
+      wire_[b] = at::Tensor();
+      wire_[b] = at::zeros({shards_[b].padded}, wire_options);
+    }
+  }
+  setup_shards();  // the blocks and the flat parameters (the parameters' old storage goes)
+  for (size_t b = 0; b < layout_.size(); ++b) point_gradients(b);
+  state_ = StepState::kIdle;
 }
 
 }  // namespace ddp

@@ -28,4 +28,34 @@ BucketShard shard_bucket(int64_t numel, int world, int rank) {
   return s;
 }
 
+ShardFootprint shard_footprint(const std::vector<BucketLayout>& layout, int world, ShardMode mode,
+                               c10::ScalarType reduce_dtype) {
+  ShardFootprint f;
+  for (const auto& bucket : layout) {
+    const auto elem = static_cast<int64_t>(c10::elementSize(bucket.dtype));
+    const bool wire = reduce_dtype != c10::ScalarType::Undefined && reduce_dtype != bucket.dtype &&
+                      world > 1 && c10::isFloatingType(bucket.dtype);
+    const int64_t wire_elem = wire ? static_cast<int64_t>(c10::elementSize(reduce_dtype)) : 0;
+    const BucketShard s = shard_bucket(bucket.numel, world, 0);
+    switch (mode) {
+      case ShardMode::kNone:
+        f.parameters += bucket.numel * elem;
+        f.gradients += bucket.numel * (elem + wire_elem);
+        f.optimizer_state += 2 * bucket.numel * elem;
+        break;
+      case ShardMode::kOptimizer:  // the full buckets stay; the blocks are extra (one rank: the same)
+        f.parameters += s.padded * elem;
+        f.gradients += s.padded * (elem + wire_elem) + (world > 1 ? s.size * (elem + wire_elem) : 0);
+        f.optimizer_state += 2 * s.size * elem;
+        break;
+      case ShardMode::kGradients:  // the blocks only
+        f.parameters += s.padded * elem;
+        f.gradients += s.size * (elem + wire_elem);
+        f.optimizer_state += 2 * s.size * elem;
+        break;
+    }
+  }
+  return f;
+}
+
 }  // namespace ddp

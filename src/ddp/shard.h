@@ -14,10 +14,14 @@
 //   full buckets exist while gradients accumulate and are in flight (ddp/reducer.h).
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "ddp/buckets.h"
 #include "ddp/options.h"
 
 namespace ddp {
@@ -38,5 +42,19 @@ struct BucketShard {
 };
 
 BucketShard shard_bucket(int64_t numel, int world, int rank);
+
+// What one rank keeps between steps under a ddp.shard mode, for the buckets `layout` on `world`
+// ranks (every rank's block has the same length): the gradient buffers as the Reducer keeps them
+// (full buckets, reduced blocks, reduce_dtype copies: Reducer::gradient_bytes()), AdamW's two
+// moments in each parameter's dtype (FusedAdamW::state_bytes()), and the parameters (padded flat
+// buffers when sharded). Pure arithmetic: the memory plan and --dry-run compare the modes with it.
+struct ShardFootprint {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_state = 0;
+  int64_t total() const { return parameters + gradients + optimizer_state; }
+};
+ShardFootprint shard_footprint(const std::vector<BucketLayout>& layout, int world, ShardMode mode,
+                               c10::ScalarType reduce_dtype = c10::ScalarType::Undefined);
 
 }  // namespace ddp

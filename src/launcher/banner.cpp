@@ -1,6 +1,7 @@
 #include "launcher/banner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "ddp/gather.h"
+#include "ddp/shard.h"
 #include "train/precision.h"
 
 namespace launcher {
@@ -61,8 +63,18 @@ void log_banner(const Startup& s) {
                n_params, config.data.dataset, s.dataset->size(), config.train.global_batch_size);
   for (const auto& line : lines) spdlog::info("{}", line);
   spdlog::info("precision {}; {}", train::to_string(config.train.precision), s.device_flags);
-  spdlog::info("memory plan (rank 0): {}",
+  spdlog::info("memory plan (rank 0, ddp.shard: {}): {}", ddp::to_string(trainer.shard_mode()),
                trainer.memory_estimate().describe(trainer.plan().micro_batch));
+  // The three modes side by side, so that the user can pick one (docs/reference.md, ddp.shard).
+  std::vector<std::string> modes;
+  for (size_t m = 0; m < ddp::kShardModeNames.size(); ++m) {
+    const auto f = trainer.footprint(static_cast<ddp::ShardMode>(m));
+    modes.push_back(fmt::format("{} {:.2f} / {:.2f} / {:.2f} = {:.2f} MiB", ddp::kShardModeNames[m],
+                                f.parameters / 1048576.0, f.gradients / 1048576.0,
+                                f.optimizer_state / 1048576.0, f.total() / 1048576.0));
+  }
+  spdlog::info("per-rank state by ddp.shard (parameters / gradients / optimizer state): {}",
+               fmt::join(modes, "; "));
   if (trainer.plan().micro_clamped && config.train.micro_batch_size > 0) {
     spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
                  config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);

@@ -371,7 +371,7 @@ std::vector<KeyDef> declare() {
       enum_choice("ddp.mpi_progress", FIELD(ddp.mpi_progress), "caller", ddp::kMpiProgressModeNames, "what moves the MPI data plane's posted operations (gradient buckets on CPU) forward while backward computes: thread (a progress thread tests them; MPI_THREAD_MULTIPLE) or caller (only the training thread's own MPI calls, as Open MPI does by itself)"),
       real("ddp.mpi_poll_us", FIELD(ddp.mpi_poll_us), "50", 1.0, 1e6, false, false, "ddp.mpi_progress: thread: microseconds between the progress thread's rounds of MPI_Test while the training thread computes"),
 
-      enum_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", memory::kRungNames, "what to do, in order, when a rank runs out of memory in a step (rungs a model cannot take are passed over)"),
+      enum_list("memory.fallback", FIELD(memory.fallback), "[checkpoint_activations, halve_micro_batch, uncache_embeddings]", memory::kRungNames, "what to do, in order, when a rank runs out of memory in a step (shard_optimizer: become ddp.shard: optimizer in place; rungs a model or run cannot take are passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax, "halve_micro_batch stops at this micro-batch"),
       real("memory.fraction", FIELD(memory.fraction), "0", 0.0, 1.0, false, false, "CUDA: cap of each process's share of its device memory (0: no cap)"),
       real("memory.cpu_budget_mb", FIELD(memory.cpu_budget_mb), "0", 0.0, kInf, false, true, "CPU: tensor memory budget per rank in MiB; beyond it allocations fail as out of memory (0: none)"),

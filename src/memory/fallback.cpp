@@ -24,10 +24,11 @@ std::vector<std::string> to_strings(const std::vector<Rung>& rungs) {
 }
 
 FallbackLadder::FallbackLadder(std::vector<Rung> rungs, int64_t micro_batch,
-                               int64_t min_micro_batch, bool has_cache, bool can_checkpoint)
+                               int64_t min_micro_batch, bool has_cache, bool can_checkpoint,
+                               bool can_shard)
     : rungs_(std::move(rungs)), micro_batch_(micro_batch),
       min_micro_batch_(std::max<int64_t>(1, min_micro_batch)), has_cache_(has_cache),
-      can_checkpoint_(can_checkpoint) {}
+      can_checkpoint_(can_checkpoint), can_shard_(can_shard) {}
 
 std::optional<FallbackAction> FallbackLadder::next() {
   while (position_ < rungs_.size()) {
@@ -44,6 +45,10 @@ std::optional<FallbackAction> FallbackLadder::next() {
       return FallbackAction{rung, micro_batch_, micro_batch_};
     } else if (rung == Rung::kCheckpointActivations && can_checkpoint_) {
       can_checkpoint_ = false;
+      ++position_;
+      return FallbackAction{rung, micro_batch_, micro_batch_};
+    } else if (rung == Rung::kShardOptimizer && can_shard_) {
+      can_shard_ = false;
       ++position_;
       return FallbackAction{rung, micro_batch_, micro_batch_};
     }

@@ -30,12 +30,14 @@ class FallbackLadder {
   // `micro_batch`: the job-wide micro-batch in force (the same number on every rank).
   // `has_cache`: whether the model has embedding caches to release.
   // `can_checkpoint`: whether the model can turn activation checkpointing on (and has not yet).
+  // `can_shard`: whether the run keeps replicated optimizer state that sharding would shrink
+  // (ddp.shard: none on more than one rank).
   FallbackLadder(std::vector<Rung> rungs, int64_t micro_batch, int64_t min_micro_batch,
-                 bool has_cache, bool can_checkpoint = false);
+                 bool has_cache, bool can_checkpoint = false, bool can_shard = false);
 
   // The next rung to apply, or nullopt when every rung is spent. Rungs that cannot help
-  // (micro-batch at the floor, no cache, a model without activation checkpointing) are passed
-  // over.
+  // (micro-batch at the floor, no cache, a model without activation checkpointing, a run already
+  // sharded or on one rank) are passed over.
   std::optional<FallbackAction> next();
 
   int64_t micro_batch() const { return micro_batch_; }
@@ -47,6 +49,7 @@ class FallbackLadder {
   int64_t min_micro_batch_;
   bool has_cache_;
   bool can_checkpoint_;
+  bool can_shard_;
 };
 
 }  // namespace memory

@@ -10,9 +10,9 @@
 namespace memory {
 
 // A rung of memory.fallback (memory/fallback.h), with its names indexed by the enum's value.
-enum class Rung { kCheckpointActivations, kHalveMicroBatch, kUncacheEmbeddings };
-inline constexpr std::array<const char*, 3> kRungNames = {"checkpoint_activations",
-                                                          "halve_micro_batch", "uncache_embeddings"};
+enum class Rung { kCheckpointActivations, kHalveMicroBatch, kShardOptimizer, kUncacheEmbeddings };
+inline constexpr std::array<const char*, 4> kRungNames = {
+    "checkpoint_activations", "halve_micro_batch", "shard_optimizer", "uncache_embeddings"};
 
 struct MemoryOptions {
   std::vector<Rung> fallback;         // rungs, in order

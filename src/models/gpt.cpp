@@ -281,7 +281,8 @@ std::vector<std::string> gpt_preset_names() {
   return names;
 }
 
-Gpt::Gpt(const GptOptions& o) : options_(o), layers_(std::make_unique<Layers>()) {
+Gpt::Gpt(const GptOptions& o)
+    : options_(o), own_chunk_rows_(o.loss_chunk_rows), layers_(std::make_unique<Layers>()) {
   require_positive("model.num_layers", o.num_layers);
   require_positive("model.heads", o.heads);
   require_positive("model.d_model", o.d_model);
@@ -380,6 +381,14 @@ at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   return linear_cross_entropy(h.reshape({-1, options_.d_model}), layers_->wte->weight,
                               targets.reshape({-1}), options_.vocab_size,
                               options_.loss_chunk_rows);
+}
+
+int64_t Gpt::loss_chunk_rows(int64_t rows) const {
+  return linear_cross_entropy_chunk_rows(rows, options_.padded_vocab_size, options_.loss_chunk_rows);
+}
+
+void Gpt::set_loss_chunk_rows(int64_t rows) {
+  options_.loss_chunk_rows = rows > 0 ? rows : own_chunk_rows_;
 }
 
 bool Gpt::set_checkpoint_activations(bool on) {

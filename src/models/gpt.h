@@ -80,6 +80,10 @@ class Gpt final : public Model {
   // as it is also the output projection). The recomputation of checkpointing is not counted.
   double flops_per_token(int64_t positions) const override;
   const GptOptions& options() const { return options_; }
+  // Every position is a row of the chunked output layer.
+  int64_t loss_rows(const at::Tensor& tokens) const override { return tokens.numel(); }
+  int64_t loss_chunk_rows(int64_t rows) const override;
+  void set_loss_chunk_rows(int64_t rows) override;
 
  private:
   // The submodules, typed (defined in gpt.cpp so that this header stays free of the nn module
@@ -90,6 +94,7 @@ class Gpt final : public Model {
   at::Tensor hidden(const at::Tensor& tokens);
 
   GptOptions options_;  // padded_vocab_size resolved
+  int64_t own_chunk_rows_ = 0;  // loss_chunk_rows as constructed (set_loss_chunk_rows(0))
   std::unique_ptr<Layers> layers_;
 };
 

@@ -98,6 +98,16 @@ class Model : public torch::nn::Module {
   // tensor-core convolutions want. Call before gradients are attached (the Trainer does it
   // before building the Reducer). Returns false, changing nothing, for other models.
   virtual bool set_channels_last(bool on) { return false; }
+
+  // The memory plan's probe (memory/estimator.h): a loss computed over chunks of rows (the
+  // output layer over a large vocabulary, models/linear_cross_entropy.h) holds its
+  // vocabulary-wide tensors for one chunk at a time, so that part stops growing once a micro-batch
+  // fills a chunk. loss_rows: the rows the loss takes for the batch `inputs` (0: not chunked);
+  // loss_chunk_rows: the rows per chunk it uses for `rows` rows; set_loss_chunk_rows: caps the
+  // chunk at `rows` (0: the model's own), for the probe only.
+  virtual int64_t loss_rows(const at::Tensor& inputs) const { return 0; }
+  virtual int64_t loss_chunk_rows(int64_t rows) const { return 0; }
+  virtual void set_loss_chunk_rows(int64_t rows) {}
 };
 
 }  // namespace models

@@ -60,6 +60,9 @@ class FusedAdamW {
   int64_t state_bytes() const;
   const std::vector<at::Tensor>& exp_avgs() const { return exp_avgs_; }
   const std::vector<at::Tensor>& exp_avg_sqs() const { return exp_avg_sqs_; }
+  // The step counter the kernel reads (float32 0-dim, on the device; behind steps() by the steps
+  // fp16 skipped).
+  const at::Tensor& step_count() const { return step_counts_.front(); }
 
  private:
   std::vector<at::Tensor> params_;

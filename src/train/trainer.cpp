@@ -60,7 +60,8 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
   // Persistent memory is allocated before step 1 (docs/DESIGN.md, "The OOM protocol"), so a step
   // can only run out of activation memory. Local allocations come first and are voted on before the
   // first collective that needs them: a rank that runs out here must not leave the others waiting
-  // in a collective it never joins.
+  // in a collective it never joins. Before them, the plan: does the state fit at all?
+  check_state_fits();
   allocate_agreed("parameters, embedding caches and optimizer state", [&] {
     // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
     model_->to(device_);
@@ -137,7 +138,8 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
       !model_->checkpoint_activations() && model_->set_checkpoint_activations(false);
   ladder_ = memory::FallbackLadder(options_.memory.fallback, micro_batch_,
                                    options_.memory.min_micro_batch, model_->has_cache(),
-                                   can_checkpoint);
+                                   can_checkpoint,
+                                   /*can_shard=*/!reducer_->sharded() && control_.size() > 1);
   // The loader reads this rank's slice of each step; the slice (offset, size) never changes with
   // the micro-batch, so a fallback keeps reading the same samples.
   data::LoaderOptions loader = options_.loader;

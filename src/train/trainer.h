@@ -87,6 +87,10 @@ class Trainer {
   const GraphStep& graphs() const { return *graphs_; }
   // This rank's memory plan (activations from the probe at construction).
   const memory::MemoryEstimate& memory_estimate() const { return estimate_; }
+  // What this rank would keep between steps under each ddp.shard mode (the Reducer's buckets).
+  ddp::ShardFootprint footprint(ddp::ShardMode mode) const;
+  // ddp.shard in force (none becomes optimizer after the shard_optimizer rung).
+  ddp::ShardMode shard_mode() const { return shard_; }
 
   // Rank 0 writes a checkpoint (train/checkpoint.h) with `steps_done` optimizer steps to `path`;
   // other ranks do nothing.
@@ -120,6 +124,13 @@ class Trainer {
   std::vector<std::string> gather_failures(const std::string& mine);
   // After a failed vote: the next rung on every rank, or OutOfMemoryFatal.
   void fall_back(int64_t step, const std::string& my_failure);
+  // The rung shard_optimizer: the replicated run becomes ddp.shard: optimizer in place, each rank
+  // keeping its blocks of the moments (sliced, not reset). Local; every rank takes it together.
+  void shard_optimizer_in_place();
+  // Before any allocation: every rank checks that the state it keeps for the whole run fits its
+  // memory under the configured ddp.shard, and if one does not, every rank throws the same
+  // ddp::PlanError naming the mode that would fit. Collective.
+  void check_state_fits();
   // Runs `allocate` (this rank's persistent allocations, no collectives), then votes: if any
   // rank ran out of memory, every rank throws the same memory::OutOfMemoryFatal. Collective.
   void allocate_agreed(const std::string& what, const std::function<void()>& allocate);

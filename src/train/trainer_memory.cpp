@@ -7,7 +7,9 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "ddp/errors.h"
 #include "ddp/gather.h"
+#include "memory/allocator_guard.h"
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "train/error_text.h"
@@ -41,6 +43,84 @@ void Trainer::allocate_agreed(const std::string& what, const std::function<void(
       what, fmt::join(failures, "\n  ")));
 }
 
+namespace {
+
+// Memory a rank plans with: memory.cpu_budget_mb (or the machine) on CPU, the device's memory
+// capped by memory.fraction on a GPU. 0 when unknown.
+int64_t memory_target(c10::Device device, const memory::MemoryOptions& options) {
+  int64_t total = memory::sample_memory(device).total_bytes;
+  if (device.is_cuda() && options.fraction > 0) total = static_cast<int64_t>(options.fraction * total);
+  return std::max<int64_t>(0, total);
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+}  // namespace
+
+ddp::ShardFootprint Trainer::footprint(ddp::ShardMode mode) const {
+  const auto& d = options_.ddp;
+  return ddp::shard_footprint(
+      reducer_->layout(), control_.size(), mode,
+      d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined);
+}
+
+void Trainer::check_state_fits() {
+  // Before anything is allocated: what each ddp.shard mode would keep on this rank, from the
+  // bucket layout the Reducer will make (docs/DESIGN.md, "The OOM protocol", point 1).
+  const auto& d = options_.ddp;
+  std::vector<ddp::ParamMeta> meta;
+  int64_t moving = 0;  // parameters and buffers still to be moved to the device
+  for (const auto& p : model_->parameters()) {
+    meta.push_back({p.numel(), p.scalar_type(), device_});
+    if (p.device() != device_) moving += p.nbytes();
+  }
+  for (const auto& b : model_->buffers()) {
+    if (b.device() != device_) moving += b.nbytes();
+  }
+  const auto layout = ddp::assign_buckets(meta, static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
+                                          static_cast<int64_t>(d.bucket_mb * (1 << 20)));
+  const auto wire = d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined;
+  const int64_t target = memory_target(device_, options_.memory);
+  // What is already there (on CPU the model and the data set), plus what each mode adds. Sharding
+  // copies the parameters into flat buffers before their old storage goes: that copy is the
+  // transient peak when it exceeds the sharded moments.
+  const int64_t base = memory::sample_memory(device_).tensor_bytes + moving;
+  const auto need = [&](ddp::ShardMode mode) {
+    const ddp::ShardFootprint f = ddp::shard_footprint(layout, control_.size(), mode, wire);
+    const int64_t params_copy = mode == ddp::ShardMode::kNone ? 0 : f.parameters;
+    return base + f.gradients + std::max(f.optimizer_state, params_copy);
+  };
+  std::string failure;
+  if (target > 0 && need(shard_) > target) {
+    std::string advice = "none of the ddp.shard modes fits: use a smaller model or give each rank "
+                         "more memory";
+    for (const ddp::ShardMode mode : {ddp::ShardMode::kOptimizer, ddp::ShardMode::kGradients}) {
+      if (mode <= shard_ || need(mode) > target) continue;
+      advice = fmt::format("ddp.shard: {} would keep {} per rank, leaving {} for activations: "
+                           "set ddp.shard: {} (or give each rank more memory)",
+                           ddp::to_string(mode), mib(need(mode)), mib(target - need(mode)),
+                           ddp::to_string(mode));
+      break;
+    }
+    const ddp::ShardFootprint f = ddp::shard_footprint(layout, control_.size(), shard_, wire);
+    failure = fmt::format(
+        "rank {}: with ddp.shard: {} the state kept for the whole run does not fit before step 1: "
+        "parameters {}, gradients {}, optimizer state {}, other tensors (data set, ...) {} need {} "
+        "of the {} this rank plans with ({}); {}.",
+        control_.rank(), ddp::to_string(shard_), mib(f.parameters), mib(f.gradients),
+        mib(f.optimizer_state), mib(base - f.parameters), mib(need(shard_)), mib(target),
+        device_.is_cuda() ? "the device's memory, capped by memory.fraction"
+        : memory::CpuAllocatorGuard::instance().budget_bytes() > 0 ? "memory.cpu_budget_mb"
+                                                                   : "the machine's memory",
+        advice);
+  }
+  at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
+  control_.all_reduce(failed, ddp::ReduceOp::kMax, "state plan vote");
+  if (failed.data_ptr<int>()[0] == 0) return;
+  const std::vector<std::string> failures = gather_failures(failure);
+  throw ddp::PlanError(failures.front());
+}
+
 void Trainer::probe_activations() {
   const data::Batch batch = dataset_.get(sampler_.indices(0, plan_.offset, plan_.per_rank));
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
@@ -53,33 +133,57 @@ void Trainer::probe_activations() {
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer_->zero_grad();
   reducer_->begin_micro_batch(/*sync=*/false);
-  // Two small micro-batches, halved while even they run out of memory (a large model on a small
-  // device); a probe that cannot run one sample ends the start-up (allocate_agreed).
-  for (int64_t b2 = std::min<int64_t>(plan_.per_rank, 16);; b2 /= 2) {
-    const int64_t b1 = std::max<int64_t>(1, b2 / 2);
-    const int64_t sizes[2] = {b1, b2};
-    int64_t peaks[2] = {0, 0};
+  // Two small micro-batches (b2 = 2 b1), halved while even they run out of memory (a large model
+  // on a small device); a probe that cannot run one sample ends the start-up (allocate_agreed).
+  const auto peak_at = [&](int64_t samples) {
+    memory::reset_peaks(device_);
+    const int64_t base = memory::sample_memory(device_).tensor_bytes;
+    {
+      const auto inputs = batch.inputs.narrow(0, 0, samples).to(device_);
+      const auto targets = batch.targets.narrow(0, 0, samples).to(device_);
+      at::Tensor loss;
+      {
+        AutocastScope autocast(device_, precision_);  // as in training: it sets activations
+        loss = model_->loss(inputs, targets);
+      }
+      loss.backward();
+    }
+    return memory::sample_memory(device_).tensor_peak_bytes - base;
+  };
+  // A chunked loss (Model::loss_rows): its chunk stops growing once full, so the straight line
+  // through two sizes below one chunk would overestimate larger micro-batches. A third probe, the
+  // first size again with chunks of half its rows, measures the chunk's bytes per row.
+  const int64_t rows_per_sample = model_->loss_rows(batch.inputs.narrow(0, 0, 1));
+  estimate_.loss_rows_per_sample = rows_per_sample;
+  estimate_.loss_chunk_rows = rows_per_sample > 0 ? model_->loss_chunk_rows(int64_t{1} << 40) : 0;
+  for (int64_t most = std::min<int64_t>(plan_.per_rank, 16);; most /= 2) {
+    const int64_t b1 = std::max<int64_t>(1, most / 2);
+    const int64_t b2 = most >= 2 ? 2 * b1 : 1;
     try {
-      for (int i = 0; i < (b2 > b1 ? 2 : 1); ++i) {
-        memory::reset_peaks(device_);
-        const int64_t base = memory::sample_memory(device_).tensor_bytes;
-        {
-          const auto inputs = batch.inputs.narrow(0, 0, sizes[i]).to(device_);
-          const auto targets = batch.targets.narrow(0, 0, sizes[i]).to(device_);
-          at::Tensor loss;
-          {
-            AutocastScope autocast(device_, precision_);  // as in training: it sets activations
-            loss = model_->loss(inputs, targets);
-          }
-          loss.backward();
+      const int64_t peak1 = peak_at(b1);
+      const int64_t peak2 = b2 > b1 ? peak_at(b2) : peak1;
+      const int64_t x1 = model_->loss_chunk_rows(b1 * rows_per_sample);
+      if (rows_per_sample > 0 && x1 >= 2) {
+        const int64_t x2 = model_->loss_chunk_rows(b2 * rows_per_sample);
+        model_->set_loss_chunk_rows(x1 / 2);
+        const int64_t x3 = model_->loss_chunk_rows(b1 * rows_per_sample);
+        int64_t peak3 = 0;
+        try {
+          peak3 = peak_at(b1);
+        } catch (...) {
+          model_->set_loss_chunk_rows(0);
+          throw;
         }
-        peaks[i] = memory::sample_memory(device_).tensor_peak_bytes - base;
+        model_->set_loss_chunk_rows(0);
+        memory::fit_activations_chunked(b1, peak1, x1, b2, peak2, x2, peak3, x3, &estimate_);
+      } else {
+        estimate_.activation_per_chunk_row = 0;
+        memory::fit_activations(b1, peak1, b2, peak2, &estimate_);
       }
     } catch (const c10::OutOfMemoryError&) {
-      if (b2 == 1) throw;
+      if (most <= 1) throw;
       continue;
     }
-    memory::fit_activations(b1, peaks[0], b2, b2 > b1 ? peaks[1] : peaks[0], &estimate_);
     break;
   }
   reducer_->zero_grad();
@@ -141,11 +245,17 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
                                 "memory.", options_.memory.min_micro_batch)
                   : "Even one sample per micro-batch does not fit: use a smaller model or give "
                     "each rank more memory.";
+    // Sharding the optimizer state frees 2P(1 - 1/W) per rank for activations.
+    const std::string shard_advice =
+        shard_ == ddp::ShardMode::kNone && control_.size() > 1
+            ? " Or shard the optimizer state: ddp.shard: optimizer, or the rung shard_optimizer in "
+              "memory.fallback."
+            : "";
     throw memory::OutOfMemoryFatal(fmt::format(
         "out of memory at step {} with every fallback spent (memory.fallback = [{}], micro-batch "
         "{}):\n  {}\n{}. {}",
         step + 1, fmt::join(memory::to_strings(options_.memory.fallback), ", "), micro, fmt::join(failures, "\n  "),
-        where, advice));
+        where, advice + shard_advice));
   }
   ++fallbacks_;
   // A captured graph holds the old micro-batch's shapes (and the model as it was): capture anew.
@@ -161,6 +271,19 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
         step + 1, failures.size(), fmt::join(failures, "; "), memory::to_string(action->rung),
         old_plan.micro_batch, plan_.micro_batch, old_plan.accumulation(), plan_.accumulation(),
         plan_.global_batch);
+  } else if (action->rung == memory::Rung::kShardOptimizer) {
+    const int64_t before = estimate_.gradients + estimate_.optimizer_state;
+    shard_optimizer_in_place();
+    if (control_.rank() == 0) {
+      spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: now ddp.shard: "
+                   "optimizer, each rank keeps the AdamW moments of its 1/{} of the parameters "
+                   "(gradients and optimizer state {:.1f} -> {:.1f} MiB per rank); micro-batch "
+                   "{} unchanged; retrying the step.",
+                   step + 1, failures.size(), fmt::join(failures, "; "),
+                   memory::to_string(action->rung), control_.size(), before / 1048576.0,
+                   (estimate_.gradients + estimate_.optimizer_state) / 1048576.0,
+                   plan_.micro_batch);
+    }
   } else if (action->rung == memory::Rung::kCheckpointActivations) {
     model_->set_checkpoint_activations(true);
     if (control_.rank() == 0) {
@@ -179,6 +302,41 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
                    memory::to_string(action->rung));
     }
   }
+}
+
+void Trainer::shard_optimizer_in_place() {
+  // Every rank holds the same replicated moments: each slices out its own blocks, with no
+  // collective, before the full moments go, and only then do the buckets and parameters change.
+  // The order keeps the extra memory to this rank's blocks (the full moments are freed first).
+  try {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> m = reducer_->blocks_of(optimizer_->exp_avgs());
+    std::vector<at::Tensor> v = reducer_->blocks_of(optimizer_->exp_avg_sqs());
+    const int64_t steps = optimizer_->steps();
+    const at::Tensor count = optimizer_->step_count().clone();
+    optimizer_.reset();
+    clipper_.reset();
+    reducer_->shard_in_place(ddp::ShardMode::kOptimizer);
+    const auto& t = options_.train;
+    optimizer_ = std::make_unique<FusedAdamW>(reducer_->parameter_shards(),
+                                              AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay},
+                                              reducer_->reduced_gradients());
+    for (size_t b = 0; b < m.size(); ++b) {
+      optimizer_->exp_avgs()[b].copy_(m[b]);
+      optimizer_->exp_avg_sqs()[b].copy_(v[b]);
+    }
+    optimizer_->set_steps(steps);
+    optimizer_->step_count().copy_(count);
+    clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(), &data_);
+  } catch (const c10::OutOfMemoryError& e) {
+    // After the vote: the other ranks are switching too, and this rank cannot follow.
+    throw memory::OutOfMemoryAbort(fmt::format(
+        "rank {} ran out of memory switching to ddp.shard: optimizer (memory.fallback rung "
+        "shard_optimizer): {}", control_.rank(), first_line(e.what_without_backtrace())));
+  }
+  shard_ = ddp::ShardMode::kOptimizer;
+  estimate_.gradients = reducer_->gradient_bytes();
+  estimate_.optimizer_state = optimizer_->state_bytes();
 }
 
 void Trainer::compare_estimate(int64_t step) {

@@ -129,6 +129,8 @@ SH
     expect_rc 0
     expect_grep "rank +0 .*batch 34 samples \[0, 34\) in 3 micro-batch\(es\) of 16 \(last 2\)"
     expect_grep "rank +2 .*batch 33 samples \[67, 100\)"
+    expect_grep "memory plan \(rank 0, ddp.shard: none\): parameters"
+    expect_grep "per-rank state by ddp.shard \(parameters / gradients / optimizer state\): none [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; optimizer .*; gradients [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB"
     expect_grep "dry run: nothing trained"; expect_no_grep "step +1/" ;;
   print_config_roundtrip)
     # The printed configuration, fed back in, prints the same text: every value survives the
@@ -194,6 +196,7 @@ SH
     expect_grep "trainer: error: out of memory at step 3 with every fallback spent"
     expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes; injected by memory.inject_oom \(1:3:forward\); [0-9]+ bytes available on this machine"
     expect_grep "checkpoint written to .*/ckpt/oom_step_000003.safetensors"
+    expect_grep "Or shard the optimizer state: ddp.shard: optimizer, or the rung shard_optimizer in memory.fallback."
     [ -f "$work/ckpt/oom_step_000003.safetensors" ] || fail "no checkpoint"
     [ "$(grep -c "with every fallback spent" "$out")" = 1 ] || fail "message not printed exactly once" ;;
   oom_in_optimizer_aborts_np3)
@@ -205,14 +208,47 @@ SH
     expect_grep "rank 1 ran out of memory in the optimizer step of step 5"
     expect_no_grep "step +150/150"
     echo "exited $rc after $(( $(date +%s) - start )) s" ;;
-  oom_before_step1_np2)
-    # Persistent state that does not fit is not a fallback case: every rank stops before step 1.
-    run timeout 30 mpirun -np 2 "$trainer" "${quick[@]}" --set model.hidden_dim=2048 --set memory.cpu_budget_mb=100
-    expect_rc 4
-    expect_grep "trainer: error: out of memory before step 1, allocating parameters, embedding caches and optimizer state"
-    expect_grep "rank 1: CPU out of memory: tried to allocate [0-9]+ bytes; [0-9]+ bytes free of the 104857600 byte budget"
+  state_too_big_before_step1_np2)
+    # Persistent state that does not fit in any ddp.shard mode is not a fallback case: the plan
+    # stops every rank before step 1 (exit 2, a plan error), before allocating it.
+    run timeout 30 mpirun -np 2 "$trainer" "${quick[@]}" --set model.hidden_dim=2048 --set memory.cpu_budget_mb=95
+    expect_rc 2
+    expect_grep "trainer: error: rank [01]: with ddp.shard: none the state kept for the whole run does not fit before step 1: parameters [0-9.]+ MiB, gradients [0-9.]+ MiB, optimizer state [0-9.]+ MiB"
+    expect_grep "of the 95.0 MiB this rank plans with \(memory.cpu_budget_mb\); none of the ddp.shard modes fits"
     expect_no_grep "step +1/"
-    [ "$(grep -c "out of memory before step 1" "$out")" = 1 ] || fail "message not printed exactly once" ;;
+    [ "$(grep -c "does not fit before step 1" "$out")" = 1 ] || fail "message not printed exactly once" ;;
+  shard_plan_np2)
+    # Replicated state (parameters, gradients, two moments: 4 x 44 MiB, and the 17 MiB data set:
+    # 194 MiB) beyond memory.cpu_budget_mb, ddp.shard: optimizer's (3.5 x 44 MiB, 178 MiB at its
+    # peak) within it: unsharded, every rank stops before step 1 with exit 2 and one message naming
+    # the mode; with the mode named, the same budget trains. (Layers of 4 MiB: backward's
+    # transient gradient of one layer fits the room left.)
+    big=(--set model.hidden_dim=1024 --set model.depth=12 --set memory.cpu_budget_mb=190
+         --set train.steps=10 --set train.warmup_steps=2 --set train.micro_batch_size=16)
+    run timeout 60 mpirun -np 2 "$trainer" "${quick[@]}" "${big[@]}"
+    expect_rc 2
+    expect_grep "with ddp.shard: none the state kept for the whole run does not fit before step 1"
+    expect_grep "ddp.shard: optimizer would keep [0-9.]+ MiB per rank, leaving [0-9.]+ MiB for activations: set ddp.shard: optimizer"
+    expect_no_grep "step +1/"
+    [ "$(grep -c "does not fit before step 1" "$out")" = 1 ] || fail "message not printed exactly once"
+    run timeout 120 mpirun -np 2 "$trainer" "${quick[@]}" "${big[@]}" --set ddp.shard=optimizer
+    expect_rc 0
+    expect_grep "memory plan \(rank 0, ddp.shard: optimizer\)"
+    expect_grep "done: 10 steps, .* 0 memory fallback\(s\)" ;;
+  oom_shard_optimizer_np2)
+    # The rung shard_optimizer, listed first: an OOM on rank 1 at step 5 makes the run sharded
+    # (ZeRO-1) on both ranks at the same micro-batch; it finishes, and its checkpoint is the one
+    # format, equal to a run sharded from the start.
+    rung=(--set train.steps=30 --set train.micro_batch_size=64 --set memory.fallback=[shard_optimizer,halve_micro_batch])
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${rung[@]}" --set memory.inject_oom=1:5:backward \
+      --set checkpoint.dir="$work/switched"
+    expect_rc 0
+    expect_grep "\[0/2\] \[warning\] step 5: out of memory on 1 rank\(s\): rank 1 in backward .*Fallback shard_optimizer: now ddp.shard: optimizer, each rank keeps the AdamW moments of its 1/2 of the parameters .*micro-batch 64 unchanged"
+    expect_grep "done: 30 steps, .* 1 memory fallback\(s\)"
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${rung[@]}" --set ddp.shard=optimizer \
+      --set checkpoint.dir="$work/sharded"
+    expect_rc 0
+    same_tensors "$work/switched/final.safetensors" "$work/sharded/final.safetensors" 1e-6 ;;
   resume_on_more_ranks)
     # 150 steps on 2 ranks, or 75 on 2 and the rest on 3 from the step-75 checkpoint: the same
     # final loss (the global batch, the data order and AdamW's state carry over).

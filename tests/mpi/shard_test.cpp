@@ -6,18 +6,24 @@
 // - per-rank optimizer state is about 1/W of the unsharded one (the optimizer's own count), and
 //   ZeRO-2 keeps less gradient memory;
 // - checkpoints keep one format: a sharded run's checkpoint resumes on W - 1 ranks unsharded, an
-//   unsharded one on W ranks sharded, both equal to the run without a break.
+//   unsharded one on W ranks sharded, both equal to the run without a break;
+// - the memory.fallback rung shard_optimizer: an unsharded run that runs out of memory becomes
+//   ddp.shard: optimizer in place (the moments sliced, not reset) and ends with the parameters and
+//   the checkpoint of a run sharded from the start (within 1e-6).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cstdio>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include "../unit/temp_dir.h"
 #include "ddp/gather.h"
 #include "ddp/mpi_communicator.h"
+#include "memory/allocator_guard.h"
 #include "mpi_test_env.h"
 #include "train/checkpoint.h"
 
@@ -162,6 +168,108 @@ TEST(ShardMemory, OptimizerStateIsAboutOneNthAndZeroTwoKeepsLessGradient) {
                zero2.optimizer_state, none.gradients, zero1.gradients, zero2.gradients);
   }
 }
+
+// The rung shard_optimizer, taken after an injected out-of-memory error in step 3 (rank 1's
+// backward): the micro-batch stays, the run continues sharded, and its parameters, every step's
+// gradient norm and its checkpoint (the one format, moments gathered) match a run sharded from
+// the start and one never sharded.
+struct RungRun {
+  Trained trained;
+  bool sharded = false;
+  int fallbacks = 0;
+  int64_t micro_batch = 0;
+};
+
+RungRun train_with_rung(ddp::Communicator& comm, const std::string& yaml, int64_t steps,
+                        const std::string& inject, const std::string& save_to) {
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  guard.set_injections(comm.rank(), memory::parse_injections(inject));
+  struct Reset {
+    ~Reset() { memory::CpuAllocatorGuard::instance().set_injections(0, {}); }
+  } reset;
+  auto run = trainer_test::make_cpu_run(comm, yaml, "rung.yaml");
+  RungRun r;
+  r.trained.initial = snapshot(*run.model);
+  for (int64_t s = 0; s < steps; ++s) r.trained.results.push_back(run.trainer->step(s));
+  r.trained.params = snapshot(*run.model);
+  r.sharded = run.trainer->reducer().sharded();
+  r.fallbacks = run.trainer->fallbacks();
+  r.micro_batch = run.trainer->plan().micro_batch;
+  run.trainer->save_checkpoint(save_to, steps);
+  comm.barrier("checkpoint written");
+  return r;
+}
+
+class ShardOptimizerRung : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
+  const Case c = GetParam();
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  if (world->size() < 2) GTEST_SKIP() << "one rank: nothing to shard";
+  const std::string dir =
+      ddp::all_gather_strings(*world, fmt::format("/tmp/trainer_rung_{}", ::getpid()))[0];
+  if (world->rank() == 0) ::mkdir(dir.c_str(), 0700);
+  world->barrier("dir made");
+  const auto ddp = [&](const char* shard) {
+    return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
+  };
+  const std::string ladder = "memory: {fallback: [shard_optimizer, halve_micro_batch]}\n";
+  const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:"));  // ladder replaces it
+  const RungRun none = train_with_rung(*world, yaml + ladder + ddp("none"), c.steps, "",
+                                       dir + "/none.safetensors");
+  const RungRun from_start = train_with_rung(*world, yaml + ladder + ddp("optimizer"), c.steps, "",
+                                             dir + "/from_start.safetensors");
+  const RungRun switched = train_with_rung(*world, yaml + ladder + ddp("none"), c.steps,
+                                           "1:3:backward", dir + "/switched.safetensors");
+  EXPECT_FALSE(none.sharded);
+  EXPECT_EQ(switched.fallbacks, 1);
+  EXPECT_TRUE(switched.sharded) << "the rung did not shard";
+  EXPECT_EQ(switched.micro_batch, none.micro_batch) << "the rung halved instead";
+  EXPECT_GT(relative_error(none.trained.params, none.trained.initial), 1e-3);
+  EXPECT_LT(relative_error(switched.trained.params, from_start.trained.params), 1e-6)
+      << c.name << ", world " << world->size();
+  EXPECT_LT(relative_error(switched.trained.params, none.trained.params), 1e-6)
+      << c.name << ", world " << world->size();
+  expect_same_on_every_rank(*world, switched.trained.params);
+  for (size_t s = 0; s < none.trained.results.size(); ++s) {
+    EXPECT_NEAR(switched.trained.results[s].grad_norm, from_start.trained.results[s].grad_norm,
+                1e-5 * from_start.trained.results[s].grad_norm) << "step " << s + 1;
+  }
+  if (world->rank() == 0) {
+    // Moments sliced, not reset: the checkpoint (the unsharded format) matches both, kind by kind
+    // (one tensor alone can be noise: gpt's key bias gets no gradient but rounding).
+    const auto a = train::read_checkpoint(dir + "/switched.safetensors");
+    for (const char* other : {"/from_start.safetensors", "/none.safetensors"}) {
+      const auto b = train::read_checkpoint(dir + other);
+      ASSERT_EQ(a.tensors.size(), b.tensors.size());
+      for (const std::string kind : {"param.", "adamw.exp_avg.", "adamw.exp_avg_sq."}) {
+        std::vector<at::Tensor> mine, theirs;
+        for (const auto& [key, t] : a.tensors) {
+          if (key.rfind(kind, 0) != 0) continue;
+          ASSERT_TRUE(b.tensors.count(key)) << key;
+          mine.push_back(t);
+          theirs.push_back(b.tensors.at(key));
+        }
+        ASSERT_FALSE(mine.empty()) << kind;
+        EXPECT_LT(relative_error(mine, theirs), 1e-6) << kind << " vs " << other;
+      }
+    }
+    for (const char* f : {"/none.safetensors", "/from_start.safetensors", "/switched.safetensors"}) {
+      ::unlink((dir + f).c_str());
+    }
+    ::rmdir(dir.c_str());
+    fmt::print("{} world {}: shard_optimizer rung, relative error {:.2e} against sharded from the "
+               "start\n", c.name, world->size(),
+               relative_error(switched.trained.params, from_start.trained.params));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ShardOptimizerRung,
+    ::testing::Values(
+        Case{"mlp_uneven_micro_1KiB", mlp(13, "2", 1.0), ", first_bucket_mb: 0.001, bucket_mb: 0.001", 12},
+        Case{"gpt_2KiB", gpt_yaml(), ", first_bucket_mb: 0.002, bucket_mb: 0.002", 6}),
+    [](const auto& info) { return info.param.name; });
 
 // Checkpoints across world sizes and modes. With W ranks, the first W - 1 form a smaller job.
 class ShardResume : public ::testing::Test {

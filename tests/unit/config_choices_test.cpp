@@ -72,6 +72,8 @@ TEST(ConfigChoices, NamesReachTheEnumValuesTheyName) {
   EXPECT_EQ(with("model.loss=mse").model.loss, models::CnnLoss::kMse);
   EXPECT_EQ(with("memory.fallback=[uncache_embeddings, halve_micro_batch]").memory.fallback,
             (std::vector<memory::Rung>{memory::Rung::kUncacheEmbeddings, memory::Rung::kHalveMicroBatch}));
+  EXPECT_EQ(with("memory.fallback=[shard_optimizer, halve_micro_batch]").memory.fallback,
+            (std::vector<memory::Rung>{memory::Rung::kShardOptimizer, memory::Rung::kHalveMicroBatch}));
   EXPECT_TRUE(with("memory.fallback=[]").memory.fallback.empty());
 }
 
@@ -109,7 +111,7 @@ TEST(ConfigChoices, AnUnknownNameNamesTheKeyAndTheChoices) {
             "bad.yaml:3: model.cell: 'gru' is not one of: lstm, transformer");
   EXPECT_EQ(config_error(kMinimal, {"memory.fallback=[halve_micro_batch, shrink]"}),
             "--set memory.fallback=[halve_micro_batch, shrink]: memory.fallback: 'shrink' is not one "
-            "of: checkpoint_activations, halve_micro_batch, uncache_embeddings");
+            "of: checkpoint_activations, halve_micro_batch, shard_optimizer, uncache_embeddings");
   EXPECT_EQ(config_error(kMinimal, {"memory.fallback=halve_micro_batch"}),
             "--set memory.fallback=halve_micro_batch: memory.fallback: expected a list like "
             "[checkpoint_activations], got 'halve_micro_batch'");

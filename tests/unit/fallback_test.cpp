@@ -87,6 +87,23 @@ TEST(FallbackLadder, CheckpointingAfterHalvingIsTakenAtTheFloor) {
   EXPECT_FALSE(ladder.next());
 }
 
+TEST(FallbackLadder, ShardingFirstKeepsTheMicroBatchThenHalves) {
+  FallbackLadder ladder({Rung::kShardOptimizer, Rung::kHalveMicroBatch}, 4, 2,
+                        /*has_cache=*/false, /*can_checkpoint=*/false, /*can_shard=*/true);
+  const auto first = ladder.next();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->rung, Rung::kShardOptimizer);
+  EXPECT_EQ(first->new_micro_batch, 4);
+  EXPECT_EQ(ladder.next()->new_micro_batch, 2);
+  EXPECT_FALSE(ladder.next());
+}
+
+TEST(FallbackLadder, AlreadyShardedOrOneRankSkipsShardOptimizer) {
+  FallbackLadder ladder({Rung::kShardOptimizer, Rung::kHalveMicroBatch}, 4, 1,
+                        /*has_cache=*/false, /*can_checkpoint=*/false, /*can_shard=*/false);
+  EXPECT_EQ(ladder.next()->rung, Rung::kHalveMicroBatch);
+}
+
 TEST(FallbackLadder, EmptyLadderIsSpent) {
   FallbackLadder ladder({}, 8, 1, true);
   EXPECT_FALSE(ladder.next());
@@ -97,6 +114,8 @@ TEST(FallbackLadder, RungNames) {
   EXPECT_EQ(memory::to_string(Rung::kUncacheEmbeddings), "uncache_embeddings");
   EXPECT_EQ(memory::parse_rung("checkpoint_activations"), Rung::kCheckpointActivations);
   EXPECT_EQ(memory::to_string(Rung::kCheckpointActivations), "checkpoint_activations");
+  EXPECT_EQ(memory::parse_rung("shard_optimizer"), Rung::kShardOptimizer);
+  EXPECT_EQ(memory::to_string(Rung::kShardOptimizer), "shard_optimizer");
   EXPECT_THROW(memory::parse_rung("shrink"), std::invalid_argument);
 }
 
@@ -200,6 +219,32 @@ TEST(MemoryEstimate, LargestMicroBatchThatFits) {
   EXPECT_EQ(memory::largest_micro_batch(e, 100, 64), 1) << "nothing fits: the fallback decides";
   e.activation_per_sample = 0;
   EXPECT_EQ(memory::largest_micro_batch(e, 100, 64), 64);
+}
+
+// A chunked loss: fixed 1000, 100 per sample, 10 per row of the loss's chunk, 16 rows per sample
+// and chunks of at most 64 rows. Probes at 2 and 4 samples (32 and 64 rows), and 2 samples again
+// with chunks of 16 rows. The straight line through the first two would say 260 per sample.
+TEST(MemoryEstimate, ChunkedLossStopsGrowingOnceAChunkIsFull) {
+  memory::MemoryEstimate e;
+  e.loss_rows_per_sample = 16;
+  e.loss_chunk_rows = 64;
+  memory::fit_activations_chunked(2, 1520, 32, 4, 2040, 64, 1360, 16, &e);
+  EXPECT_EQ(e.activation_per_chunk_row, 10);
+  EXPECT_EQ(e.activation_per_sample, 100);
+  EXPECT_EQ(e.activation_fixed, 1000);
+  EXPECT_EQ(e.peak(2), 1520);
+  EXPECT_EQ(e.peak(4), 2040);
+  EXPECT_EQ(e.peak(8), 1000 + 800 + 640) << "128 rows: two full chunks of 64";
+  EXPECT_EQ(e.peak(10), 1000 + 1000 + 540) << "160 rows: three chunks of 54";
+  EXPECT_THAT(e.describe(10), HasSubstr("the loss's chunk 0.0 MiB (54 rows)"));
+  // The largest micro-batch under 3000: 14 (224 rows in 4 chunks of 56: 1000 + 1400 + 560); the
+  // line through the first two probes (1000 + 260 per sample) would have said 7.
+  EXPECT_EQ(memory::largest_micro_batch(e, 3000, 64), 14);
+  // One probe size: no slope to split; the chunk's share still comes off the per-sample part.
+  memory::fit_activations_chunked(2, 1520, 32, 2, 1520, 32, 1360, 16, &e);
+  EXPECT_EQ(e.activation_per_chunk_row, 10);
+  EXPECT_EQ(e.activation_fixed, 0);
+  EXPECT_EQ(e.activation_per_sample, 600);
 }
 
 TEST(MemoryEstimate, SingleProbeSizeIsAllPerSample) {
