@@ -160,7 +160,8 @@ SH
     expect_grep "stop requested \(signal\)" ;;
   stalled_rank_times_out)
     # Rank 1 is frozen with SIGSTOP mid-training: the others must end the job, with a message
-    # naming the operation and step, within 30 s (ddp.timeout_s: 10), instead of hanging.
+    # naming the operation and step, within 30 s (ddp.timeout_s: 10), instead of hanging. Their
+    # desync exchange (5 s) gets no answer from rank 1, and the message names it.
     echo "+ mpirun -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 (then SIGSTOP rank 1)"
     mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 >"$out" 2>&1 &
     mpirun_pid=$!
@@ -178,6 +179,9 @@ SH
     [ "$rc" != 0 ] || fail "exit code 0 after a stalled rank"
     [ "$took" -le 30 ] || fail "took $took s (> 30 s)"
     expect_grep "did not complete at step [0-9]+: waited [0-9]+\.[0-9] s, past ddp.timeout_s = 10 s"
+    expect_grep "desync check, answers from rank\(s\) 0, 2 of 3 within 5 s"
+    expect_grep "rank 1 did not reach the [a-z_()]+ of .* at step [0-9]+, or is stuck in it: no answer within 5 s"
+    grep -E "rank 1 did not reach" "$out" | head -1
     expect_grep "aborting the job" ;;
   oom_fallback_np3)
     # An OOM injected on rank 1 at step 5 in backward: the job falls back and finishes.
