@@ -66,16 +66,24 @@ TEST(Desync, NamesARankThatDidNotAnswer) {
 
 TEST(Desync, RanksAheadOrLevelAreNotNamed) {
   const RankState mine = rank_state(1, kBucket3, kBucket2, kBucket3);
-  std::vector<std::optional<RankState>> answers(4);
+  std::vector<std::optional<RankState>> answers(5);
   answers[0] = rank_state(0, op(125, 58, OpKind::kAllReduceSum, "bucket 0"), kBucket2, kBucket3);
   answers[2] = rank_state(2, kBucket3, kBucket2, kBucket3);
   answers[3] = rank_state(3, kBucket19, kBucket19, kBucket19);
+  // One operation behind: it posted bucket 2, then went to the vote instead of bucket 3.
+  answers[4] = rank_state(4, kBucket2, kBucket2, op(41, 58, OpKind::kAllReduceMax, "status vote"),
+                          /*tracker=*/0);
   const std::string v = ddp::desync::verdict(mine, answers, 5.0);
   EXPECT_EQ(v.find("rank 0 did not"), std::string::npos) << v;
   EXPECT_EQ(v.find("rank 2 did not"), std::string::npos) << v;
   EXPECT_NE(v.find("rank 3 did not reach the all_reduce(sum) of bucket 3 at step 58 (last "
                    "completed: step 57, all_reduce(sum) of bucket 19; it waits in the "
                    "all_reduce(sum) of bucket 19 at step 57)"),
+            std::string::npos)
+      << v;
+  EXPECT_NE(v.find("rank 4 did not reach the all_reduce(sum) of bucket 3 at step 58 (last "
+                   "completed: step 58, all_reduce(sum) of bucket 2; it waits in the "
+                   "all_reduce(max) of status vote at step 58)"),
             std::string::npos)
       << v;
 }
