@@ -448,7 +448,8 @@ PY
     # a non-zero exit, the surviving ranks' processes end with it, and the last periodic
     # checkpoint is intact. Plain mpirun ends the job itself (its message names rank 1); with
     # --enable-recovery it leaves the survivors running, and their own collective timeout must
-    # end them, each naming the collective and step it waited on.
+    # end them, each naming the collective and step it waited on, and rank 1 as not answering
+    # their desync exchange.
     echo "+ mpirun -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 ... (then SIGKILL rank 1)"
     mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 \
       --set checkpoint.dir="$work/ck" --set checkpoint.every=20 >"$out" 2>&1 &
@@ -488,7 +489,8 @@ PY
     all_end_within_10s $survivors || fail "a surviving rank's process ($survivors) still runs"
     expect_grep "\[[02]/3\] \[error\] rank [02]: .* did not complete at step [0-9]+: waited [0-9.]+ s, past ddp.timeout_s = 10 s"
     expect_grep "\[[02]/3\] \[error\] aborting the job \(exit code 3\)"
-    grep -E "did not complete at step" "$out" | head -1 ;;
+    expect_grep "rank 1 did not reach the [a-z_()]+ of .* at step [0-9]+, or is stuck in it: no answer within 5 s"
+    grep -E "did not complete at step|rank 1 did not reach" "$out" | head -2 ;;
   progress_bar)
     # log.progress auto: a live bar on a terminal (a pseudo-terminal from util-linux's script),
     # none in a redirected log, whose step lines carry the ETA instead.
