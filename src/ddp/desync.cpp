@@ -115,9 +115,10 @@ const TrackerState* RankState::find(int32_t id) const {
   return nullptr;
 }
 
-RankState snapshot(int rank, int tracker_id, const OpRecord& waiting) {
+RankState snapshot(int rank, int tracker_id, const OpRecord& waiting, double late_s) {
   RankState s;
   s.rank = rank;
+  s.late_s = late_s;
   s.waiting_tracker = tracker_id;
   s.waiting = waiting;
   Registry& r = registry();
@@ -132,6 +133,9 @@ RankState snapshot(int rank, int tracker_id, const OpRecord& waiting) {
   }
   return s;
 }
+
+// A rank that noticed its timeout this late was not running for part of its wait.
+constexpr double kLateS = 1.0;
 
 std::string verdict(const RankState& mine, const std::vector<std::optional<RankState>>& answers,
                     double deadline_s) {
@@ -151,6 +155,11 @@ std::string verdict(const RankState& mine, const std::vector<std::optional<RankS
     }
     answered.push_back(r);
     const RankState& a = *answers[r];
+    if (a.late_s >= kLateS) {
+      lines += fmt::format("  rank {} noticed its own timeout {:.1f} s late: it was stopped or "
+                           "starved, and is likely the rank the others waited for\n",
+                           r, a.late_s);
+    }
     const TrackerState* t = a.find(mine.waiting_tracker);
     const OpRecord posted = t != nullptr ? t->posted : OpRecord{};
     const OpRecord completed = t != nullptr ? t->completed : OpRecord{};
@@ -159,8 +168,9 @@ std::string verdict(const RankState& mine, const std::vector<std::optional<RankS
     if (posted.seq < w.seq) {
       lines += fmt::format("  rank {} did not reach the {} (last completed: {}{})\n", r,
                            describe(w), step_then_op(completed),
-                           waits_elsewhere ? fmt::format("; it waits in the {}", describe(a.waiting))
-                                           : std::string());
+                           waits_elsewhere
+                               ? fmt::format("; it waits in the {}", describe(a.waiting))
+                               : std::string());
     } else if (!waits_elsewhere && !same_op(a.waiting, w)) {
       lines += fmt::format(
           "  rank {} waits in the {} as its operation {} on this communicator, where rank {} "
@@ -168,14 +178,20 @@ std::string verdict(const RankState& mine, const std::vector<std::optional<RankS
           r, describe(a.waiting), w.seq, mine.rank, describe(w));
     }
   }
+  std::string note;
+  if (mine.late_s >= kLateS) {
+    note = fmt::format("  rank {} itself noticed the timeout {:.1f} s late: it was stopped or "
+                       "starved, and may be the rank the others wait for\n",
+                       mine.rank, mine.late_s);
+  }
   std::sort(answered.begin(), answered.end());
   std::string header = fmt::format("desync check, answers from rank(s) {} of {} within {:g} s:",
                                    fmt::join(answered, ", "), answers.size(), deadline_s);
   if (lines.empty()) {
     return header + fmt::format(" every rank posted the {}; none is missing from it (a slow "
-                                "network or a rank stuck inside it)\n", describe(w));
+                                "network or a rank stuck inside it)\n", describe(w)) + note;
   }
-  return header + "\n" + lines;
+  return header + "\n" + lines + note;
 }
 
 std::chrono::duration<double> exchange_deadline(std::chrono::duration<double> timeout) {
@@ -226,7 +242,8 @@ void close_control_plane() noexcept {
 }
 
 std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
-                     std::chrono::duration<double> timeout) noexcept {
+                     std::chrono::duration<double> timeout,
+                     std::chrono::duration<double> waited) noexcept {
   try {
     if (g_plane == MPI_COMM_NULL || !mpi_alive()) return {};
     int rank = 0;
@@ -240,7 +257,7 @@ std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
 
     // `mine` is leaked on purpose (under 1 KB per timeout): the sends are never waited for, so
     // their buffer must outlive them; `inbox` too when a receive could not be cancelled.
-    auto* mine = new RankState(snapshot(rank, tracker.id(), waiting));
+    auto* mine = new RankState(snapshot(rank, tracker.id(), waiting, (waited - timeout).count()));
     auto* inbox = new std::vector<RankState>(size);
     std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL);
     std::vector<std::optional<RankState>> answers(size);
@@ -297,7 +314,9 @@ std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
                     [](MPI_Request q) { return q == MPI_REQUEST_NULL; })) {
       delete inbox;
     }
-    std::string out = verdict(*mine, answers, deadline_s.count());
+    std::string out(1, '\n');
+    out += verdict(*mine, answers, deadline_s.count());
+    out.pop_back();  // the message ends with the verdict's last line, without its '\n'
     // The lowest rank that answered speaks first: the others hold their message (and their
     // abort of the job) back a little, so the job's output shows that rank's diagnosis.
     const int first = static_cast<int>(

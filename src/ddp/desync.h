@@ -96,18 +96,21 @@ struct RankState {
   int32_t rank = -1;
   int32_t waiting_tracker = -1;  // the tracker of the operation that timed out
   OpRecord waiting;
+  // How long past its deadline the rank noticed the timeout: a second or more means it was not
+  // running itself (stopped, starved) and is likely the rank the others wait for.
+  double late_s = 0;
   int32_t trackers = 0;
   TrackerState tracker[kMaxTrackers];
 
   const TrackerState* find(int32_t id) const;
 };
 
-// This process's state, waiting in `waiting` of tracker `tracker_id`.
-RankState snapshot(int rank, int tracker_id, const OpRecord& waiting);
+// This process's state, waiting in `waiting` of tracker `tracker_id`, `late_s` late.
+RankState snapshot(int rank, int tracker_id, const OpRecord& waiting, double late_s = 0);
 
-// The verdict lines (each ending in '\n'; empty when there is nothing to add) from this rank's
-// state and the answers of the `world_size` ranks (answers[r] empty: rank r did not answer within
-// `deadline_s`; answers[mine.rank] is ignored). Pure; tests/unit/desync_test.cpp.
+// The verdict lines (each ending in '\n') from this rank's state and the answers of every rank
+// (answers[r] empty: rank r did not answer within `deadline_s`; answers[mine.rank] is ignored).
+// Pure; tests/unit/desync_test.cpp.
 std::string verdict(const RankState& mine, const std::vector<std::optional<RankState>>& answers,
                     double deadline_s);
 
@@ -119,10 +122,11 @@ std::chrono::duration<double> exchange_deadline(std::chrono::duration<double> ti
 void open_control_plane();
 void close_control_plane() noexcept;
 
-// Runs the exchange for an operation of `tracker` that missed `timeout` and returns the verdict
-// (empty when the world has one rank, there is no control plane, or the exchange failed). Never
-// throws.
+// Runs the exchange for an operation of `tracker` that missed `timeout` (noticed after `waited`)
+// and returns what to append to the timeout's message: a new line and the verdict, or nothing
+// (the world has one rank, there is no control plane, or the exchange failed). Never throws.
 std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
-                     std::chrono::duration<double> timeout) noexcept;
+                     std::chrono::duration<double> timeout,
+                     std::chrono::duration<double> waited) noexcept;
 
 }  // namespace ddp::desync

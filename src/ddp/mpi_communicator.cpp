@@ -202,15 +202,12 @@ class MpiWork final : public Work {
 
  private:
   [[noreturn]] void throw_timeout(Clock::time_point now) const {
+    const std::chrono::duration<double> waited = now - posted_;
     std::string message = fmt::format(
         "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
         "s. Another rank is stalled, dead, or issuing different collectives.",
-        rank_, info_.describe(), Communicator::when(step_),
-        std::chrono::duration<double>(now - posted_).count(), timeout_.count());
-    if (tracker_) {
-      const std::string verdict = desync::diagnose(*tracker_, record_, timeout_);
-      if (!verdict.empty()) message += "\n" + verdict.substr(0, verdict.size() - 1);
-    }
+        rank_, info_.describe(), Communicator::when(step_), waited.count(), timeout_.count());
+    if (tracker_) message += desync::diagnose(*tracker_, record_, timeout_, waited);
     throw CommTimeout(message);
   }
 
@@ -286,7 +283,9 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::s
   const auto count = static_cast<int>(buffer.numel());
   void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(), tensor.scalar_type()}, *this, oversubscribed_, std::move(buffer), tensor, copy_back,
+      OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(),
+             tensor.scalar_type()},
+      *this, oversubscribed_, std::move(buffer), tensor, copy_back,
       op == ReduceOp::kAvg ? size_ : 0);
   TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(dtype), mpi_op(op, dtype),
                                    comm_, work->request()));
@@ -337,7 +336,8 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
   const void* in_data = in_place ? MPI_IN_PLACE : in.data_ptr();
   void* out_data = out.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(), input.scalar_type()}, *this, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
+      OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(), input.scalar_type()},
+      *this, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
   TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
                                    work->request()));
   work->posted();
@@ -376,8 +376,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
 }
 
 WorkPtr MpiCommunicator::barrier_async(std::string_view what) {
-  auto work = std::make_unique<MpiWork>(OpInfo{desync::OpKind::kBarrier, std::string(what), 0, at::kByte}, *this, oversubscribed_, at::Tensor(),
-                                        at::Tensor(), false, 0);
+  auto work = std::make_unique<MpiWork>(
+      OpInfo{desync::OpKind::kBarrier, std::string(what), 0, at::kByte}, *this, oversubscribed_,
+      at::Tensor(), at::Tensor(), false, 0);
   TRAINER_MPI_CHECK(MPI_Ibarrier(comm_, work->request()));
   work->posted();
   return work;

@@ -143,8 +143,7 @@ class NcclWork final : public Work {
             rank_, what_, Communicator::when(step_), std::chrono::duration<double>(waited).count(),
             timeout_.count());
         // The exchange runs over the MPI control plane (ddp/desync.h).
-        const std::string verdict = desync::diagnose(*tracker_, record_, timeout_);
-        if (!verdict.empty()) message += "\n" + verdict.substr(0, verdict.size() - 1);
+        message += desync::diagnose(*tracker_, record_, timeout_, waited);
         throw CommTimeout(message);
       }
       std::this_thread::yield();

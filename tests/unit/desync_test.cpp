@@ -98,6 +98,36 @@ TEST(Desync, EveryRankPresentSaysSo) {
             "a rank stuck inside it)\n");
 }
 
+// The stopped rank, woken while the job is killed, finds everyone's answers waiting: they all
+// posted the operation, and its own lateness is what gives it away.
+TEST(Desync, ALateRankSaysItWasNotRunning) {
+  RankState mine = rank_state(1, kBucket3, kBucket2, kBucket3);
+  mine.late_s = 5.04;
+  std::vector<std::optional<RankState>> answers(2);
+  answers[0] = rank_state(0, kBucket3, kBucket2, kBucket3);
+  EXPECT_EQ(ddp::desync::verdict(mine, answers, 5.0),
+            "desync check, answers from rank(s) 0, 1 of 2 within 5 s: every rank posted the "
+            "all_reduce(sum) of bucket 3 at step 58; none is missing from it (a slow network or "
+            "a rank stuck inside it)\n"
+            "  rank 1 itself noticed the timeout 5.0 s late: it was stopped or starved, and may "
+            "be the rank the others wait for\n");
+  mine.late_s = 0.3;
+  EXPECT_EQ(ddp::desync::verdict(mine, answers, 5.0).find("late"), std::string::npos);
+}
+
+// The same rank's answer, seen by a rank whose exchange was still open when it woke.
+TEST(Desync, ALateAnswerNamesItsRank) {
+  const RankState mine = rank_state(2, kBucket3, kBucket2, kBucket3);
+  std::vector<std::optional<RankState>> answers(3);
+  answers[0] = rank_state(0, kBucket3, kBucket2, kBucket3);
+  answers[1] = rank_state(1, kBucket3, kBucket2, kBucket3);
+  answers[1]->late_s = 5.0;
+  EXPECT_EQ(ddp::desync::verdict(mine, answers, 5.0),
+            "desync check, answers from rank(s) 0, 1, 2 of 3 within 5 s:\n"
+            "  rank 1 noticed its own timeout 5.0 s late: it was stopped or starved, and is "
+            "likely the rank the others waited for\n");
+}
+
 TEST(Desync, DifferentCollectivesAtTheSamePlaceAreNamed) {
   const RankState mine = rank_state(0, kBucket3, kBucket2, kBucket3);
   std::vector<std::optional<RankState>> answers(2);
