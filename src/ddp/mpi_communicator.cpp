@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ddp/check.h"
+#include "ddp/desync.h"
 #include "ddp/errors.h"
 #include "ddp/mpi_progress.h"
 
@@ -105,25 +106,16 @@ MPI_Op mpi_op(ReduceOp op, at::ScalarType t) {
 
 // What an operation is, for messages; formatted only when one is needed (a timeout).
 struct OpInfo {
-  const char* kind;  // "all_reduce(sum)", "broadcast", ...
+  desync::OpKind kind;
   std::string what;
   int64_t numel = 0;
   at::ScalarType dtype = at::kFloat;
 
   std::string describe() const {
-    return fmt::format("{} of {} ({} x {})", kind, what, numel, c10::toString(dtype));
+    return fmt::format("{} of {} ({} x {})", desync::kind_name(kind), what, numel,
+                       c10::toString(dtype));
   }
 };
-
-const char* all_reduce_kind(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "all_reduce(sum)";
-    case ReduceOp::kAvg: return "all_reduce(avg)";
-    case ReduceOp::kMax: return "all_reduce(max)";
-    case ReduceOp::kMin: return "all_reduce(min)";
-  }
-  return "all_reduce";
-}
 
 // The buffer MPI works on: the tensor itself when it is contiguous CPU memory, otherwise a
 // contiguous CPU copy that is written back on completion.
@@ -139,9 +131,13 @@ class MpiWork final : public Work {
   // `buffer` is what MPI reads and writes; on completion it is divided by `divide_by` (AVG,
   // when > 0) and copied into `user` (when `copy_back`). `keep` stays alive as long as MPI may
   // read it (an all_gather's input).
-  MpiWork(OpInfo info, int64_t step, int rank, std::chrono::duration<double> timeout, bool yield,
-          at::Tensor buffer, at::Tensor user, bool copy_back, int divide_by, at::Tensor keep = {})
-      : info_(std::move(info)), step_(step), rank_(rank), timeout_(timeout), yield_(yield),
+  // `tracker` (null for a communicator that does not span the job) records the operation as
+  // posted now (ddp/desync.h).
+  MpiWork(OpInfo info, const MpiCommunicator& comm, bool yield, at::Tensor buffer, at::Tensor user,
+          bool copy_back, int divide_by, at::Tensor keep = {})
+      : info_(std::move(info)), step_(comm.step()), rank_(comm.rank()), timeout_(comm.timeout()),
+        yield_(yield), tracker_(comm.tracker()),
+        record_(tracker_ ? tracker_->post(info_.kind, info_.what, step_) : desync::OpRecord{}),
         posted_(Clock::now()),
         buffer_(std::move(buffer)), user_(std::move(user)), keep_(std::move(keep)),
         copy_back_(copy_back), divide_by_(divide_by) {}
@@ -206,11 +202,13 @@ class MpiWork final : public Work {
 
  private:
   [[noreturn]] void throw_timeout(Clock::time_point now) const {
-    throw CommTimeout(fmt::format(
+    const std::chrono::duration<double> waited = now - posted_;
+    std::string message = fmt::format(
         "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
         "s. Another rank is stalled, dead, or issuing different collectives.",
-        rank_, info_.describe(), Communicator::when(step_),
-        std::chrono::duration<double>(now - posted_).count(), timeout_.count()));
+        rank_, info_.describe(), Communicator::when(step_), waited.count(), timeout_.count());
+    if (tracker_) message += desync::diagnose(*tracker_, record_, timeout_, waited);
+    throw CommTimeout(message);
   }
 
   void complete_handed_over() {
@@ -220,6 +218,7 @@ class MpiWork final : public Work {
 
   void complete() {
     done_ = true;
+    if (tracker_) tracker_->complete(record_);
     if (divide_by_ > 0) buffer_.div_(divide_by_);
     if (copy_back_) user_.copy_(buffer_);
   }
@@ -229,6 +228,8 @@ class MpiWork final : public Work {
   int rank_;
   std::chrono::duration<double> timeout_;
   bool yield_;
+  std::shared_ptr<desync::Tracker> tracker_;
+  desync::OpRecord record_;
   Clock::time_point posted_;
   at::Tensor buffer_;
   at::Tensor user_;
@@ -254,6 +255,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> ti
   TRAINER_MPI_CHECK(MPI_Comm_size(node, &local_size));
   MPI_Comm_free(&node);
   oversubscribed_ = local_size > static_cast<int>(std::thread::hardware_concurrency());
+  // Only a communicator over every rank of the job can be compared across ranks.
+  int same = MPI_UNEQUAL;
+  TRAINER_MPI_CHECK(MPI_Comm_compare(comm_, MPI_COMM_WORLD, &same));
+  if (same == MPI_CONGRUENT) tracker_ = std::make_shared<desync::Tracker>();
 }
 
 MpiCommunicator::~MpiCommunicator() noexcept {
@@ -278,8 +283,9 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::s
   const auto count = static_cast<int>(buffer.numel());
   void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{all_reduce_kind(op), std::string(what), tensor.numel(), tensor.scalar_type()}, step_,
-      rank_, timeout_, oversubscribed_, std::move(buffer), tensor, copy_back,
+      OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(),
+             tensor.scalar_type()},
+      *this, oversubscribed_, std::move(buffer), tensor, copy_back,
       op == ReduceOp::kAvg ? size_ : 0);
   TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(dtype), mpi_op(op, dtype),
                                    comm_, work->request()));
@@ -294,9 +300,9 @@ WorkPtr MpiCommunicator::broadcast_async(at::Tensor tensor, int root, std::strin
   const auto count = static_cast<int>(buffer.numel());
   void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{"broadcast", fmt::format("{} from rank {}", what, root), tensor.numel(),
+      OpInfo{desync::OpKind::kBroadcast, fmt::format("{} from rank {}", what, root), tensor.numel(),
              tensor.scalar_type()},
-      step_, rank_, timeout_, oversubscribed_, std::move(buffer), tensor, copy_back, 0);
+      *this, oversubscribed_, std::move(buffer), tensor, copy_back, 0);
   TRAINER_MPI_CHECK(MPI_Ibcast(data, count, mpi_type(dtype), root, comm_, work->request()));
   work->posted();
   return work;
@@ -330,8 +336,8 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
   const void* in_data = in_place ? MPI_IN_PLACE : in.data_ptr();
   void* out_data = out.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{"all_gather", std::string(what), input.numel(), input.scalar_type()}, step_, rank_,
-      timeout_, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
+      OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(), input.scalar_type()},
+      *this, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
   TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
                                    work->request()));
   work->posted();
@@ -358,9 +364,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
   const void* in_data = in.data_ptr();
   void* out_data = out.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{op == ReduceOp::kSum ? "reduce_scatter(sum)" : "reduce_scatter(avg)",
+      OpInfo{desync::reduce_scatter_kind(op),
              std::string(what), input.numel(), input.scalar_type()},
-      step_, rank_, timeout_, oversubscribed_, std::move(out), output, out_copy_back,
+      *this, oversubscribed_, std::move(out), output, out_copy_back,
       op == ReduceOp::kAvg ? size_ : 0, std::move(in));
   // The 16-bit float types use the same user-defined sum as the all-reduce (mpi_op).
   TRAINER_MPI_CHECK(MPI_Ireduce_scatter_block(in_data, out_data, count, mpi_type(dtype),
@@ -370,9 +376,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
 }
 
 WorkPtr MpiCommunicator::barrier_async(std::string_view what) {
-  auto work = std::make_unique<MpiWork>(OpInfo{"barrier", std::string(what), 0, at::kByte}, step_,
-                                        rank_, timeout_, oversubscribed_, at::Tensor(),
-                                        at::Tensor(), false, 0);
+  auto work = std::make_unique<MpiWork>(
+      OpInfo{desync::OpKind::kBarrier, std::string(what), 0, at::kByte}, *this, oversubscribed_,
+      at::Tensor(), at::Tensor(), false, 0);
   TRAINER_MPI_CHECK(MPI_Ibarrier(comm_, work->request()));
   work->posted();
   return work;

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include "ddp/communicator.h"
+#include "ddp/desync.h"
 
 namespace ddp {
 
@@ -32,11 +33,16 @@ class MpiCommunicator final : public Communicator {
   // A new communicator over the same ranks, with its own MPI context. Collective.
   std::unique_ptr<MpiCommunicator> duplicate(std::chrono::duration<double> timeout) const;
 
+  // Records this communicator's operations for the desync diagnosis (ddp/desync.h); null unless
+  // it spans every rank of the job.
+  const std::shared_ptr<desync::Tracker>& tracker() const { return tracker_; }
+
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
   bool oversubscribed_ = false;  // more ranks on this node than cores: yield while polling
+  std::shared_ptr<desync::Tracker> tracker_;
 };
 
 }  // namespace ddp

@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "ddp/check.h"
+#include "ddp/desync.h"
 #include "ddp/mpi_communicator.h"
 #include "ddp/mpi_progress.h"
 
@@ -38,6 +39,8 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   std::array<char, 256> host{};
   gethostname(host.data(), host.size() - 1);
   topology_.hostname = host.data();
+  // The desync diagnosis's own channel (ddp/desync.h): control messages only, never data.
+  desync::open_control_plane();
 }
 
 MpiRuntime::~MpiRuntime() noexcept {
@@ -45,6 +48,7 @@ MpiRuntime::~MpiRuntime() noexcept {
   // be stalled or gone, and finalising would hang. The code that catches it aborts the job.
   if (std::uncaught_exceptions() > 0) return;
   MpiProgress::stop();  // its thread makes MPI calls
+  desync::close_control_plane();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();

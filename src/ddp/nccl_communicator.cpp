@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ddp/check.h"
+#include "ddp/desync.h"
 
 namespace ddp {
 namespace {
@@ -100,10 +101,11 @@ class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclComm> comm, cudaEvent_t done, at::cuda::CUDAStream caller,
            std::string what, int64_t step, int rank, std::chrono::duration<double> timeout,
+           std::shared_ptr<desync::Tracker> tracker, desync::OpRecord record,
            std::function<void()> on_complete)
       : comm_(std::move(comm)), done_event_(done), caller_(caller), what_(std::move(what)),
-        step_(step), rank_(rank), timeout_(timeout), posted_(Clock::now()),
-        on_complete_(std::move(on_complete)) {}
+        step_(step), rank_(rank), timeout_(timeout), tracker_(std::move(tracker)),
+        record_(record), posted_(Clock::now()), on_complete_(std::move(on_complete)) {}
 
   ~NcclWork() noexcept override { cudaEventDestroy(done_event_); }
 
@@ -122,6 +124,7 @@ class NcclWork final : public Work {
     }
     TRAINER_CUDA_CHECK(q);
     done_ = true;
+    tracker_->complete(record_);
     // Later work on the caller's stream sees the result.
     TRAINER_CUDA_CHECK(cudaStreamWaitEvent(caller_.stream(), done_event_, 0));
     if (on_complete_) on_complete_();
@@ -133,11 +136,15 @@ class NcclWork final : public Work {
       const auto waited = Clock::now() - posted_;
       if (waited > timeout_) {
         comm_->abort();
-        throw CommTimeout(fmt::format(
+        std::string message = fmt::format(
             "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
             "s. Another rank is stalled, dead, or issuing different collectives. NCCL "
             "communicator aborted.",
-            rank_, what_, Communicator::when(step_), std::chrono::duration<double>(waited).count(), timeout_.count()));
+            rank_, what_, Communicator::when(step_), std::chrono::duration<double>(waited).count(),
+            timeout_.count());
+        // The exchange runs over the MPI control plane (ddp/desync.h).
+        message += desync::diagnose(*tracker_, record_, timeout_, waited);
+        throw CommTimeout(message);
       }
       std::this_thread::yield();
     }
@@ -151,6 +158,8 @@ class NcclWork final : public Work {
   int64_t step_;
   int rank_;
   std::chrono::duration<double> timeout_;
+  std::shared_ptr<desync::Tracker> tracker_;
+  desync::OpRecord record_;
   Clock::time_point posted_;
   std::function<void()> on_complete_;
   bool done_ = false;
@@ -185,7 +194,8 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(at::Tensor tensor, ReduceOp op, std::string_view what) override {
     check_tensor(tensor, what);
-    return post(tensor, fmt::format("all_reduce({}) of {} ({} x {})", to_string(op), what,
+    return post(tensor, desync::all_reduce_kind(op), what,
+                fmt::format("all_reduce({}) of {} ({} x {})", to_string(op), what,
                                     tensor.numel(), c10::toString(tensor.scalar_type())),
                 [&](cudaStream_t s) {
                   return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
@@ -196,7 +206,8 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr broadcast_async(at::Tensor tensor, int root, std::string_view what) override {
     check_tensor(tensor, what);
-    return post(tensor, fmt::format("broadcast from rank {} of {}", root, what), [&](cudaStream_t s) {
+    return post(tensor, desync::OpKind::kBroadcast, what,
+                fmt::format("broadcast from rank {} of {}", root, what), [&](cudaStream_t s) {
       return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                            nccl_type(tensor.scalar_type()), root, comm_->get(), s);
     });
@@ -211,7 +222,8 @@ class NcclCommunicator final : public Communicator {
     }
     // In place when `input` is this rank's block of `output` (NCCL detects it by the pointers).
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
-    return post(output, fmt::format("all_gather of {}", what), [&](cudaStream_t s) {
+    return post(output, desync::OpKind::kAllGather, what, fmt::format("all_gather of {}", what),
+                [&](cudaStream_t s) {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
                            nccl_type(input.scalar_type()), comm_->get(), s);
     });
@@ -228,7 +240,8 @@ class NcclCommunicator final : public Communicator {
           rank_, to_string(op), what, size_, output.numel()));
     }
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
-    return post(output, fmt::format("reduce_scatter({}) of {} ({} x {})", to_string(op), what,
+    return post(output, desync::reduce_scatter_kind(op), what,
+                fmt::format("reduce_scatter({}) of {} ({} x {})", to_string(op), what,
                                     input.numel(), c10::toString(input.scalar_type())),
                 [&](cudaStream_t s) {
                   return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
@@ -254,7 +267,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   template <class Launch>
-  WorkPtr post(const at::Tensor& tensor, std::string what, Launch&& launch) {
+  WorkPtr post(const at::Tensor& tensor, desync::OpKind kind, std::string_view raw_what,
+               std::string what, Launch&& launch) {
     c10::cuda::CUDAGuard guard(device_);
     const auto caller = at::cuda::getCurrentCUDAStream(device_);
     cudaEvent_t ready = nullptr;
@@ -266,11 +280,12 @@ class NcclCommunicator final : public Communicator {
     TRAINER_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), ready, 0));
     cudaEventDestroy(ready);
     c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream_);
+    const desync::OpRecord record = tracker_->post(kind, raw_what, step_);
     TRAINER_NCCL_CHECK(launch(stream_.stream()));
     comm_->wait_ready(Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_), what, rank_);
     TRAINER_CUDA_CHECK(cudaEventRecord(done, stream_.stream()));
     return std::make_unique<NcclWork>(comm_, done, caller, std::move(what), step_, rank_, timeout_,
-                                      [keep = tensor] {});
+                                      tracker_, record, [keep = tensor] {});
   }
 
   int rank_;
@@ -278,6 +293,8 @@ class NcclCommunicator final : public Communicator {
   int device_;
   at::cuda::CUDAStream stream_;
   std::shared_ptr<NcclComm> comm_;
+  // This communicator's operations, for the desync diagnosis (ddp/desync.h).
+  std::shared_ptr<desync::Tracker> tracker_ = std::make_shared<desync::Tracker>();
 };
 
 }  // namespace

@@ -162,7 +162,8 @@ SH
     expect_grep "stop requested \(signal\)" ;;
   stalled_rank_times_out)
     # Rank 1 is frozen with SIGSTOP mid-training: the others must end the job, with a message
-    # naming the operation and step, within 30 s (ddp.timeout_s: 10), instead of hanging.
+    # naming the operation and step, within 30 s (ddp.timeout_s: 10), instead of hanging. Their
+    # desync exchange (5 s) gets no answer from rank 1, and the message names it.
     echo "+ mpirun -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 (then SIGSTOP rank 1)"
     mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 >"$out" 2>&1 &
     mpirun_pid=$!
@@ -180,6 +181,9 @@ SH
     [ "$rc" != 0 ] || fail "exit code 0 after a stalled rank"
     [ "$took" -le 30 ] || fail "took $took s (> 30 s)"
     expect_grep "did not complete at step [0-9]+: waited [0-9]+\.[0-9] s, past ddp.timeout_s = 10 s"
+    expect_grep "desync check, answers from rank\(s\) 0, 2 of 3 within 5 s"
+    expect_grep "rank 1 did not reach the [a-z_()]+ of .* at step [0-9]+, or is stuck in it: no answer within 5 s"
+    grep -E "rank 1 did not reach" "$out" | head -1
     expect_grep "aborting the job" ;;
   oom_fallback_np3)
     # An OOM injected on rank 1 at step 5 in backward: the job falls back and finishes.
@@ -480,7 +484,8 @@ PY
     # a non-zero exit, the surviving ranks' processes end with it, and the last periodic
     # checkpoint is intact. Plain mpirun ends the job itself (its message names rank 1); with
     # --enable-recovery it leaves the survivors running, and their own collective timeout must
-    # end them, each naming the collective and step it waited on.
+    # end them, each naming the collective and step it waited on, and rank 1 as not answering
+    # their desync exchange.
     echo "+ mpirun -np 3 $trainer ${quick[*]} --set ddp.timeout_s=10 ... (then SIGKILL rank 1)"
     mpirun -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 --set ddp.timeout_s=10 \
       --set checkpoint.dir="$work/ck" --set checkpoint.every=20 >"$out" 2>&1 &
@@ -520,7 +525,8 @@ PY
     all_end_within_10s $survivors || fail "a surviving rank's process ($survivors) still runs"
     expect_grep "\[[02]/3\] \[error\] rank [02]: .* did not complete at step [0-9]+: waited [0-9.]+ s, past ddp.timeout_s = 10 s"
     expect_grep "\[[02]/3\] \[error\] aborting the job \(exit code 3\)"
-    grep -E "did not complete at step" "$out" | head -1 ;;
+    expect_grep "rank 1 did not reach the [a-z_()]+ of .* at step [0-9]+, or is stuck in it: no answer within 5 s"
+    grep -E "did not complete at step|rank 1 did not reach" "$out" | head -2 ;;
   progress_bar)
     # log.progress auto: a live bar on a terminal (a pseudo-terminal from util-linux's script),
     # none in a redirected log, whose step lines carry the ETA instead.
