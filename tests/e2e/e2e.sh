@@ -512,7 +512,7 @@ PY
     mpirun --enable-recovery -np 3 "$trainer" "${quick[@]}" --set train.steps=100000000 \
       --set ddp.timeout_s=10 --set log.every=1 >"$out" 2>&1 &
     mpirun_pid=$!
-    for _ in $(seq 600); do grep -q "step +3/" "$out" && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -qE "step +3/" "$out" && break; sleep 0.1; done
     victim=$(rank_pid $mpirun_pid 1); survivors="$(rank_pid $mpirun_pid 0) $(rank_pid $mpirun_pid 2)"
     [ -n "$victim" ] || fail "could not find rank 1's process"
     kill -KILL "$victim"
