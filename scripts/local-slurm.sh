@@ -2,8 +2,7 @@
 # A real SLURM on this machine, for the `slurm` test label (docs/DESIGN.md, "Tests and
 # benchmarks"): one controller and three nodes on localhost. Node `localhost` (partition `debug`,
 # the default) runs the single-node cases; nodes `n1` and `n2` (partition `twonode`) make a
-# two-node cluster, each slurmd in its own mount and UTS namespace (hostname n1/n2, a /tmp of its
-# own). Where such namespaces cannot be made, only `localhost` is configured and the reason is kept
+# two-node cluster, each slurmd in a UTS namespace of its own (hostname n1/n2). Where such namespaces cannot be made, only `localhost` is configured and the reason is kept
 # in $state/twonode.unavailable.
 #   scripts/local-slurm.sh                   install (Debian packages), configure and start what is
 #                                            missing; idempotent
@@ -66,15 +65,15 @@ if ready && ! ours; then
   exit 0
 fi
 
-# Two slurmds on one host collide on the /tmp/spmix_appdir_* directories of SLURM's PMIx plugin,
-# and their tasks would share one hostname: each node's slurmd runs in a mount and UTS namespace
-# of its own (its hostname, $state/tmp-NODE bound on /tmp). Everything the nodes share (this
-# configuration, the state, the logs) is outside /tmp.
+# Two slurmds on one host collide on the spmix_appdir_* directories of SLURM's PMIx plugin, made
+# under TmpFS (default /tmp): TmpFS is per node (%n, below), and every node sees the host's one /tmp,
+# so a checkout under /tmp (a CI clone) runs on n1 and n2 too. Each node's slurmd runs in a UTS
+# namespace of its own, so that its tasks see its hostname.
 mkdir -p "$state"
 twonode=1
-if ! why=$(unshare --mount --uts --propagation private true 2>&1); then
+if ! why=$(unshare --uts true 2>&1); then
   twonode=0
-  echo "this machine does not permit mount and UTS namespaces (unshare --mount --uts: ${why:-failed}), which the two-node cluster's slurmds need" \
+  echo "this machine does not permit UTS namespaces (unshare --uts: ${why:-failed}), which the two-node cluster's slurmds need for hostnames of their own" \
     >"$state/twonode.unavailable" 2>/dev/null || true
 fi
 
@@ -100,6 +99,7 @@ SlurmdParameters=config_overrides
 StateSaveLocation=$state/slurmctld
 SlurmdSpoolDir=$state/slurmd/%n
 SlurmdPidFile=$state/slurmd-%n.pid
+TmpFS=$state/tmp/%n
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SlurmUser=root
@@ -124,7 +124,10 @@ source "$(dirname "$0")/env.sh"
 install_debian_packages slurm-wlm munge libpmix-dev
 
 mkdir -p /etc/slurm "$state/slurmctld" /var/log/slurm /run/munge
-for n in localhost "${twonode_nodes[@]}"; do mkdir -p "$state/slurmd/$n"; done  # SlurmdSpoolDir
+for n in localhost "${twonode_nodes[@]}"; do  # SlurmdSpoolDir, TmpFS
+  mkdir -p "$state/slurmd/$n" "$state/tmp/$n"
+  chmod 1777 "$state/tmp/$n"
+done
 [ "$twonode" = 0 ] || rm -f "$state/twonode.unavailable"
 if ! ours; then
   log "$conf exists and was not written by this script: using it as it is"
@@ -160,10 +163,7 @@ slurmd_runs localhost || (setsid slurmd -D -N localhost >/var/log/slurm/slurmd.o
 if [ "$twonode" = 1 ] && grep -q "^PartitionName=twonode " "$conf"; then
   for n in "${twonode_nodes[@]}"; do
     slurmd_runs "$n" && continue
-    mkdir -p "$state/tmp-$n"
-    chmod 1777 "$state/tmp-$n"
-    (setsid unshare --mount --uts --propagation private bash -c \
-      "hostname $n && mount --bind $state/tmp-$n /tmp && exec slurmd -D -N $n" \
+    (setsid unshare --uts bash -c "hostname $n && exec slurmd -D -N $n" \
       >"/var/log/slurm/slurmd-$n.out" 2>&1 </dev/null &)
   done
 fi

@@ -14,7 +14,7 @@ if [[ $case_name == twonode_* ]] && ! why=$("$src/scripts/local-slurm.sh" --chec
   echo "SKIP [$case_name]: no two-node SLURM here: $why"
   exit 77
 fi
-# Not under /tmp: nodes n1 and n2 each see a /tmp of their own, and their tasks write logs and
+# The tasks of every node (n1, n2 and localhost share the host's files) write logs and
 # checkpoints here.
 work=$(mktemp -d -p /var/tmp trainer-slurm.XXXXXX)
 export TRAINER_CASE_WORK=$work  # marks this case's processes (srun passes the environment on)
