@@ -114,15 +114,11 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
         std::move(named), data_,
         ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                             static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
-                            d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined,
-                            shard_},
+                            reduce_wire_dtype(), shard_},
         &control_);
     const bool sharded = reducer_->sharded();
     if (sharded) {
-      const auto& t = options_.train;
-      optimizer_ = std::make_unique<FusedAdamW>(reducer_->parameter_shards(),
-                                                AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay},
-                                                reducer_->reduced_gradients());
+      optimizer_ = make_sharded_optimizer();
       estimate_.optimizer_state = optimizer_->state_bytes();
     }
     clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(),
@@ -153,6 +149,18 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
   constexpr int64_t kGraphWarmupSteps = 3;
   graphs_ = std::make_unique<GraphStep>(options_.train.cuda_graphs, device_, kGraphWarmupSteps,
                                         control_.rank() == 0);
+}
+
+c10::ScalarType Trainer::reduce_wire_dtype() const {
+  return options_.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16
+                                                              : c10::ScalarType::Undefined;
+}
+
+std::unique_ptr<FusedAdamW> Trainer::make_sharded_optimizer() const {
+  const auto& t = options_.train;
+  return std::make_unique<FusedAdamW>(reducer_->parameter_shards(),
+                                      AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay},
+                                      reducer_->reduced_gradients());
 }
 
 void Trainer::broadcast_model() {

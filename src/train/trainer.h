@@ -119,6 +119,10 @@ class Trainer {
   // train.inject_nonfinite names this rank at `step` (0-based; users count from 1).
   bool injects_nonfinite(int64_t step) const;
   void broadcast_model();
+  // ddp.reduce_dtype as the Reducer takes it: bf16, or Undefined for the buckets' own dtype.
+  c10::ScalarType reduce_wire_dtype() const;
+  // The AdamW of a sharded run: over this rank's blocks of the Reducer's buckets.
+  std::unique_ptr<FusedAdamW> make_sharded_optimizer() const;
   // The memory plan and the out-of-memory protocol (trainer_memory.cpp):
   // Every rank's out-of-memory description, the empty ones (no failure) left out. Collective.
   std::vector<std::string> gather_failures(const std::string& mine);

@@ -58,10 +58,7 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 104857
 }  // namespace
 
 ddp::ShardFootprint Trainer::footprint(ddp::ShardMode mode) const {
-  const auto& d = options_.ddp;
-  return ddp::shard_footprint(
-      reducer_->layout(), control_.size(), mode,
-      d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined);
+  return ddp::shard_footprint(reducer_->layout(), control_.size(), mode, reduce_wire_dtype());
 }
 
 void Trainer::check_state_fits() {
@@ -79,7 +76,7 @@ void Trainer::check_state_fits() {
   }
   const auto layout = ddp::assign_buckets(meta, static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                                           static_cast<int64_t>(d.bucket_mb * (1 << 20)));
-  const auto wire = d.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined;
+  const auto wire = reduce_wire_dtype();
   const int64_t target = memory_target(device_, options_.memory);
   // What is already there (on CPU the model and the data set), plus what each mode adds. Sharding
   // copies the parameters into flat buffers before their old storage goes: that copy is the
@@ -317,10 +314,7 @@ void Trainer::shard_optimizer_in_place() {
     optimizer_.reset();
     clipper_.reset();
     reducer_->shard_in_place(ddp::ShardMode::kOptimizer);
-    const auto& t = options_.train;
-    optimizer_ = std::make_unique<FusedAdamW>(reducer_->parameter_shards(),
-                                              AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay},
-                                              reducer_->reduced_gradients());
+    optimizer_ = make_sharded_optimizer();
     for (size_t b = 0; b < m.size(); ++b) {
       optimizer_->exp_avgs()[b].copy_(m[b]);
       optimizer_->exp_avg_sqs()[b].copy_(v[b]);
