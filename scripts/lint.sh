@@ -12,7 +12,7 @@
 # Files are those git tracks or would track (not ignored); ruff and lizard come from the
 # project's virtualenv (scripts/bootstrap.sh installs them), the rest from scripts/packages.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 source scripts/env.sh
 
 fix=0
