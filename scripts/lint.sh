@@ -22,12 +22,19 @@ case "${1:-}" in
   *) echo "usage: scripts/lint.sh [--fix]" >&2; exit 2 ;;
 esac
 
+# The files to check are the ones git tracks or would track: outside a git checkout (an unpacked
+# archive) there is no telling sources from build outputs, so the step is skipped (exit 77).
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "[lint] SKIP: $(pwd) is not a git checkout (the files to check are the ones git tracks)"
+  exit 77
+fi
+
 readonly kClangFormatMajor=14
 readonly kMaxFunctionLines=80
 
 failed=()
 say() { printf '[lint] %s\n' "$*"; }
-failure() { failed+=("$1"); say "FAIL ($1): $2"; }
+failure() { failed+=("$1"); say "FAIL ($1): ${*:2}"; }
 
 # The files of the clone, tracked or not yet added, minus ignored and deleted ones.
 files() {
@@ -41,28 +48,32 @@ tool() {  # tool NAME PATH: PATH if executable, else a failure that says how to 
 }
 
 # 1. C++ formatting. clang-format lays code out differently from one major version to the next,
-# so only the version .clang-format was written for may judge it (CLANG_FORMAT picks another binary).
+# so only the version .clang-format was written for may judge it (CLANG_FORMAT: which binary).
 check_cpp() {
-  local cf=${CLANG_FORMAT:-$(command -v clang-format-$kClangFormatMajor || command -v clang-format || true)}
+  local cf=${CLANG_FORMAT:-}
+  [ -n "$cf" ] || cf=$(command -v "clang-format-$kClangFormatMajor" || command -v clang-format)
   [ -n "$cf" ] || cf=/usr/bin/clang-format
   tool clang-format "$cf" || return
   local version
   version=$("$cf" --version | grep -oE 'version [0-9]+' | grep -oE '[0-9]+')
   if [ "$version" != "$kClangFormatMajor" ]; then
-    failure clang-format "$cf is version ${version:-unknown}; .clang-format is for version $kClangFormatMajor (Debian 12's clang-format; set CLANG_FORMAT to it)"
+    failure clang-format "$cf is version ${version:-unknown}; .clang-format is for version" \
+      "$kClangFormatMajor (Debian 12's clang-format; set CLANG_FORMAT to one)"
     return
   fi
   local cpp
   mapfile -t cpp < <(files '*.h' '*.cpp' '*.cu' '*.cuh')
+  [ ${#cpp[@]} -gt 0 ] || return 0
   if [ "$fix" = 1 ]; then "$cf" -i --style=file "${cpp[@]}"; fi
   local out
   out=$("$cf" --dry-run -Werror --style=file "${cpp[@]}" 2>&1)
   if [ -n "$out" ]; then
-    # One line per file, then clang-format's own report (file:line:column and the code).
+    # The start of clang-format's own report (file:line:column and the code), then each file.
+    printf '%s\n' "$out" | head -n 30
     grep -oE '^[^: ]+:[0-9]+:[0-9]+: error' <<<"$out" | cut -d: -f1 | uniq -c |
       while read -r n f; do say "  $f: $n place(s) differ from .clang-format"; done
-    printf '%s\n' "$out" | head -n 60
-    failure clang-format "C++ not formatted as .clang-format says; 'scripts/lint.sh --fix' formats it"
+    failure clang-format "C++ not formatted as .clang-format says (files above);" \
+      "'scripts/lint.sh --fix' formats it"
   else
     say "clang-format: ${#cpp[@]} C++ files formatted"
   fi
@@ -73,8 +84,10 @@ check_python() {
   local ruff=$TRAINER_VENV/bin/ruff
   tool ruff "$ruff" || return
   if [ "$fix" = 1 ]; then "$ruff" check --quiet --fix --no-cache scripts tests bench; fi
-  if ! "$ruff" check --no-cache --output-format concise scripts tests bench; then
+  if ! "$ruff" check --quiet --no-cache --output-format concise scripts tests bench; then
     failure ruff "Python in scripts/, tests/ or bench/ (file:line above; rules in ruff.toml)"
+  else
+    say "ruff: the Python in scripts/, tests/, bench/ is clean"
   fi
 }
 
@@ -85,7 +98,7 @@ shell_files() {
     case "$f" in
       *.sh) echo "$f" ;;
       *.py) ;;
-      *) head -n 1 "$f" | grep -qE '^#!.*[/ ](ba)?sh( |$)' && echo "$f" ;;
+      *) head -c 128 "$f" | head -n 1 | grep -qE '^#!.*[/ ](ba)?sh( |$)' && echo "$f" ;;
     esac
   done < <(files)
 }
@@ -93,6 +106,7 @@ check_shell() {
   tool shellcheck "$(command -v shellcheck || echo /usr/bin/shellcheck)" || return
   local sh
   mapfile -t sh < <(shell_files)
+  [ ${#sh[@]} -gt 0 ] || return 0
   if ! shellcheck --format gcc "${sh[@]}"; then
     failure shellcheck "shell scripts (file:line above; settings in .shellcheckrc)"
   else
@@ -109,8 +123,13 @@ check_function_length() {
   out=$("$lizard" -L "$kMaxFunctionLines" -C 1000 -a 100 -w src 2>&1)
   if [ -n "$out" ]; then
     # lizard -w: "FILE:LINE: warning: NAME has N NLOC, N CCN, N token, N PARAM, N length, ..."
-    sed -nE 's/^([^:]+:[0-9]+): warning: (.+) has .* ([0-9]+) length.*/  \1: \2 is \3 lines long/p' <<<"$out" |
-      while IFS= read -r line; do say "$line"; done
+    local pattern='^([^:]+:[0-9]+): warning: (.+) has .* ([0-9]+) length.*'
+    if grep -qE "$pattern" <<<"$out"; then
+      sed -nE "s/$pattern/  \\1: \\2 is \\3 lines long/p" <<<"$out" |
+        while IFS= read -r line; do say "$line"; done
+    else
+      printf '%s\n' "$out"  # not lizard's warning format: show it as it is
+    fi
     failure lizard "function(s) in src/ longer than $kMaxFunctionLines lines (split them)"
   else
     say "lizard: no function in src/ over $kMaxFunctionLines lines"
