@@ -7,10 +7,10 @@
 #
 # - C++ (.h, .cpp, .cu, .cuh): clang-format 14 with .clang-format (Debian 12's clang-format).
 # - Python in scripts/, tests/, bench/: ruff with ruff.toml.
-# - Shell (*.sh, and bash scripts without the extension): shellcheck with .shellcheckrc.
+# - Shell (*.sh, and other files whose #! line names bash or sh): shellcheck with .shellcheckrc.
 # - No function in src/ longer than 80 lines, as lizard counts them (its "length").
-# Files are those git tracks or would track (not ignored); ruff and lizard come from the
-# project's virtualenv (scripts/bootstrap.sh installs them), the rest from scripts/packages.txt.
+# Files are those git tracks (ruff: those it finds, minus .gitignore's). ruff and lizard come from
+# the project's virtualenv (scripts/bootstrap.sh installs them), the rest from scripts/packages.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source scripts/env.sh
@@ -22,7 +22,7 @@ case "${1:-}" in
   *) echo "usage: scripts/lint.sh [--fix]" >&2; exit 2 ;;
 esac
 
-# The files to check are the ones git tracks or would track: outside a git checkout (an unpacked
+# The files to check are the ones git tracks: outside a git checkout (an unpacked
 # archive) there is no telling sources from build outputs, so the step is skipped (exit 77).
 if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   echo "[lint] SKIP: $(pwd) is not a git checkout (the files to check are the ones git tracks)"
@@ -36,9 +36,10 @@ failed=()
 say() { printf '[lint] %s\n' "$*"; }
 failure() { failed+=("$1"); say "FAIL ($1): ${*:2}"; }
 
-# The files of the clone, tracked or not yet added, minus ignored and deleted ones.
+# The files git tracks (a new file counts once `git add`ed), minus those deleted in the work tree.
+# Untracked files are left out: a build directory not named in .gitignore holds generated headers.
 files() {
-  git ls-files -z --cached --others --exclude-standard -- "$@" |
+  git ls-files -z -- "$@" |
     while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\n' "$f"; done | sort -u
 }
 tool() {  # tool NAME PATH: PATH if executable, else a failure that says how to get it
