@@ -56,7 +56,8 @@ LIZARD_VERSION=1.24.3
 if [ "$("$TRAINER_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ] ||
    [ "$("$TRAINER_VENV/bin/lizard" --version 2>/dev/null)" != "$LIZARD_VERSION" ]; then
   log "installing ruff==$RUFF_VERSION, lizard==$LIZARD_VERSION into $TRAINER_VENV"
-  "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "ruff==$RUFF_VERSION" "lizard==$LIZARD_VERSION"
+  "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "ruff==$RUFF_VERSION" "lizard==$LIZARD_VERSION"
 fi
 
 # 3. GPT-2's BPE ranks in tiktoken's format (scripts/tokenize_text.py --encoding gpt2, the C++
