@@ -9,7 +9,7 @@
 # The tokens are random ids below 50257 in a shard written to $TMPDIR: speed does not depend on
 # the text. Prints a markdown table of tokens/s and the trainer's ratio to each peer.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 steps=${1:-40}
 micro=${2:-16}
 build=${BUILD_DIR:-build}

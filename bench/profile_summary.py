@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Sums profiler traces per step phase and per operator, side by side.
 
-    bench/profile_summary.py [--phase=NAME] trainer=prof-t/trace_rank0.json pytorch=prof-p/trace_rank0.json
+    bench/profile_summary.py [--phase=NAME] trainer=prof-t/trace_rank0.json \\
+        pytorch=prof-p/trace_rank0.json
 
 Each argument is LABEL=PATH (or a PATH, labelled by its directory) of a Chrome trace written by
 torch.profiler or by the trainer's log.profile (train/profiler.h). Both name the phases of a step
@@ -20,7 +21,8 @@ import sys
 def load(path, phase=None):
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    spans = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
+    spans = [e for e in events
+             if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
     if phase:  # operators inside that phase only
         windows = [(e["ts"], e["ts"] + e["dur"]) for e in spans if e["name"] == "step/" + phase]
         spans = [e for e in spans if e["cat"] == "user_annotation" or
@@ -52,7 +54,8 @@ def load(path, phase=None):
             entry = e["_entry"]
             self_us[entry[1]] += entry[3] - entry[2]
     # Wall time of a step: from the first phase's start to the last phase's end, per step.
-    annotated = sorted((e for e in spans if e["cat"] == "user_annotation" and e["name"].startswith("step/")),
+    annotated = sorted((e for e in spans
+                        if e["cat"] == "user_annotation" and e["name"].startswith("step/")),
                        key=lambda e: e["ts"])
     wall = (annotated[-1]["ts"] + annotated[-1]["dur"] - annotated[0]["ts"]) if annotated else 0
     return steps, phases, self_us, wall
@@ -71,10 +74,13 @@ def main():
         label, _, path = arg.rpartition("=")
         label = label or os.path.basename(os.path.dirname(os.path.abspath(path)))
         runs.append((label, *load(path, phase)))
-    ms = lambda us, steps: us / 1000.0 / steps
+
+    def ms(us, steps):
+        return us / 1000.0 / steps
+
     header = "| | " + " | ".join(f"{r[0]} (ms/step)" for r in runs) + " |"
     rule = "|---|" + "---:|" * len(runs)
-    print(f"Steps traced: " + ", ".join(f"{r[0]} {r[1]}" for r in runs))
+    print("Steps traced: " + ", ".join(f"{r[0]} {r[1]}" for r in runs))
     print("\nPhases (wall time of each step/<phase> annotation):\n")
     print(header)
     print(rule)
@@ -96,7 +102,8 @@ def main():
             top[n] = max(top[n], us / r[1])
     for n, _ in top.most_common(25):
         print(f"| {n} | " + " | ".join(f"{ms(r[3].get(n, 0), r[1]):.2f}" for r in runs) + " |")
-    print("| all operators | " + " | ".join(f"{ms(sum(r[3].values()), r[1]):.2f}" for r in runs) + " |")
+    print("| all operators | "
+          + " | ".join(f"{ms(sum(r[3].values()), r[1]):.2f}" for r in runs) + " |")
     return 0
 
 

@@ -14,6 +14,7 @@ measured over the steps after the first (as the trainer's "done:" line is).
 The models follow the trainer's definitions (src/models/gpt.h, sequence.h) with PyTorch's own
 fast paths (F.scaled_dot_product_attention, nn.LSTM, fused AdamW where available)."""
 import argparse
+import itertools
 import os
 import time
 
@@ -66,7 +67,8 @@ class Gpt(nn.Module):
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits[..., : self.vocab].reshape(-1, self.vocab), targets.reshape(-1))
+        return F.cross_entropy(logits[..., : self.vocab].reshape(-1, self.vocab),
+                               targets.reshape(-1))
 
 
 class Lstm(nn.Module):
@@ -86,7 +88,7 @@ class Mlp(nn.Module):
     def __init__(self, inputs, hidden, depth, classes):
         super().__init__()
         widths = [inputs] + [hidden] * depth
-        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths, widths[1:]))
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
         self.head = nn.Linear(widths[-1], classes)
 
     def forward(self, x, y):  # the loss (DDP wraps forward)
@@ -128,7 +130,8 @@ def series_batches(path, features, targets, window, horizon, n, seed):
     header = rows[0]
     cols = [header.index(c) for c in features]
     tcols = [header.index(c) for c in targets]
-    values = np.array([[float(r[c]) for c in cols + tcols] for r in rows[1:] if r], dtype=np.float32)
+    values = np.array([[float(r[c]) for c in cols + tcols] for r in rows[1:] if r],
+                      dtype=np.float32)
     values = (values - values.mean(0)) / (values.std(0) + 1e-8)
     x_all, y_all = torch.from_numpy(values[:, : len(cols)]), torch.from_numpy(values[:, len(cols):])
     rng = np.random.default_rng(seed)
@@ -140,7 +143,8 @@ def series_batches(path, features, targets, window, horizon, n, seed):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", choices=["gpt", "lstm", "mlp"])
     p.add_argument("--data", default="", help="gpt: a directory of token shards; lstm: a CSV file")
     p.add_argument("--global-batch", type=int, required=True)
@@ -149,7 +153,8 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="0: cores / ranks")
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="bf16: forward and loss under torch.autocast, as the trainer's train.precision")
+                   help="bf16: forward and loss under torch.autocast, as the trainer's "
+                        "train.precision")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--trace", default="", help="directory for a torch.profiler trace of steps 3-7 "
                    "(trace_rank<R>.json, the phases named as the trainer's log.profile trace)")
@@ -180,7 +185,8 @@ def main():
     os.environ.setdefault("MASTER_PORT", "29533")
     torch.set_num_threads(a.threads or max(1, os.cpu_count() // local))
     device = torch.device(a.device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank,
+                            world_size=world)
     torch.manual_seed(1234)
     per_rank = a.global_batch // world + (1 if rank < a.global_batch % world else 0)
     if a.model == "gpt":

@@ -10,7 +10,7 @@ source scripts/env.sh
 rounds=${1:-3}
 steps=${2:-200}
 run() {  # CONFIG SHARD STEPS
-  mpirun -np 2 ${TRAINER_BIN:-build/trainer} --config "$1" --set ddp.shard="$2" --set train.steps="$3" --set train.warmup_steps=1 \
+  mpirun -np 2 "${TRAINER_BIN:-build/trainer}" --config "$1" --set ddp.shard="$2" --set train.steps="$3" --set train.warmup_steps=1 \
     --set train.eval_every=0 --set log.every=1000 --set log.progress=off --set log.metrics=off 2>&1
 }
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -48,6 +48,18 @@ else
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi
 
+# The lint step's Python tools (scripts/lint.sh), pinned: another version may judge the same code
+# differently. In the same virtualenv, also when Torch_DIR brings LibTorch.
+RUFF_VERSION=0.17.6
+LIZARD_VERSION=1.24.3
+[ -x "$TRAINER_VENV/bin/python" ] || python3 -m venv "$TRAINER_VENV"
+if [ "$("$TRAINER_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ] ||
+   [ "$("$TRAINER_VENV/bin/lizard" --version 2>/dev/null)" != "$LIZARD_VERSION" ]; then
+  log "installing ruff==$RUFF_VERSION, lizard==$LIZARD_VERSION into $TRAINER_VENV"
+  "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "ruff==$RUFF_VERSION" "lizard==$LIZARD_VERSION"
+fi
+
 # 3. GPT-2's BPE ranks in tiktoken's format (scripts/tokenize_text.py --encoding gpt2, the C++
 # tokenizer): whisper/assets/gpt2.tiktoken from the openai-whisper sdist on PyPI, fetched once into
 # the shared cache and checked against a pinned SHA-256 (the same bytes as tiktoken's

@@ -28,12 +28,12 @@ unpack() {
     if command -v dpkg-deb >/dev/null; then
       dpkg-deb -x "$f" "$deps"
     else  # a deb is an ar archive holding data.tar.*
-      (cd "$deps" && ar p "$OLDPWD/$f" "$(ar t "$OLDPWD/$f" | grep '^data.tar')" | tar -x --auto-compress -f - 2>/dev/null ||
-        ar p "$OLDPWD/$f" "$(ar t "$OLDPWD/$f" | grep '^data.tar')" | tar -xJ)
+      (cd "$deps" && { ar p "$OLDPWD/$f" "$(ar t "$OLDPWD/$f" | grep '^data.tar')" | tar -x --auto-compress -f - 2>/dev/null ||
+        ar p "$OLDPWD/$f" "$(ar t "$OLDPWD/$f" | grep '^data.tar')" | tar -xJ; })
     fi
   done
   touch "$deps/.done"
-  log "unpacked $(ls .device/debs/*.deb | wc -l) packages into $deps"
+  log "unpacked $(find .device/debs -name '*.deb' | wc -l) packages into $deps"
 }
 
 # Open MPI finds its components and help files relative to OPAL_PREFIX once moved.

@@ -17,4 +17,4 @@ barkeep=.device/barkeep-0.1.6.tar.gz
 cd .device/debs
 rm -f ./*.deb
 apt-get download "${packages[@]}" >/dev/null
-echo "[device-deps] $(ls | wc -l) packages, $(du -sh . | cut -f1) in .device/debs; $barkeep"
+echo "[device-deps] $(find . -maxdepth 1 -name '*.deb' | wc -l) packages, $(du -sh . | cut -f1) in .device/debs; $barkeep"

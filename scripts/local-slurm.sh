@@ -120,6 +120,7 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSu
 EOF
 }
 
+# shellcheck source=scripts/env.sh
 source "$(dirname "$0")/env.sh"
 install_debian_packages slurm-wlm munge libpmix-dev
 

@@ -67,7 +67,7 @@ def make_taste(rng):
     # Gamma(0.3) draws, normalised: a few genres carry most of the weight.
     raw = [rng.gammavariate(0.3, 1.0) + 1e-9 for _ in NAMES]
     total = sum(raw)
-    return {g: r / total for g, r in zip(NAMES, raw)}
+    return {g: r / total for g, r in zip(NAMES, raw, strict=True)}
 
 
 def affinity(taste, genres):
@@ -113,7 +113,7 @@ def main():
                     timestamp += rng.randint(1, 3 * 86400)
                 score = 1 + 4 * min(1.0, 3 * affinity(taste, genres)) + rng.gauss(0, 0.6)
                 rating = max(1, min(5, round(score)))
-                lines.append("{}::{}::{}::{}\n".format(user_id, movie_id, rating, timestamp))
+                lines.append(f"{user_id}::{movie_id}::{rating}::{timestamp}\n")
             rng.shuffle(lines)
             f.writelines(lines)
 

@@ -13,7 +13,6 @@ import argparse
 import csv
 import importlib
 import inspect
-import math
 import os
 import subprocess
 import sys
@@ -45,10 +44,12 @@ def corpus(limit):
 def series(path, rows, seed):
     rng = np.random.default_rng(seed)
     t = np.arange(rows)
-    temperature = 12 + 8 * np.sin(2 * np.pi * (t - 2000) / (24 * 365)) + 5 * np.sin(2 * np.pi * (t - 15) / 24) \
-        + rng.normal(0, 1.5, rows).cumsum() * 0.05
+    temperature = (12 + 8 * np.sin(2 * np.pi * (t - 2000) / (24 * 365))
+                   + 5 * np.sin(2 * np.pi * (t - 15) / 24)
+                   + rng.normal(0, 1.5, rows).cumsum() * 0.05)
     humidity = 60 - 0.8 * (temperature - 12) + rng.normal(0, 4, rows)
-    load = (100 + 0.002 * t + 15 * np.sin(2 * np.pi * (t - 8) / 24) + 8 * np.sin(2 * np.pi * t / (24 * 7))
+    load = (100 + 0.002 * t + 15 * np.sin(2 * np.pi * (t - 8) / 24)
+            + 8 * np.sin(2 * np.pi * t / (24 * 7))
             + 1.5 * np.abs(temperature - 16) + rng.normal(0, 2.5, rows))
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -60,19 +61,21 @@ def series(path, rows, seed):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")))
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    here = os.path.dirname(os.path.abspath(__file__))
+    p.add_argument("--out", default=os.path.normpath(os.path.join(here, "..", "data")))
     p.add_argument("--text-bytes", type=int, default=400_000)
     p.add_argument("--rows", type=int, default=8000)
     p.add_argument("--seed", type=int, default=7)
     a = p.parse_args()
-    here = os.path.dirname(os.path.abspath(__file__))
 
     tokens = os.path.join(a.out, "tokens-sample")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
         f.write(corpus(a.text_bytes))
         text = f.name
-    subprocess.run([sys.executable, os.path.join(here, "tokenize_text.py"), text, tokens], check=True)
+    subprocess.run([sys.executable, os.path.join(here, "tokenize_text.py"), text, tokens],
+                   check=True)
     os.unlink(text)
 
     os.makedirs(os.path.join(a.out, "timeseries-sample"), exist_ok=True)
@@ -82,7 +85,8 @@ def main():
 
     images = os.path.join(here, "make_sample_images.py")
     if os.path.exists(images):
-        subprocess.run([sys.executable, images, "--out", os.path.join(a.out, "images-sample")], check=True)
+        subprocess.run([sys.executable, images, "--out", os.path.join(a.out, "images-sample")],
+                       check=True)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def texture(rng, size):
     else:
         pattern = ((np.floor(xs / period) + np.floor(ys / period)) % 2).astype(np.float32)
     x0, y0 = rng.integers(0, size // 2, size=2)
-    x1, y1 = x0 + rng.integers(size // 4, size // 2 + 1), y0 + rng.integers(size // 4, size // 2 + 1)
+    x1 = x0 + rng.integers(size // 4, size // 2 + 1)
+    y1 = y0 + rng.integers(size // 4, size // 2 + 1)
     region = np.zeros((size, size), dtype=np.float32)
     region[y0:y1, x0:x1] = 1.0
     return pattern * region

@@ -48,9 +48,11 @@ def events(steps, key):
 
 def mark(ax, fallbacks, skipped):
     for i, s in enumerate(fallbacks):
-        ax.axvline(s, color="tab:red", linestyle="--", linewidth=1, label="memory fallback" if i == 0 else None)
+        ax.axvline(s, color="tab:red", linestyle="--", linewidth=1,
+                   label="memory fallback" if i == 0 else None)
     for i, s in enumerate(skipped):
-        ax.axvline(s, color="tab:orange", linestyle=":", linewidth=1, label="skipped step (fp16)" if i == 0 else None)
+        ax.axvline(s, color="tab:orange", linestyle=":", linewidth=1,
+                   label="skipped step (fp16)" if i == 0 else None)
 
 
 def figure(path, title, ylabel, draw, fallbacks, skipped, log_y=False):
@@ -72,7 +74,8 @@ def figure(path, title, ylabel, draw, fallbacks, skipped, log_y=False):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("metrics")
     p.add_argument("-o", "--out", help="directory for the PNG files (default: the metrics file's)")
     a = p.parse_args()
@@ -97,7 +100,8 @@ def main():
             for k in others:
                 ev = [r for r in evals if k in r]
                 ax.plot([r["step"] for r in ev], [r[k] for r in ev], "o-", label=k)
-        figure(os.path.join(out, "eval.png"), "validation metrics", "value", metric, fallbacks, skipped)
+        figure(os.path.join(out, "eval.png"), "validation metrics", "value", metric, fallbacks,
+               skipped)
 
     figure(os.path.join(out, "lr.png"), "learning rate", "lr",
            lambda ax: ax.plot(x, [r["lr"] for r in steps], label="lr"), fallbacks, skipped)
@@ -106,16 +110,19 @@ def main():
         ax.plot(x, [r["samples_per_s"] for r in steps], label="samples/s")
         if any("tokens_per_s" in r for r in steps):
             ax2 = ax.twinx()
-            ax2.plot(x, [r.get("tokens_per_s", 0) for r in steps], color="tab:green", label="tokens/s")
+            ax2.plot(x, [r.get("tokens_per_s", 0) for r in steps], color="tab:green",
+                     label="tokens/s")
             ax2.set_ylabel("tokens/s")
-    figure(os.path.join(out, "throughput.png"), "throughput", "samples/s", throughput, fallbacks, skipped)
+    figure(os.path.join(out, "throughput.png"), "throughput", "samples/s", throughput, fallbacks,
+           skipped)
 
     def memory(ax):
         ranks = max(len(r.get("memory_peak_mib", [])) for r in steps) if steps else 0
         for rank in range(ranks):
-            ax.plot(x, [r["memory_peak_mib"][rank] if rank < len(r.get("memory_peak_mib", [])) else float("nan")
-                        for r in steps], label=f"rank {rank}")
-    figure(os.path.join(out, "memory.png"), "peak tensor memory per rank", "MiB", memory, fallbacks, skipped)
+            ax.plot(x, [r["memory_peak_mib"][rank] if rank < len(r.get("memory_peak_mib", []))
+                        else float("nan") for r in steps], label=f"rank {rank}")
+    figure(os.path.join(out, "memory.png"), "peak tensor memory per rank", "MiB", memory, fallbacks,
+           skipped)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ LLMC_MAGIC, LLMC_VERSION = 20240520, 1
 LLMC_HEADER_BYTES = 256 * 4
 END_OF_TEXT = 50256
 # tiktoken_ext/openai_public.py's pattern for "gpt2" (tiktoken 0.14; the test checks they agree).
-GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT2_PATTERN = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|"""
+                r"""\s+(?!\S)|\s""")
 # Where a GPT-2 text may be cut without changing its ids (see the docstring): the cut is at the
 # match's end. Both sides are ASCII, so a cut never splits a UTF-8 character either.
 GPT2_CUT = re.compile(rb"[A-Za-z](?= [A-Za-z])|[\x21-\x7e]\n(?=[\x21-\x7e])")
@@ -53,7 +54,8 @@ class InputError(Exception):
 def default_ranks_path():
     if os.environ.get("TRAINER_GPT2_RANKS"):
         return os.environ["TRAINER_GPT2_RANKS"]
-    cache = os.environ.get("TRAINER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "trainer")
+    cache = (os.environ.get("TRAINER_CACHE")
+             or os.path.join(os.path.expanduser("~"), ".cache", "trainer"))
     return os.path.join(cache, "gpt2.tiktoken")
 
 
@@ -63,19 +65,20 @@ def gpt2_encoding(ranks_path):
         import tiktoken
         import tiktoken.load
     except ImportError:
-        raise InputError("--encoding gpt2 needs the tiktoken package (scripts/bootstrap.sh installs it "
-                         "into the trainer's virtualenv)")
+        raise InputError("--encoding gpt2 needs the tiktoken package (scripts/bootstrap.sh "
+                         "installs it into the trainer's virtualenv)") from None
     if not os.path.isfile(ranks_path):
-        raise InputError(f"{ranks_path}: no GPT-2 BPE ranks there (scripts/bootstrap.sh fetches them; "
-                         "--ranks or TRAINER_GPT2_RANKS names another copy)")
+        raise InputError(f"{ranks_path}: no GPT-2 BPE ranks there (scripts/bootstrap.sh fetches "
+                         "them; --ranks or TRAINER_GPT2_RANKS names another copy)")
     try:
         ranks = tiktoken.load.load_tiktoken_bpe(ranks_path)
     except Exception as e:  # tiktoken reports a malformed line with a bare ValueError
-        raise InputError(f"{ranks_path}: not a tiktoken ranks file ({e})")
+        raise InputError(f"{ranks_path}: not a tiktoken ranks file ({e})") from e
     if len(ranks) != END_OF_TEXT:
         raise InputError(f"{ranks_path}: {len(ranks)} ranks, GPT-2 has {END_OF_TEXT}")
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": END_OF_TEXT}, explicit_n_vocab=END_OF_TEXT + 1)
+                             special_tokens={"<|endoftext|>": END_OF_TEXT},
+                             explicit_n_vocab=END_OF_TEXT + 1)
 
 
 # --- Work units ------------------------------------------------------------------------------
@@ -160,10 +163,12 @@ def encode_document(text, starts_document, where):
         return np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
     try:
         ids = _encoding.encode_ordinary(text)
-    except BaseException as e:  # tiktoken's Rust regex panics (a BaseException) on e.g. ~1 MB of spaces
+    # tiktoken's Rust regex panics (a BaseException) on e.g. ~1 MB of spaces.
+    except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
-        raise InputError(f"{where}: tiktoken cannot encode these {len(text)} characters: {e}")
+        raise InputError(
+            f"{where}: tiktoken cannot encode these {len(text)} characters: {e}") from e
     return np.array(([END_OF_TEXT] if starts_document else []) + ids, dtype=np.uint16)
 
 
@@ -175,16 +180,19 @@ def jsonl_documents(data, path, first, field):
         try:
             record = json.loads(line)
         except ValueError as e:
-            raise InputError(f"{path}:{number}: not JSON ({e})")
+            raise InputError(f"{path}:{number}: not JSON ({e})") from e
         text = record.get(field) if isinstance(record, dict) else None
         if not isinstance(text, str):
-            keys = ", ".join(map(str, record)) if isinstance(record, dict) else type(record).__name__
-            raise InputError(f"{path}:{number}: no string field '{field}' (--jsonl-field; the record has: {keys})")
+            keys = (", ".join(map(str, record)) if isinstance(record, dict)
+                    else type(record).__name__)
+            raise InputError(f"{path}:{number}: no string field '{field}' (--jsonl-field; the "
+                             f"record has: {keys})")
         if text and _encoding == "bytes":
             try:
                 text = text.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise InputError(f"{path}:{number}: field '{field}' is not text ({e.reason})")
+                raise InputError(
+                    f"{path}:{number}: field '{field}' is not text ({e.reason})") from e
         if text:
             yield number, text
 
@@ -198,7 +206,8 @@ def tokenize_unit(unit, field):
             try:
                 data = data.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}: byte {offset + e.start}: not UTF-8 text ({e.reason})")
+                raise InputError(
+                    f"{path}: byte {offset + e.start}: not UTF-8 text ({e.reason})") from e
         return encode_document(data, starts, f"{path} (from byte {offset})"), starts
     _, path, first, data = unit
     docs = [encode_document(text, True, f"{path}:{number}")
@@ -356,17 +365,22 @@ def tokenize(a, files):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="a text file, a .jsonl file or a folder")
     p.add_argument("outdir")
     p.add_argument("--encoding", choices=["bytes", "gpt2"], default="bytes")
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
     p.add_argument("--header", choices=["none", "llmc"], default="none")
-    p.add_argument("--jsonl-field", default="text", help="the field of a JSON Lines record holding its text")
-    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)), help="processes (default: every core)")
-    p.add_argument("--ranks", default=default_ranks_path(), help="GPT-2's tiktoken-format ranks file")
-    p.add_argument("--chunk-bytes", type=int, default=1 << 20, help=argparse.SUPPRESS)  # tests cut small inputs
+    p.add_argument("--jsonl-field", default="text",
+                   help="the field of a JSON Lines record holding its text")
+    p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
+                   help="processes (default: every core)")
+    p.add_argument("--ranks", default=default_ranks_path(),
+                   help="GPT-2's tiktoken-format ranks file")
+    # Hidden: the tests cut small inputs.
+    p.add_argument("--chunk-bytes", type=int, default=1 << 20, help=argparse.SUPPRESS)
     a = p.parse_args()
     if not 0 <= a.val_fraction < 1:
         p.error("--val-fraction must be in [0, 1)")
@@ -384,9 +398,9 @@ def main():
     except OSError as e:
         sys.exit(f"tokenize_text.py: {e.filename}: {e.strerror}")
     vocab = 256 if a.encoding == "bytes" else END_OF_TEXT + 1
-    print(f"{a.input}: {n_train} training tokens in {train_shards} shard(s), {n_val} validation tokens in "
-          f"{val_shards} shard(s) -> {a.outdir}; train with data.dataset: tokens, data.path: {a.outdir}, "
-          f"data.vocab_size: {vocab}")
+    print(f"{a.input}: {n_train} training tokens in {train_shards} shard(s), {n_val} validation "
+          f"tokens in {val_shards} shard(s) -> {a.outdir}; train with data.dataset: tokens, "
+          f"data.path: {a.outdir}, data.vocab_size: {vocab}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 # Helpers of the end-to-end case scripts (tests/e2e/e2e.sh, tests/slurm/slurm.sh); sourced.
 # Expects $case_name and $work (a scratch directory); every command's output goes to $out.
+# shellcheck disable=SC2154  # case_name and work: set by the script that sources this one
 out=$work/out.txt
 
 fail() { echo "FAIL [$case_name]: $*"; echo "----- output -----"; cat "$out"; exit 1; }

@@ -243,7 +243,7 @@ SH
     # The rung shard_optimizer, listed first: an OOM on rank 1 at step 5 makes the run sharded
     # (ZeRO-1) on both ranks at the same micro-batch; it finishes, and its checkpoint is the one
     # format, equal to a run sharded from the start.
-    rung=(--set train.steps=30 --set train.micro_batch_size=64 --set memory.fallback=[shard_optimizer,halve_micro_batch])
+    rung=(--set train.steps=30 --set train.micro_batch_size=64 --set "memory.fallback=[shard_optimizer,halve_micro_batch]")
     run mpirun -np 2 "$trainer" "${quick[@]}" "${rung[@]}" --set memory.inject_oom=1:5:backward \
       --set checkpoint.dir="$work/switched"
     expect_rc 0
@@ -458,7 +458,7 @@ PY
     run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.keep_last=2
     expect_rc 0; whole=$(final_loss); cp "$work/ck/final.safetensors" "$work/whole.safetensors"
     expect_grep "checkpoint.keep_last = 2: deleted .*step_000015.safetensors"
-    [ ! -e "$work/ck/step_000030.safetensors" ] && [ -e "$work/ck/step_000045.safetensors" ] ||
+    [[ ! -e "$work/ck/step_000030.safetensors" && -e "$work/ck/step_000045.safetensors" ]] ||
       fail "keep_last kept the wrong checkpoints: $(ls "$work/ck")"
     # Damage the newest two (a flipped byte in final, a truncated step_000060).
     printf '\x42' | dd of="$work/ck/final.safetensors" bs=1 seek=$(( $(stat -c %s "$work/ck/final.safetensors") - 5 )) conv=notrunc 2>/dev/null
@@ -491,7 +491,7 @@ PY
       --set checkpoint.dir="$work/ck" --set checkpoint.every=20 >"$out" 2>&1 &
     mpirun_pid=$!
     for _ in $(seq 600); do [ -e "$work/ck/step_000040.safetensors" ] && break; sleep 0.1; done
-    victim=$(rank_pid $mpirun_pid 1); survivors="$(rank_pid $mpirun_pid 0) $(rank_pid $mpirun_pid 2)"
+    victim=$(rank_pid $mpirun_pid 1); survivors=("$(rank_pid $mpirun_pid 0)" "$(rank_pid $mpirun_pid 2)")
     [ -n "$victim" ] || fail "could not find rank 1's process"
     kill -KILL "$victim"
     killed_at=$(date +%s)
@@ -501,10 +501,10 @@ PY
     echo "job ended $took s after SIGKILL with exit code $rc"
     [ "$rc" != 0 ] || fail "exit code 0 after a rank died"
     [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
-    all_end_within_10s $survivors || fail "a surviving rank's process ($survivors) still runs"
+    all_end_within_10s "${survivors[@]}" || fail "a surviving rank's process (${survivors[*]}) still runs"
     expect_grep "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9"
     grep -E "rank 1 .*(killed|signal 9)|process rank 1 .*signal 9" "$out" | head -1
-    last=$(ls "$work/ck"/step_*.safetensors | sort | tail -1)
+    last=$(find "$work/ck" -maxdepth 1 -name 'step_*.safetensors' | sort | tail -1)
     run "$trainer" "${quick[@]}" --set checkpoint.dir="$work/ck" --set checkpoint.resume="$last" --dry-run
     expect_rc 0; expect_grep "resumed from .*step_[0-9]+.safetensors"
     # The survivors on their own: mpirun --enable-recovery does not end the job when rank 1 dies.
@@ -513,7 +513,7 @@ PY
       --set ddp.timeout_s=10 --set log.every=1 >"$out" 2>&1 &
     mpirun_pid=$!
     for _ in $(seq 600); do grep -qE "step +3/" "$out" && break; sleep 0.1; done
-    victim=$(rank_pid $mpirun_pid 1); survivors="$(rank_pid $mpirun_pid 0) $(rank_pid $mpirun_pid 2)"
+    victim=$(rank_pid $mpirun_pid 1); survivors=("$(rank_pid $mpirun_pid 0)" "$(rank_pid $mpirun_pid 2)")
     [ -n "$victim" ] || fail "could not find rank 1's process"
     kill -KILL "$victim"
     killed_at=$(date +%s)
@@ -522,7 +522,7 @@ PY
     took=$(( $(date +%s) - killed_at ))
     echo "the survivors ended the job $took s after SIGKILL"
     [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
-    all_end_within_10s $survivors || fail "a surviving rank's process ($survivors) still runs"
+    all_end_within_10s "${survivors[@]}" || fail "a surviving rank's process (${survivors[*]}) still runs"
     expect_grep "\[[02]/3\] \[error\] rank [02]: .* did not complete at step [0-9]+: waited [0-9.]+ s, past ddp.timeout_s = 10 s"
     expect_grep "\[[02]/3\] \[error\] aborting the job \(exit code 3\)"
     expect_grep "rank 1 did not reach the [a-z_()]+ of .* at step [0-9]+, or is stuck in it: no answer within 5 s"
@@ -560,7 +560,7 @@ PY
     r0=$(cat "$work"/ranks/*/rank.0/std* > "$work/r0"; frames "$work/r0")
     r1=$(cat "$work"/ranks/*/rank.1/std* > "$work/r1"; frames "$work/r1")
     echo "mpirun, log.progress bar: rank 0 drew $r0 frames, rank 1 $r1"
-    [ "$r0" -ge 3 ] && [ "$r1" = 0 ] || fail "expected frames from rank 0 only: rank 0 $r0, rank 1 $r1" ;;
+    [[ $r0 -ge 3 && $r1 = 0 ]] || fail "expected frames from rank 0 only: rank 0 $r0, rank 1 $r1" ;;
   tensorboard)
     # log.tensorboard: TensorBoard's own reader finds every logged step's and evaluation's numbers
     # as scalars equal to the metrics file's; a resumed run adds a file and TensorBoard keeps each
@@ -574,10 +574,10 @@ PY
       echo "this build has no TensorBoard support (no protobuf): refused at start-up"
     else
       expect_rc 0
-      [ "$(ls "$work"/tb/events.out.tfevents.* | wc -l)" = 1 ] || fail "expected one event file in $work/tb"
+      [ "$(find "$work/tb" -name 'events.out.tfevents.*' | wc -l)" = 1 ] || fail "expected one event file in $work/tb"
       run mpirun -np 2 "$trainer" "${tb[@]}" --set checkpoint.resume="$work/ck/step_000020.safetensors"
       expect_rc 0
-      [ "$(ls "$work"/tb/events.out.tfevents.* | wc -l)" = 2 ] || fail "the resumed run did not add an event file"
+      [ "$(find "$work/tb" -name 'events.out.tfevents.*' | wc -l)" = 2 ] || fail "the resumed run did not add an event file"
       run "$TRAINER_PYTHON" - "$work/tb" "$work/ck/metrics.jsonl" <<'PY'
 import json, math, sys
 try:

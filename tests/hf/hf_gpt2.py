@@ -42,7 +42,8 @@ CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_
 
 def load(directory):
     model, info = GPT2LMHeadModel.from_pretrained(directory, output_loading_info=True)
-    bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+    bad = {k: v for k, v in info.items()
+           if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
     if bad:
         sys.exit(f"{directory}: from_pretrained: {bad}")
     return model.eval()
@@ -93,7 +94,8 @@ def loss(a):
     windows = torch.stack([tokens[k * c:k * c + c + 1] for k in range((len(tokens) - 1) // c)])
     with torch.no_grad():
         out = model(windows[:, :-1]).logits
-        value = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), windows[:, 1:].reshape(-1))
+        value = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                                  windows[:, 1:].reshape(-1))
     print(f"{value.item():.6f} over {len(windows)} windows")
 
 
@@ -109,7 +111,8 @@ def shard(a):
 def check_export(a):
     exported = load(a.dir)
     config = exported.config
-    params = {k[len("param."):]: v for k, v in load_file(a.checkpoint).items() if k.startswith("param.")}
+    params = {k[len("param."):]: v for k, v in load_file(a.checkpoint).items()
+              if k.startswith("param.")}
     state = {}
     for name, w in params.items():
         if name.endswith(CONV1D):
@@ -133,7 +136,8 @@ def check_export(a):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser("make")
     m.add_argument("dir")

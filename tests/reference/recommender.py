@@ -75,7 +75,8 @@ def recommender_loss(meta, p, inputs, targets):
     scores = (x * u[:, None, :]).sum(-1)  # [n, 2]
     margin = scores[:, 0] - scores[:, 1]
     # BPR: -mean(log sigmoid(margin)), log sigmoid(m) = -log(1 + exp(-m)), written stably.
-    log_sigmoid = torch.minimum(margin, torch.zeros_like(margin)) - torch.log1p(torch.exp(-margin.abs()))
+    log_sigmoid = (torch.minimum(margin, torch.zeros_like(margin))
+                   - torch.log1p(torch.exp(-margin.abs())))
     return -log_sigmoid.mean()
 
 

@@ -93,7 +93,7 @@ expect_one_node_result() {
     >"$work/one.txt" 2>&1 || { cat "$work/one.txt" >>"$out"; fail "the one-node run failed"; }
   one=$(grep -oE "done: [0-9]+ steps, loss [0-9.]+ -> [0-9.]+" "$work/one.txt")
   echo "two nodes: $two; one node: $one" | tee -a "$out"
-  [ -n "$two" ] && [ "$two" = "$one" ] || fail "the two-node run ended with '$two', one node with '$one'"
+  [[ -n $two && $two = "$one" ]] || fail "the two-node run ended with '$two', one node with '$one'"
   compare_checkpoints "$work/one/final.safetensors" "$1/final.safetensors" 1e-6 ||
     fail "the two-node run's checkpoint differs from the one-node run's"
   tail -1 "$out"
@@ -117,7 +117,7 @@ case $case_name in
     expect_no_grep "MPI_Init|OMPI was not built" ;;
   sbatch_script_np3)
     # The shipped batch script, as a user submits it (sbatch --wait returns the job's exit code).
-    cd "$work"
+    cd "$work" || exit 1
     run env TRAINER="$trainer" timeout 180 sbatch --wait "${small[@]}" "$src/slurm/train.sbatch" \
       "$src/configs/mlp.yaml" --set train.steps=60 --set train.warmup_steps=5
     job_log
@@ -147,7 +147,7 @@ case $case_name in
     [ "$took" -le 30 ] || fail "took $took s (> ddp.timeout_s + 20 s)"
     expect_grep "srun: error: .*: task 1: Killed" ;;
   mpirun_in_sbatch_np3)
-    cd "$work"
+    cd "$work" || exit 1
     run timeout 180 sbatch --wait -n 3 --output="$work/job-%j.log" --wrap "mpirun $trainer ${quick[*]}"
     job_log
     expect_rc 0
@@ -157,7 +157,7 @@ case $case_name in
     # scancel sends SIGTERM to every task: the ranks agree on a last step, rank 0 writes
     # final.safetensors, and all exit 143 well within KillWait. The same job submitted again with
     # checkpoint.resume: auto continues after that step (a preempted, requeued job).
-    cd "$work"
+    cd "$work" || exit 1
     job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
       "$src/slurm/train.sbatch" "$src/configs/mlp.yaml" --set train.steps=1000000 \
       --set train.warmup_steps=5 --set log.every=50 --set checkpoint.dir="$work/ckpt" \
@@ -195,7 +195,7 @@ case $case_name in
     # with a checkpoint, the script requeues the job, and the requeued run resumes from it and
     # ends with parameters and AdamW moments bitwise those of an uninterrupted run (gpt with
     # dropout: the masks are a function of the seed, step and rank, train/step_rng.h).
-    cd "$work"
+    cd "$work" || exit 1
     gpt=("$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample" --set train.steps=150
       --set model.dropout=0.1 --set train.micro_batch_size=8 --set train.eval_every=0
       --set log.every=10 --set data.workers=1)
@@ -260,7 +260,7 @@ case $case_name in
   usr1_without_checkpoint_dir)
     # Without checkpoint.dir a requeued job would start again at step 1: the trainer ignores the
     # warning, says why and trains on; the job ends normally and is not requeued.
-    cd "$work"
+    cd "$work" || exit 1
     job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
       "$src/slurm/train.sbatch" "$src/configs/mlp.yaml" --set train.steps=400 \
       --set train.warmup_steps=5 --set log.every=50) || fail "sbatch failed"
@@ -283,7 +283,7 @@ case $case_name in
     expect_one_node_result "$work/two" ;;
   twonode_sbatch_script_np4)
     # The shipped batch script on two nodes: the batch shell runs on the first, n1.
-    cd "$work"
+    cd "$work" || exit 1
     run_two_nodes env TRAINER="$trainer" timeout 180 sbatch --wait "${two_nodes[@]}" \
       --cpus-per-task=1 --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" \
       "${gpt_short[@]:1}" --set checkpoint.dir="$work/two"

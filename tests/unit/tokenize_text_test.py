@@ -26,7 +26,8 @@ EOT = 50256
 def run(*args, ok=True):
     p = subprocess.run([sys.executable, SCRIPT, *map(str, args)], capture_output=True, text=True)
     if ok and p.returncode != 0:
-        raise AssertionError(f"tokenize_text.py {' '.join(map(str, args))} failed:\n{p.stdout}{p.stderr}")
+        raise AssertionError(
+            f"tokenize_text.py {' '.join(map(str, args))} failed:\n{p.stdout}{p.stderr}")
     return p
 
 
@@ -60,7 +61,8 @@ class Gpt2(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         if not os.path.isfile(RANKS):
-            raise AssertionError(f"{RANKS}: GPT-2's ranks are missing; scripts/bootstrap.sh fetches them")
+            raise AssertionError(
+                f"{RANKS}: GPT-2's ranks are missing; scripts/bootstrap.sh fetches them")
         cls.enc = gpt2_reference.reference_encoding(RANKS)
         cls.docs = gpt2_reference.CORPUS
         cls.expected = [t for d in cls.docs for t in [EOT] + cls.enc.encode_ordinary(d)]
@@ -76,7 +78,8 @@ class Gpt2(unittest.TestCase):
         return os.path.join(self.dir, *names)
 
     def write_folder(self):
-        # Sorted path order is document order: 00.txt ... 07.txt, then zsub/08.txt; 03 is JSON Lines.
+        # Sorted path order is document order: 00.txt ... 07.txt, then zsub/08.txt; 03 is JSON
+        # Lines.
         os.makedirs(self.path("in", "zsub"))
         for i, doc in enumerate(self.docs):
             name = ("zsub", f"{i:02d}.txt") if i == len(self.docs) - 1 else (f"{i:02d}.txt",)
@@ -105,14 +108,16 @@ class Gpt2(unittest.TestCase):
                 f.write(json.dumps({"id": i, "content": doc}) + "\n")
                 if i == 2:
                     f.write("\n" + json.dumps({"id": "empty", "content": ""}) + "\n")  # skipped
-        p = run(self.path("docs.jsonl"), self.path("out"), "--encoding", "gpt2", "--jsonl-field", "content",
-                "--val-fraction", "0.25", "--shard-tokens", "300", "--chunk-bytes", "500", "--workers", "2")
+        p = run(self.path("docs.jsonl"), self.path("out"), "--encoding", "gpt2",
+                "--jsonl-field", "content", "--val-fraction", "0.25", "--shard-tokens", "300",
+                "--chunk-bytes", "500", "--workers", "2")
         train, train_sizes = shards(self.path("out"), "train")
         val, val_sizes = shards(self.path("out"), "val")
         n_val = int(len(self.expected) * 0.25)
         self.assertEqual(train.tolist(), self.expected[:-n_val])
         self.assertEqual(val.tolist(), self.expected[-n_val:])
-        self.assertTrue(all(n == 300 for n in train_sizes[:-1]) and 0 < train_sizes[-1] <= 300, train_sizes)
+        self.assertTrue(all(n == 300 for n in train_sizes[:-1]) and 0 < train_sizes[-1] <= 300,
+                        train_sizes)
         self.assertTrue(all(n == 300 for n in val_sizes[:-1]), val_sizes)
         self.assertIn("data.vocab_size: 50257", p.stdout)
 
@@ -121,8 +126,8 @@ class Gpt2(unittest.TestCase):
         # without spaces gets cut at line breaks only, next to blank lines ("\n\n" is one token).
         text = "\n".join(self.docs) * 3 + "x=1;\n\ny=[2];\n\n\nz={3}\t\n\n" * 40
         write(self.path("big.txt"), text)
-        common = ["--encoding", "gpt2", "--val-fraction", "0.1", "--shard-tokens", "1000", "--header", "llmc",
-                  "--chunk-bytes", "64"]
+        common = ["--encoding", "gpt2", "--val-fraction", "0.1", "--shard-tokens", "1000",
+                  "--header", "llmc", "--chunk-bytes", "64"]
         run(self.path("big.txt"), self.path("one"), *common, "--workers", "1")
         run(self.path("big.txt"), self.path("many"), *common, "--workers", "3")
         names = sorted(os.listdir(self.path("one")))
@@ -136,7 +141,8 @@ class Gpt2(unittest.TestCase):
 
     def test_missing_ranks_names_the_file(self):
         write(self.path("a.txt"), "hello")
-        p = run(self.path("a.txt"), self.path("out"), "--encoding", "gpt2", "--ranks", self.path("none.tiktoken"), ok=False)
+        p = run(self.path("a.txt"), self.path("out"), "--encoding", "gpt2",
+                "--ranks", self.path("none.tiktoken"), ok=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn(self.path("none.tiktoken"), p.stderr)
         self.assertIn("scripts/bootstrap.sh", p.stderr)
@@ -150,7 +156,8 @@ class Gpt2(unittest.TestCase):
         self.assertIn("bad.jsonl:2: no string field 'text'", p.stderr)
         with open(self.path("broken.jsonl"), "w") as f:
             f.write('{"text": "fine"}\n\n{"text": \n')
-        p = run(self.path("broken.jsonl"), self.path("out"), "--encoding", "gpt2", "--workers", "2", ok=False)
+        p = run(self.path("broken.jsonl"), self.path("out"), "--encoding", "gpt2", "--workers", "2",
+                ok=False)
         self.assertIn("broken.jsonl:3: not JSON", p.stderr)
         write(self.path("latin1.txt"), b"caf\xe9 au lait")
         p = run(self.path("latin1.txt"), self.path("out"), "--encoding", "gpt2", ok=False)

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The lint step (ctest label `lint`, so scripts/test.sh and CI run it): every check runs, each
+# failure names the file, and the exit code is 1 if any check failed.
+#
+#   scripts/lint.sh          # check: clang-format, ruff, shellcheck, function length
+#   scripts/lint.sh --fix    # apply clang-format and ruff's safe fixes first, then check
+#
+# - C++ (.h, .cpp, .cu, .cuh): clang-format 14 with .clang-format (Debian 12's clang-format).
+# - Python in scripts/, tests/, bench/: ruff with ruff.toml.
+# - Shell (*.sh, and other files whose #! line names bash or sh): shellcheck with .shellcheckrc.
+# - No function in src/ longer than 80 lines, as lizard counts them (its "length").
+# Files are those git tracks (ruff: those it finds, minus .gitignore's). ruff and lizard come from
+# the project's virtualenv (scripts/bootstrap.sh installs them), the rest from scripts/packages.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+source scripts/env.sh
+
+fix=0
+case "${1:-}" in
+  --fix) fix=1 ;;
+  "") ;;
+  *) echo "usage: scripts/lint.sh [--fix]" >&2; exit 2 ;;
+esac
+
+# The files to check are the ones git tracks: outside a git checkout (an unpacked
+# archive) there is no telling sources from build outputs, so the step is skipped (exit 77).
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "[lint] SKIP: $(pwd) is not a git checkout (the files to check are the ones git tracks)"
+  exit 77
+fi
+
+readonly kClangFormatMajor=14
+readonly kMaxFunctionLines=80
+
+failed=()
+say() { printf '[lint] %s\n' "$*"; }
+failure() { failed+=("$1"); say "FAIL ($1): ${*:2}"; }
+
+# The files git tracks (a new file counts once `git add`ed), minus those deleted in the work tree.
+# Untracked files are left out: a build directory not named in .gitignore holds generated headers.
+files() {
+  git ls-files -z -- "$@" |
+    while IFS= read -r -d '' f; do [ -f "$f" ] && printf '%s\n' "$f"; done | sort -u
+}
+tool() {  # tool NAME PATH: PATH if executable, else a failure that says how to get it
+  if [ -x "$2" ]; then return 0; fi
+  failure "$1" "$2 not found: run scripts/bootstrap.sh (scripts/packages.txt, the virtualenv)"
+  return 1
+}
+
+# 1. C++ formatting. clang-format lays code out differently from one major version to the next,
+# so only the version .clang-format was written for may judge it (CLANG_FORMAT: which binary).
+check_cpp() {
+  local cf=${CLANG_FORMAT:-}
+  [ -n "$cf" ] || cf=$(command -v "clang-format-$kClangFormatMajor" || command -v clang-format)
+  [ -n "$cf" ] || cf=/usr/bin/clang-format
+  tool clang-format "$cf" || return
+  local version
+  version=$("$cf" --version | grep -oE 'version [0-9]+' | grep -oE '[0-9]+')
+  if [ "$version" != "$kClangFormatMajor" ]; then
+    failure clang-format "$cf is version ${version:-unknown}; .clang-format is for version" \
+      "$kClangFormatMajor (Debian 12's clang-format; set CLANG_FORMAT to one)"
+    return
+  fi
+  local cpp
+  mapfile -t cpp < <(files '*.h' '*.cpp' '*.cu' '*.cuh')
+  [ ${#cpp[@]} -gt 0 ] || return 0
+  if [ "$fix" = 1 ]; then "$cf" -i --style=file "${cpp[@]}"; fi
+  local out
+  out=$("$cf" --dry-run -Werror --style=file "${cpp[@]}" 2>&1)
+  if [ -n "$out" ]; then
+    # The start of clang-format's own report (file:line:column and the code), then each file.
+    printf '%s\n' "$out" | head -n 30
+    grep -oE '^[^: ]+:[0-9]+:[0-9]+: error' <<<"$out" | cut -d: -f1 | uniq -c |
+      while read -r n f; do say "  $f: $n place(s) differ from .clang-format"; done
+    failure clang-format "C++ not formatted as .clang-format says (files above);" \
+      "'scripts/lint.sh --fix' formats it"
+  else
+    say "clang-format: ${#cpp[@]} C++ files formatted"
+  fi
+}
+
+# 2. Python: ruff check (the rules are ruff.toml's).
+check_python() {
+  local ruff=$TRAINER_VENV/bin/ruff
+  tool ruff "$ruff" || return
+  if [ "$fix" = 1 ]; then "$ruff" check --quiet --fix --no-cache scripts tests bench; fi
+  if ! "$ruff" check --quiet --no-cache --output-format concise scripts tests bench; then
+    failure ruff "Python in scripts/, tests/ or bench/ (file:line above; rules in ruff.toml)"
+  else
+    say "ruff: the Python in scripts/, tests/, bench/ is clean"
+  fi
+}
+
+# 3. Shell: every *.sh, and every other file (not .py) whose first line names bash or sh.
+shell_files() {
+  local f
+  while IFS= read -r f; do
+    case "$f" in
+      *.sh) echo "$f" ;;
+      *.py) ;;
+      *) head -c 128 "$f" | head -n 1 | grep -qE '^#!.*[/ ](ba)?sh( |$)' && echo "$f" ;;
+    esac
+  done < <(files)
+}
+check_shell() {
+  tool shellcheck "$(command -v shellcheck || echo /usr/bin/shellcheck)" || return
+  local sh
+  mapfile -t sh < <(shell_files)
+  [ ${#sh[@]} -gt 0 ] || return 0
+  if ! shellcheck --format gcc "${sh[@]}"; then
+    failure shellcheck "shell scripts (file:line above; settings in .shellcheckrc)"
+  else
+    say "shellcheck: ${#sh[@]} shell scripts clean"
+  fi
+}
+
+# 4. Function length in src/: lizard's "length" counts every line from the signature to the
+# closing brace. -C and -a are set past any real function so that only the length is judged.
+check_function_length() {
+  local lizard=$TRAINER_VENV/bin/lizard
+  tool lizard "$lizard" || return
+  local out
+  out=$("$lizard" -L "$kMaxFunctionLines" -C 1000 -a 100 -w src 2>&1)
+  if [ -n "$out" ]; then
+    # lizard -w: "FILE:LINE: warning: NAME has N NLOC, N CCN, N token, N PARAM, N length, ..."
+    local pattern='^([^:]+:[0-9]+): warning: (.+) has .* ([0-9]+) length.*'
+    if grep -qE "$pattern" <<<"$out"; then
+      sed -nE "s/$pattern/  \\1: \\2 is \\3 lines long/p" <<<"$out" |
+        while IFS= read -r line; do say "$line"; done
+    else
+      printf '%s\n' "$out"  # not lizard's warning format: show it as it is
+    fi
+    failure lizard "function(s) in src/ longer than $kMaxFunctionLines lines (split them)"
+  else
+    say "lizard: no function in src/ over $kMaxFunctionLines lines"
+  fi
+}
+
+check_cpp
+check_python
+check_shell
+check_function_length
+
+if [ ${#failed[@]} -gt 0 ]; then
+  say "failed: ${failed[*]}"
+  exit 1
+fi
+say "all clean"
