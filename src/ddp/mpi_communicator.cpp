@@ -6,13 +6,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
 #include <thread>
 
 #include "ddp/check.h"
 #include "ddp/desync.h"
 #include "ddp/errors.h"
 #include "ddp/mpi_progress.h"
+#include "ddp/mpi_runtime.h"
 #include "ddp/timed_work.h"
 
 namespace ddp {
@@ -209,12 +209,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> ti
   TRAINER_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   TRAINER_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   timeout_ = timeout;
-  MPI_Comm node = MPI_COMM_NULL;
-  TRAINER_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  int local_size = 1;
-  TRAINER_MPI_CHECK(MPI_Comm_size(node, &local_size));
-  MPI_Comm_free(&node);
-  oversubscribed_ = local_size > static_cast<int>(std::thread::hardware_concurrency());
+  oversubscribed_ = MpiRuntime::node_oversubscribed();
   // Only a communicator over every rank of the job can be compared across ranks.
   int same = MPI_UNEQUAL;
   TRAINER_MPI_CHECK(MPI_Comm_compare(comm_, MPI_COMM_WORLD, &same));
