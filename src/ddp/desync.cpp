@@ -166,11 +166,11 @@ std::string verdict(const RankState& mine, const std::vector<std::optional<RankS
     const bool waits_elsewhere =
         a.waiting_tracker != mine.waiting_tracker || a.waiting.seq != w.seq;
     if (posted.seq < w.seq) {
-      lines += fmt::format("  rank {} did not reach the {} (last completed: {}{})\n", r,
-                           describe(w), step_then_op(completed),
-                           waits_elsewhere
-                               ? fmt::format("; it waits in the {}", describe(a.waiting))
-                               : std::string());
+      lines +=
+          fmt::format("  rank {} did not reach the {} (last completed: {}{})\n", r, describe(w),
+                      step_then_op(completed),
+                      waits_elsewhere ? fmt::format("; it waits in the {}", describe(a.waiting))
+                                      : std::string());
     } else if (!waits_elsewhere && !same_op(a.waiting, w)) {
       lines += fmt::format(
           "  rank {} waits in the {} as its operation {} on this communicator, where rank {} "
@@ -188,8 +188,11 @@ std::string verdict(const RankState& mine, const std::vector<std::optional<RankS
   std::string header = fmt::format("desync check, answers from rank(s) {} of {} within {:g} s:",
                                    fmt::join(answered, ", "), answers.size(), deadline_s);
   if (lines.empty()) {
-    return header + fmt::format(" every rank posted the {}; none is missing from it (a slow "
-                                "network or a rank stuck inside it)\n", describe(w)) + note;
+    return header +
+           fmt::format(" every rank posted the {}; none is missing from it (a slow "
+                       "network or a rank stuck inside it)\n",
+                       describe(w)) +
+           note;
   }
   return header + "\n" + lines + note;
 }
@@ -257,8 +260,7 @@ void post_exchange(const RankState* mine, std::vector<RankState>& inbox,
         send != MPI_REQUEST_NULL) {
       MPI_Request_free(&send);
     }
-    if (MPI_Irecv(&inbox[r], bytes, MPI_BYTE, r, kExchangeTag, g_plane, &recvs[r]) !=
-        MPI_SUCCESS) {
+    if (MPI_Irecv(&inbox[r], bytes, MPI_BYTE, r, kExchangeTag, g_plane, &recvs[r]) != MPI_SUCCESS) {
       recvs[r] = MPI_REQUEST_NULL;
     }
   }

@@ -43,9 +43,15 @@ void combine_16bit(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   }
 }
 
-struct Add { float operator()(float a, float b) const { return a + b; } };
-struct Max { float operator()(float a, float b) const { return std::max(a, b); } };
-struct Min { float operator()(float a, float b) const { return std::min(a, b); } };
+struct Add {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  float operator()(float a, float b) const { return std::max(a, b); }
+};
+struct Min {
+  float operator()(float a, float b) const { return std::min(a, b); }
+};
 
 // The user-defined operations, created once (after MPI_Init: a communicator exists) and kept
 // for the life of the process (MPI_Finalize frees them).
@@ -120,9 +126,9 @@ class MpiWork final : public TimedWork {
   // for a communicator that does not span the job) as posted now.
   MpiWork(OpInfo info, const MpiCommunicator& comm, bool yield, at::Tensor buffer, at::Tensor user,
           bool copy_back, int divide_by, at::Tensor keep = {})
-      : TimedWork(std::move(info), comm, comm.tracker()), yield_(yield),
-        buffer_(std::move(buffer)), user_(std::move(user)), keep_(std::move(keep)),
-        copy_back_(copy_back), divide_by_(divide_by) {}
+      : TimedWork(std::move(info), comm, comm.tracker()), yield_(yield), buffer_(std::move(buffer)),
+        user_(std::move(user)), keep_(std::move(keep)), copy_back_(copy_back),
+        divide_by_(divide_by) {}
 
   ~MpiWork() noexcept override {
     // Never wait here: a Work dropped unfinished (an exception unwinding past it, a timed-out
@@ -238,8 +244,7 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::s
   const auto count = static_cast<int>(buffer.numel());
   void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(),
-             tensor.scalar_type()},
+      OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(), tensor.scalar_type()},
       *this, oversubscribed_, std::move(buffer), tensor, copy_back,
       op == ReduceOp::kAvg ? size_ : 0);
   TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(dtype), mpi_op(op, dtype),
@@ -293,8 +298,8 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
   auto work = std::make_unique<MpiWork>(
       OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(), input.scalar_type()},
       *this, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
-  TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
-                                   work->request()));
+  TRAINER_MPI_CHECK(
+      MPI_Iallgather(in_data, count, type, out_data, count, type, comm_, work->request()));
   work->posted();
   return work;
 }
@@ -306,9 +311,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
       (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type()))) {
     throw CommError(fmt::format(
         "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements of {} and the "
-        "operation be sum (or avg of floating point); got {} of {}", rank_, to_string(op), what,
-        size_, output.numel(), c10::toString(output.scalar_type()), input.numel(),
-        c10::toString(input.scalar_type())));
+        "operation be sum (or avg of floating point); got {} of {}",
+        rank_, to_string(op), what, size_, output.numel(), c10::toString(output.scalar_type()),
+        input.numel(), c10::toString(input.scalar_type())));
   }
   bool in_copied = false;
   bool out_copy_back = false;
@@ -318,11 +323,11 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
   const int count = static_cast<int>(output.numel());
   const void* in_data = in.data_ptr();
   void* out_data = out.data_ptr();
-  auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::reduce_scatter_kind(op),
-             std::string(what), input.numel(), input.scalar_type()},
-      *this, oversubscribed_, std::move(out), output, out_copy_back,
-      op == ReduceOp::kAvg ? size_ : 0, std::move(in));
+  auto work =
+      std::make_unique<MpiWork>(OpInfo{desync::reduce_scatter_kind(op), std::string(what),
+                                       input.numel(), input.scalar_type()},
+                                *this, oversubscribed_, std::move(out), output, out_copy_back,
+                                op == ReduceOp::kAvg ? size_ : 0, std::move(in));
   // The 16-bit float types use the same user-defined sum as the all-reduce (mpi_op).
   TRAINER_MPI_CHECK(MPI_Ireduce_scatter_block(in_data, out_data, count, mpi_type(dtype),
                                               mpi_op(op, dtype), comm_, work->request()));
@@ -331,9 +336,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
 }
 
 WorkPtr MpiCommunicator::barrier_async(std::string_view what) {
-  auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::OpKind::kBarrier, std::string(what), 0, at::kByte}, *this, oversubscribed_,
-      at::Tensor(), at::Tensor(), false, 0);
+  auto work =
+      std::make_unique<MpiWork>(OpInfo{desync::OpKind::kBarrier, std::string(what), 0, at::kByte},
+                                *this, oversubscribed_, at::Tensor(), at::Tensor(), false, 0);
   TRAINER_MPI_CHECK(MPI_Ibarrier(comm_, work->request()));
   work->posted();
   return work;

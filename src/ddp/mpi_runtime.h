@@ -19,7 +19,7 @@ namespace ddp {
 struct MpiTopology {
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;   // rank among processes sharing this node (MPI_COMM_TYPE_SHARED)
+  int local_rank = 0;  // rank among processes sharing this node (MPI_COMM_TYPE_SHARED)
   int local_size = 1;
   std::string hostname;
 };

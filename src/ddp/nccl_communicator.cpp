@@ -75,13 +75,15 @@ class NcclComm {
       if (state != ncclInProgress) break;
       if (Clock::now() > deadline) {
         abort();
-        throw CommTimeout(fmt::format("rank {}: NCCL {} did not complete before ddp.timeout_s", rank, what));
+        throw CommTimeout(
+            fmt::format("rank {}: NCCL {} did not complete before ddp.timeout_s", rank, what));
       }
       std::this_thread::yield();
     }
     if (state != ncclSuccess) {
       abort();
-      throw CommError(fmt::format("rank {}: NCCL {} failed: {}", rank, what, ncclGetErrorString(state)));
+      throw CommError(
+          fmt::format("rank {}: NCCL {} failed: {}", rank, what, ncclGetErrorString(state)));
     }
   }
 
@@ -101,7 +103,8 @@ class NcclComm {
 class NcclWork final : public TimedWork {
  public:
   // `record`: the tracker's record of the operation, made before its launch. `done` is recorded on
-  // the communication stream after the operation; `keep` holds its tensor as long as the Work lives.
+  // the communication stream after the operation; `keep` holds its tensor as long as the Work
+  // lives.
   NcclWork(OpInfo info, const Communicator& owner, std::shared_ptr<desync::Tracker> tracker,
            desync::OpRecord record, std::shared_ptr<NcclComm> comm, cudaEvent_t done,
            at::cuda::CUDAStream caller, at::Tensor keep)
@@ -173,8 +176,9 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(at::Tensor tensor, ReduceOp op, std::string_view what) override {
     check_tensor(tensor, what);
-    return post(tensor, OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(),
-                               tensor.scalar_type()},
+    return post(tensor,
+                OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(),
+                       tensor.scalar_type()},
                 [&](cudaStream_t s) {
                   return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                        nccl_type(tensor.scalar_type()),
@@ -202,12 +206,13 @@ class NcclCommunicator final : public Communicator {
     }
     // In place when `input` is this rank's block of `output` (NCCL detects it by the pointers).
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
-    return post(output, OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(),
-                               input.scalar_type()},
-                [&](cudaStream_t s) {
-                  return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
-                                       nccl_type(input.scalar_type()), comm_->get(), s);
-                });
+    return post(
+        output,
+        OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(), input.scalar_type()},
+        [&](cudaStream_t s) {
+          return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
+                               nccl_type(input.scalar_type()), comm_->get(), s);
+        });
   }
 
   WorkPtr reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op,
@@ -217,12 +222,13 @@ class NcclCommunicator final : public Communicator {
     if (output.numel() * size_ != input.numel() || output.scalar_type() != input.scalar_type() ||
         (op != ReduceOp::kSum && op != ReduceOp::kAvg)) {
       throw CommError(fmt::format(
-          "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements (sum or avg)",
-          rank_, to_string(op), what, size_, output.numel()));
+          "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements (sum or avg)", rank_,
+          to_string(op), what, size_, output.numel()));
     }
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
-    return post(output, OpInfo{desync::reduce_scatter_kind(op), std::string(what), input.numel(),
-                               input.scalar_type()},
+    return post(output,
+                OpInfo{desync::reduce_scatter_kind(op), std::string(what), input.numel(),
+                       input.scalar_type()},
                 [&](cudaStream_t s) {
                   return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
                                            nccl_type(input.scalar_type()),
@@ -231,7 +237,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   WorkPtr barrier_async(std::string_view what) override {
-    at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+    at::Tensor one =
+        at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
     return all_reduce_async(one, ReduceOp::kSum, fmt::format("barrier ({})", what));
   }
 
@@ -240,8 +247,8 @@ class NcclCommunicator final : public Communicator {
   // element in memory order, which is the same on every rank for tensors of the same layout.
   void check_tensor(const at::Tensor& t, std::string_view what) const {
     if (!t.is_cuda() || !t.is_non_overlapping_and_dense()) {
-      throw CommError(fmt::format("rank {}: NCCL {}: needs a dense CUDA tensor, got {} {}",
-                                  rank_, what, t.device().str(),
+      throw CommError(fmt::format("rank {}: NCCL {}: needs a dense CUDA tensor, got {} {}", rank_,
+                                  what, t.device().str(),
                                   t.is_non_overlapping_and_dense() ? "dense" : "non-dense"));
     }
   }

@@ -41,16 +41,18 @@ void verify_same_parameters(Communicator& comm, const NamedParameters& params) {
   comm.all_reduce(count, ReduceOp::kMax, "parameter count");
   const int64_t n = count.item<int64_t>();
   at::Tensor mine = at::zeros({n}, at::kLong);
-  for (size_t i = 0; i < params.size(); ++i) mine[i] = fnv1a(signature(params[i].first, params[i].second));
+  for (size_t i = 0; i < params.size(); ++i) {
+    mine[i] = fnv1a(signature(params[i].first, params[i].second));
+  }
   at::Tensor all = at::empty({comm.size() * n}, at::kLong);
   comm.all_gather(all, mine, "parameter signatures");
   all = all.view({comm.size(), n});
   const at::Tensor differs = (all != all[0]).any(0);
   if (!differs.any().item<bool>()) return;
   const int64_t i = differs.nonzero()[0][0].item<int64_t>();
-  const auto names = all_gather_strings(
-      comm, i < static_cast<int64_t>(params.size()) ? signature(params[i].first, params[i].second)
-                                                    : std::string("(no such parameter)"));
+  const auto names = all_gather_strings(comm, i < static_cast<int64_t>(params.size())
+                                                  ? signature(params[i].first, params[i].second)
+                                                  : std::string("(no such parameter)"));
   std::string detail;
   for (int r = 0; r < comm.size(); ++r) detail += fmt::format("\n  rank {}: {}", r, names[r]);
   throw ParameterError(fmt::format(
@@ -83,9 +85,9 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
     // nothing is reduced, so nothing is cast).
     for (Bucket& bucket : buckets_) {
       if (!has_wire(bucket)) continue;
-      bucket.wire = at::zeros({bucket.gradients.numel()}, at::TensorOptions()
-                                                               .dtype(options_.reduce_dtype)
-                                                               .device(bucket.layout.device));
+      bucket.wire =
+          at::zeros({bucket.gradients.numel()},
+                    at::TensorOptions().dtype(options_.reduce_dtype).device(bucket.layout.device));
     }
   }
   if (sharded()) setup_shards();  // allocates the rest, then makes the parameters flat views
@@ -120,8 +122,7 @@ void Reducer::point_gradients(const Bucket& bucket) {
   }
 }
 
-at::Tensor Reducer::param_view(const at::Tensor& flat, const BucketLayout& layout,
-                               size_t j) const {
+at::Tensor Reducer::param_view(const at::Tensor& flat, const BucketLayout& layout, size_t j) const {
   const at::Tensor& p = params_[layout.params[j]].second;
   at::Tensor piece = flat.narrow(0, layout.offsets[j], p.numel());
   return p.is_contiguous() ? piece.view(p.sizes()) : piece.as_strided(p.sizes(), p.strides());
@@ -191,9 +192,10 @@ void Reducer::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ != StepState::kSyncing) return;  // no_sync micro-batch: accumulate only
   if (ready_[param]) {
-    throw ParameterError(fmt::format(
-        "parameter '{}' received a gradient twice in one synced backward; call "
-        "begin_micro_batch(true) before each backward", params_[param].first));
+    throw ParameterError(
+        fmt::format("parameter '{}' received a gradient twice in one synced backward; call "
+                    "begin_micro_batch(true) before each backward",
+                    params_[param].first));
   }
   ready_[param] = 1;
   --buckets_[bucket_of_[param]].pending;
@@ -219,7 +221,7 @@ void Reducer::post_bucket(size_t b) {
   Bucket& bucket = buckets_[b];
   const std::string what = fmt::format("bucket {}", b);
   if (sharded()) {
-    acquire_bucket(bucket);  // ZeRO-2: a bucket no gradient reached, or abandon()
+    acquire_bucket(bucket);   // ZeRO-2: a bucket no gradient reached, or abandon()
     if (comm_.size() == 1) {  // the one block is the whole bucket, reduced over one rank
       if (!bucket.reduced.is_same(bucket.gradients)) bucket.reduced.copy_(bucket.gradients);
       complete_bucket(bucket);

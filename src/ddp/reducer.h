@@ -174,14 +174,14 @@ class Reducer {
     at::Tensor gradients;        // the flat buffer: each parameter's .grad is a view into it
     at::Tensor wire;             // its reduce_dtype copy (undefined: none)
     // Sharded (ddp/shard.h):
-    BucketShard shard;           // this rank's block
-    at::Tensor parameters;       // the flat padded parameters: each parameter is a view into it
-    at::Tensor reduced;          // this rank's block of the reduced gradients
-    at::Tensor wire_reduced;     // reduce_dtype: that block in the reduce dtype (undefined: none)
+    BucketShard shard;        // this rank's block
+    at::Tensor parameters;    // the flat padded parameters: each parameter is a view into it
+    at::Tensor reduced;       // this rank's block of the reduced gradients
+    at::Tensor wire_reduced;  // reduce_dtype: that block in the reduce dtype (undefined: none)
     // This step:
-    int64_t pending = 0;         // parameters not yet ready
-    WorkPtr work;                // its all-reduce or reduce-scatter, once posted
-    bool completed = false;      // its collective completed
+    int64_t pending = 0;     // parameters not yet ready
+    WorkPtr work;            // its all-reduce or reduce-scatter, once posted
+    bool completed = false;  // its collective completed
   };
 
   void start_sync();          // resets per-step readiness; state becomes kSyncing
@@ -192,9 +192,9 @@ class Reducer {
   void post_bucket(size_t b);
   void complete_bucket(Bucket& bucket);  // after its collective completed: cast back, release
   // Sharded (reducer_shard.cpp).
-  void setup_shards();                   // blocks, flat parameters; before the gradient views
-  void acquire_bucket(Bucket& bucket);   // ZeRO-2: the full buffer and gradient views
-  void release_bucket(Bucket& bucket);   // ZeRO-2: frees them
+  void setup_shards();                         // blocks, flat parameters; before the gradient views
+  void acquire_bucket(Bucket& bucket);         // ZeRO-2: the full buffer and gradient views
+  void release_bucket(Bucket& bucket);         // ZeRO-2: frees them
   void point_gradients(const Bucket& bucket);  // each parameter's .grad: a view into gradients
   at::Tensor param_view(const at::Tensor& flat, const BucketLayout& layout, size_t j) const;
   // A bucket's padded flat buffer holding `full`'s parameters of it (zeros where nullptr).
@@ -207,10 +207,10 @@ class Reducer {
   Communicator& comm_;
   ReducerOptions options_;
   std::vector<BucketLayout> layout_;
-  std::vector<Bucket> buckets_;           // one per element of layout_, in bucket order
-  std::vector<size_t> bucket_of_;         // param -> bucket
-  std::vector<char> ready_;               // param -> marked ready this step
-  std::vector<unsigned> pre_hooks_;       // ZeRO-2: param -> its tensor hook's handle
+  std::vector<Bucket> buckets_;      // one per element of layout_, in bucket order
+  std::vector<size_t> bucket_of_;    // param -> bucket
+  std::vector<char> ready_;          // param -> marked ready this step
+  std::vector<unsigned> pre_hooks_;  // ZeRO-2: param -> its tensor hook's handle
   std::vector<size_t> launch_order_;
   size_t next_bucket_ = 0;
   size_t launched_during_backward_ = 0;

@@ -20,9 +20,9 @@ void Reducer::setup_shards() {
     bucket.reduced = comm_.size() == 1 && !zero2()
                          ? bucket.gradients
                          : at::zeros({bucket.shard.size}, options(bucket, bucket.layout.dtype));
-    bucket.wire_reduced = has_wire(bucket) ? at::zeros({bucket.shard.size},
-                                                       options(bucket, options_.reduce_dtype))
-                                           : at::Tensor();
+    bucket.wire_reduced =
+        has_wire(bucket) ? at::zeros({bucket.shard.size}, options(bucket, options_.reduce_dtype))
+                         : at::Tensor();
   }
   // The parameters become views into the flat buffers: the same Variables (the model, the
   // optimizer and autograd keep them), new storage.
@@ -68,7 +68,9 @@ int64_t Reducer::gradient_bytes() const {
 
 std::vector<at::Tensor> Reducer::reduced_gradients() const {
   std::vector<at::Tensor> out;
-  for (const Bucket& bucket : buckets_) out.push_back(sharded() ? bucket.reduced : bucket.gradients);
+  for (const Bucket& bucket : buckets_) {
+    out.push_back(sharded() ? bucket.reduced : bucket.gradients);
+  }
   return out;
 }
 
@@ -112,8 +114,8 @@ std::vector<at::Tensor> Reducer::unshard(const std::vector<at::Tensor>& blocks, 
     }
     if (comm_.rank() != root) continue;
     for (size_t j = 0; j < bucket.layout.params.size(); ++j) {
-      out[bucket.layout.params[j]] = param_view(full, bucket.layout, j)
-                                         .to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+      out[bucket.layout.params[j]] =
+          param_view(full, bucket.layout, j).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     }
   }
   return out;

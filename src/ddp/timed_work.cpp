@@ -46,8 +46,7 @@ void TimedWork::timed_out(Clock::time_point now) {
   std::string message = fmt::format(
       "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} s. Another "
       "rank is stalled, dead, or issuing different collectives.{}",
-      rank_, info_.describe(), Communicator::when(step_), waited.count(), timeout_.count(),
-      action);
+      rank_, info_.describe(), Communicator::when(step_), waited.count(), timeout_.count(), action);
   // The exchange runs over the MPI control plane, whatever the backend (ddp/desync.h).
   if (tracker_) message += desync::diagnose(*tracker_, record_, timeout_, waited);
   throw CommTimeout(message);
