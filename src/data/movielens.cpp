@@ -116,6 +116,122 @@ at::Tensor pairs_tensor(const std::vector<int64_t>& flat) {
   return at::tensor(at::ArrayRef<int64_t>(flat), kInt64).view({n, 2});
 }
 
+void check_arguments(int64_t text_len, int64_t negatives_per_interaction) {
+  if (text_len < 1) {
+    throw std::invalid_argument(fmt::format("movielens: text_len must be >= 1, got {}", text_len));
+  }
+  if (negatives_per_interaction < 1) {
+    throw std::invalid_argument(fmt::format(
+        "movielens: negatives per interaction must be >= 1, got {}", negatives_per_interaction));
+  }
+}
+
+// The movies of movies.dat, in ascending id order.
+std::vector<Movie> read_movies(const std::string& path) {
+  std::vector<Movie> movies;
+  std::unordered_map<int64_t, int64_t> movie_line;
+  for_each_line(path, [&](std::string_view line, int64_t n) {
+    const auto f = split(line, "::");
+    if (f.size() != 3) {
+      throw error(path, n, "expected 3 fields MovieID::Title::Genres, got {}", f.size());
+    }
+    const int64_t id = parse_int(f[0], "MovieID", path, n);
+    if (const auto [it, added] = movie_line.emplace(id, n); !added) {
+      throw error(path, n, "duplicate MovieID {} (first listed at line {})", id, it->second);
+    }
+    movies.push_back({id, to_utf8(f[1]) + " | " + std::string(f[2])});
+  });
+  if (movies.size() < 2) {
+    throw MovieLensError(fmt::format("{}: lists {} movie(s); negative sampling needs at least 2",
+                                     path, movies.size()));
+  }
+  std::sort(movies.begin(), movies.end(),
+            [](const Movie& a, const Movie& b) { return a.id < b.id; });
+  return movies;
+}
+
+// The ratings of ratings.dat, in file order, with each MovieID mapped to its item by `item_of`.
+std::vector<Rating> read_ratings(const std::string& path, const std::string& movies_path,
+                                 const std::unordered_map<int64_t, int64_t>& item_of) {
+  std::vector<Rating> ratings;
+  for_each_line(path, [&](std::string_view line, int64_t n) {
+    const auto f = split(line, "::");
+    if (f.size() != 4) {
+      throw error(path, n, "expected 4 fields UserID::MovieID::Rating::Timestamp, got {}",
+                  f.size());
+    }
+    const int64_t user = parse_int(f[0], "UserID", path, n);
+    const int64_t movie = parse_int(f[1], "MovieID", path, n);
+    parse_int(f[2], "Rating", path, n);
+    const int64_t timestamp = parse_int(f[3], "Timestamp", path, n);
+    const auto it = item_of.find(movie);
+    if (it == item_of.end()) {
+      throw error(path, n, "unknown MovieID {} (not listed in {})", movie, movies_path);
+    }
+    ratings.push_back({user, it->second, timestamp});
+  });
+  if (ratings.empty()) throw MovieLensError(fmt::format("{}: holds no ratings", path));
+  return ratings;
+}
+
+// The UserIDs that rate something, ascending.
+std::vector<int64_t> rating_users(const std::vector<Rating>& ratings) {
+  std::vector<int64_t> ids;
+  for (const auto& r : ratings) ids.push_back(r.user_id);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+// The leave-last-out split (see movielens.h): the training interactions (users[i], items[i]) in
+// ratings.dat order, and the held-out (user, item) pairs, flat, by user.
+struct LeaveLastOut {
+  std::vector<int64_t> users;
+  std::vector<int64_t> items;
+  std::vector<int64_t> held;
+};
+
+LeaveLastOut leave_last_out(const std::vector<Rating>& ratings,
+                            const std::vector<int64_t>& user_ids) {
+  std::unordered_map<int64_t, int64_t> user_of;
+  for (size_t u = 0; u < user_ids.size(); ++u) user_of.emplace(user_ids[u], int64_t(u));
+  // `>=` makes the later line win a timestamp tie.
+  std::vector<int64_t> latest(user_ids.size(), -1);
+  std::vector<int64_t> count(user_ids.size(), 0);
+  for (size_t i = 0; i < ratings.size(); ++i) {
+    const int64_t u = user_of.at(ratings[i].user_id);
+    ++count[u];
+    if (latest[u] < 0 || ratings[i].timestamp >= ratings[latest[u]].timestamp)
+      latest[u] = int64_t(i);
+  }
+  LeaveLastOut out;
+  for (size_t i = 0; i < ratings.size(); ++i) {
+    const int64_t u = user_of.at(ratings[i].user_id);
+    if (count[u] >= 2 && latest[u] == int64_t(i)) continue;
+    out.users.push_back(u);
+    out.items.push_back(ratings[i].item);
+  }
+  for (size_t u = 0; u < user_ids.size(); ++u) {
+    if (count[u] < 2) continue;
+    out.held.push_back(int64_t(u));
+    out.held.push_back(ratings[latest[u]].item);
+  }
+  return out;
+}
+
+// int64 [movies, text_len]: each movie's text bytes, cut to text_len, padded with kTextPadId.
+at::Tensor item_texts(const std::vector<Movie>& movies, int64_t text_len) {
+  const auto n_items = static_cast<int64_t>(movies.size());
+  at::Tensor item_text = at::full({n_items, text_len}, kTextPadId, kInt64);
+  auto text = item_text.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < n_items; ++i) {
+    const std::string& s = movies[i].text;
+    const int64_t n = std::min<int64_t>(text_len, static_cast<int64_t>(s.size()));
+    for (int64_t k = 0; k < n; ++k) text[i][k] = static_cast<unsigned char>(s[k]);
+  }
+  return item_text;
+}
+
 std::string path_from(const DataOptions& o) {
   if (o.path.empty()) {
     throw MovieLensError(
@@ -132,103 +248,25 @@ MovieLensDataset::MovieLensDataset(const DataOptions& o)
 MovieLensDataset::MovieLensDataset(const std::string& dir, int64_t text_len, uint64_t seed,
                                    int64_t negatives_per_interaction)
     : seed_(seed), negatives_per_interaction_(negatives_per_interaction) {
-  if (text_len < 1) {
-    throw std::invalid_argument(fmt::format("movielens: text_len must be >= 1, got {}", text_len));
-  }
-  if (negatives_per_interaction < 1) {
-    throw std::invalid_argument(fmt::format(
-        "movielens: negatives per interaction must be >= 1, got {}", negatives_per_interaction));
-  }
+  check_arguments(text_len, negatives_per_interaction);
   const std::string slash = dir.empty() || dir.back() == '/' ? "" : "/";
   const std::string movies_path = dir + slash + "movies.dat";
   const std::string ratings_path = dir + slash + "ratings.dat";
 
-  // Movies, in ascending id order.
-  std::vector<Movie> movies;
-  std::unordered_map<int64_t, int64_t> movie_line;
-  for_each_line(movies_path, [&](std::string_view line, int64_t n) {
-    const auto f = split(line, "::");
-    if (f.size() != 3) {
-      throw error(movies_path, n, "expected 3 fields MovieID::Title::Genres, got {}", f.size());
-    }
-    const int64_t id = parse_int(f[0], "MovieID", movies_path, n);
-    if (const auto [it, added] = movie_line.emplace(id, n); !added) {
-      throw error(movies_path, n, "duplicate MovieID {} (first listed at line {})", id, it->second);
-    }
-    movies.push_back({id, to_utf8(f[1]) + " | " + std::string(f[2])});
-  });
-  if (movies.size() < 2) {
-    throw MovieLensError(fmt::format("{}: lists {} movie(s); negative sampling needs at least 2",
-                                     movies_path, movies.size()));
-  }
-  std::sort(movies.begin(), movies.end(),
-            [](const Movie& a, const Movie& b) { return a.id < b.id; });
+  const std::vector<Movie> movies = read_movies(movies_path);
   std::unordered_map<int64_t, int64_t> item_of;
   for (const auto& m : movies) {
     item_of.emplace(m.id, static_cast<int64_t>(movie_ids_.size()));
     movie_ids_.push_back(m.id);
   }
+  const std::vector<Rating> ratings = read_ratings(ratings_path, movies_path, item_of);
+  user_ids_ = rating_users(ratings);
 
-  // Ratings, in file order.
-  std::vector<Rating> ratings;
-  for_each_line(ratings_path, [&](std::string_view line, int64_t n) {
-    const auto f = split(line, "::");
-    if (f.size() != 4) {
-      throw error(ratings_path, n, "expected 4 fields UserID::MovieID::Rating::Timestamp, got {}",
-                  f.size());
-    }
-    const int64_t user = parse_int(f[0], "UserID", ratings_path, n);
-    const int64_t movie = parse_int(f[1], "MovieID", ratings_path, n);
-    parse_int(f[2], "Rating", ratings_path, n);
-    const int64_t timestamp = parse_int(f[3], "Timestamp", ratings_path, n);
-    const auto it = item_of.find(movie);
-    if (it == item_of.end()) {
-      throw error(ratings_path, n, "unknown MovieID {} (not listed in {})", movie, movies_path);
-    }
-    ratings.push_back({user, it->second, timestamp});
-  });
-  if (ratings.empty()) throw MovieLensError(fmt::format("{}: holds no ratings", ratings_path));
-
-  for (const auto& r : ratings) user_ids_.push_back(r.user_id);
-  std::sort(user_ids_.begin(), user_ids_.end());
-  user_ids_.erase(std::unique(user_ids_.begin(), user_ids_.end()), user_ids_.end());
-  std::unordered_map<int64_t, int64_t> user_of;
-  for (size_t u = 0; u < user_ids_.size(); ++u) user_of.emplace(user_ids_[u], int64_t(u));
-
-  // Leave-last-out: `>=` makes the later line win a timestamp tie.
-  std::vector<int64_t> latest(user_ids_.size(), -1);
-  std::vector<int64_t> count(user_ids_.size(), 0);
-  for (size_t i = 0; i < ratings.size(); ++i) {
-    const int64_t u = user_of.at(ratings[i].user_id);
-    ++count[u];
-    if (latest[u] < 0 || ratings[i].timestamp >= ratings[latest[u]].timestamp)
-      latest[u] = int64_t(i);
-  }
-  std::vector<int64_t> users;
-  std::vector<int64_t> items;
-  for (size_t i = 0; i < ratings.size(); ++i) {
-    const int64_t u = user_of.at(ratings[i].user_id);
-    if (count[u] >= 2 && latest[u] == int64_t(i)) continue;
-    users.push_back(u);
-    items.push_back(ratings[i].item);
-  }
-  std::vector<int64_t> held;
-  for (size_t u = 0; u < user_ids_.size(); ++u) {
-    if (count[u] < 2) continue;
-    held.push_back(int64_t(u));
-    held.push_back(ratings[latest[u]].item);
-  }
-  train_users_ = at::tensor(at::ArrayRef<int64_t>(users), kInt64);
-  train_items_ = at::tensor(at::ArrayRef<int64_t>(items), kInt64);
-  held_out_ = pairs_tensor(held);
-
-  item_text_ = at::full({num_items(), text_len}, kTextPadId, kInt64);
-  auto text = item_text_.accessor<int64_t, 2>();
-  for (int64_t i = 0; i < num_items(); ++i) {
-    const std::string& s = movies[i].text;
-    const int64_t n = std::min<int64_t>(text_len, static_cast<int64_t>(s.size()));
-    for (int64_t k = 0; k < n; ++k) text[i][k] = static_cast<unsigned char>(s[k]);
-  }
+  const LeaveLastOut parts = leave_last_out(ratings, user_ids_);
+  train_users_ = at::tensor(at::ArrayRef<int64_t>(parts.users), kInt64);
+  train_items_ = at::tensor(at::ArrayRef<int64_t>(parts.items), kInt64);
+  held_out_ = pairs_tensor(parts.held);
+  item_text_ = item_texts(movies, text_len);
 }
 
 int64_t MovieLensDataset::negative(int64_t index, int64_t positive) const {

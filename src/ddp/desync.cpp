@@ -166,11 +166,11 @@ std::string verdict(const RankState& mine, const std::vector<std::optional<RankS
     const bool waits_elsewhere =
         a.waiting_tracker != mine.waiting_tracker || a.waiting.seq != w.seq;
     if (posted.seq < w.seq) {
-      lines += fmt::format("  rank {} did not reach the {} (last completed: {}{})\n", r,
-                           describe(w), step_then_op(completed),
-                           waits_elsewhere
-                               ? fmt::format("; it waits in the {}", describe(a.waiting))
-                               : std::string());
+      lines +=
+          fmt::format("  rank {} did not reach the {} (last completed: {}{})\n", r, describe(w),
+                      step_then_op(completed),
+                      waits_elsewhere ? fmt::format("; it waits in the {}", describe(a.waiting))
+                                      : std::string());
     } else if (!waits_elsewhere && !same_op(a.waiting, w)) {
       lines += fmt::format(
           "  rank {} waits in the {} as its operation {} on this communicator, where rank {} "
@@ -188,8 +188,11 @@ std::string verdict(const RankState& mine, const std::vector<std::optional<RankS
   std::string header = fmt::format("desync check, answers from rank(s) {} of {} within {:g} s:",
                                    fmt::join(answered, ", "), answers.size(), deadline_s);
   if (lines.empty()) {
-    return header + fmt::format(" every rank posted the {}; none is missing from it (a slow "
-                                "network or a rank stuck inside it)\n", describe(w)) + note;
+    return header +
+           fmt::format(" every rank posted the {}; none is missing from it (a slow "
+                       "network or a rank stuck inside it)\n",
+                       describe(w)) +
+           note;
   }
   return header + "\n" + lines + note;
 }
@@ -241,6 +244,91 @@ void close_control_plane() noexcept {
   g_plane = MPI_COMM_NULL;
 }
 
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sends `mine` to every other rank and posts a receive for each one's answer into `inbox`.
+void post_exchange(const RankState* mine, std::vector<RankState>& inbox,
+                   std::vector<MPI_Request>& recvs, int rank) {
+  const int bytes = static_cast<int>(sizeof(RankState));
+  for (int r = 0; r < static_cast<int>(recvs.size()); ++r) {
+    if (r == rank) continue;
+    MPI_Request send = MPI_REQUEST_NULL;
+    // Never waited for: a small message leaves at once; one to a dead peer may never.
+    if (MPI_Isend(mine, bytes, MPI_BYTE, r, kExchangeTag, g_plane, &send) == MPI_SUCCESS &&
+        send != MPI_REQUEST_NULL) {
+      MPI_Request_free(&send);
+    }
+    if (MPI_Irecv(&inbox[r], bytes, MPI_BYTE, r, kExchangeTag, g_plane, &recvs[r]) != MPI_SUCCESS) {
+      recvs[r] = MPI_REQUEST_NULL;
+    }
+  }
+}
+
+// Tests the receives until every rank answered or `deadline` passed. A stale answer (of an
+// earlier exchange) is dropped and the receive posted again.
+std::vector<std::optional<RankState>> collect_answers(std::vector<RankState>& inbox,
+                                                      std::vector<MPI_Request>& recvs,
+                                                      Clock::time_point deadline) {
+  const int bytes = static_cast<int>(sizeof(RankState));
+  std::vector<std::optional<RankState>> answers(recvs.size());
+  for (;;) {
+    int pending = 0;
+    for (int r = 0; r < static_cast<int>(recvs.size()); ++r) {
+      if (recvs[r] == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      if (MPI_Test(&recvs[r], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        recvs[r] = MPI_REQUEST_NULL;  // a broken link: no answer from r
+        continue;
+      }
+      if (!flag) {
+        ++pending;
+        continue;
+      }
+      const RankState& a = inbox[r];
+      if (a.rank == r && !stale(a)) {
+        answers[r] = a;
+      } else if (MPI_Irecv(&inbox[r], bytes, MPI_BYTE, r, kExchangeTag, g_plane, &recvs[r]) ==
+                 MPI_SUCCESS) {
+        ++pending;  // wait for r's answer to this timeout
+      }
+    }
+    if (pending == 0 || Clock::now() > deadline) return answers;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// Cancels the unanswered receives, so that no later exchange's answer lands in them; true when
+// none is left posted (their buffer may be freed).
+bool cancel_receives(std::vector<MPI_Request>& recvs) {
+  for (MPI_Request& req : recvs) {
+    if (req == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&req);
+    int flag = 0;
+    for (int i = 0; i < 100 && req != MPI_REQUEST_NULL && !flag; ++i) {
+      MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (!flag) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return std::all_of(recvs.begin(), recvs.end(),
+                     [](MPI_Request q) { return q == MPI_REQUEST_NULL; });
+}
+
+// The lowest rank that answered speaks first: the others hold their message (and their abort of
+// the job) back a little, so the job's output shows that rank's diagnosis.
+void let_lowest_speak_first(const std::vector<std::optional<RankState>>& answers, int rank,
+                            std::chrono::duration<double> deadline_s) {
+  const int first = static_cast<int>(
+      std::find_if(answers.begin(), answers.end(), [](const auto& a) { return a.has_value(); }) -
+      answers.begin());
+  if (first < rank) {
+    std::this_thread::sleep_for(std::min(deadline_s, std::chrono::duration<double>(0.5)));
+  }
+}
+
+}  // namespace
+
 std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
                      std::chrono::duration<double> timeout,
                      std::chrono::duration<double> waited) noexcept {
@@ -251,7 +339,6 @@ std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
     MPI_Comm_rank(g_plane, &rank);
     MPI_Comm_size(g_plane, &size);
     if (size < 2) return {};
-    using Clock = std::chrono::steady_clock;
     const auto deadline_s = exchange_deadline(timeout);
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline_s);
 
@@ -260,71 +347,14 @@ std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
     auto* mine = new RankState(snapshot(rank, tracker.id(), waiting, (waited - timeout).count()));
     auto* inbox = new std::vector<RankState>(size);
     std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL);
-    std::vector<std::optional<RankState>> answers(size);
-    const int bytes = static_cast<int>(sizeof(RankState));
-    for (int r = 0; r < size; ++r) {
-      if (r == rank) continue;
-      MPI_Request send = MPI_REQUEST_NULL;
-      // Never waited for: a small message leaves at once; one to a dead peer may never.
-      if (MPI_Isend(mine, bytes, MPI_BYTE, r, kExchangeTag, g_plane, &send) == MPI_SUCCESS &&
-          send != MPI_REQUEST_NULL) {
-        MPI_Request_free(&send);
-      }
-      if (MPI_Irecv(&(*inbox)[r], bytes, MPI_BYTE, r, kExchangeTag, g_plane, &recvs[r]) !=
-          MPI_SUCCESS) {
-        recvs[r] = MPI_REQUEST_NULL;
-      }
-    }
-    int pending = 0;
-    for (;;) {
-      pending = 0;
-      for (int r = 0; r < size; ++r) {
-        if (recvs[r] == MPI_REQUEST_NULL) continue;
-        int flag = 0;
-        if (MPI_Test(&recvs[r], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-          recvs[r] = MPI_REQUEST_NULL;  // a broken link: no answer from r
-          continue;
-        }
-        if (!flag) {
-          ++pending;
-          continue;
-        }
-        const RankState& a = (*inbox)[r];
-        if (a.rank == r && !stale(a)) {
-          answers[r] = a;
-        } else if (MPI_Irecv(&(*inbox)[r], bytes, MPI_BYTE, r, kExchangeTag, g_plane,
-                             &recvs[r]) == MPI_SUCCESS) {
-          ++pending;  // wait for r's answer to this timeout
-        }
-      }
-      if (pending == 0 || Clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    // Unanswered receives are cancelled, so that no later exchange's answer lands in them.
-    for (MPI_Request& req : recvs) {
-      if (req == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&req);
-      int flag = 0;
-      for (int i = 0; i < 100 && req != MPI_REQUEST_NULL && !flag; ++i) {
-        MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-        if (!flag) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    }
-    if (std::all_of(recvs.begin(), recvs.end(),
-                    [](MPI_Request q) { return q == MPI_REQUEST_NULL; })) {
-      delete inbox;
-    }
+    post_exchange(mine, *inbox, recvs, rank);
+    const auto answers = collect_answers(*inbox, recvs, deadline);
+    if (cancel_receives(recvs)) delete inbox;
+
     std::string out(1, '\n');
     out += verdict(*mine, answers, deadline_s.count());
     out.pop_back();  // the message ends with the verdict's last line, without its '\n'
-    // The lowest rank that answered speaks first: the others hold their message (and their
-    // abort of the job) back a little, so the job's output shows that rank's diagnosis.
-    const int first = static_cast<int>(
-        std::find_if(answers.begin(), answers.end(), [](const auto& a) { return a.has_value(); }) -
-        answers.begin());
-    if (first < rank) {
-      std::this_thread::sleep_for(std::min(deadline_s, std::chrono::duration<double>(0.5)));
-    }
+    let_lowest_speak_first(answers, rank, deadline_s);
     return out;
   } catch (...) {
     return {};

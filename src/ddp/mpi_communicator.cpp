@@ -6,13 +6,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
 #include <thread>
 
 #include "ddp/check.h"
 #include "ddp/desync.h"
 #include "ddp/errors.h"
 #include "ddp/mpi_progress.h"
+#include "ddp/mpi_runtime.h"
+#include "ddp/timed_work.h"
 
 namespace ddp {
 
@@ -28,8 +29,6 @@ std::string_view to_string(ReduceOp op) {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // MPI has no 16-bit float types: bfloat16 and float16 travel as 16-bit words (half the bytes of
 // float32, which is the point of ddp.reduce_dtype: bf16) and are reduced by user-defined
 // operations that add (or compare) in float32 and round back, as NCCL does for these types.
@@ -44,9 +43,15 @@ void combine_16bit(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
   }
 }
 
-struct Add { float operator()(float a, float b) const { return a + b; } };
-struct Max { float operator()(float a, float b) const { return std::max(a, b); } };
-struct Min { float operator()(float a, float b) const { return std::min(a, b); } };
+struct Add {
+  float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  float operator()(float a, float b) const { return std::max(a, b); }
+};
+struct Min {
+  float operator()(float a, float b) const { return std::min(a, b); }
+};
 
 // The user-defined operations, created once (after MPI_Init: a communicator exists) and kept
 // for the life of the process (MPI_Finalize frees them).
@@ -104,19 +109,6 @@ MPI_Op mpi_op(ReduceOp op, at::ScalarType t) {
   return MPI_SUM;
 }
 
-// What an operation is, for messages; formatted only when one is needed (a timeout).
-struct OpInfo {
-  desync::OpKind kind;
-  std::string what;
-  int64_t numel = 0;
-  at::ScalarType dtype = at::kFloat;
-
-  std::string describe() const {
-    return fmt::format("{} of {} ({} x {})", desync::kind_name(kind), what, numel,
-                       c10::toString(dtype));
-  }
-};
-
 // The buffer MPI works on: the tensor itself when it is contiguous CPU memory, otherwise a
 // contiguous CPU copy that is written back on completion.
 at::Tensor staging_buffer(const at::Tensor& t, bool* copy_back) {
@@ -126,28 +118,24 @@ at::Tensor staging_buffer(const at::Tensor& t, bool* copy_back) {
       .contiguous();
 }
 
-class MpiWork final : public Work {
+class MpiWork final : public TimedWork {
  public:
   // `buffer` is what MPI reads and writes; on completion it is divided by `divide_by` (AVG,
   // when > 0) and copied into `user` (when `copy_back`). `keep` stays alive as long as MPI may
-  // read it (an all_gather's input).
-  // `tracker` (null for a communicator that does not span the job) records the operation as
-  // posted now (ddp/desync.h).
+  // read it (an all_gather's input). The operation is recorded in the communicator's tracker (null
+  // for a communicator that does not span the job) as posted now.
   MpiWork(OpInfo info, const MpiCommunicator& comm, bool yield, at::Tensor buffer, at::Tensor user,
           bool copy_back, int divide_by, at::Tensor keep = {})
-      : info_(std::move(info)), step_(comm.step()), rank_(comm.rank()), timeout_(comm.timeout()),
-        yield_(yield), tracker_(comm.tracker()),
-        record_(tracker_ ? tracker_->post(info_.kind, info_.what, step_) : desync::OpRecord{}),
-        posted_(Clock::now()),
-        buffer_(std::move(buffer)), user_(std::move(user)), keep_(std::move(keep)),
-        copy_back_(copy_back), divide_by_(divide_by) {}
+      : TimedWork(std::move(info), comm, comm.tracker()), yield_(yield), buffer_(std::move(buffer)),
+        user_(std::move(user)), keep_(std::move(keep)), copy_back_(copy_back),
+        divide_by_(divide_by) {}
 
   ~MpiWork() noexcept override {
     // Never wait here: a Work dropped unfinished (an exception unwinding past it, a timed-out
     // peer) could wait forever. MPI forbids freeing an active collective request, and it may
     // still write into the buffers, so both are leaked on purpose; this happens only on the way
     // to ending the process. (A request handed to the progress thread stays with it.)
-    if (!done_ && (pending_ || request_ != MPI_REQUEST_NULL)) {
+    if (!done() && (pending_ || request_ != MPI_REQUEST_NULL)) {
       if (!pending_) new MPI_Request(request_);
       new at::Tensor(std::move(buffer_));
       new at::Tensor(std::move(keep_));
@@ -163,52 +151,39 @@ class MpiWork final : public Work {
   }
 
   bool is_completed() override {
-    if (done_) return true;
+    if (done()) return true;
     if (pending_) {
       if (pending_->done.load(std::memory_order_acquire)) complete_handed_over();
-      return done_;
+      return done();
     }
     int flag = 0;
     TRAINER_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
     if (flag) complete();
-    return done_;
+    return done();
   }
 
   void wait() override {
-    if (pending_) {
-      // The progress thread tests the request; this thread sleeps until it is done.
-      if (!MpiProgress::running()->wait_until(*pending_, posted_ + std::chrono::duration_cast<
-                                                             Clock::duration>(timeout_))) {
-        throw_timeout(Clock::now());
-      }
-      complete_handed_over();
+    if (done()) return;  // is_completed() saw it complete
+    if (!pending_) {
+      TimedWork::wait();  // polls MPI_Test (Open MPI progresses only inside MPI calls)
       return;
     }
-    // Poll MPI_Test (Open MPI progresses only inside MPI calls); yield the core between polls only
-    // where ranks outnumber cores (as Open MPI does), since yielding costs ~5% bandwidth on 1-4 MB
-    // buffers (bench/RESULTS.md). Only a wait that has lasted seconds (a slow or stalled peer)
-    // backs off to sleeping, so it does not burn a core until the deadline.
-    const auto started = Clock::now();
-    while (!is_completed()) {
-      const auto now = Clock::now();
-      if (now - posted_ > timeout_) throw_timeout(now);
-      if (now - started < std::chrono::seconds(2)) {
-        if (yield_) std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
+    // The progress thread tests the request; this thread sleeps until it is done.
+    if (!MpiProgress::running()->wait_until(*pending_, deadline())) timed_out(Clock::now());
+    complete_handed_over();
   }
 
  private:
-  [[noreturn]] void throw_timeout(Clock::time_point now) const {
-    const std::chrono::duration<double> waited = now - posted_;
-    std::string message = fmt::format(
-        "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
-        "s. Another rank is stalled, dead, or issuing different collectives.",
-        rank_, info_.describe(), Communicator::when(step_), waited.count(), timeout_.count());
-    if (tracker_) message += desync::diagnose(*tracker_, record_, timeout_, waited);
-    throw CommTimeout(message);
+  // Yield the core between polls only where ranks outnumber cores (as Open MPI does), since
+  // yielding costs ~5% bandwidth on 1-4 MB buffers (bench/RESULTS.md). Only a wait that has lasted
+  // seconds (a slow or stalled peer) backs off to sleeping, so it does not burn a core until the
+  // deadline.
+  void pause(Clock::duration waiting) override {
+    if (waiting < std::chrono::seconds(2)) {
+      if (yield_) std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 
   void complete_handed_over() {
@@ -217,20 +192,12 @@ class MpiWork final : public Work {
   }
 
   void complete() {
-    done_ = true;
-    if (tracker_) tracker_->complete(record_);
+    mark_completed();
     if (divide_by_ > 0) buffer_.div_(divide_by_);
     if (copy_back_) user_.copy_(buffer_);
   }
 
-  OpInfo info_;
-  int64_t step_;
-  int rank_;
-  std::chrono::duration<double> timeout_;
   bool yield_;
-  std::shared_ptr<desync::Tracker> tracker_;
-  desync::OpRecord record_;
-  Clock::time_point posted_;
   at::Tensor buffer_;
   at::Tensor user_;
   at::Tensor keep_;
@@ -238,7 +205,6 @@ class MpiWork final : public Work {
   int divide_by_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::shared_ptr<PendingRequest> pending_;  // set when the progress thread owns the request
-  bool done_ = false;
 };
 
 }  // namespace
@@ -249,12 +215,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> ti
   TRAINER_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   TRAINER_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   timeout_ = timeout;
-  MPI_Comm node = MPI_COMM_NULL;
-  TRAINER_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  int local_size = 1;
-  TRAINER_MPI_CHECK(MPI_Comm_size(node, &local_size));
-  MPI_Comm_free(&node);
-  oversubscribed_ = local_size > static_cast<int>(std::thread::hardware_concurrency());
+  oversubscribed_ = MpiRuntime::node_oversubscribed();
   // Only a communicator over every rank of the job can be compared across ranks.
   int same = MPI_UNEQUAL;
   TRAINER_MPI_CHECK(MPI_Comm_compare(comm_, MPI_COMM_WORLD, &same));
@@ -283,8 +244,7 @@ WorkPtr MpiCommunicator::all_reduce_async(at::Tensor tensor, ReduceOp op, std::s
   const auto count = static_cast<int>(buffer.numel());
   void* data = buffer.data_ptr();
   auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(),
-             tensor.scalar_type()},
+      OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(), tensor.scalar_type()},
       *this, oversubscribed_, std::move(buffer), tensor, copy_back,
       op == ReduceOp::kAvg ? size_ : 0);
   TRAINER_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type(dtype), mpi_op(op, dtype),
@@ -338,8 +298,8 @@ WorkPtr MpiCommunicator::all_gather_async(at::Tensor output, at::Tensor input,
   auto work = std::make_unique<MpiWork>(
       OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(), input.scalar_type()},
       *this, oversubscribed_, std::move(out), output, out_copy_back, 0, std::move(in));
-  TRAINER_MPI_CHECK(MPI_Iallgather(in_data, count, type, out_data, count, type, comm_,
-                                   work->request()));
+  TRAINER_MPI_CHECK(
+      MPI_Iallgather(in_data, count, type, out_data, count, type, comm_, work->request()));
   work->posted();
   return work;
 }
@@ -351,9 +311,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
       (op == ReduceOp::kAvg && !at::isFloatingType(input.scalar_type()))) {
     throw CommError(fmt::format(
         "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements of {} and the "
-        "operation be sum (or avg of floating point); got {} of {}", rank_, to_string(op), what,
-        size_, output.numel(), c10::toString(output.scalar_type()), input.numel(),
-        c10::toString(input.scalar_type())));
+        "operation be sum (or avg of floating point); got {} of {}",
+        rank_, to_string(op), what, size_, output.numel(), c10::toString(output.scalar_type()),
+        input.numel(), c10::toString(input.scalar_type())));
   }
   bool in_copied = false;
   bool out_copy_back = false;
@@ -363,11 +323,11 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
   const int count = static_cast<int>(output.numel());
   const void* in_data = in.data_ptr();
   void* out_data = out.data_ptr();
-  auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::reduce_scatter_kind(op),
-             std::string(what), input.numel(), input.scalar_type()},
-      *this, oversubscribed_, std::move(out), output, out_copy_back,
-      op == ReduceOp::kAvg ? size_ : 0, std::move(in));
+  auto work =
+      std::make_unique<MpiWork>(OpInfo{desync::reduce_scatter_kind(op), std::string(what),
+                                       input.numel(), input.scalar_type()},
+                                *this, oversubscribed_, std::move(out), output, out_copy_back,
+                                op == ReduceOp::kAvg ? size_ : 0, std::move(in));
   // The 16-bit float types use the same user-defined sum as the all-reduce (mpi_op).
   TRAINER_MPI_CHECK(MPI_Ireduce_scatter_block(in_data, out_data, count, mpi_type(dtype),
                                               mpi_op(op, dtype), comm_, work->request()));
@@ -376,9 +336,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(at::Tensor output, at::Tensor inpu
 }
 
 WorkPtr MpiCommunicator::barrier_async(std::string_view what) {
-  auto work = std::make_unique<MpiWork>(
-      OpInfo{desync::OpKind::kBarrier, std::string(what), 0, at::kByte}, *this, oversubscribed_,
-      at::Tensor(), at::Tensor(), false, 0);
+  auto work =
+      std::make_unique<MpiWork>(OpInfo{desync::OpKind::kBarrier, std::string(what), 0, at::kByte},
+                                *this, oversubscribed_, at::Tensor(), at::Tensor(), false, 0);
   TRAINER_MPI_CHECK(MPI_Ibarrier(comm_, work->request()));
   work->posted();
   return work;

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <thread>
 
 #include "ddp/check.h"
 #include "ddp/desync.h"
@@ -14,6 +16,12 @@
 #include "ddp/mpi_progress.h"
 
 namespace ddp {
+namespace {
+
+// The job's ranks on this node (MpiTopology::local_size), for every communicator of the process.
+std::atomic<int> g_ranks_on_node{1};
+
+}  // namespace
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   // Gradients travel as MPI_Iallreduce (non-blocking, so they have deadlines), which Open MPI runs
@@ -36,6 +44,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
   TRAINER_MPI_CHECK(MPI_Comm_rank(node, &topology_.local_rank));
   TRAINER_MPI_CHECK(MPI_Comm_size(node, &topology_.local_size));
   MPI_Comm_free(&node);
+  g_ranks_on_node = topology_.local_size;
   std::array<char, 256> host{};
   gethostname(host.data(), host.size() - 1);
   topology_.hostname = host.data();
@@ -52,6 +61,10 @@ MpiRuntime::~MpiRuntime() noexcept {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+bool MpiRuntime::node_oversubscribed() {
+  return g_ranks_on_node.load() > static_cast<int>(std::thread::hardware_concurrency());
 }
 
 std::unique_ptr<Communicator> MpiRuntime::world(std::chrono::duration<double> timeout) const {

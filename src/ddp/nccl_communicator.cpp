@@ -17,6 +17,7 @@
 
 #include "ddp/check.h"
 #include "ddp/desync.h"
+#include "ddp/timed_work.h"
 
 namespace ddp {
 namespace {
@@ -74,13 +75,15 @@ class NcclComm {
       if (state != ncclInProgress) break;
       if (Clock::now() > deadline) {
         abort();
-        throw CommTimeout(fmt::format("rank {}: NCCL {} did not complete before ddp.timeout_s", rank, what));
+        throw CommTimeout(
+            fmt::format("rank {}: NCCL {} did not complete before ddp.timeout_s", rank, what));
       }
       std::this_thread::yield();
     }
     if (state != ncclSuccess) {
       abort();
-      throw CommError(fmt::format("rank {}: NCCL {} failed: {}", rank, what, ncclGetErrorString(state)));
+      throw CommError(
+          fmt::format("rank {}: NCCL {} failed: {}", rank, what, ncclGetErrorString(state)));
     }
   }
 
@@ -97,72 +100,51 @@ class NcclComm {
   bool aborted_ = false;
 };
 
-class NcclWork final : public Work {
+class NcclWork final : public TimedWork {
  public:
-  NcclWork(std::shared_ptr<NcclComm> comm, cudaEvent_t done, at::cuda::CUDAStream caller,
-           std::string what, int64_t step, int rank, std::chrono::duration<double> timeout,
-           std::shared_ptr<desync::Tracker> tracker, desync::OpRecord record,
-           std::function<void()> on_complete)
-      : comm_(std::move(comm)), done_event_(done), caller_(caller), what_(std::move(what)),
-        step_(step), rank_(rank), timeout_(timeout), tracker_(std::move(tracker)),
-        record_(record), posted_(Clock::now()), on_complete_(std::move(on_complete)) {}
+  // `record`: the tracker's record of the operation, made before its launch. `done` is recorded on
+  // the communication stream after the operation; `keep` holds its tensor as long as the Work
+  // lives.
+  NcclWork(OpInfo info, const Communicator& owner, std::shared_ptr<desync::Tracker> tracker,
+           desync::OpRecord record, std::shared_ptr<NcclComm> comm, cudaEvent_t done,
+           at::cuda::CUDAStream caller, at::Tensor keep)
+      : TimedWork(std::move(info), owner, std::move(tracker), record), comm_(std::move(comm)),
+        done_event_(done), caller_(caller), keep_(std::move(keep)) {}
 
   ~NcclWork() noexcept override { cudaEventDestroy(done_event_); }
 
   bool is_completed() override {
-    if (done_) return true;
+    if (done()) return true;
     const cudaError_t q = cudaEventQuery(done_event_);
     if (q == cudaErrorNotReady) {
       ncclResult_t state = ncclSuccess;
       TRAINER_NCCL_CHECK(ncclCommGetAsyncError(comm_->get(), &state));
       if (state != ncclSuccess && state != ncclInProgress) {
         comm_->abort();
-        throw CommError(fmt::format("rank {}: NCCL {} at step {} failed: {}", rank_, what_, step_,
-                                    ncclGetErrorString(state)));
+        throw CommError(fmt::format("rank {}: NCCL {} at step {} failed: {}", rank(),
+                                    info().describe(), step(), ncclGetErrorString(state)));
       }
       return false;
     }
     TRAINER_CUDA_CHECK(q);
-    done_ = true;
-    tracker_->complete(record_);
+    mark_completed();
     // Later work on the caller's stream sees the result.
     TRAINER_CUDA_CHECK(cudaStreamWaitEvent(caller_.stream(), done_event_, 0));
-    if (on_complete_) on_complete_();
     return true;
   }
 
-  void wait() override {
-    while (!is_completed()) {
-      const auto waited = Clock::now() - posted_;
-      if (waited > timeout_) {
-        comm_->abort();
-        std::string message = fmt::format(
-            "rank {}: {} did not complete {}: waited {:.1f} s, past ddp.timeout_s = {:.0f} "
-            "s. Another rank is stalled, dead, or issuing different collectives. NCCL "
-            "communicator aborted.",
-            rank_, what_, Communicator::when(step_), std::chrono::duration<double>(waited).count(),
-            timeout_.count());
-        // The exchange runs over the MPI control plane (ddp/desync.h).
-        message += desync::diagnose(*tracker_, record_, timeout_, waited);
-        throw CommTimeout(message);
-      }
-      std::this_thread::yield();
-    }
+ private:
+  void pause(Clock::duration /*waiting*/) override { std::this_thread::yield(); }
+
+  std::string on_timeout() override {
+    comm_->abort();
+    return " NCCL communicator aborted.";
   }
 
- private:
   std::shared_ptr<NcclComm> comm_;
   cudaEvent_t done_event_;
   at::cuda::CUDAStream caller_;
-  std::string what_;
-  int64_t step_;
-  int rank_;
-  std::chrono::duration<double> timeout_;
-  std::shared_ptr<desync::Tracker> tracker_;
-  desync::OpRecord record_;
-  Clock::time_point posted_;
-  std::function<void()> on_complete_;
-  bool done_ = false;
+  at::Tensor keep_;
 };
 
 class NcclCommunicator final : public Communicator {
@@ -194,9 +176,9 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(at::Tensor tensor, ReduceOp op, std::string_view what) override {
     check_tensor(tensor, what);
-    return post(tensor, desync::all_reduce_kind(op), what,
-                fmt::format("all_reduce({}) of {} ({} x {})", to_string(op), what,
-                                    tensor.numel(), c10::toString(tensor.scalar_type())),
+    return post(tensor,
+                OpInfo{desync::all_reduce_kind(op), std::string(what), tensor.numel(),
+                       tensor.scalar_type()},
                 [&](cudaStream_t s) {
                   return ncclAllReduce(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
                                        nccl_type(tensor.scalar_type()),
@@ -206,11 +188,13 @@ class NcclCommunicator final : public Communicator {
 
   WorkPtr broadcast_async(at::Tensor tensor, int root, std::string_view what) override {
     check_tensor(tensor, what);
-    return post(tensor, desync::OpKind::kBroadcast, what,
-                fmt::format("broadcast from rank {} of {}", root, what), [&](cudaStream_t s) {
-      return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
-                           nccl_type(tensor.scalar_type()), root, comm_->get(), s);
-    });
+    return post(tensor,
+                OpInfo{desync::OpKind::kBroadcast, fmt::format("{} from rank {}", what, root),
+                       tensor.numel(), tensor.scalar_type()},
+                [&](cudaStream_t s) {
+                  return ncclBroadcast(tensor.data_ptr(), tensor.data_ptr(), tensor.numel(),
+                                       nccl_type(tensor.scalar_type()), root, comm_->get(), s);
+                });
   }
 
   WorkPtr all_gather_async(at::Tensor output, at::Tensor input, std::string_view what) override {
@@ -222,11 +206,13 @@ class NcclCommunicator final : public Communicator {
     }
     // In place when `input` is this rank's block of `output` (NCCL detects it by the pointers).
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
-    return post(output, desync::OpKind::kAllGather, what, fmt::format("all_gather of {}", what),
-                [&](cudaStream_t s) {
-      return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
-                           nccl_type(input.scalar_type()), comm_->get(), s);
-    });
+    return post(
+        output,
+        OpInfo{desync::OpKind::kAllGather, std::string(what), input.numel(), input.scalar_type()},
+        [&](cudaStream_t s) {
+          return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(),
+                               nccl_type(input.scalar_type()), comm_->get(), s);
+        });
   }
 
   WorkPtr reduce_scatter_async(at::Tensor output, at::Tensor input, ReduceOp op,
@@ -236,13 +222,13 @@ class NcclCommunicator final : public Communicator {
     if (output.numel() * size_ != input.numel() || output.scalar_type() != input.scalar_type() ||
         (op != ReduceOp::kSum && op != ReduceOp::kAvg)) {
       throw CommError(fmt::format(
-          "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements (sum or avg)",
-          rank_, to_string(op), what, size_, output.numel()));
+          "rank {}: reduce_scatter({}) of {}: input must hold {} x {} elements (sum or avg)", rank_,
+          to_string(op), what, size_, output.numel()));
     }
     c10::cuda::CUDACachingAllocator::recordStream(input.storage().data_ptr(), stream_);
-    return post(output, desync::reduce_scatter_kind(op), what,
-                fmt::format("reduce_scatter({}) of {} ({} x {})", to_string(op), what,
-                                    input.numel(), c10::toString(input.scalar_type())),
+    return post(output,
+                OpInfo{desync::reduce_scatter_kind(op), std::string(what), input.numel(),
+                       input.scalar_type()},
                 [&](cudaStream_t s) {
                   return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(),
                                            nccl_type(input.scalar_type()),
@@ -251,7 +237,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   WorkPtr barrier_async(std::string_view what) override {
-    at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
+    at::Tensor one =
+        at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, device_));
     return all_reduce_async(one, ReduceOp::kSum, fmt::format("barrier ({})", what));
   }
 
@@ -260,15 +247,14 @@ class NcclCommunicator final : public Communicator {
   // element in memory order, which is the same on every rank for tensors of the same layout.
   void check_tensor(const at::Tensor& t, std::string_view what) const {
     if (!t.is_cuda() || !t.is_non_overlapping_and_dense()) {
-      throw CommError(fmt::format("rank {}: NCCL {}: needs a dense CUDA tensor, got {} {}",
-                                  rank_, what, t.device().str(),
+      throw CommError(fmt::format("rank {}: NCCL {}: needs a dense CUDA tensor, got {} {}", rank_,
+                                  what, t.device().str(),
                                   t.is_non_overlapping_and_dense() ? "dense" : "non-dense"));
     }
   }
 
   template <class Launch>
-  WorkPtr post(const at::Tensor& tensor, desync::OpKind kind, std::string_view raw_what,
-               std::string what, Launch&& launch) {
+  WorkPtr post(const at::Tensor& tensor, OpInfo info, Launch&& launch) {
     c10::cuda::CUDAGuard guard(device_);
     const auto caller = at::cuda::getCurrentCUDAStream(device_);
     cudaEvent_t ready = nullptr;
@@ -280,12 +266,14 @@ class NcclCommunicator final : public Communicator {
     TRAINER_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), ready, 0));
     cudaEventDestroy(ready);
     c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), stream_);
-    const desync::OpRecord record = tracker_->post(kind, raw_what, step_);
+    const desync::OpRecord record = tracker_->post(info.kind, info.what, step_);
     TRAINER_NCCL_CHECK(launch(stream_.stream()));
-    comm_->wait_ready(Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_), what, rank_);
+    comm_->wait_ready(Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout_),
+                      info.describe(), rank_);
     TRAINER_CUDA_CHECK(cudaEventRecord(done, stream_.stream()));
-    return std::make_unique<NcclWork>(comm_, done, caller, std::move(what), step_, rank_, timeout_,
-                                      tracker_, record, [keep = tensor] {});
+    // The deadline counts from here, once the launch has returned.
+    return std::make_unique<NcclWork>(std::move(info), *this, tracker_, record, comm_, done, caller,
+                                      tensor);
   }
 
   int rank_;

@@ -41,16 +41,18 @@ void verify_same_parameters(Communicator& comm, const NamedParameters& params) {
   comm.all_reduce(count, ReduceOp::kMax, "parameter count");
   const int64_t n = count.item<int64_t>();
   at::Tensor mine = at::zeros({n}, at::kLong);
-  for (size_t i = 0; i < params.size(); ++i) mine[i] = fnv1a(signature(params[i].first, params[i].second));
+  for (size_t i = 0; i < params.size(); ++i) {
+    mine[i] = fnv1a(signature(params[i].first, params[i].second));
+  }
   at::Tensor all = at::empty({comm.size() * n}, at::kLong);
   comm.all_gather(all, mine, "parameter signatures");
   all = all.view({comm.size(), n});
   const at::Tensor differs = (all != all[0]).any(0);
   if (!differs.any().item<bool>()) return;
   const int64_t i = differs.nonzero()[0][0].item<int64_t>();
-  const auto names = all_gather_strings(
-      comm, i < static_cast<int64_t>(params.size()) ? signature(params[i].first, params[i].second)
-                                                    : std::string("(no such parameter)"));
+  const auto names = all_gather_strings(comm, i < static_cast<int64_t>(params.size())
+                                                  ? signature(params[i].first, params[i].second)
+                                                  : std::string("(no such parameter)"));
   std::string detail;
   for (int r = 0; r < comm.size(); ++r) detail += fmt::format("\n  rank {}: {}", r, names[r]);
   throw ParameterError(fmt::format(
@@ -66,33 +68,34 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
   std::vector<ParamMeta> meta;
   for (const auto& [name, p] : params_) meta.push_back({p.numel(), p.scalar_type(), p.device()});
   layout_ = assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);
-  for (const auto& bucket : layout_) {
-    if (sharded()) shards_.push_back(shard_bucket(bucket.numel, comm_.size(), comm_.rank()));
+  buckets_.reserve(layout_.size());  // never grows again: each Bucket refers to its layout
+  for (const auto& layout : layout_) {
+    Bucket& bucket = buckets_.emplace_back(layout);
+    if (sharded()) bucket.shard = shard_bucket(layout.numel, comm_.size(), comm_.rank());
   }
   // Every buffer first: if one allocation runs out of memory, no parameter has been touched yet.
   // Sharded buckets are padded to a multiple of the world size; ZeRO-2 allocates them per step.
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    const auto& bucket = layout_[b];
-    const int64_t numel = sharded() ? shards_[b].padded : bucket.numel;
-    buffers_.push_back(zero2() ? at::Tensor()
-                               : at::zeros({numel}, at::TensorOptions().dtype(bucket.dtype).device(bucket.device)));
-  }
-  // Where the all-reduce runs in another dtype: one persistent copy per bucket (with one rank
-  // nothing is reduced, so nothing is cast).
-  wire_.resize(layout_.size());
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    if (!has_wire(b) || zero2()) continue;
-    wire_[b] = at::zeros({buffers_[b].numel()},
-                         at::TensorOptions().dtype(options_.reduce_dtype).device(layout_[b].device));
+  if (!zero2()) {
+    for (Bucket& bucket : buckets_) {
+      const int64_t numel = sharded() ? bucket.shard.padded : bucket.layout.numel;
+      bucket.gradients = at::zeros(
+          {numel}, at::TensorOptions().dtype(bucket.layout.dtype).device(bucket.layout.device));
+    }
+    // Where the all-reduce runs in another dtype: one persistent copy per bucket (with one rank
+    // nothing is reduced, so nothing is cast).
+    for (Bucket& bucket : buckets_) {
+      if (!has_wire(bucket)) continue;
+      bucket.wire =
+          at::zeros({bucket.gradients.numel()},
+                    at::TensorOptions().dtype(options_.reduce_dtype).device(bucket.layout.device));
+    }
   }
   if (sharded()) setup_shards();  // allocates the rest, then makes the parameters flat views
   bucket_of_.resize(params_.size());
   if (zero2()) pre_hooks_.resize(params_.size());
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    const auto& bucket = layout_[b];
-    if (buffers_[b].defined()) point_gradients(b);
-    for (size_t j = 0; j < bucket.params.size(); ++j) {
-      const size_t k = bucket.params[j];
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (buckets_[b].gradients.defined()) point_gradients(buckets_[b]);
+    for (const size_t k : layout_[b].params) {
       at::Tensor& p = params_[k].second;
       bucket_of_[k] = b;
       torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, k));
@@ -101,37 +104,40 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
       }
     }
   }
-  pending_.assign(layout_.size(), 0);
   ready_.assign(params_.size(), 0);
-  works_.resize(layout_.size());
-  completed_.assign(layout_.size(), 0);
 }
 
-bool Reducer::has_wire(size_t b) const {
+bool Reducer::has_wire(const Bucket& bucket) const {
   const auto wire_dtype = options_.reduce_dtype;
-  return wire_dtype != c10::ScalarType::Undefined && wire_dtype != layout_[b].dtype &&
-         comm_.size() > 1 && at::isFloatingType(layout_[b].dtype);
+  return wire_dtype != c10::ScalarType::Undefined && wire_dtype != bucket.layout.dtype &&
+         comm_.size() > 1 && at::isFloatingType(bucket.layout.dtype);
 }
 
-void Reducer::point_gradients(size_t b) {
+void Reducer::point_gradients(const Bucket& bucket) {
   // The gradient takes the parameter's layout (dense: a channels-last weight's gradient is
   // channels-last too), so the optimizer walks parameter and gradient in the same order.
-  for (size_t j = 0; j < layout_[b].params.size(); ++j) {
-    at::Tensor& p = params_[layout_[b].params[j]].second;
-    p.mutable_grad() = param_view(buffers_[b], b, j);
+  for (size_t j = 0; j < bucket.layout.params.size(); ++j) {
+    at::Tensor& p = params_[bucket.layout.params[j]].second;
+    p.mutable_grad() = param_view(bucket.gradients, bucket.layout, j);
   }
 }
 
-at::Tensor Reducer::param_view(const at::Tensor& flat, size_t b, size_t j) const {
-  const at::Tensor& p = params_[layout_[b].params[j]].second;
-  at::Tensor piece = flat.narrow(0, layout_[b].offsets[j], p.numel());
+at::Tensor Reducer::param_view(const at::Tensor& flat, const BucketLayout& layout, size_t j) const {
+  const at::Tensor& p = params_[layout.params[j]].second;
+  at::Tensor piece = flat.narrow(0, layout.offsets[j], p.numel());
   return p.is_contiguous() ? piece.view(p.sizes()) : piece.as_strided(p.sizes(), p.strides());
+}
+
+std::vector<at::Tensor> Reducer::buffers() const {
+  std::vector<at::Tensor> out;
+  for (const Bucket& bucket : buckets_) out.push_back(bucket.gradients);
+  return out;
 }
 
 int64_t Reducer::communication_bytes() const {
   int64_t bytes = 0;
-  for (const auto& w : wire_) {
-    if (w.defined()) bytes += w.nbytes();
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.wire.defined()) bytes += bucket.wire.nbytes();
   }
   return bytes;
 }
@@ -146,10 +152,12 @@ Reducer::~Reducer() noexcept {
 
 void Reducer::zero_grad() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (zero2()) {
-    for (size_t b = 0; b < layout_.size(); ++b) release_bucket(b);
-  } else {
-    for (auto& buffer : buffers_) buffer.zero_();
+  for (Bucket& bucket : buckets_) {
+    if (zero2()) {
+      release_bucket(bucket);
+    } else {
+      bucket.gradients.zero_();
+    }
   }
   state_ = StepState::kIdle;
 }
@@ -167,10 +175,10 @@ void Reducer::begin_micro_batch(bool sync) {
 }
 
 void Reducer::start_sync() {
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    pending_[b] = static_cast<int64_t>(layout_[b].params.size());
-    works_[b].reset();
-    completed_[b] = 0;
+  for (Bucket& bucket : buckets_) {
+    bucket.pending = static_cast<int64_t>(bucket.layout.params.size());
+    bucket.work.reset();
+    bucket.completed = false;
   }
   std::fill(ready_.begin(), ready_.end(), 0);
   launch_order_.clear();
@@ -184,23 +192,24 @@ void Reducer::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ != StepState::kSyncing) return;  // no_sync micro-batch: accumulate only
   if (ready_[param]) {
-    throw ParameterError(fmt::format(
-        "parameter '{}' received a gradient twice in one synced backward; call "
-        "begin_micro_batch(true) before each backward", params_[param].first));
+    throw ParameterError(
+        fmt::format("parameter '{}' received a gradient twice in one synced backward; call "
+                    "begin_micro_batch(true) before each backward",
+                    params_[param].first));
   }
   ready_[param] = 1;
-  --pending_[bucket_of_[param]];
+  --buckets_[bucket_of_[param]].pending;
   post_ready_buckets();
   drive_progress();
 }
 
 void Reducer::on_gradient_arriving(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
-  acquire_bucket(bucket_of_[param]);
+  acquire_bucket(buckets_[bucket_of_[param]]);
 }
 
 void Reducer::post_ready_buckets() {
-  while (next_bucket_ < layout_.size() && pending_[next_bucket_] == 0) {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     post_bucket(next_bucket_);
     launch_order_.push_back(next_bucket_);
     if (in_backward_) ++launched_during_backward_;
@@ -209,45 +218,52 @@ void Reducer::post_ready_buckets() {
 }
 
 void Reducer::post_bucket(size_t b) {
+  Bucket& bucket = buckets_[b];
   const std::string what = fmt::format("bucket {}", b);
   if (sharded()) {
-    acquire_bucket(b);  // ZeRO-2: a bucket no gradient reached, or abandon()
+    acquire_bucket(bucket);   // ZeRO-2: a bucket no gradient reached, or abandon()
     if (comm_.size() == 1) {  // the one block is the whole bucket, reduced over one rank
-      if (!shard_grads_[b].is_same(buffers_[b])) shard_grads_[b].copy_(buffers_[b]);
-      complete_bucket(b);
+      if (!bucket.reduced.is_same(bucket.gradients)) bucket.reduced.copy_(bucket.gradients);
+      complete_bucket(bucket);
       return;
     }
-    if (wire_[b].defined()) {
-      wire_[b].copy_(buffers_[b]);  // cast (on the caller's stream)
-      works_[b] = comm_.reduce_scatter_async(wire_shards_[b], wire_[b], ReduceOp::kSum, what);
+    if (bucket.wire.defined()) {
+      bucket.wire.copy_(bucket.gradients);  // cast (on the caller's stream)
+      bucket.work =
+          comm_.reduce_scatter_async(bucket.wire_reduced, bucket.wire, ReduceOp::kSum, what);
     } else {
-      works_[b] = comm_.reduce_scatter_async(shard_grads_[b], buffers_[b], ReduceOp::kSum, what);
+      bucket.work =
+          comm_.reduce_scatter_async(bucket.reduced, bucket.gradients, ReduceOp::kSum, what);
     }
     return;
   }
   // One rank: the sum over ranks is the bucket itself; nothing is posted or waited for.
   if (comm_.size() > 1) {
-    at::Tensor& wire = wire_[b];
-    if (wire.defined()) wire.copy_(buffers_[b]);  // cast (on the caller's stream)
-    works_[b] = comm_.all_reduce_async(wire.defined() ? wire : buffers_[b], ReduceOp::kSum, what);
+    if (bucket.wire.defined()) bucket.wire.copy_(bucket.gradients);  // cast (caller's stream)
+    bucket.work = comm_.all_reduce_async(bucket.wire.defined() ? bucket.wire : bucket.gradients,
+                                         ReduceOp::kSum, what);
   }
 }
 
-void Reducer::complete_bucket(size_t b) {
-  completed_[b] = 1;
+void Reducer::complete_bucket(Bucket& bucket) {
+  bucket.completed = true;
   if (!sharded()) {
-    if (wire_[b].defined()) buffers_[b].copy_(wire_[b]);  // cast back into the float32 bucket
+    // Cast back into the float32 bucket.
+    if (bucket.wire.defined()) bucket.gradients.copy_(bucket.wire);
     return;
   }
-  if (wire_shards_[b].defined()) shard_grads_[b].copy_(wire_shards_[b]);
-  if (zero2()) release_bucket(b);  // its full buffer was needed only in flight
+  if (bucket.wire_reduced.defined()) bucket.reduced.copy_(bucket.wire_reduced);
+  if (zero2()) release_bucket(bucket);  // its full buffer was needed only in flight
 }
 
 void Reducer::drive_progress() {
   // MPI progresses non-blocking collectives only inside MPI calls: poke the posted ones. ZeRO-2
   // frees a bucket as soon as its reduce-scatter is done, while backward still runs.
   for (size_t b = 0; b < next_bucket_; ++b) {
-    if (works_[b] && !completed_[b] && works_[b]->is_completed() && zero2()) complete_bucket(b);
+    Bucket& bucket = buckets_[b];
+    if (bucket.work && !bucket.completed && bucket.work->is_completed() && zero2()) {
+      complete_bucket(bucket);
+    }
   }
 }
 
@@ -255,16 +271,16 @@ void Reducer::mark_all_ready() {
   for (size_t k = 0; k < params_.size(); ++k) {
     if (!ready_[k]) {
       ready_[k] = 1;
-      --pending_[bucket_of_[k]];
+      --buckets_[bucket_of_[k]].pending;
     }
   }
 }
 
 void Reducer::wait_all() {
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    if (!works_[b] || completed_[b]) continue;
-    works_[b]->wait();
-    complete_bucket(b);
+  for (Bucket& bucket : buckets_) {
+    if (!bucket.work || bucket.completed) continue;
+    bucket.work->wait();
+    complete_bucket(bucket);
   }
   state_ = StepState::kDone;
 }

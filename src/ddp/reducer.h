@@ -61,6 +61,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <ranges>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -114,7 +115,7 @@ class Reducer {
 
   const std::vector<BucketLayout>& layout() const { return layout_; }
   // The flat gradient buffers, one per bucket: every parameter's gradient exactly once.
-  const std::vector<at::Tensor>& buffers() const { return buffers_; }
+  std::vector<at::Tensor> buffers() const;
   // Bytes of the reduce_dtype copies of the buckets (0 without them).
   int64_t communication_bytes() const;
   // Gradient bytes held between steps: the full buckets (not under ZeRO-2), the reduced blocks
@@ -125,9 +126,13 @@ class Reducer {
   ShardMode shard_mode() const { return options_.shard; }
   bool sharded() const { return options_.shard != ShardMode::kNone; }
   // After finish(): the reduced gradients this rank uses: the full buckets, or its blocks.
-  const std::vector<at::Tensor>& reduced_gradients() const;
-  // Sharded: this rank's block of each bucket's geometry and of its flat parameters.
-  const std::vector<BucketShard>& shards() const { return shards_; }
+  std::vector<at::Tensor> reduced_gradients() const;
+  // Sharded: this rank's block of each bucket's geometry (a view: shards()[b], one per bucket)
+  // and of its flat parameters.
+  auto shards() const {
+    return std::views::transform(
+        buckets_, [](const Bucket& bucket) -> const BucketShard& { return bucket.shard; });
+  }
   std::vector<at::Tensor> parameter_shards() const;
   // Sharded: all-gathers every bucket's parameters from their owners, in place. Collective.
   void gather_parameters();
@@ -160,41 +165,52 @@ class Reducer {
  private:
   enum class StepState { kIdle, kAccumulating, kSyncing, kDone };
 
+  // One bucket's state (as c10d's Reducer::Bucket): its buffers, its collective, its readiness.
+  // Sharded buckets are padded to shard.padded elements; under ZeRO-2, `gradients` and `wire` exist
+  // only while the bucket is in use in a step (acquire_bucket .. release_bucket).
+  struct Bucket {
+    explicit Bucket(const BucketLayout& l) : layout(l) {}
+    const BucketLayout& layout;  // an element of layout_, which never changes
+    at::Tensor gradients;        // the flat buffer: each parameter's .grad is a view into it
+    at::Tensor wire;             // its reduce_dtype copy (undefined: none)
+    // Sharded (ddp/shard.h):
+    BucketShard shard;        // this rank's block
+    at::Tensor parameters;    // the flat padded parameters: each parameter is a view into it
+    at::Tensor reduced;       // this rank's block of the reduced gradients
+    at::Tensor wire_reduced;  // reduce_dtype: that block in the reduce dtype (undefined: none)
+    // This step:
+    int64_t pending = 0;     // parameters not yet ready
+    WorkPtr work;            // its all-reduce or reduce-scatter, once posted
+    bool completed = false;  // its collective completed
+  };
+
   void start_sync();          // resets per-step readiness; state becomes kSyncing
   void post_ready_buckets();  // in bucket order, stopping at the first bucket not yet ready
   void mark_all_ready();
   void wait_all();
   void drive_progress();
   void post_bucket(size_t b);
-  void complete_bucket(size_t b);  // after its collective completed: cast back, release
+  void complete_bucket(Bucket& bucket);  // after its collective completed: cast back, release
   // Sharded (reducer_shard.cpp).
-  void setup_shards();                // blocks, flat parameters; before the gradient views
-  void acquire_bucket(size_t b);      // ZeRO-2: the full buffer and gradient views
-  void release_bucket(size_t b);      // ZeRO-2: frees them
-  void point_gradients(size_t b);     // each parameter's .grad: a view into buffers_[b]
-  at::Tensor param_view(const at::Tensor& flat, size_t b, size_t j) const;
-  // Bucket b's padded flat buffer holding `full`'s parameters of it (zeros where nullptr).
-  at::Tensor flat_bucket(const std::vector<at::Tensor>* full, size_t b,
+  void setup_shards();                         // blocks, flat parameters; before the gradient views
+  void acquire_bucket(Bucket& bucket);         // ZeRO-2: the full buffer and gradient views
+  void release_bucket(Bucket& bucket);         // ZeRO-2: frees them
+  void point_gradients(const Bucket& bucket);  // each parameter's .grad: a view into gradients
+  at::Tensor param_view(const at::Tensor& flat, const BucketLayout& layout, size_t j) const;
+  // A bucket's padded flat buffer holding `full`'s parameters of it (zeros where nullptr).
+  at::Tensor flat_bucket(const std::vector<at::Tensor>* full, const BucketLayout& layout,
                          const at::TensorOptions& options) const;
   bool zero2() const { return options_.shard == ShardMode::kGradients; }
-  bool has_wire(size_t b) const;      // bucket b is reduced in reduce_dtype
+  bool has_wire(const Bucket& bucket) const;  // the bucket is reduced in reduce_dtype
 
   NamedParameters params_;
   Communicator& comm_;
   ReducerOptions options_;
   std::vector<BucketLayout> layout_;
-  std::vector<at::Tensor> buffers_;       // one flat buffer per bucket
-  std::vector<at::Tensor> wire_;          // bucket -> its reduce_dtype copy (undefined: none)
-  std::vector<size_t> bucket_of_;         // param -> bucket
-  std::vector<int64_t> pending_;          // bucket -> parameters not yet ready this step
-  std::vector<char> ready_;               // param -> marked ready this step
-  std::vector<WorkPtr> works_;            // bucket -> its all-reduce, once posted
-  std::vector<char> completed_;           // bucket -> its collective completed this step
-  std::vector<BucketShard> shards_;       // sharded: bucket -> this rank's block
-  std::vector<at::Tensor> param_buffers_; // sharded: bucket -> flat padded parameters
-  std::vector<at::Tensor> shard_grads_;   // sharded: bucket -> this rank's reduced block
-  std::vector<at::Tensor> wire_shards_;   // sharded + reduce_dtype: the block in that dtype
-  std::vector<unsigned> pre_hooks_;       // ZeRO-2: param -> its tensor hook's handle
+  std::vector<Bucket> buckets_;      // one per element of layout_, in bucket order
+  std::vector<size_t> bucket_of_;    // param -> bucket
+  std::vector<char> ready_;          // param -> marked ready this step
+  std::vector<unsigned> pre_hooks_;  // ZeRO-2: param -> its tensor hook's handle
   std::vector<size_t> launch_order_;
   size_t next_bucket_ = 0;
   size_t launched_during_backward_ = 0;

@@ -10,72 +10,75 @@
 namespace ddp {
 
 void Reducer::setup_shards() {
-  const auto options = [&](size_t b, at::ScalarType dtype) {
-    return at::TensorOptions().dtype(dtype).device(layout_[b].device);
+  const auto options = [](const Bucket& bucket, at::ScalarType dtype) {
+    return at::TensorOptions().dtype(dtype).device(bucket.layout.device);
   };
   // Every allocation before any parameter moves (the OOM rule of the constructor).
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    param_buffers_.push_back(at::zeros({shards_[b].padded}, options(b, layout_[b].dtype)));
+  for (Bucket& bucket : buckets_) {
+    bucket.parameters = at::zeros({bucket.shard.padded}, options(bucket, bucket.layout.dtype));
     // One rank, ZeRO-1: the block is the whole bucket; nothing to copy.
-    shard_grads_.push_back(comm_.size() == 1 && !zero2()
-                               ? buffers_[b]
-                               : at::zeros({shards_[b].size}, options(b, layout_[b].dtype)));
-    wire_shards_.push_back(has_wire(b) ? at::zeros({shards_[b].size}, options(b, options_.reduce_dtype))
-                                       : at::Tensor());
+    bucket.reduced = comm_.size() == 1 && !zero2()
+                         ? bucket.gradients
+                         : at::zeros({bucket.shard.size}, options(bucket, bucket.layout.dtype));
+    bucket.wire_reduced =
+        has_wire(bucket) ? at::zeros({bucket.shard.size}, options(bucket, options_.reduce_dtype))
+                         : at::Tensor();
   }
   // The parameters become views into the flat buffers: the same Variables (the model, the
   // optimizer and autograd keep them), new storage.
   at::NoGradGuard no_grad;
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    for (size_t j = 0; j < layout_[b].params.size(); ++j) {
-      at::Tensor& p = params_[layout_[b].params[j]].second;
-      at::Tensor view = param_view(param_buffers_[b], b, j);
+  for (const Bucket& bucket : buckets_) {
+    for (size_t j = 0; j < bucket.layout.params.size(); ++j) {
+      at::Tensor& p = params_[bucket.layout.params[j]].second;
+      at::Tensor view = param_view(bucket.parameters, bucket.layout, j);
       view.copy_(p.detach());
       p.set_data(view);
     }
   }
 }
 
-void Reducer::acquire_bucket(size_t b) {
-  if (buffers_[b].defined()) return;
-  const auto& bucket = layout_[b];
-  buffers_[b] = at::zeros({shards_[b].padded},
-                          at::TensorOptions().dtype(bucket.dtype).device(bucket.device));
-  if (has_wire(b)) {
-    wire_[b] = at::empty({shards_[b].padded},
-                         at::TensorOptions().dtype(options_.reduce_dtype).device(bucket.device));
+void Reducer::acquire_bucket(Bucket& bucket) {
+  if (bucket.gradients.defined()) return;
+  const auto options = at::TensorOptions().device(bucket.layout.device);
+  bucket.gradients = at::zeros({bucket.shard.padded}, options.dtype(bucket.layout.dtype));
+  if (has_wire(bucket)) {
+    bucket.wire = at::empty({bucket.shard.padded}, options.dtype(options_.reduce_dtype));
   }
-  point_gradients(b);
+  point_gradients(bucket);
 }
 
-void Reducer::release_bucket(size_t b) {
-  if (!buffers_[b].defined()) return;
-  for (size_t k : layout_[b].params) params_[k].second.mutable_grad() = at::Tensor();
-  works_[b].reset();  // an MPI work keeps its input alive
-  buffers_[b] = at::Tensor();
-  wire_[b] = at::Tensor();
+void Reducer::release_bucket(Bucket& bucket) {
+  if (!bucket.gradients.defined()) return;
+  for (size_t k : bucket.layout.params) params_[k].second.mutable_grad() = at::Tensor();
+  bucket.work.reset();  // an MPI work keeps its input alive
+  bucket.gradients = at::Tensor();
+  bucket.wire = at::Tensor();
 }
 
 int64_t Reducer::gradient_bytes() const {
   int64_t bytes = communication_bytes();
-  for (const auto& t : buffers_) {
-    if (t.defined()) bytes += t.nbytes();
-  }
-  for (size_t b = 0; b < shard_grads_.size(); ++b) {
-    if (!shard_grads_[b].is_same(buffers_[b])) bytes += shard_grads_[b].nbytes();
-    if (wire_shards_[b].defined()) bytes += wire_shards_[b].nbytes();
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.gradients.defined()) bytes += bucket.gradients.nbytes();
+    if (!sharded()) continue;
+    if (!bucket.reduced.is_same(bucket.gradients)) bytes += bucket.reduced.nbytes();
+    if (bucket.wire_reduced.defined()) bytes += bucket.wire_reduced.nbytes();
   }
   return bytes;
 }
 
-const std::vector<at::Tensor>& Reducer::reduced_gradients() const {
-  return sharded() ? shard_grads_ : buffers_;
+std::vector<at::Tensor> Reducer::reduced_gradients() const {
+  std::vector<at::Tensor> out;
+  for (const Bucket& bucket : buckets_) {
+    out.push_back(sharded() ? bucket.reduced : bucket.gradients);
+  }
+  return out;
 }
 
 std::vector<at::Tensor> Reducer::parameter_shards() const {
   std::vector<at::Tensor> out;
-  for (size_t b = 0; b < param_buffers_.size(); ++b) {
-    out.push_back(param_buffers_[b].narrow(0, shards_[b].begin, shards_[b].size));
+  if (!sharded()) return out;
+  for (const Bucket& bucket : buckets_) {
+    out.push_back(bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size));
   }
   return out;
 }
@@ -85,9 +88,10 @@ void Reducer::gather_parameters() {
   std::lock_guard<std::mutex> lock(mutex_);
   // Every bucket in flight at once, in bucket order on every rank.
   std::vector<WorkPtr> works;
-  for (size_t b = 0; b < param_buffers_.size(); ++b) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
     works.push_back(comm_.all_gather_async(
-        param_buffers_[b], param_buffers_[b].narrow(0, shards_[b].begin, shards_[b].size),
+        bucket.parameters, bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size),
         fmt::format("parameters of bucket {}", b)));
   }
   for (auto& w : works) w->wait();
@@ -100,17 +104,18 @@ std::vector<at::Tensor> Reducer::unshard(const std::vector<at::Tensor>& blocks, 
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> out;
   if (comm_.rank() == root) out.resize(params_.size());
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    at::Tensor full = at::empty({shards_[b].padded}, blocks[b].options());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const Bucket& bucket = buckets_[b];
+    at::Tensor full = at::empty({bucket.shard.padded}, blocks[b].options());
     if (comm_.size() > 1) {
       comm_.all_gather(full, blocks[b], fmt::format("optimizer state of bucket {}", b));
     } else {
       full.copy_(blocks[b]);
     }
     if (comm_.rank() != root) continue;
-    for (size_t j = 0; j < layout_[b].params.size(); ++j) {
-      out[layout_[b].params[j]] = param_view(full, b, j).to(at::kCPU, /*non_blocking=*/false,
-                                                              /*copy=*/true);
+    for (size_t j = 0; j < bucket.layout.params.size(); ++j) {
+      out[bucket.layout.params[j]] =
+          param_view(full, bucket.layout, j).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     }
   }
   return out;
@@ -124,10 +129,11 @@ void Reducer::shard_from(const std::vector<at::Tensor>* full,
                            "tensor per parameter");
   }
   at::NoGradGuard no_grad;
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    at::Tensor flat = flat_bucket(full, b, blocks[b].options());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const BucketShard& shard = buckets_[b].shard;
+    at::Tensor flat = flat_bucket(full, layout_[b], blocks[b].options());
     if (comm_.size() > 1) comm_.broadcast(flat, 0, fmt::format("optimizer state of bucket {}", b));
-    blocks[b].copy_(flat.narrow(0, shards_[b].begin, shards_[b].size));
+    blocks[b].copy_(flat.narrow(0, shard.begin, shard.size));
   }
 }
 
@@ -137,23 +143,23 @@ std::vector<at::Tensor> Reducer::blocks_of(const std::vector<at::Tensor>& full) 
   }
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> blocks;
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    const BucketShard shard = shard_bucket(layout_[b].numel, comm_.size(), comm_.rank());
+  for (const BucketLayout& layout : layout_) {
+    const BucketShard shard = shard_bucket(layout.numel, comm_.size(), comm_.rank());
     // One bucket's flat copy at a time: the extra memory is one bucket.
-    blocks.push_back(flat_bucket(&full, b, full[layout_[b].params[0]].options())
+    blocks.push_back(flat_bucket(&full, layout, full[layout.params[0]].options())
                          .narrow(0, shard.begin, shard.size)
                          .clone());
   }
   return blocks;
 }
 
-at::Tensor Reducer::flat_bucket(const std::vector<at::Tensor>* full, size_t b,
+at::Tensor Reducer::flat_bucket(const std::vector<at::Tensor>* full, const BucketLayout& layout,
                                 const at::TensorOptions& options) const {
-  const int64_t padded = shard_bucket(layout_[b].numel, comm_.size(), comm_.rank()).padded;
+  const int64_t padded = shard_bucket(layout.numel, comm_.size(), comm_.rank()).padded;
   at::Tensor flat = at::zeros({padded}, options);
   if (full != nullptr) {
-    for (size_t j = 0; j < layout_[b].params.size(); ++j) {
-      param_view(flat, b, j).copy_((*full)[layout_[b].params[j]]);
+    for (size_t j = 0; j < layout.params.size(); ++j) {
+      param_view(flat, layout, j).copy_((*full)[layout.params[j]]);
     }
   }
   return flat;
@@ -168,26 +174,26 @@ void Reducer::shard_in_place(ShardMode mode) {
     throw std::logic_error("Reducer::shard_in_place: a step is in progress");
   }
   options_.shard = mode;
-  for (const auto& bucket : layout_) {
-    shards_.push_back(shard_bucket(bucket.numel, comm_.size(), comm_.rank()));
+  for (Bucket& bucket : buckets_) {
+    bucket.shard = shard_bucket(bucket.layout.numel, comm_.size(), comm_.rank());
   }
   // Sharded buckets are padded to a multiple of the world size: an unpadded one is replaced (its
   // contents belong to the abandoned step), the old freed before the new is allocated.
-  for (size_t b = 0; b < layout_.size(); ++b) {
-    works_[b].reset();  // an MPI work keeps its buffers alive
-    if (buffers_[b].numel() == shards_[b].padded) continue;
-    for (size_t k : layout_[b].params) params_[k].second.mutable_grad() = at::Tensor();
-    const auto options = buffers_[b].options();
-    buffers_[b] = at::Tensor();
-    buffers_[b] = at::zeros({shards_[b].padded}, options);
-    if (wire_[b].defined()) {
-      const auto wire_options = wire_[b].options();
-      wire_[b] = at::Tensor();
-      wire_[b] = at::zeros({shards_[b].padded}, wire_options);
+  for (Bucket& bucket : buckets_) {
+    bucket.work.reset();  // an MPI work keeps its buffers alive
+    if (bucket.gradients.numel() == bucket.shard.padded) continue;
+    for (size_t k : bucket.layout.params) params_[k].second.mutable_grad() = at::Tensor();
+    const auto options = bucket.gradients.options();
+    bucket.gradients = at::Tensor();
+    bucket.gradients = at::zeros({bucket.shard.padded}, options);
+    if (bucket.wire.defined()) {
+      const auto wire_options = bucket.wire.options();
+      bucket.wire = at::Tensor();
+      bucket.wire = at::zeros({bucket.shard.padded}, wire_options);
     }
   }
   setup_shards();  // the blocks and the flat parameters (the parameters' old storage goes)
-  for (size_t b = 0; b < layout_.size(); ++b) point_gradients(b);
+  for (const Bucket& bucket : buckets_) point_gradients(bucket);
   state_ = StepState::kIdle;
 }
 
