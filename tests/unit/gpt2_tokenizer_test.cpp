@@ -1,4 +1,4 @@
-// The C++ GPT-2 tokenizer against tiktoken (tests/unit/gpt2_reference.py, run here through
+// The C++ GPT-2 tokenizer (the byte-level BPE mechanism on tiktoken's ranks) against tiktoken (tests/unit/gpt2_reference.py, run here through
 // TRAINER_PYTHON) on a corpus of Unicode, code and whitespace runs; decoding back byte for byte;
 // and the errors for a missing or malformed ranks file. The ranks are the ones scripts/bootstrap.sh
 // fetched (data::gpt2_ranks_path()).
@@ -25,8 +25,8 @@ std::string read_all(const std::string& path) {
 }
 
 // One tokenizer for the whole suite: loading the ranks takes a moment.
-const data::Gpt2Tokenizer& gpt2() {
-  static const data::Gpt2Tokenizer tokenizer(data::gpt2_ranks_path());
+const data::BpeTokenizer& gpt2() {
+  static const data::BpeTokenizer tokenizer(data::read_gpt2_ranks(data::gpt2_ranks_path()));
   return tokenizer;
 }
 
@@ -86,7 +86,7 @@ TEST(Gpt2Tokenizer, LongRunsEncode) {
 
 void expect_data_error(const std::string& ranks, const std::string& needle) {
   try {
-    data::Gpt2Tokenizer tokenizer(ranks);
+    data::BpeTokenizer tokenizer(data::read_gpt2_ranks(ranks));
     FAIL() << "expected data::DataError for " << ranks;
   } catch (const data::DataError& e) {
     const std::string what = e.what();

@@ -143,15 +143,48 @@ TEST(TokenShards, MalformedFilesAreNamed) {
   EXPECT_THAT(error_of([&] { data::make_token_dataset(o); }), HasSubstr("holds no training shards"));
 }
 
-TEST(TokenShards, ATokenOutsideTheVocabularyNamesFileAndOffset) {
+TEST(TokenShards, ATokenOutsideTheVocabularyIsRefusedAtOpenNamingFileAndOffset) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/train.bin", val = dir.path() + "/val.bin";
+  write_shard(path, 0, 100, /*llmc=*/true);
+  // Tokens 50..99 are out of range; the first, 50, sits at byte 1024 + 2 * 50.
+  EXPECT_THAT(error_of([&] { data::TokenShardDataset ds({path}, 10, 50); }),
+              HasSubstr(path + ": byte offset 1124: token id 50 is not below data.vocab_size = 50"));
+  // The validation split is checked too: its tokens 40..69 pass 50 at the 11th.
+  write_shard(path, 0, 40);
+  write_shard(val, 40, 30);
+  EXPECT_THAT(error_of([&] { data::TokenShardDataset ds({path}, 10, 50, {val}); }),
+              HasSubstr(val + ": byte offset 20: token id 50 is not below data.vocab_size = 50"));
+  EXPECT_NO_THROW(data::TokenShardDataset ds({path}, 10, 50));
+}
+
+// llm.c's Llama 3 shards: magic 20240801, version 7, uint32 tokens.
+void write_wide_shard(const std::string& path, const std::vector<uint32_t>& tokens, int32_t version = 7) {
+  int32_t header[256] = {20240801, version, static_cast<int32_t>(tokens.size())};
+  std::vector<char> bytes(reinterpret_cast<char*>(header), reinterpret_cast<char*>(header) + sizeof header);
+  bytes.insert(bytes.end(), reinterpret_cast<const char*>(tokens.data()),
+               reinterpret_cast<const char*>(tokens.data()) + 4 * tokens.size());
+  write_bytes(path, bytes.data(), bytes.size());
+}
+
+TEST(TokenShards, Uint32ShardsReadBackAndAreChecked) {
   test::TempDir dir;
   const std::string path = dir.path() + "/train.bin";
-  write_shard(path, 0, 100, /*llmc=*/true);
-  data::TokenShardDataset ds({path}, 10, 50);  // tokens 50..99 are out of range
-  EXPECT_NO_THROW(ds.get(at::tensor({0, 3}, at::kLong)));
-  // Window 5 reads tokens 50..60; token 50 sits at byte 1024 + 2 * 50.
-  EXPECT_THAT(error_of([&] { ds.get(at::tensor({5}, at::kLong)); }),
-              HasSubstr(path + ": byte offset 1124: token id 50 is not below data.vocab_size = 50"));
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < 41; ++i) tokens.push_back(128255 - 3000 * i);
+  write_wide_shard(path, tokens);
+  data::TokenShardDataset ds({path}, 8, 128256);
+  EXPECT_EQ(ds.size(), 5);
+  const auto b = ds.get(at::tensor({1, 4}, at::kLong));
+  for (int64_t j = 0; j < 8; ++j) {
+    EXPECT_EQ(b.inputs[0][j].item<int64_t>(), tokens[8 + j]);
+    EXPECT_EQ(b.targets[1][j].item<int64_t>(), tokens[33 + j]);
+  }
+  EXPECT_THAT(error_of([&] { data::TokenShardDataset d({path}, 8, 128255); }),
+              HasSubstr(path + ": byte offset 1024: token id 128255 is not below data.vocab_size = 128255"));
+  write_wide_shard(path, tokens, 1);
+  EXPECT_THAT(error_of([&] { data::TokenShardDataset d({path}, 8, 128256); }),
+              HasSubstr(path + ": byte offset 4: llm.c header version 1 after magic 20240801; only version 7 (uint32 tokens)"));
 }
 
 }  // namespace
