@@ -178,7 +178,8 @@ void BpeTokenizer::Impl::split(std::string_view text, size_t step, std::vector<i
     return;
   }
   if (spec.splits[step].add_prefix_space && text.front() != ' ') {
-    const std::string spaced = " " + std::string(text);
+    std::string spaced(1, ' ');
+    spaced.append(text);
     cut(spaced, step, out);
   } else {
     cut(text, step, out);
@@ -307,11 +308,12 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
   const auto& tokens = impl_->spelled;
   std::string text;
   for (const int64_t id : ids) {
-    if (id < 0 || id >= vocab_size() || !tokens[static_cast<size_t>(id)]) {
-      throw std::out_of_range(fmt::format("{} tokenizer: id {} is not in the vocabulary (0..{})",
-                                          impl_->spec.name, id, vocab_size() - 1));
+    if (id < 0) {
+      throw std::out_of_range(fmt::format("{} tokenizer: id {} is negative", impl_->spec.name, id));
     }
-    text += *tokens[static_cast<size_t>(id)];
+    // An id without a spelling is skipped, as `tokenizers`' decode skips it: a model's vocabulary
+    // may be wider than its tokenizer's (Qwen2: 151,936 rows for 151,646 ids) or have holes.
+    if (id < vocab_size() && tokens[static_cast<size_t>(id)]) text += *tokens[static_cast<size_t>(id)];
   }
   return text;
 }

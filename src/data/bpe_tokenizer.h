@@ -17,8 +17,10 @@
 //      model's rule; tiktoken's rule is the same with every split of a token as its merge and
 //      the token's rank as the merge's rank. With whole_piece_first a piece that is a token is
 //      that token at once (tiktoken; `tokenizers`' ignore_merges).
-// decode(ids): the bytes of each id, concatenated (an added token is its content). vocab_size():
-// one above the highest id of the vocabulary and the added tokens.
+// decode(ids): the bytes of each id, concatenated (an added token is its content); an id with no
+// spelling (a hole in the vocabulary, or at or above vocab_size()) is skipped, as `tokenizers`
+// skips it; a negative id throws std::out_of_range. vocab_size(): one above the highest id of the
+// vocabulary and the added tokens.
 //
 // Immutable after construction; encode and decode are safe from several threads.
 #pragma once

@@ -10,7 +10,8 @@
 //          library; its added and special tokens are split out of the text.
 // gpt2 and tokenizer.json files share one byte-level BPE mechanism (data/bpe_tokenizer.h).
 //
-// Contract: decode(encode(t)) == t byte for byte for every text t. decode() of an arbitrary id
+// Contract: decode(encode(t)) == t byte for byte for every text t (but for a tokenizer.json whose
+// ByteLevel adds a prefix space: that space stays, as in `tokenizers`). decode() of an arbitrary id
 // sequence returns the bytes those ids stand for, which need not be valid UTF-8 (a multi-byte
 // character may be split across ids). Immutable after construction: safe to share across threads.
 #pragma once
@@ -38,8 +39,9 @@ class Tokenizer {
   // bytes and gpt2: ordinary text (special-token strings such as "<|endoftext|>" are encoded as
   // text); a tokenizer.json: its added tokens are split out first, as `tokenizers` does.
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
-  // Throws std::out_of_range naming the id for one that is not below vocab_size() (or is a
-  // special id the encoding cannot spell).
+  // bytes: throws std::out_of_range naming an id that is not a byte. The BPE encodings (gpt2, a
+  // tokenizer.json) skip an id they have no spelling for, as `tokenizers` does (a model's
+  // vocabulary may be wider than its tokenizer's), and throw std::out_of_range for a negative one.
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
 };
 

@@ -43,7 +43,8 @@ DOCS = CORPUS + [
     "if (x) {\r\n\treturn 1;\r\n}\r\n\u2003\u2003\u00a0 \u3000x zzyzx zzyzxs 12345678 ３４５",
 ]
 
-TRAINING_TEXT = "\n".join(DOCS * 3) + (
+# Without "zzyzx": no merge reaches the token llama3-pattern adds for it.
+TRAINING_TEXT = "\n".join(DOCS * 3).replace("zzyzx", "") + (
     "The quick brown fox jumps over the lazy dog. It's what we'll do, isn't it? " * 20)
 
 
@@ -77,8 +78,13 @@ def make(kind):
     if kind == "gpt2-pattern":
         j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]  # the older form
     if kind == "llama3-pattern":
+        # A vocabulary entry after the trained ones; <custom>, not in the vocabulary, moves up one
+        # (tokenizers numbers such added tokens from the vocabulary's entry count).
         vocab = j["model"]["vocab"]
-        vocab["\u0120zzyzx"] = 1 + max(max(vocab.values()), max(t["id"] for t in j["added_tokens"]))
+        vocab["\u0120zzyzx"] = len(vocab)
+        for t in j["added_tokens"]:
+            if t["content"] == "<custom>":
+                t["id"] = len(vocab)
     return j
 
 
