@@ -17,17 +17,19 @@ Encodings:
          llm.c's convention. Train with data.vocab_size: 50257. The ranks are GPT-2's
          tiktoken-format file that scripts/bootstrap.sh fetches: --ranks, else
          $TRAINER_GPT2_RANKS, else ${TRAINER_CACHE:-~/.cache/trainer}/gpt2.tiktoken.
-  --tokenizer PATH  a byte-level BPE tokenizer.json (GPT-2, Llama 3, SmolLM, Qwen2), through the
-         `tokenizers` library: Tokenizer.encode(text, add_special_tokens=False), so added tokens in
-         the text are split out. Each document is preceded by the added token <|endoftext|>, else
+  --tokenizer PATH  a BPE tokenizer.json (GPT-2, Llama 3, SmolLM, Qwen2), through the `tokenizers`
+         library: Tokenizer.encode(text, add_special_tokens=False), so added tokens in the text are
+         split out. Each document is preceded by the added token <|endoftext|>, else
          <|end_of_text|> (none: documents are joined as they are). Above 65,536 ids (Llama 3's
-         128,256) tokens are uint32, in llm.c's Llama 3 format (magic 20240801, version 7); a text
-         file is then tokenized whole (only JSON Lines and folders are spread over processes).
+         128,256) tokens are uint32, in llm.c's Llama 3 format (magic 20240801, version 7). A text
+         file is tokenized whole (only JSON Lines and folders are spread over processes). Another
+         model type is refused; the trainer's --generate and samples need a byte-level BPE one.
 
 Writes OUTDIR/train_000000.bin, ... of --shard-tokens tokens each (the last one shorter) and
 OUTDIR/val_000000.bin, ...: little-endian uint16 tokens, bare (nanoGPT) or after llm.c's
-256-int32 header (--header llmc); uint32 tokens always carry llm.c's header. The last --val-fraction of the token stream is the validation
-split (it may begin inside a document). Shards of an earlier run in OUTDIR are removed first.
+256-int32 header (--header llmc); uint32 tokens always carry llm.c's header. The last
+--val-fraction of the token stream is the validation split (it may begin inside a document).
+Shards of an earlier run in OUTDIR are removed first.
 
 Large inputs are cut into chunks of about 1 MiB, tokenized on --workers processes (default: every
 core); the output is the same for any number of workers. GPT-2 text is cut only where the

@@ -211,8 +211,7 @@ class TokenizerJson(unittest.TestCase):
     def write_jsonl(self):
         path = os.path.join(self.dir, "docs.jsonl")
         with open(path, "w", encoding="utf-8") as f:
-            for doc in bpe_reference.DOCS:
-                f.write(json.dumps({"text": doc}) + "\n")
+            f.writelines(json.dumps({"text": doc}) + "\n" for doc in bpe_reference.DOCS)
         return path
 
     def test_small_vocabulary_is_uint16_and_equals_tokenizers(self):
