@@ -92,23 +92,25 @@ def gpt2_encoding(ranks_path):
 
 
 def json_tokenizer(path):
-    """(the `tokenizers` Tokenizer of `path`, its vocabulary size, its document separator id or None)."""
+    """(the `tokenizers` Tokenizer of `path`, its vocabulary size, its document separator id or
+    None)."""
     try:
         import tokenizers
     except ImportError:
-        raise InputError("--tokenizer needs the tokenizers package (scripts/bootstrap.sh installs it into "
-                         "the trainer's virtualenv)")
+        raise InputError("--tokenizer needs the tokenizers package (scripts/bootstrap.sh "
+                         "installs it into the trainer's virtualenv)") from None
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such tokenizer.json")
     try:
         tok = tokenizers.Tokenizer.from_file(path)
     except Exception as e:
-        raise InputError(f"{path}: not a tokenizer.json that the tokenizers library reads ({e})")
+        raise InputError(
+            f"{path}: not a tokenizer.json that the tokenizers library reads ({e})") from e
     with open(path, encoding="utf-8") as f:
         kind = (json.load(f).get("model") or {}).get("type", "(no type)")
     if kind != "BPE":
-        raise InputError(f"{path}: a {kind} tokenizer (model.type {kind}): the trainer reads byte-level BPE "
-                         "tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)")
+        raise InputError(f"{path}: a {kind} tokenizer (model.type {kind}): the trainer reads "
+                         "byte-level BPE tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)")
     vocab_size = max(tok.get_vocab(with_added_tokens=True).values()) + 1
     added = {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
     separator = next((added[c] for c in ("<|endoftext|>", "<|end_of_text|>") if c in added), None)
@@ -178,7 +180,8 @@ def all_units(files, chunk_bytes, cut, whole_texts=False):
         if path.endswith(".jsonl"):
             yield from jsonl_units(path, chunk_bytes)
         else:
-            yield from text_units(path, os.path.getsize(path) + 1 if whole_texts else chunk_bytes, cut)
+            size = os.path.getsize(path) + 1 if whole_texts else chunk_bytes
+            yield from text_units(path, size, cut)
 
 
 # --- Tokenizing (in the workers) -------------------------------------------------------------
@@ -284,7 +287,8 @@ class ShardWriter:
     def _set_count(self, f, count):
         if self.header == "llmc":
             h = np.zeros(256, dtype=np.int32)
-            h[0], h[1] = (LLMC_MAGIC_32, LLMC_VERSION_32) if self.wide else (LLMC_MAGIC, LLMC_VERSION)
+            wide = (LLMC_MAGIC_32, LLMC_VERSION_32)
+            h[0], h[1] = wide if self.wide else (LLMC_MAGIC, LLMC_VERSION)
             h[2] = count
             f.seek(0)
             f.write(h.tobytes())
@@ -369,7 +373,8 @@ def tokenize(a, files):
     total_bytes = sum(os.path.getsize(p) for p in files)
     units = all_units(files, a.chunk_bytes, GPT2_CUT if a.encoding == "gpt2" else None,
                       whole_texts=bool(a.tokenizer))
-    writer = ShardWriter(a.outdir, a.shard_tokens, a.header, np.uint32 if a.vocab_size > 1 << 16 else np.uint16)
+    dtype = np.uint32 if a.vocab_size > 1 << 16 else np.uint16
+    writer = ShardWriter(a.outdir, a.shard_tokens, a.header, dtype)
     bar = progress_bar(total_bytes)
     written_docs = False
 
@@ -390,8 +395,9 @@ def tokenize(a, files):
     else:
         # Results are taken in input order; at most 4 units per worker are in flight, so memory
         # stays bounded however large the input.
+        init_args = (a.encoding, a.ranks, a.tokenizer)
         with concurrent.futures.ProcessPoolExecutor(a.workers, initializer=init_worker,
-                                                    initargs=(a.encoding, a.ranks, a.tokenizer)) as pool:
+                                                    initargs=init_args) as pool:
             pending = collections.deque()
             try:
                 for unit in units:
@@ -420,7 +426,8 @@ def main():
     p.add_argument("input", help="a text file, a .jsonl file or a folder")
     p.add_argument("outdir")
     p.add_argument("--encoding", choices=["bytes", "gpt2"], default=None, help="default: bytes")
-    p.add_argument("--tokenizer", help="a byte-level BPE tokenizer.json, through the tokenizers library")
+    p.add_argument("--tokenizer",
+                   help="a byte-level BPE tokenizer.json, through the tokenizers library")
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
     p.add_argument("--header", choices=["none", "llmc"], default="none")
@@ -448,8 +455,8 @@ def main():
         if a.tokenizer:
             _, a.vocab_size, separator = json_tokenizer(a.tokenizer)
             if separator is None:
-                print(f"{a.tokenizer}: no <|endoftext|> or <|end_of_text|> token: documents are joined "
-                      "without a separator", file=sys.stderr)
+                print(f"{a.tokenizer}: no <|endoftext|> or <|end_of_text|> token: documents are "
+                      "joined without a separator", file=sys.stderr)
         os.makedirs(a.outdir, exist_ok=True)
         remove_old_shards(a.outdir)
         n_train, train_shards, n_val, val_shards = tokenize(a, files)

@@ -55,7 +55,8 @@ Pattern compile(const BpeSpec::Split& split, const std::string& source) {
                              &err, &offset, nullptr));
   if (!code) {
     throw DataError(fmt::format("{}: the pre-tokenizer pattern {} does not compile (PCRE2, at "
-                                "character {}: {})", source, split.pattern, offset, pcre2_message(err)));
+                                "character {}: {})",
+                                source, split.pattern, offset, pcre2_message(err)));
   }
   // The JIT is several times faster; where it is unavailable pcre2_match interprets.
   pcre2_jit_compile(code.get(), PCRE2_JIT_COMPLETE);
@@ -105,7 +106,7 @@ std::string spell_out_white_space(const std::string& pattern) {
 struct BpeTokenizer::Impl {
   BpeSpec spec;
   std::unordered_map<std::string, int64_t, BytesHash, std::equal_to<>> id_of;  // bytes -> id
-  std::unordered_map<uint64_t, std::pair<uint32_t, int64_t>> merge_of;        // pair -> rank, id
+  std::unordered_map<uint64_t, std::pair<uint32_t, int64_t>> merge_of;         // pair -> rank, id
   int64_t byte_id[256] = {};
   std::vector<Pattern> patterns;
   std::vector<std::optional<std::string>> spelled;  // id -> what decode writes
@@ -171,7 +172,8 @@ void BpeTokenizer::Impl::merge_piece(std::string_view piece, std::vector<int64_t
 
 // Cuts `text` with pattern `step` (matches and the gaps between them), passing each piece to the
 // next pattern, and after the last to the merges.
-void BpeTokenizer::Impl::split(std::string_view text, size_t step, std::vector<int64_t>& out) const {
+void BpeTokenizer::Impl::split(std::string_view text, size_t step,
+                               std::vector<int64_t>& out) const {
   if (text.empty()) return;
   if (step == patterns.size()) {
     merge_piece(text, out);
@@ -202,8 +204,8 @@ void BpeTokenizer::Impl::cut(std::string_view text, size_t step, std::vector<int
     const int rc = pcre2_match(code, subject, text.size(), pos, 0, match.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      throw std::runtime_error(fmt::format("{} tokenizer: matching at byte {}: {}", spec.name, pos,
-                                           pcre2_message(rc)));
+      throw std::runtime_error(
+          fmt::format("{} tokenizer: matching at byte {}: {}", spec.name, pos, pcre2_message(rc)));
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
     const size_t start = ovector[0], end = ovector[1];
@@ -256,9 +258,10 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec) : impl_(std::make_unique<Impl>()) {
   for (int b = 0; b < 256; ++b) {
     const auto it = m.id_of.find(std::string(1, static_cast<char>(b)));
     if (it == m.id_of.end()) {
-      throw DataError(fmt::format("{}: no token for the single byte {} (0x{:02X}): a byte-level BPE "
-                                  "vocabulary holds all 256, or some texts cannot be encoded",
-                                  m.spec.source, b, b));
+      throw DataError(
+          fmt::format("{}: no token for the single byte {} (0x{:02X}): a byte-level BPE "
+                      "vocabulary holds all 256, or some texts cannot be encoded",
+                      m.spec.source, b, b));
     }
     m.byte_id[b] = it->second;
   }
@@ -270,8 +273,10 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec) : impl_(std::make_unique<Impl>()) {
   }
   m.spelled = tokens;
   auto spell = [&](const BpeSpec::AddedToken& t) {
-    if (t.id < 0) throw DataError(fmt::format("{}: added token id {} is negative", m.spec.source, t.id));
-    if (static_cast<size_t>(t.id) >= m.spelled.size()) m.spelled.resize(static_cast<size_t>(t.id) + 1);
+    if (t.id < 0)
+      throw DataError(fmt::format("{}: added token id {} is negative", m.spec.source, t.id));
+    if (static_cast<size_t>(t.id) >= m.spelled.size())
+      m.spelled.resize(static_cast<size_t>(t.id) + 1);
     m.spelled[static_cast<size_t>(t.id)] = t.content;
   };
   for (const auto& t : m.spec.unsplit) spell(t);
@@ -313,7 +318,8 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
     }
     // An id without a spelling is skipped, as `tokenizers`' decode skips it: a model's vocabulary
     // may be wider than its tokenizer's (Qwen2: 151,936 rows for 151,646 ids) or have holes.
-    if (id < vocab_size() && tokens[static_cast<size_t>(id)]) text += *tokens[static_cast<size_t>(id)];
+    if (id < vocab_size() && tokens[static_cast<size_t>(id)])
+      text += *tokens[static_cast<size_t>(id)];
   }
   return text;
 }

@@ -40,7 +40,7 @@ namespace data {
 struct BpeSpec {
   struct Merge {
     int64_t left = 0, right = 0, merged = 0;  // ids
-    uint32_t rank = 0;                         // lower merges first
+    uint32_t rank = 0;                        // lower merges first
   };
   // A pre-tokenizer step: its pattern (empty: cuts nothing) and how to compile it: `tokenizers`
   // (Oniguruma, Ruby syntax) reads '^' and '$' at line ends (PCRE2_MULTILINE); tiktoken (Rust
@@ -56,11 +56,11 @@ struct BpeSpec {
     int64_t id = 0;
   };
 
-  std::string name;                                 // as make_tokenizer takes it
-  std::string source;                               // the file, for messages
-  std::vector<std::optional<std::string>> tokens;   // id -> its bytes
-  std::vector<Merge> merges;                        // a later duplicate pair wins
-  std::vector<Split> splits;                        // applied in order
+  std::string name;                                // as make_tokenizer takes it
+  std::string source;                              // the file, for messages
+  std::vector<std::optional<std::string>> tokens;  // id -> its bytes
+  std::vector<Merge> merges;                       // a later duplicate pair wins
+  std::vector<Split> splits;                       // applied in order
   bool whole_piece_first = false;
   std::vector<std::vector<AddedToken>> added_passes;  // split out in this order, before splits
   std::vector<AddedToken> unsplit;  // decoded, never produced by encode (tiktoken's special)

@@ -56,7 +56,8 @@ std::string how_to_get() {
 BpeSpec read_gpt2_ranks(const std::string& ranks_path) {
   std::ifstream in(ranks_path, std::ios::binary);
   if (!in) {
-    throw DataError(fmt::format("{}: cannot read GPT-2's BPE ranks ({})", ranks_path, how_to_get()));
+    throw DataError(
+        fmt::format("{}: cannot read GPT-2's BPE ranks ({})", ranks_path, how_to_get()));
   }
   auto bad = [&](int64_t line, const std::string& what) {
     return DataError(fmt::format("{}:{}: {} (a tiktoken ranks file has lines 'BASE64 RANK' with "
@@ -82,7 +83,8 @@ BpeSpec read_gpt2_ranks(const std::string& ranks_path) {
     char* end = nullptr;
     const long rank = std::strtol(rank_text.c_str(), &end, 10);
     if (rank_text.empty() || *end != '\0' || rank < 0 || rank >= kGpt2EndOfText) {
-      throw bad(n, fmt::format("rank '{}' is not an integer from 0 to {}", rank_text, kGpt2EndOfText - 1));
+      throw bad(n, fmt::format("rank '{}' is not an integer from 0 to {}", rank_text,
+                               kGpt2EndOfText - 1));
     }
     if (spec.tokens[rank]) throw bad(n, fmt::format("rank {} appears twice", rank));
     if (!id_of.emplace(token, rank).second) throw bad(n, "the token appears twice");

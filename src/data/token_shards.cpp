@@ -37,7 +37,8 @@ std::vector<std::string> bin_files(const std::string& dir, const char* key) {
   std::vector<std::string> out;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) {
-    throw DataError(fmt::format("{}: cannot open the directory {}: {}", key, dir, std::strerror(errno)));
+    throw DataError(
+        fmt::format("{}: cannot open the directory {}: {}", key, dir, std::strerror(errno)));
   }
   while (const dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
@@ -54,7 +55,9 @@ class MappedFile {
  public:
   explicit MappedFile(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw DataError(fmt::format("{}: cannot open the token shard: {}", path, std::strerror(errno)));
+    if (fd < 0)
+      throw DataError(
+          fmt::format("{}: cannot open the token shard: {}", path, std::strerror(errno)));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
@@ -66,7 +69,8 @@ class MappedFile {
       if (map == MAP_FAILED) {
         const int err = errno;
         ::close(fd);
-        throw DataError(fmt::format("{}: cannot map the token shard: {}", path, std::strerror(err)));
+        throw DataError(
+            fmt::format("{}: cannot map the token shard: {}", path, std::strerror(err)));
       }
       data_ = static_cast<const unsigned char*>(map);
     }
@@ -104,7 +108,8 @@ struct TokenShardDataset::Shard {
       read_header(magic);
     } else if (size % 2 != 0) {
       throw DataError(fmt::format("{}: {} bytes, an odd byte count: not a file of uint16 tokens "
-                                  "(a partial token at byte offset {})", path, size, size - 1));
+                                  "(a partial token at byte offset {})",
+                                  path, size, size - 1));
     } else {
       count = size / width;
     }
@@ -122,17 +127,18 @@ struct TokenShardDataset::Shard {
     const int32_t version = wide ? kLlmcVersion32 : kLlmcVersion16;
     if (header[1] != version) {
       throw DataError(fmt::format("{}: byte offset 4: llm.c header version {} after magic {}; only "
-                                  "version {} ({} tokens) is supported", path, header[1], magic,
-                                  version, wide ? "uint32" : "uint16"));
+                                  "version {} ({} tokens) is supported",
+                                  path, header[1], magic, version, wide ? "uint32" : "uint16"));
     }
     width = wide ? 4 : 2;
     const int64_t claimed = header[2];
     const int64_t held = (size - kLlmcHeaderBytes) / width;
     if (claimed < 0 || kLlmcHeaderBytes + width * claimed != size) {
-      throw DataError(fmt::format(
-          "{}: {}: the header (byte offset 8) says {} tokens, the file holds {} ({} bytes after the "
-          "{}-byte header)", path, claimed > held ? "truncated" : "corrupt", claimed, held,
-          size - kLlmcHeaderBytes, kLlmcHeaderBytes));
+      throw DataError(fmt::format("{}: {}: the header (byte offset 8) says {} tokens, the file "
+                                  "holds {} ({} bytes after the "
+                                  "{}-byte header)",
+                                  path, claimed > held ? "truncated" : "corrupt", claimed, held,
+                                  size - kLlmcHeaderBytes, kLlmcHeaderBytes));
     }
     header_bytes = kLlmcHeaderBytes;
     count = claimed;
@@ -157,8 +163,10 @@ struct TokenShardDataset::Shard {
     if (largest < static_cast<uint64_t>(vocab_size)) return;
     for (int64_t j = 0; j < count; ++j) {
       if (token(j) >= static_cast<uint64_t>(vocab_size)) {
-        throw DataError(fmt::format("{}: byte offset {}: token id {} is not below data.vocab_size = "
-                                    "{}", path, header_bytes + width * j, token(j), vocab_size));
+        throw DataError(
+            fmt::format("{}: byte offset {}: token id {} is not below data.vocab_size = "
+                        "{}",
+                        path, header_bytes + width * j, token(j), vocab_size));
       }
     }
   }
@@ -190,11 +198,13 @@ struct TokenShardDataset::Shard {
 };
 
 TokenShardDataset::TokenShardDataset(const std::vector<std::string>& files, int64_t context,
-                                     int64_t vocab_size, const std::vector<std::string>& validation_files)
+                                     int64_t vocab_size,
+                                     const std::vector<std::string>& validation_files)
     : files_(files), context_(context), vocab_size_(vocab_size) {
   if (files.empty()) throw DataError("data.path: no token shards (.bin files) to read");
   if (context < 1) throw DataError(fmt::format("data.context must be positive, got {}", context));
-  if (vocab_size < 1) throw DataError(fmt::format("data.vocab_size must be positive, got {}", vocab_size));
+  if (vocab_size < 1)
+    throw DataError(fmt::format("data.vocab_size must be positive, got {}", vocab_size));
   const Shard* longest = nullptr;
   for (const auto& f : files) {
     auto shard = std::make_unique<Shard>(f);
@@ -241,25 +251,30 @@ Batch TokenShardDataset::get(const at::Tensor& indices) const {
     const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), i) - 1;
     const Shard& shard = *shards_[static_cast<size_t>(it - first_window_.begin())];
     const int64_t start = (i - *it) * context_;
-    for (int64_t j = 0; j < width; ++j) out[k * width + j] = shard.token(start + j);  // checked at open
+    for (int64_t j = 0; j < width; ++j)
+      out[k * width + j] = shard.token(start + j);  // checked at open
   }
   return {window.narrow(1, 0, context_).contiguous(), window.narrow(1, 1, context_).contiguous()};
 }
 
 ShardFiles find_shards(const std::string& path, const std::string& val_path) {
-  if (path.empty()) throw DataError("data.path: empty; give a .bin token shard or a directory of them");
-  if (struct stat st {}; ::stat(path.c_str(), &st) != 0) {
-    throw DataError(fmt::format("data.path: {}: {} (a .bin token shard or a directory of them)", path,
-                                std::strerror(errno)));
+  if (path.empty())
+    throw DataError("data.path: empty; give a .bin token shard or a directory of them");
+  if (struct stat st{}; ::stat(path.c_str(), &st) != 0) {
+    throw DataError(fmt::format("data.path: {}: {} (a .bin token shard or a directory of them)",
+                                path, std::strerror(errno)));
   }
   ShardFiles out;
   if (is_directory(path)) {
     for (const auto& name : bin_files(path, "data.path")) {
-      (name.find("val") != std::string::npos ? out.validation : out.train).push_back(path + "/" + name);
+      (name.find("val") != std::string::npos ? out.validation : out.train)
+          .push_back(path + "/" + name);
     }
     if (out.train.empty()) {
-      throw DataError(fmt::format("data.path: {} holds no training shards (.bin files without 'val' "
-                                  "in the name)", path));
+      throw DataError(
+          fmt::format("data.path: {} holds no training shards (.bin files without 'val' "
+                      "in the name)",
+                      path));
     }
   } else {
     out.train.push_back(path);
@@ -282,7 +297,8 @@ ShardFiles find_shards(const std::string& path, const std::string& val_path) {
 
 std::unique_ptr<Dataset> make_token_dataset(const DataOptions& o) {
   const ShardFiles files = find_shards(o.path, o.val_path);
-  return std::make_unique<TokenShardDataset>(files.train, o.context, o.vocab_size, files.validation);
+  return std::make_unique<TokenShardDataset>(files.train, o.context, o.vocab_size,
+                                             files.validation);
 }
 
 }  // namespace data

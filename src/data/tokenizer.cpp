@@ -38,9 +38,9 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding) {
   if (is_tokenizer_json_path(encoding)) {
     return std::make_unique<BpeTokenizer>(read_tokenizer_json(encoding));
   }
-  throw std::invalid_argument(fmt::format(
-      "unknown tokenizer encoding '{}' (known: {}, or the path of a tokenizer.json)", encoding,
-      fmt::join(tokenizer_names(), ", ")));
+  throw std::invalid_argument(
+      fmt::format("unknown tokenizer encoding '{}' (known: {}, or the path of a tokenizer.json)",
+                  encoding, fmt::join(tokenizer_names(), ", ")));
 }
 
 std::unique_ptr<Tokenizer> choose_tokenizer(const DataOptions& d, const std::string& init_from) {
@@ -68,9 +68,9 @@ std::unique_ptr<Tokenizer> choose_tokenizer(const DataOptions& d, const std::str
     throw std::invalid_argument(fmt::format("data.tokenizer: {}", e.what()));
   }
   if (tokenizer->vocab_size() > d.vocab_size) {
-    throw std::invalid_argument(fmt::format(
-        "data.tokenizer: {} ids go up to {}, above data.vocab_size = {}", name,
-        tokenizer->vocab_size() - 1, d.vocab_size));
+    throw std::invalid_argument(
+        fmt::format("data.tokenizer: {} ids go up to {}, above data.vocab_size = {}", name,
+                    tokenizer->vocab_size() - 1, d.vocab_size));
   }
   return tokenizer;
 }

@@ -69,6 +69,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding);
 // when there is one, else bytes when data.vocab_size <= 256, gpt2 when it is 50257. Throws
 // std::invalid_argument (a DataError for a file) naming data.tokenizer when auto cannot choose,
 // the setting is unknown, or the tokenizer's ids do not fit data.vocab_size.
-std::unique_ptr<Tokenizer> choose_tokenizer(const DataOptions& options, const std::string& init_from);
+std::unique_ptr<Tokenizer> choose_tokenizer(const DataOptions& options,
+                                            const std::string& init_from);
 
 }  // namespace data

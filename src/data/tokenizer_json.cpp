@@ -5,8 +5,8 @@
 
 #include <array>
 #include <cctype>
-#include <optional>
 #include <fstream>
+#include <optional>
 #include <unordered_map>
 
 #include <sys/stat.h>
@@ -84,7 +84,8 @@ class Reader {
   void check_model(const Json& model) const;
   void read_vocab(const Json& vocab, BpeSpec& spec);
   void read_merges(const Json& merges, BpeSpec& spec) const;
-  void read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level, const std::string& where) const;
+  void read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
+                          const std::string& where) const;
   void read_added(const Json& added, BpeSpec& spec) const;
 
   std::string path_;
@@ -103,7 +104,7 @@ Json Reader::load() const {
 
 std::string type_of(const Json& j) {
   return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
-                                                                       : std::string("(no type)");
+                                                                      : std::string("(no type)");
 }
 
 bool set_and_not(const Json& j, const char* key, const Json& off) {
@@ -114,7 +115,8 @@ void Reader::check_model(const Json& model) const {
   const std::string type = type_of(model);
   if (type != "BPE") {
     throw error(fmt::format("a {} tokenizer (model.type {}): the trainer reads byte-level BPE "
-                            "tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)", type, type));
+                            "tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)",
+                            type, type));
   }
   if (model.value("byte_fallback", false)) {
     throw error("a SentencePiece-style BPE tokenizer (model.byte_fallback: true): the trainer "
@@ -126,7 +128,8 @@ void Reader::check_model(const Json& model) const {
     }
   }
   if (set_and_not(model, "dropout", 0.0)) {
-    throw error("model.dropout is set: BPE dropout makes encoding random; remove it for training data");
+    throw error(
+        "model.dropout is set: BPE dropout makes encoding random; remove it for training data");
   }
 }
 
@@ -138,7 +141,8 @@ void Reader::read_vocab(const Json& vocab, BpeSpec& spec) {
     }
     const int64_t id = id_json.get<int64_t>();
     vocab_[token] = id;
-    if (static_cast<size_t>(id) >= spec.tokens.size()) spec.tokens.resize(static_cast<size_t>(id) + 1);
+    if (static_cast<size_t>(id) >= spec.tokens.size())
+      spec.tokens.resize(static_cast<size_t>(id) + 1);
     if (auto bytes = byte_level_bytes(token)) {
       spec.tokens[static_cast<size_t>(id)] = std::move(*bytes);
     } else {
@@ -156,7 +160,8 @@ void Reader::read_merges(const Json& merges, BpeSpec& spec) const {
       const std::string s = m.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos) {
-        throw error(fmt::format("model.merges[{}]: \"{}\" is not two tokens separated by a space", i, s));
+        throw error(
+            fmt::format("model.merges[{}]: \"{}\" is not two tokens separated by a space", i, s));
       }
       left = s.substr(0, space);
       right = s.substr(space + 1);
@@ -220,10 +225,12 @@ void Reader::read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
     spec.splits.push_back(std::move(s));
   } else if (type == "Metaspace") {
     throw error(fmt::format("{}: a SentencePiece-style tokenizer (pre-tokenizer Metaspace): the "
-                            "trainer reads byte-level BPE tokenizer.json files only", where));
+                            "trainer reads byte-level BPE tokenizer.json files only",
+                            where));
   } else {
     throw error(fmt::format("{}: pre-tokenizer {} is not read (ByteLevel, Split, Digits, Sequence "
-                            "are)", where, type));
+                            "are)",
+                            where, type));
   }
 }
 
@@ -274,10 +281,12 @@ BpeSpec Reader::read() {
   const Json& model = j["model"];
   check_model(model);
   const Json& normalizer = j.value("normalizer", Json());
-  if (!normalizer.is_null() &&
-      !(type_of(normalizer) == "Sequence" && normalizer.value("normalizers", Json::array()).empty())) {
-    throw error(fmt::format("normalizer {} is not read (byte-level BPE tokenizers the trainer reads "
-                            "have none)", type_of(normalizer)));
+  if (!normalizer.is_null() && !(type_of(normalizer) == "Sequence" &&
+                                 normalizer.value("normalizers", Json::array()).empty())) {
+    throw error(
+        fmt::format("normalizer {} is not read (byte-level BPE tokenizers the trainer reads "
+                    "have none)",
+                    type_of(normalizer)));
   }
   BpeSpec spec;
   spec.name = path_;
@@ -290,7 +299,8 @@ BpeSpec Reader::read() {
   if (!pre.is_null()) read_pre_tokenizer(pre, spec, byte_level, "pre_tokenizer");
   if (!byte_level) {
     throw error(fmt::format("no ByteLevel pre-tokenizer (pre_tokenizer {}): not a byte-level BPE "
-                            "tokenizer", pre.is_null() ? "null" : type_of(pre)));
+                            "tokenizer",
+                            pre.is_null() ? "null" : type_of(pre)));
   }
   read_added(j.value("added_tokens", Json::array()), spec);
   return spec;

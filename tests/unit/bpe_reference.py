@@ -34,7 +34,8 @@ WIDE_SHIFT = 69000
 
 DOCS = CORPUS + [
     # more scripts: Korean, Arabic, Hindi, Thai, with their own digits and punctuation
-    "안녕하세요, 세계! 한국어 문장입니다. مرحبا بالعالم، هذا نص عربي ١٢٣. नमस्ते दुनिया। यह हिंदी है १२३४।",
+    "안녕하세요, 세계! 한국어 문장입니다. مرحبا بالعالم، هذا نص عربي ١٢٣. "
+    "नमस्ते दुनिया। यह हिंदी है १२३४।",
     # emoji sequences: ZWJ, skin tones, flags, tags (England), keycaps
     "👩🏾‍💻 👨‍👨‍👧 🧑🏻‍🤝‍🧑🏿 🇺🇸🇩🇪🇧🇷 🏴󠁧󠁢󠁥󠁮󠁧󠁿 #️⃣ 🫠🫶",
     # added and special tokens inside text, adjacent, and partial ones
@@ -100,9 +101,11 @@ def main():
             json.dump(make(kind), f, ensure_ascii=False)
         tok = Tokenizer.from_file(path)  # the file the C++ reader reads
         ids = [tok.encode(d, add_special_tokens=False).ids for d in DOCS]
-        for d, i in zip(DOCS, ids) if kind != "digits-prefix" else ():  # prefix spaces stay
+        # (digits-prefix: the prefix spaces stay in the decoded text)
+        for d, i in zip(DOCS, ids, strict=True) if kind != "digits-prefix" else ():
             assert tok.decode(i, skip_special_tokens=False) == d, (kind, d)
-        expected[kind] = {"ids": ids, "whole": tok.encode("\n".join(DOCS), add_special_tokens=False).ids}
+        whole = tok.encode("\n".join(DOCS), add_special_tokens=False).ids
+        expected[kind] = {"ids": ids, "whole": whole}
     with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f)
 

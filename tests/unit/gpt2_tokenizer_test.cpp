@@ -1,7 +1,7 @@
-// The C++ GPT-2 tokenizer (the byte-level BPE mechanism on tiktoken's ranks) against tiktoken (tests/unit/gpt2_reference.py, run here through
-// TRAINER_PYTHON) on a corpus of Unicode, code and whitespace runs; decoding back byte for byte;
-// and the errors for a missing or malformed ranks file. The ranks are the ones scripts/bootstrap.sh
-// fetched (data::gpt2_ranks_path()).
+// The C++ GPT-2 tokenizer (the byte-level BPE mechanism on tiktoken's ranks) against tiktoken
+// (tests/unit/gpt2_reference.py, run here through TRAINER_PYTHON) on a corpus of Unicode, code and
+// whitespace runs; decoding back byte for byte; and the errors for a missing or malformed ranks
+// file. The ranks are the ones scripts/bootstrap.sh fetched (data::gpt2_ranks_path()).
 #include "data/gpt2_tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -107,13 +107,13 @@ TEST(Gpt2Tokenizer, MissingOrMalformedRanksNameTheFileAndLine) {
     for (int n = 1; std::getline(in, l); ++n) out << (n == 3 ? line : l) << "\n";
     return dir.file(name);
   };
-  expect_data_error(write_with_line_3("b64.tiktoken", "I@== 2"), "b64.tiktoken:3: the token is not base64");
+  expect_data_error(write_with_line_3("b64.tiktoken", "I@== 2"),
+                    "b64.tiktoken:3: the token is not base64");
   expect_data_error(write_with_line_3("rank.tiktoken", "Iw== two"), "rank.tiktoken:3: rank 'two'");
-  expect_data_error(write_with_line_3("dup.tiktoken", "Iw== 1"), "dup.tiktoken:3: rank 1 appears twice");
+  expect_data_error(write_with_line_3("dup.tiktoken", "Iw== 1"),
+                    "dup.tiktoken:3: rank 1 appears twice");
   expect_data_error(write_with_line_3("space.tiktoken", "Iw==2"), "space.tiktoken:3: no space");
-  {
-    std::ofstream(dir.file("short.tiktoken")) << "IQ== 0\nIg== 1\n";
-  }
+  { std::ofstream(dir.file("short.tiktoken")) << "IQ== 0\nIg== 1\n"; }
   expect_data_error(dir.file("short.tiktoken"), "2 ranks, GPT-2 has 50256");
 }
 
@@ -134,7 +134,8 @@ TEST(Gpt2Tokenizer, MakeTokenizerReadsTheRanksNamedByTheEnvironment) {
       },
       data::DataError);
   ::setenv("TRAINER_GPT2_RANKS", real.c_str(), 1);
-  EXPECT_EQ(data::make_tokenizer("gpt2")->encode("Hello world"), (std::vector<int64_t>{15496, 995}));
+  EXPECT_EQ(data::make_tokenizer("gpt2")->encode("Hello world"),
+            (std::vector<int64_t>{15496, 995}));
   if (old) {
     ::setenv("TRAINER_GPT2_RANKS", saved.c_str(), 1);
   } else {

@@ -169,7 +169,8 @@ class Gpt2(unittest.TestCase):
 
 
 def llmc_shards(outdir, split):
-    """The tokens of OUTDIR's `split` shards in llm.c's Llama 3 format (uint32), checking headers."""
+    """The tokens of OUTDIR's `split` shards in llm.c's Llama 3 format (uint32), checking the
+    headers."""
     parts = []
     for n in sorted(n for n in os.listdir(outdir) if n.startswith(split + "_")):
         raw = read(os.path.join(outdir, n))
@@ -181,7 +182,8 @@ def llmc_shards(outdir, split):
 
 
 class TokenizerJson(unittest.TestCase):
-    """--tokenizer: a tokenizer.json through the tokenizers library (bpe_reference.py trains them)."""
+    """--tokenizer: a tokenizer.json through the tokenizers library (bpe_reference.py trains
+    them)."""
 
     @classmethod
     def setUpClass(cls):
@@ -192,7 +194,8 @@ class TokenizerJson(unittest.TestCase):
             os.makedirs(os.path.join(cls.ref, kind))
             with open(os.path.join(cls.ref, kind, "tokenizer.json"), "w", encoding="utf-8") as f:
                 json.dump(bpe_reference.make(kind), f)
-        cls.tok = {k: Tokenizer.from_file(os.path.join(cls.ref, k, "tokenizer.json")) for k in ("llama3-pattern", "wide")}
+        cls.tok = {k: Tokenizer.from_file(os.path.join(cls.ref, k, "tokenizer.json"))
+                   for k in ("llama3-pattern", "wide")}
 
     @classmethod
     def tearDownClass(cls):
@@ -206,7 +209,9 @@ class TokenizerJson(unittest.TestCase):
         self.work.cleanup()
 
     def expected(self, kind, eot):
-        return [t for d in bpe_reference.DOCS for t in [eot] + self.tok[kind].encode(d, add_special_tokens=False).ids]
+        encode = self.tok[kind].encode
+        return [t for d in bpe_reference.DOCS
+                for t in [eot] + encode(d, add_special_tokens=False).ids]
 
     def write_jsonl(self):
         path = os.path.join(self.dir, "docs.jsonl")
@@ -216,7 +221,8 @@ class TokenizerJson(unittest.TestCase):
 
     def test_small_vocabulary_is_uint16_and_equals_tokenizers(self):
         tok = os.path.join(self.ref, "llama3-pattern", "tokenizer.json")
-        p = run(self.write_jsonl(), os.path.join(self.dir, "out"), "--tokenizer", tok, "--val-fraction", "0",
+        p = run(self.write_jsonl(), os.path.join(self.dir, "out"), "--tokenizer", tok,
+                "--val-fraction", "0",
                 "--workers", "2", "--chunk-bytes", "200")
         train, _ = shards(os.path.join(self.dir, "out"), "train")
         self.assertEqual(train.tolist(), self.expected("llama3-pattern", 0))
@@ -225,7 +231,8 @@ class TokenizerJson(unittest.TestCase):
 
     def test_wide_vocabulary_writes_uint32_with_llmcs_llama3_header(self):
         tok = os.path.join(self.ref, "wide", "tokenizer.json")
-        p = run(self.write_jsonl(), os.path.join(self.dir, "out"), "--tokenizer", tok, "--val-fraction", "0.2",
+        p = run(self.write_jsonl(), os.path.join(self.dir, "out"), "--tokenizer", tok,
+                "--val-fraction", "0.2",
                 "--shard-tokens", "150", "--workers", "2", "--chunk-bytes", "300")
         train = llmc_shards(os.path.join(self.dir, "out"), "train")
         val = llmc_shards(os.path.join(self.dir, "out"), "val")
@@ -242,10 +249,11 @@ class TokenizerJson(unittest.TestCase):
         wp = os.path.join(self.dir, "wordpiece.json")
         from tokenizers import Tokenizer, models
         Tokenizer(models.WordPiece({"[UNK]": 0, "hello": 1}, unk_token="[UNK]")).save(wp)
-        p = run(os.path.join(self.dir, "a.txt"), os.path.join(self.dir, "out"), "--tokenizer", wp, ok=False)
+        text, out = os.path.join(self.dir, "a.txt"), os.path.join(self.dir, "out")
+        p = run(text, out, "--tokenizer", wp, ok=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn(f"{wp}: a WordPiece tokenizer (model.type WordPiece)", p.stderr)
-        p = run(os.path.join(self.dir, "a.txt"), os.path.join(self.dir, "out"), "--tokenizer", wp + ".no", ok=False)
+        p = run(text, out, "--tokenizer", wp + ".no", ok=False)
         self.assertIn(f"{wp}.no: no such tokenizer.json", p.stderr)
         self.assertNotIn("Traceback", p.stderr)
 

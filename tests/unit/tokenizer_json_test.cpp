@@ -51,8 +51,8 @@ class TokenizerJson : public ::testing::Test {
 
   static std::string path(const std::string& kind) { return dir_->file(kind + "/tokenizer.json"); }
 
-  // Every document's ids equal tokenizers', and so do those of all of them joined; with `round_trip`
-  // decode gives each document back byte for byte.
+  // Every document's ids equal tokenizers', and so do those of all of them joined; with
+  // `round_trip` decode gives each document back byte for byte.
   static void expect_reference_ids(const std::string& kind, bool round_trip) {
     const auto tok = data::make_tokenizer(path(kind));
     const auto& docs = expected_->at("docs");
@@ -62,7 +62,8 @@ class TokenizerJson : public ::testing::Test {
     for (size_t i = 0; i < docs.size(); ++i) {
       const std::string doc = docs[i].get<std::string>();
       const auto ids = tok->encode(doc);
-      EXPECT_EQ(ids, ref.at("ids")[i].get<std::vector<int64_t>>()) << kind << ", document " << i << ": " << doc;
+      EXPECT_EQ(ids, ref.at("ids")[i].get<std::vector<int64_t>>())
+          << kind << ", document " << i << ": " << doc;
       if (round_trip) {
         EXPECT_EQ(tok->decode(ids), doc) << kind << ", document " << i;
       }
@@ -79,7 +80,9 @@ test::TempDir* TokenizerJson::dir_ = nullptr;
 nlohmann::json* TokenizerJson::expected_ = nullptr;
 std::string TokenizerJson::setup_error_;
 
-TEST_F(TokenizerJson, Gpt2PatternEqualsTokenizersAndDecodesBack) { expect_reference_ids("gpt2-pattern", true); }
+TEST_F(TokenizerJson, Gpt2PatternEqualsTokenizersAndDecodesBack) {
+  expect_reference_ids("gpt2-pattern", true);
+}
 
 TEST_F(TokenizerJson, Llama3PatternEqualsTokenizersAndDecodesBack) {
   expect_reference_ids("llama3-pattern", true);
@@ -93,7 +96,9 @@ TEST_F(TokenizerJson, AWideVocabularyWithHolesEqualsTokenizers) {
 }
 
 // The prefix space is part of the ids, so decode gives it back too (as tokenizers' does).
-TEST_F(TokenizerJson, DigitsAndPrefixSpaceEqualTokenizers) { expect_reference_ids("digits-prefix", false); }
+TEST_F(TokenizerJson, DigitsAndPrefixSpaceEqualTokenizers) {
+  expect_reference_ids("digits-prefix", false);
+}
 
 TEST_F(TokenizerJson, AddedTokensAreSplitOutAndSpelled) {
   const auto tok = data::make_tokenizer(path("llama3-pattern"));
@@ -125,19 +130,24 @@ void expect_refused(const std::string& file, const std::string& json, const std:
 TEST(TokenizerJsonRefusal, OtherKindsNameTheirModelTypeAndTheFile) {
   test::TempDir dir;
   const std::string f = dir.file("tokenizer.json");
-  expect_refused(f, R"({"model": {"type": "WordPiece", "vocab": {}}})", "a WordPiece tokenizer (model.type WordPiece)");
-  expect_refused(f, R"({"model": {"type": "Unigram", "vocab": []}})", "a Unigram tokenizer (model.type Unigram)");
-  expect_refused(f, R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {}, "merges": []}})",
+  expect_refused(f, R"({"model": {"type": "WordPiece", "vocab": {}}})",
+                 "a WordPiece tokenizer (model.type WordPiece)");
+  expect_refused(f, R"({"model": {"type": "Unigram", "vocab": []}})",
+                 "a Unigram tokenizer (model.type Unigram)");
+  expect_refused(f,
+                 R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {}, "merges": []}})",
                  "SentencePiece-style BPE tokenizer (model.byte_fallback: true)");
   expect_refused(f, R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
                         "pre_tokenizer": {"type": "Metaspace", "replacement": "_"}})",
                  "SentencePiece-style tokenizer (pre-tokenizer Metaspace)");
-  expect_refused(f, R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": null})",
+  expect_refused(f,
+                 R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": null})",
                  "no ByteLevel pre-tokenizer");
   expect_refused(f, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})",
                  "model.merges[0] (a + b): 'b' is not in model.vocab");
   expect_refused(f, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
-                        "pre_tokenizer": {"type": "ByteLevel"}})", "no token for the single byte 0");
+                        "pre_tokenizer": {"type": "ByteLevel"}})",
+                 "no token for the single byte 0");
   expect_refused(f, "{\"model\": ", "not JSON");
   expect_refused(dir.file("missing.json"), "", "");
 }
@@ -154,7 +164,9 @@ TEST(ChooseTokenizer, AutoTakesTheTokenizerJsonBesideInitFromElseGoesByVocabSize
     data::choose_tokenizer(d, "");
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("data.tokenizer: auto knows no encoding"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data.tokenizer: auto knows no encoding"),
+              std::string::npos)
+        << e.what();
   }
   // A tokenizer.json beside the weights is found (and here refused: its vocabulary is empty),
   // whether init_from names the directory or a file in it.
@@ -165,7 +177,9 @@ TEST(ChooseTokenizer, AutoTakesTheTokenizerJsonBesideInitFromElseGoesByVocabSize
     data::choose_tokenizer(d, dir.file("model.safetensors"));
     FAIL() << "expected data::DataError";
   } catch (const data::DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("data.tokenizer: " + dir.file("tokenizer.json")), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("data.tokenizer: " + dir.file("tokenizer.json")),
+              std::string::npos)
+        << e.what();
   }
   d.tokenizer = "gtp2";
   EXPECT_THROW(data::choose_tokenizer(d, ""), std::invalid_argument);
@@ -182,7 +196,8 @@ TEST_F(TokenizerJson, ChooseTokenizerTakesAPathAndChecksTheVocabularyFits) {
     data::choose_tokenizer(d, "");
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("above data.vocab_size = 300"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("above data.vocab_size = 300"), std::string::npos)
+        << e.what();
   }
   d.tokenizer = "auto";
   d.vocab_size = 2000;
