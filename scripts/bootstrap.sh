@@ -39,11 +39,15 @@ else
     "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "tiktoken==$TIKTOKEN_VERSION" tqdm
   fi
   # Hugging Face transformers: the GPT-2 import/export and generation tests compare with it
-  # (offline: the tests build random models; nothing is downloaded at test time).
+  # (offline: the tests build random models; nothing is downloaded at test time). tokenizers
+  # (which transformers requires, in a range): scripts/tokenize_text.py --tokenizer, and the ids
+  # the C++ tokenizer.json reader is tested against -- pinned, as tiktoken is.
   TRANSFORMERS_VERSION=5.23.0
-  if ! HF_HUB_OFFLINE=1 "$TRAINER_VENV/bin/python" -c "import transformers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION')" 2>/dev/null; then
-    log "installing transformers==$TRANSFORMERS_VERSION into $TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION"
+  TOKENIZERS_VERSION=0.23.3
+  if ! HF_HUB_OFFLINE=1 "$TRAINER_VENV/bin/python" -c "import transformers, tokenizers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION' or tokenizers.__version__ != '$TOKENIZERS_VERSION')" 2>/dev/null; then
+    log "installing transformers==$TRANSFORMERS_VERSION, tokenizers==$TOKENIZERS_VERSION into $TRAINER_VENV"
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" \
+      "tokenizers==$TOKENIZERS_VERSION"
   fi
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Turns text into token shards for the trainer's `tokens` dataset (nanoGPT's and llm.c's format).
 
-    scripts/tokenize_text.py INPUT OUTDIR [--encoding bytes|gpt2] [--val-fraction 0.1]
-        [--shard-tokens N] [--header none|llmc] [--jsonl-field text] [--workers N] [--ranks FILE]
+    scripts/tokenize_text.py INPUT OUTDIR [--encoding bytes|gpt2 | --tokenizer PATH/tokenizer.json]
+        [--val-fraction 0.1] [--shard-tokens N] [--header none|llmc] [--jsonl-field text]
+        [--workers N] [--ranks FILE]
 
 INPUT is a text file (one document), a JSON Lines file (*.jsonl: one document per line, its
 --jsonl-field string), or a folder: every file under it, in sorted path order, hidden ones
@@ -16,11 +17,19 @@ Encodings:
          llm.c's convention. Train with data.vocab_size: 50257. The ranks are GPT-2's
          tiktoken-format file that scripts/bootstrap.sh fetches: --ranks, else
          $TRAINER_GPT2_RANKS, else ${TRAINER_CACHE:-~/.cache/trainer}/gpt2.tiktoken.
+  --tokenizer PATH  a BPE tokenizer.json (GPT-2, Llama 3, SmolLM, Qwen2), through the `tokenizers`
+         library: Tokenizer.encode(text, add_special_tokens=False), so added tokens in the text are
+         split out. Each document is preceded by the added token <|endoftext|>, else
+         <|end_of_text|> (none: documents are joined as they are). Above 65,536 ids (Llama 3's
+         128,256) tokens are uint32, in llm.c's Llama 3 format (magic 20240801, version 7). A text
+         file is tokenized whole (only JSON Lines and folders are spread over processes). Another
+         model type is refused; the trainer's --generate and samples need a byte-level BPE one.
 
 Writes OUTDIR/train_000000.bin, ... of --shard-tokens tokens each (the last one shorter) and
 OUTDIR/val_000000.bin, ...: little-endian uint16 tokens, bare (nanoGPT) or after llm.c's
-256-int32 header (--header llmc). The last --val-fraction of the token stream is the validation
-split (it may begin inside a document). Shards of an earlier run in OUTDIR are removed first.
+256-int32 header (--header llmc); uint32 tokens always carry llm.c's header. The last
+--val-fraction of the token stream is the validation split (it may begin inside a document).
+Shards of an earlier run in OUTDIR are removed first.
 
 Large inputs are cut into chunks of about 1 MiB, tokenized on --workers processes (default: every
 core); the output is the same for any number of workers. GPT-2 text is cut only where the
@@ -37,6 +46,7 @@ import sys
 import numpy as np
 
 LLMC_MAGIC, LLMC_VERSION = 20240520, 1
+LLMC_MAGIC_32, LLMC_VERSION_32 = 20240801, 7  # llm.c's Llama 3 shards: uint32 tokens
 LLMC_HEADER_BYTES = 256 * 4
 END_OF_TEXT = 50256
 # tiktoken_ext/openai_public.py's pattern for "gpt2" (tiktoken 0.14; the test checks they agree).
@@ -79,6 +89,32 @@ def gpt2_encoding(ranks_path):
     return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=ranks,
                              special_tokens={"<|endoftext|>": END_OF_TEXT},
                              explicit_n_vocab=END_OF_TEXT + 1)
+
+
+def json_tokenizer(path):
+    """(the `tokenizers` Tokenizer of `path`, its vocabulary size, its document separator id or
+    None)."""
+    try:
+        import tokenizers
+    except ImportError:
+        raise InputError("--tokenizer needs the tokenizers package (scripts/bootstrap.sh "
+                         "installs it into the trainer's virtualenv)") from None
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such tokenizer.json")
+    try:
+        tok = tokenizers.Tokenizer.from_file(path)
+    except Exception as e:
+        raise InputError(
+            f"{path}: not a tokenizer.json that the tokenizers library reads ({e})") from e
+    with open(path, encoding="utf-8") as f:
+        kind = (json.load(f).get("model") or {}).get("type", "(no type)")
+    if kind != "BPE":
+        raise InputError(f"{path}: a {kind} tokenizer (model.type {kind}): the trainer reads "
+                         "byte-level BPE tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)")
+    vocab_size = max(tok.get_vocab(with_added_tokens=True).values()) + 1
+    added = {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
+    separator = next((added[c] for c in ("<|endoftext|>", "<|end_of_text|>") if c in added), None)
+    return tok, vocab_size, separator
 
 
 # --- Work units ------------------------------------------------------------------------------
@@ -139,21 +175,28 @@ def jsonl_units(path, chunk_bytes):
         yield ("jsonl", path, first, b"".join(lines))
 
 
-def all_units(files, chunk_bytes, cut):
+def all_units(files, chunk_bytes, cut, whole_texts=False):
     for path in files:
         if path.endswith(".jsonl"):
             yield from jsonl_units(path, chunk_bytes)
         else:
-            yield from text_units(path, chunk_bytes, cut)
+            size = os.path.getsize(path) + 1 if whole_texts else chunk_bytes
+            yield from text_units(path, size, cut)
 
 
 # --- Tokenizing (in the workers) -------------------------------------------------------------
-_encoding = None  # this process's: "bytes" or a tiktoken.Encoding
+_encoding = None  # this process's: "bytes", a tiktoken.Encoding or a tokenizers.Tokenizer
+_separator = END_OF_TEXT  # the id before each document (not bytes), or None
+_dtype = np.uint16
 
 
-def init_worker(encoding, ranks_path):
-    global _encoding
-    _encoding = "bytes" if encoding == "bytes" else gpt2_encoding(ranks_path)
+def init_worker(encoding, ranks_path, tokenizer_path=None):
+    global _encoding, _separator, _dtype
+    if tokenizer_path:
+        _encoding, vocab_size, _separator = json_tokenizer(tokenizer_path)
+        _dtype = np.uint32 if vocab_size > 1 << 16 else np.uint16
+    else:
+        _encoding = "bytes" if encoding == "bytes" else gpt2_encoding(ranks_path)
 
 
 def encode_document(text, starts_document, where):
@@ -162,14 +205,18 @@ def encode_document(text, starts_document, where):
     if _encoding == "bytes":
         return np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
     try:
-        ids = _encoding.encode_ordinary(text)
+        if hasattr(_encoding, "encode_ordinary"):
+            ids = _encoding.encode_ordinary(text)
+        else:
+            ids = _encoding.encode(text, add_special_tokens=False).ids
     # tiktoken's Rust regex panics (a BaseException) on e.g. ~1 MB of spaces.
     except BaseException as e:
         if isinstance(e, (KeyboardInterrupt, SystemExit)):
             raise
         raise InputError(
-            f"{where}: tiktoken cannot encode these {len(text)} characters: {e}") from e
-    return np.array(([END_OF_TEXT] if starts_document else []) + ids, dtype=np.uint16)
+            f"{where}: the tokenizer cannot encode these {len(text)} characters: {e}") from e
+    separator = [_separator] if starts_document and _separator is not None else []
+    return np.array(separator + ids, dtype=_dtype)
 
 
 def jsonl_documents(data, path, first, field):
@@ -215,7 +262,7 @@ def tokenize_unit(unit, field):
     if _encoding == "bytes" and len(docs) > 1:
         newline = np.array([10], dtype=np.uint16)
         docs = [d for doc in docs for d in (newline, doc)][1:]
-    return (np.concatenate(docs) if docs else np.zeros(0, np.uint16)), bool(docs)
+    return (np.concatenate(docs) if docs else np.zeros(0, _dtype)), bool(docs)
 
 
 # --- Output ----------------------------------------------------------------------------------
@@ -223,8 +270,12 @@ class ShardWriter:
     """Streams tokens into OUTDIR/train_NNNNNN.bin of `shard_tokens` each; finish() moves the last
     `n_val` tokens into val_NNNNNN.bin shards."""
 
-    def __init__(self, outdir, shard_tokens, header):
+    def __init__(self, outdir, shard_tokens, header, dtype=np.uint16):
         self.outdir, self.shard_tokens, self.header = outdir, shard_tokens, header
+        self.dtype = np.dtype(dtype).newbyteorder("<")  # uint32 tokens always carry llm.c's header
+        self.wide = self.dtype.itemsize == 4
+        if self.wide:
+            self.header = "llmc"
         self.paths, self.file, self.in_file, self.total = [], None, 0, 0
 
     def _path(self, split, i):
@@ -236,7 +287,9 @@ class ShardWriter:
     def _set_count(self, f, count):
         if self.header == "llmc":
             h = np.zeros(256, dtype=np.int32)
-            h[0], h[1], h[2] = LLMC_MAGIC, LLMC_VERSION, count
+            wide = (LLMC_MAGIC_32, LLMC_VERSION_32)
+            h[0], h[1] = wide if self.wide else (LLMC_MAGIC, LLMC_VERSION)
+            h[2] = count
             f.seek(0)
             f.write(h.tobytes())
             f.seek(0, os.SEEK_END)
@@ -253,7 +306,7 @@ class ShardWriter:
                 self.file, self.in_file = open(self.paths[-1], "wb"), 0
                 self._set_count(self.file, 0)
             take = min(len(tokens), self.shard_tokens - self.in_file)
-            self.file.write(tokens[:take].astype("<u2").tobytes())
+            self.file.write(tokens[:take].astype(self.dtype).tobytes())
             self.in_file += take
             self.total += take
             tokens = tokens[take:]
@@ -267,8 +320,8 @@ class ShardWriter:
             i, at = divmod(begin, self.shard_tokens)
             n = min(end - begin, self.shard_tokens - at)
             with open(self.paths[i], "rb") as f:
-                f.seek(self._skip() + 2 * at)
-                parts.append(np.frombuffer(f.read(2 * n), dtype="<u2"))
+                f.seek(self._skip() + self.dtype.itemsize * at)
+                parts.append(np.frombuffer(f.read(self.dtype.itemsize * n), dtype=self.dtype))
             begin += n
         return np.concatenate(parts)
 
@@ -290,7 +343,7 @@ class ShardWriter:
         if n_val and keep:
             last = train_len - (keep - 1) * self.shard_tokens
             with open(self.paths[-1], "r+b") as f:
-                f.truncate(self._skip() + 2 * last)
+                f.truncate(self._skip() + self.dtype.itemsize * last)
                 self._set_count(f, last)
         return len(self.paths), len(vals)
 
@@ -318,8 +371,10 @@ def progress_bar(total_bytes):
 def tokenize(a, files):
     """Writes the shards; returns (training tokens, train shards, validation tokens, val shards)."""
     total_bytes = sum(os.path.getsize(p) for p in files)
-    units = all_units(files, a.chunk_bytes, GPT2_CUT if a.encoding == "gpt2" else None)
-    writer = ShardWriter(a.outdir, a.shard_tokens, a.header)
+    units = all_units(files, a.chunk_bytes, GPT2_CUT if a.encoding == "gpt2" else None,
+                      whole_texts=bool(a.tokenizer))
+    dtype = np.uint32 if a.vocab_size > 1 << 16 else np.uint16
+    writer = ShardWriter(a.outdir, a.shard_tokens, a.header, dtype)
     bar = progress_bar(total_bytes)
     written_docs = False
 
@@ -334,14 +389,15 @@ def tokenize(a, files):
             bar.update(unit_bytes)
 
     if a.workers == 1 or total_bytes <= a.chunk_bytes:
-        init_worker(a.encoding, a.ranks)
+        init_worker(a.encoding, a.ranks, a.tokenizer)
         for unit in units:
             take(len(unit[3]), tokenize_unit(unit, a.jsonl_field))
     else:
         # Results are taken in input order; at most 4 units per worker are in flight, so memory
         # stays bounded however large the input.
+        init_args = (a.encoding, a.ranks, a.tokenizer)
         with concurrent.futures.ProcessPoolExecutor(a.workers, initializer=init_worker,
-                                                    initargs=(a.encoding, a.ranks)) as pool:
+                                                    initargs=init_args) as pool:
             pending = collections.deque()
             try:
                 for unit in units:
@@ -369,7 +425,9 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", help="a text file, a .jsonl file or a folder")
     p.add_argument("outdir")
-    p.add_argument("--encoding", choices=["bytes", "gpt2"], default="bytes")
+    p.add_argument("--encoding", choices=["bytes", "gpt2"], default=None, help="default: bytes")
+    p.add_argument("--tokenizer",
+                   help="a byte-level BPE tokenizer.json, through the tokenizers library")
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
     p.add_argument("--header", choices=["none", "llmc"], default="none")
@@ -386,10 +444,19 @@ def main():
         p.error("--val-fraction must be in [0, 1)")
     if a.shard_tokens < 1 or a.workers < 1 or a.chunk_bytes < 1:
         p.error("--shard-tokens, --workers and --chunk-bytes must be positive")
+    if a.tokenizer and a.encoding:
+        p.error("--encoding and --tokenizer: give one")
+    a.encoding = "tokenizer.json" if a.tokenizer else a.encoding or "bytes"
     try:
         files = input_files(a.input)
+        a.vocab_size = 256 if a.encoding == "bytes" else END_OF_TEXT + 1
         if a.encoding == "gpt2":
             gpt2_encoding(a.ranks)  # a missing tiktoken or ranks file is said once, before any work
+        if a.tokenizer:
+            _, a.vocab_size, separator = json_tokenizer(a.tokenizer)
+            if separator is None:
+                print(f"{a.tokenizer}: no <|endoftext|> or <|end_of_text|> token: documents are "
+                      "joined without a separator", file=sys.stderr)
         os.makedirs(a.outdir, exist_ok=True)
         remove_old_shards(a.outdir)
         n_train, train_shards, n_val, val_shards = tokenize(a, files)
@@ -397,10 +464,11 @@ def main():
         sys.exit(f"tokenize_text.py: {e}")
     except OSError as e:
         sys.exit(f"tokenize_text.py: {e.filename}: {e.strerror}")
-    vocab = 256 if a.encoding == "bytes" else END_OF_TEXT + 1
+    width = "uint32" if a.vocab_size > 1 << 16 else "uint16"
+    tokenizer = f", data.tokenizer: {a.tokenizer}" if a.tokenizer else ""
     print(f"{a.input}: {n_train} training tokens in {train_shards} shard(s), {n_val} validation "
-          f"tokens in {val_shards} shard(s) -> {a.outdir}; train with data.dataset: tokens, "
-          f"data.path: {a.outdir}, data.vocab_size: {vocab}")
+          f"tokens in {val_shards} shard(s) of {width} -> {a.outdir}; train with data.dataset: "
+          f"tokens, data.path: {a.outdir}, data.vocab_size: {a.vocab_size}{tokenizer}")
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ struct DataOptions {
   // tokens
   int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
   int64_t vocab_size = 0;  // token ids must be below this
-  std::string tokenizer;   // auto | bytes | gpt2: the encoding of the ids (generation, samples)
+  std::string tokenizer;   // auto | bytes | gpt2 | a tokenizer.json: the ids' encoding (data/tokenizer.h)
   // csv
   std::vector<std::string> features;  // input columns (empty: every numeric column, targets too)
   std::vector<std::string> targets;   // predicted columns

@@ -1,18 +1,20 @@
-// TokenShardDataset: windows of tokens from uint16 .bin shards, memory-mapped (never read whole).
+// TokenShardDataset: windows of tokens from uint16 or uint32 .bin shards, memory-mapped.
 //
 // Formats: nanoGPT's flat little-endian uint16 tokens, and llm.c's, which puts a header of 256
-// int32 in front (magic 20240520, version 1, token count at [2]). A file is llm.c's when its first
-// four bytes are the magic (a flat shard would have to start with the token pair 41720, 308).
-// Validated on open: an empty file, an odd byte count, a header with another version or a token
-// count that disagrees with the file's size are DataErrors naming the file (and byte offset), and
-// so is a split in which no shard holds one window (context + 1 tokens).
+// int32 in front (token count at [2]): magic 20240520 version 1 for uint16 tokens (GPT-2's),
+// magic 20240801 version 7 for uint32 tokens (Llama 3's). A file is llm.c's when its first four
+// bytes are a magic (a flat shard would have to start with the token pair 41720, 308 or 55713,
+// 308); a flat file is uint16. Validated on open: an empty file, an odd byte count, a header with
+// another version or a token count that disagrees with the file's size, and a token id at or
+// above vocab_size (Note [Token ids checked at open] in token_shards.cpp: one vectorised pass per
+// file) are DataErrors naming the file (and byte offset), and so is a split in which no shard
+// holds one window (context + 1 tokens).
 //
 // Sample i is the i-th window of context + 1 tokens, shards in the order given (find_shards: name
 // order), window k of a shard starting at token k * context; windows never cross shards, so a
 // shard of N tokens holds (N - 1) / context of them (a shard shorter than a window holds none).
-// inputs = its first `context` tokens, targets = its last `context`, both int64 [n, context]. A
-// token id >= vocab_size met in get() is a DataError naming the file and byte offset. Nothing is
-// read past a file's end.
+// inputs = its first `context` tokens, targets = its last `context`, both int64 [n, context].
+// Nothing is read past a file's end.
 //
 // Immutable after construction; get() may run on several threads at once. The mappings live as
 // long as the dataset.

@@ -5,7 +5,9 @@
 
 #include <stdexcept>
 
+#include "data/errors.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/tokenizer_json.h"
 
 namespace data {
 
@@ -32,9 +34,45 @@ std::vector<std::string> tokenizer_names() { return {"bytes", "gpt2"}; }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding) {
   if (encoding == "bytes") return std::make_unique<ByteTokenizer>();
-  if (encoding == "gpt2") return std::make_unique<Gpt2Tokenizer>(gpt2_ranks_path());
-  throw std::invalid_argument(fmt::format("unknown tokenizer encoding '{}' (known: {})", encoding,
-                                          fmt::join(tokenizer_names(), ", ")));
+  if (encoding == "gpt2") return std::make_unique<BpeTokenizer>(read_gpt2_ranks(gpt2_ranks_path()));
+  if (is_tokenizer_json_path(encoding)) {
+    return std::make_unique<BpeTokenizer>(read_tokenizer_json(encoding));
+  }
+  throw std::invalid_argument(
+      fmt::format("unknown tokenizer encoding '{}' (known: {}, or the path of a tokenizer.json)",
+                  encoding, fmt::join(tokenizer_names(), ", ")));
+}
+
+std::unique_ptr<Tokenizer> choose_tokenizer(const DataOptions& d, const std::string& init_from) {
+  std::string name = d.tokenizer;
+  if (name == "auto" || name.empty()) {
+    if (const std::string beside = tokenizer_json_beside(init_from); !beside.empty()) {
+      name = beside;
+    } else if (d.vocab_size <= 256) {
+      name = "bytes";
+    } else if (d.vocab_size == kGpt2EndOfText + 1) {
+      name = "gpt2";
+    } else {
+      throw std::invalid_argument(fmt::format(
+          "data.tokenizer: auto knows no encoding with data.vocab_size = {} (bytes: up to 256, "
+          "gpt2: 50257, or a tokenizer.json beside model.init_from's weights); set data.tokenizer",
+          d.vocab_size));
+    }
+  }
+  std::unique_ptr<Tokenizer> tokenizer;
+  try {
+    tokenizer = make_tokenizer(name);
+  } catch (const DataError& e) {
+    throw DataError(fmt::format("data.tokenizer: {}", e.what()));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(fmt::format("data.tokenizer: {}", e.what()));
+  }
+  if (tokenizer->vocab_size() > d.vocab_size) {
+    throw std::invalid_argument(
+        fmt::format("data.tokenizer: {} ids go up to {}, above data.vocab_size = {}", name,
+                    tokenizer->vocab_size() - 1, d.vocab_size));
+  }
+  return tokenizer;
 }
 
 }  // namespace data

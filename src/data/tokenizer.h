@@ -6,8 +6,12 @@
 //   bytes  each byte of the UTF-8 text is one id (0..255); vocabulary 256; no end-of-text id.
 //   gpt2   GPT-2's BPE as tiktoken's "gpt2" encoding (data/gpt2_tokenizer.h); vocabulary 50257,
 //          end of text 50256; the ranks file is gpt2_ranks_path().
+//   PATH   a byte-level BPE tokenizer.json (data/tokenizer_json.h): the ids of the `tokenizers`
+//          library; its added and special tokens are split out of the text.
+// gpt2 and tokenizer.json files share one byte-level BPE mechanism (data/bpe_tokenizer.h).
 //
-// Contract: decode(encode(t)) == t byte for byte for every text t. decode() of an arbitrary id
+// Contract: decode(encode(t)) == t byte for byte for every text t (but for a tokenizer.json whose
+// ByteLevel adds a prefix space: that space stays, as in `tokenizers`). decode() of an arbitrary id
 // sequence returns the bytes those ids stand for, which need not be valid UTF-8 (a multi-byte
 // character may be split across ids). Immutable after construction: safe to share across threads.
 #pragma once
@@ -18,6 +22,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/dataset.h"
 
 namespace data {
 
@@ -30,10 +36,12 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   // The id that separates documents, where the encoding has one.
   virtual std::optional<int64_t> end_of_text() const = 0;
-  // Ordinary text: special-token strings such as "<|endoftext|>" are encoded as text.
+  // bytes and gpt2: ordinary text (special-token strings such as "<|endoftext|>" are encoded as
+  // text); a tokenizer.json: its added tokens are split out first, as `tokenizers` does.
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
-  // Throws std::out_of_range naming the id for one that is not below vocab_size() (or is a
-  // special id the encoding cannot spell).
+  // bytes: throws std::out_of_range naming an id that is not a byte. The BPE encodings (gpt2, a
+  // tokenizer.json) skip an id they have no spelling for, as `tokenizers` does (a model's
+  // vocabulary may be wider than its tokenizer's), and throw std::out_of_range for a negative one.
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
 };
 
@@ -46,12 +54,22 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int64_t>& ids) const override;
 };
 
-// The encoding names make_tokenizer knows.
+// The encoding names make_tokenizer knows (besides a tokenizer.json path).
 std::vector<std::string> tokenizer_names();
 
-// Throws std::invalid_argument naming `encoding` and the known names for an unknown one, and
-// data::DataError naming the file for a vocabulary file that cannot be read (gpt2: a missing or
-// malformed ranks file).
+// `encoding`: a name of tokenizer_names() or a path to a tokenizer.json (one with a '/' or
+// ending in ".json"). Throws std::invalid_argument naming `encoding` and the known names for an
+// unknown one, and data::DataError naming the file for a vocabulary file that cannot be read
+// (gpt2: a missing or malformed ranks file; a tokenizer.json that is missing, malformed or of
+// another kind).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding);
+
+// The tokenizer of a language-model run (--generate, train.sample_every): data.tokenizer, where
+// auto is the tokenizer.json beside model.init_from's weights (`init_from`; data/tokenizer_json.h)
+// when there is one, else bytes when data.vocab_size <= 256, gpt2 when it is 50257. Throws
+// std::invalid_argument (a DataError for a file) naming data.tokenizer when auto cannot choose,
+// the setting is unknown, or the tokenizer's ids do not fit data.vocab_size.
+std::unique_ptr<Tokenizer> choose_tokenizer(const DataOptions& options,
+                                            const std::string& init_from);
 
 }  // namespace data

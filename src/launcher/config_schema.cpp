@@ -306,7 +306,7 @@ std::vector<KeyDef> declare() {
       text("data.val_path", FIELD(data.val_path), "", "tokens: validation shard(s) (empty: the files in data.path with 'val' in the name); images: a directory of validation .png files (empty: data.val_fraction of data.path)"),
       integer("data.context", FIELD(data.context), "256", 1, 1 << 20, "tokens: positions per sample (each reads context + 1 tokens)"),
       integer("data.vocab_size", FIELD(data.vocab_size), "50257", 1, 1 << 30, "tokens: token ids must be below this (50257: GPT-2 BPE; 256: bytes)"),
-      choice("data.tokenizer", FIELD(data.tokenizer), "auto", {"auto", "bytes", "gpt2"}, "tokens: the encoding of the ids, for --generate and train.sample_every (auto: bytes when data.vocab_size <= 256, gpt2 when it is 50257)"),
+      text("data.tokenizer", FIELD(data.tokenizer), "auto", "tokens: the encoding of the ids, for --generate and train.sample_every: auto, bytes, gpt2 or the path of a byte-level BPE tokenizer.json (auto: the tokenizer.json beside model.init_from's weights, else bytes when data.vocab_size <= 256, gpt2 when it is 50257)"),
       text_list("data.features", FIELD(data.features), "[]", "csv: input columns by header name (empty: every column whose first value is a number, the targets' past values included)"),
       text_list("data.targets", FIELD(data.targets), "[]", "csv: predicted columns by header name"),
       integer("data.window", FIELD(data.window), "48", 1, 1 << 20, "csv: time steps the model reads"),

@@ -125,39 +125,12 @@ std::string one_line(const std::string& text) {
 
 }  // namespace
 
-std::unique_ptr<data::Tokenizer> tokenizer_for(const data::DataOptions& d) {
-  std::string name = d.tokenizer;
-  if (name == "auto" || name.empty()) {
-    if (d.vocab_size <= 256) {
-      name = "bytes";
-    } else if (d.vocab_size == 50257) {
-      name = "gpt2";
-    } else {
-      throw std::invalid_argument(fmt::format(
-          "data.tokenizer: auto knows no encoding with data.vocab_size = {} (bytes: up to 256, "
-          "gpt2: 50257); set data.tokenizer", d.vocab_size));
-    }
-  }
-  std::unique_ptr<data::Tokenizer> tokenizer;
-  try {
-    tokenizer = data::make_tokenizer(name);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(fmt::format("data.tokenizer: {}", e.what()));
-  }
-  if (tokenizer->vocab_size() > d.vocab_size) {
-    throw std::invalid_argument(fmt::format(
-        "data.tokenizer: {} ids go up to {}, above data.vocab_size = {}", name,
-        tokenizer->vocab_size() - 1, d.vocab_size));
-  }
-  return tokenizer;
-}
-
 int run_generate(const std::string& config_path, const std::vector<std::string>& overrides,
                  const GenerateArgs& args) {
   if (other_rank()) return kExitOk;
   return guarded([&] {
     const Config config = load_config(config_path, overrides);
-    const auto tokenizer = tokenizer_for(config.data);
+    const auto tokenizer = data::choose_tokenizer(config.data, config.model.init_from);
     Loaded loaded = load_model(config, "--generate");
     if (loaded.weights.empty()) {
       say("warning: no checkpoint (checkpoint.resume, checkpoint.dir) and no model.init_from: "
@@ -221,7 +194,7 @@ std::function<std::string()> make_training_sampler(std::shared_ptr<models::Model
         "train.sample_every: samples need a language model (model.name: gpt), not {}",
         config.model.name));
   }
-  std::shared_ptr<const data::Tokenizer> tokenizer = tokenizer_for(config.data);
+  std::shared_ptr<const data::Tokenizer> tokenizer = data::choose_tokenizer(config.data, config.model.init_from);
   std::vector<int64_t> prompt = tokenizer->encode(config.train.sample_prompt);
   if (prompt.empty()) {
     const auto val = dataset.validation();

@@ -42,11 +42,6 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir);
 
-// data.tokenizer, with auto resolved by data.vocab_size (bytes up to 256, gpt2 at 50257).
-// Throws std::invalid_argument naming the key when auto cannot choose or the tokenizer's ids do
-// not fit data.vocab_size.
-std::unique_ptr<data::Tokenizer> tokenizer_for(const data::DataOptions& options);
-
 // train.sample_every's sampler for the Trainer (train/trainer.h): `sample_tokens` new tokens
 // after train.sample_prompt (empty: the first 16 tokens of the first validation sequence, else
 // training sequence), seed train.seed, temperature 0.8, top-k 200, returned as an escaped

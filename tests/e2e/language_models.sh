@@ -131,6 +131,47 @@ case $case_name in
     # data.tokenizer: auto cannot choose for 300 ids.
     run "$trainer" "${tiny[@]}" --set data.vocab_size=300 --generate "x"
     expect_rc 2; expect_grep "data.tokenizer: auto knows no encoding with data.vocab_size = 300" ;;
+  tokenizer_json_uint32)
+    # A byte-level BPE tokenizer.json trained with `tokenizers` (offline) whose ids pass 65,535
+    # (tests/unit/bpe_reference.py's "wide": Llama 3's pattern, ids from 69,000):
+    # scripts/tokenize_text.py --tokenizer writes uint32 shards in llm.c's Llama 3 format; 2 ranks
+    # train on them, sampling through the C++ tokenizer; --generate prints text through it; and an
+    # --export-hf directory with the tokenizer.json beside the weights is picked up by
+    # model.init_from with data.tokenizer left at auto.
+    "$TRAINER_PYTHON" "$src/tests/unit/bpe_reference.py" "$work/ref" >"$out" 2>&1 || fail "bpe_reference.py failed"
+    tok=$work/ref/wide/tokenizer.json
+    "$TRAINER_PYTHON" - "$src/tests/unit" "$work/docs.jsonl" <<'PY' || fail "could not write the corpus"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from bpe_reference import DOCS
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    for d in DOCS * 4:
+        f.write(json.dumps({"text": d}) + "\n")
+PY
+    run "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" "$work/docs.jsonl" "$work/shards" --tokenizer "$tok"
+    expect_rc 0; expect_grep "of uint32 -> $work/shards; .*data.vocab_size: 7[0-9]{4}, data.tokenizer: $tok"
+    vocab=$(sed -nE 's/.*data.vocab_size: ([0-9]+),.*/\1/p' "$out")
+    lm=("${tiny[@]}" --set data.path="$work/shards" --set data.vocab_size="$vocab" --set data.context=32
+      --set model.context=32 --set train.global_batch_size=8 --set train.eval_every=6 --set train.eval_samples=4)
+    run mpirun -np 2 "$trainer" "${lm[@]}" --set data.tokenizer="$tok" --set train.steps=6 \
+      --set train.sample_every=6 --set train.sample_prompt="Café naïve" --set train.sample_tokens=8 \
+      --set checkpoint.dir="$work/ckpt"
+    expect_rc 0; expect_grep "done: 6 steps"; expect_grep "sample at step 6: Café naïve \| "
+    run "$trainer" "${lm[@]}" --set data.tokenizer="$tok" --set checkpoint.dir="$work/ckpt" \
+      --generate "日本語 👍🏽" --max-new-tokens 8 --seed 1
+    expect_rc 0; expect_grep "^日本語 👍🏽"
+    # A token id above the vocabulary stops every rank before step 1, naming the file and offset.
+    run mpirun -np 2 "$trainer" "${lm[@]}" --set data.vocab_size=70000 --set train.steps=2
+    expect_rc 2; expect_grep "$work/shards/train_000000.bin: byte offset [0-9]+: token id 7[0-9]+ is not below data.vocab_size = 70000"
+    expect_no_grep "step +1/2"
+    # model.init_from picks up the tokenizer.json beside the weights.
+    run "$trainer" "${lm[@]}" --set checkpoint.dir="$work/ckpt" --set data.tokenizer="$tok" --export-hf "$work/hf"
+    expect_rc 0
+    cp "$tok" "$work/hf/tokenizer.json"
+    run "$trainer" "${lm[@]}" --set model.init_from="$work/hf" --generate "<|endoftext|>x" --max-new-tokens 4
+    expect_rc 0; expect_grep "weights: model.init_from $work/hf"; expect_grep "^<\|endoftext\|>x"
+    run "$trainer" "${lm[@]}" --set model.init_from="$work/hf" --set data.vocab_size=1000 --generate "x"
+    expect_rc 2; expect_grep "data.tokenizer: $work/hf/tokenizer.json ids go up to $((vocab - 1)), above data.vocab_size = 1000" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -28,11 +28,13 @@ void write_bytes(const std::string& path, const void* data, size_t n) {
 void write_shard(const std::string& path, int64_t first, int64_t count, bool llmc = false,
                  int32_t claimed = -1) {
   std::vector<uint16_t> tokens(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>((first + i) % 1000);
+  for (int64_t i = 0; i < count; ++i)
+    tokens[static_cast<size_t>(i)] = static_cast<uint16_t>((first + i) % 1000);
   std::vector<char> bytes;
   if (llmc) {
     int32_t header[256] = {20240520, 1, claimed >= 0 ? claimed : static_cast<int32_t>(count)};
-    bytes.insert(bytes.end(), reinterpret_cast<char*>(header), reinterpret_cast<char*>(header) + sizeof header);
+    bytes.insert(bytes.end(), reinterpret_cast<char*>(header),
+                 reinterpret_cast<char*>(header) + sizeof header);
   }
   bytes.insert(bytes.end(), reinterpret_cast<char*>(tokens.data()),
                reinterpret_cast<char*>(tokens.data()) + 2 * tokens.size());
@@ -65,12 +67,14 @@ TEST(TokenShards, WindowsShiftTargetsByOneAndNeverCrossShards) {
   EXPECT_TRUE(at::equal(b.inputs[0], at::tensor({4, 5, 6, 7}, at::kLong)));
   EXPECT_TRUE(at::equal(b.targets[0], at::tensor({5, 6, 7, 8}, at::kLong)));
   EXPECT_TRUE(at::equal(b.targets[1], at::tensor({17, 18, 19, 20}, at::kLong)));  // last of shard a
-  EXPECT_TRUE(at::equal(b.inputs[2], at::tensor({500, 501, 502, 503}, at::kLong)));  // after the header
+  EXPECT_TRUE(
+      at::equal(b.inputs[2], at::tensor({500, 501, 502, 503}, at::kLong)));  // after the header
   EXPECT_TRUE(at::equal(b.targets[3], at::tensor({505, 506, 507, 508}, at::kLong)));
   const auto val = ds->validation();
   ASSERT_NE(val, nullptr);
   EXPECT_EQ(val->size(), 2);
-  EXPECT_TRUE(at::equal(val->get(at::tensor({1}, at::kLong)).inputs[0], at::tensor({904, 905, 906, 907}, at::kLong)));
+  EXPECT_TRUE(at::equal(val->get(at::tensor({1}, at::kLong)).inputs[0],
+                        at::tensor({904, 905, 906, 907}, at::kLong)));
 }
 
 TEST(TokenShards, AShortLastShardHoldsNoWindowsButTheRestTrain) {
@@ -128,30 +132,75 @@ TEST(TokenShards, MalformedFilesAreNamed) {
     return [f, context] { data::TokenShardDataset ds({f}, context, 1000); };
   };
   EXPECT_THAT(error_of(open(odd)), HasSubstr(odd + ": 4097 bytes, an odd byte count"));
-  EXPECT_THAT(error_of(open(trunc)),
-              HasSubstr(trunc + ": truncated: the header (byte offset 8) says 10000 tokens, the file holds 100"));
+  EXPECT_THAT(
+      error_of(open(trunc)),
+      HasSubstr(trunc +
+                ": truncated: the header (byte offset 8) says 10000 tokens, the file holds 100"));
   EXPECT_THAT(error_of(open(empty)), HasSubstr(empty + ": the token shard is empty"));
-  EXPECT_THAT(error_of(open(shorter)),
-              HasSubstr(shorter + ": 8 tokens, fewer than data.context + 1 = 9: a window longer than the data"));
-  EXPECT_THAT(error_of(open(version)), HasSubstr(version + ": byte offset 4: llm.c header version 2"));
+  EXPECT_THAT(
+      error_of(open(shorter)),
+      HasSubstr(shorter +
+                ": 8 tokens, fewer than data.context + 1 = 9: a window longer than the data"));
+  EXPECT_THAT(error_of(open(version)),
+              HasSubstr(version + ": byte offset 4: llm.c header version 2"));
   EXPECT_THAT(error_of(open(dir.path() + "/missing.bin")), HasSubstr("missing.bin: cannot open"));
   test::TempDir none;
   data::DataOptions o;
   o.path = none.path();
   o.context = 8;
   o.vocab_size = 1000;
-  EXPECT_THAT(error_of([&] { data::make_token_dataset(o); }), HasSubstr("holds no training shards"));
+  EXPECT_THAT(error_of([&] { data::make_token_dataset(o); }),
+              HasSubstr("holds no training shards"));
 }
 
-TEST(TokenShards, ATokenOutsideTheVocabularyNamesFileAndOffset) {
+TEST(TokenShards, ATokenOutsideTheVocabularyIsRefusedAtOpenNamingFileAndOffset) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/train.bin", val = dir.path() + "/val.bin";
+  write_shard(path, 0, 100, /*llmc=*/true);
+  // Tokens 50..99 are out of range; the first, 50, sits at byte 1024 + 2 * 50.
+  EXPECT_THAT(
+      error_of([&] { data::TokenShardDataset ds({path}, 10, 50); }),
+      HasSubstr(path + ": byte offset 1124: token id 50 is not below data.vocab_size = 50"));
+  // The validation split is checked too: its tokens 40..69 pass 50 at the 11th.
+  write_shard(path, 0, 40);
+  write_shard(val, 40, 30);
+  EXPECT_THAT(error_of([&] { data::TokenShardDataset ds({path}, 10, 50, {val}); }),
+              HasSubstr(val + ": byte offset 20: token id 50 is not below data.vocab_size = 50"));
+  EXPECT_NO_THROW(data::TokenShardDataset ds({path}, 10, 50));
+}
+
+// llm.c's Llama 3 shards: magic 20240801, version 7, uint32 tokens.
+void write_wide_shard(const std::string& path, const std::vector<uint32_t>& tokens,
+                      int32_t version = 7) {
+  int32_t header[256] = {20240801, version, static_cast<int32_t>(tokens.size())};
+  std::vector<char> bytes(reinterpret_cast<char*>(header),
+                          reinterpret_cast<char*>(header) + sizeof header);
+  bytes.insert(bytes.end(), reinterpret_cast<const char*>(tokens.data()),
+               reinterpret_cast<const char*>(tokens.data()) + 4 * tokens.size());
+  write_bytes(path, bytes.data(), bytes.size());
+}
+
+TEST(TokenShards, Uint32ShardsReadBackAndAreChecked) {
   test::TempDir dir;
   const std::string path = dir.path() + "/train.bin";
-  write_shard(path, 0, 100, /*llmc=*/true);
-  data::TokenShardDataset ds({path}, 10, 50);  // tokens 50..99 are out of range
-  EXPECT_NO_THROW(ds.get(at::tensor({0, 3}, at::kLong)));
-  // Window 5 reads tokens 50..60; token 50 sits at byte 1024 + 2 * 50.
-  EXPECT_THAT(error_of([&] { ds.get(at::tensor({5}, at::kLong)); }),
-              HasSubstr(path + ": byte offset 1124: token id 50 is not below data.vocab_size = 50"));
+  std::vector<uint32_t> tokens;
+  for (uint32_t i = 0; i < 41; ++i) tokens.push_back(128255 - 3000 * i);
+  write_wide_shard(path, tokens);
+  data::TokenShardDataset ds({path}, 8, 128256);
+  EXPECT_EQ(ds.size(), 5);
+  const auto b = ds.get(at::tensor({1, 4}, at::kLong));
+  for (int64_t j = 0; j < 8; ++j) {
+    EXPECT_EQ(b.inputs[0][j].item<int64_t>(), tokens[8 + j]);
+    EXPECT_EQ(b.targets[1][j].item<int64_t>(), tokens[33 + j]);
+  }
+  EXPECT_THAT(
+      error_of([&] { data::TokenShardDataset d({path}, 8, 128255); }),
+      HasSubstr(path +
+                ": byte offset 1024: token id 128255 is not below data.vocab_size = 128255"));
+  write_wide_shard(path, tokens, 1);
+  EXPECT_THAT(error_of([&] { data::TokenShardDataset d({path}, 8, 128256); }),
+              HasSubstr(path + ": byte offset 4: llm.c header version 1 after magic 20240801; only "
+                               "version 7 (uint32 tokens)"));
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "tokenize_text.py")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(SCRIPT))
+import bpe_reference  # noqa: E402
 import gpt2_reference  # noqa: E402
 import tokenize_text  # noqa: E402
 
@@ -164,6 +165,96 @@ class Gpt2(unittest.TestCase):
         self.assertIn("latin1.txt: byte 3: not UTF-8", p.stderr)
         p = run(self.path("nothing"), self.path("out"), ok=False)
         self.assertIn("nothing: no such file or folder", p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+
+
+def llmc_shards(outdir, split):
+    """The tokens of OUTDIR's `split` shards in llm.c's Llama 3 format (uint32), checking the
+    headers."""
+    parts = []
+    for n in sorted(n for n in os.listdir(outdir) if n.startswith(split + "_")):
+        raw = read(os.path.join(outdir, n))
+        h = np.frombuffer(raw[:1024], dtype="<i4")
+        assert (h[0], h[1]) == (20240801, 7), h[:3]
+        parts.append(np.frombuffer(raw[1024:], dtype="<u4"))
+        assert h[2] == len(parts[-1]), (n, h[2], len(parts[-1]))
+    return np.concatenate(parts)
+
+
+class TokenizerJson(unittest.TestCase):
+    """--tokenizer: a tokenizer.json through the tokenizers library (bpe_reference.py trains
+    them)."""
+
+    @classmethod
+    def setUpClass(cls):
+        from tokenizers import Tokenizer
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.ref = cls.tmp.name
+        for kind in ("llama3-pattern", "wide"):
+            os.makedirs(os.path.join(cls.ref, kind))
+            with open(os.path.join(cls.ref, kind, "tokenizer.json"), "w", encoding="utf-8") as f:
+                json.dump(bpe_reference.make(kind), f)
+        cls.tok = {k: Tokenizer.from_file(os.path.join(cls.ref, k, "tokenizer.json"))
+                   for k in ("llama3-pattern", "wide")}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        self.work = tempfile.TemporaryDirectory()
+        self.dir = self.work.name
+
+    def tearDown(self):
+        self.work.cleanup()
+
+    def expected(self, kind, eot):
+        encode = self.tok[kind].encode
+        return [t for d in bpe_reference.DOCS
+                for t in [eot] + encode(d, add_special_tokens=False).ids]
+
+    def write_jsonl(self):
+        path = os.path.join(self.dir, "docs.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": doc}) + "\n" for doc in bpe_reference.DOCS)
+        return path
+
+    def test_small_vocabulary_is_uint16_and_equals_tokenizers(self):
+        tok = os.path.join(self.ref, "llama3-pattern", "tokenizer.json")
+        p = run(self.write_jsonl(), os.path.join(self.dir, "out"), "--tokenizer", tok,
+                "--val-fraction", "0",
+                "--workers", "2", "--chunk-bytes", "200")
+        train, _ = shards(os.path.join(self.dir, "out"), "train")
+        self.assertEqual(train.tolist(), self.expected("llama3-pattern", 0))
+        self.assertIn(f"of uint16 -> {self.dir}/out; train with data.dataset: tokens", p.stdout)
+        self.assertIn(f"data.tokenizer: {tok}", p.stdout)
+
+    def test_wide_vocabulary_writes_uint32_with_llmcs_llama3_header(self):
+        tok = os.path.join(self.ref, "wide", "tokenizer.json")
+        p = run(self.write_jsonl(), os.path.join(self.dir, "out"), "--tokenizer", tok,
+                "--val-fraction", "0.2",
+                "--shard-tokens", "150", "--workers", "2", "--chunk-bytes", "300")
+        train = llmc_shards(os.path.join(self.dir, "out"), "train")
+        val = llmc_shards(os.path.join(self.dir, "out"), "val")
+        expected = self.expected("wide", 69000)
+        self.assertGreater(max(expected), 65535)
+        self.assertEqual(train.tolist() + val.tolist(), expected)
+        self.assertIn("of uint32", p.stdout)
+        vocab_size = max(self.tok["wide"].get_vocab(with_added_tokens=True).values()) + 1
+        self.assertGreater(vocab_size, 1 << 16)
+        self.assertIn(f"data.vocab_size: {vocab_size},", p.stdout)
+
+    def test_other_kinds_and_missing_files_are_named(self):
+        write(os.path.join(self.dir, "a.txt"), "hello")
+        wp = os.path.join(self.dir, "wordpiece.json")
+        from tokenizers import Tokenizer, models
+        Tokenizer(models.WordPiece({"[UNK]": 0, "hello": 1}, unk_token="[UNK]")).save(wp)
+        text, out = os.path.join(self.dir, "a.txt"), os.path.join(self.dir, "out")
+        p = run(text, out, "--tokenizer", wp, ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(f"{wp}: a WordPiece tokenizer (model.type WordPiece)", p.stderr)
+        p = run(text, out, "--tokenizer", wp + ".no", ok=False)
+        self.assertIn(f"{wp}.no: no such tokenizer.json", p.stderr)
         self.assertNotIn("Traceback", p.stderr)
 
 

@@ -1,0 +1,332 @@
+#include "data/tokenizer_json.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cctype>
+#include <fstream>
+#include <optional>
+#include <unordered_map>
+
+#include <sys/stat.h>
+
+#include "data/errors.h"
+
+namespace data {
+namespace {
+
+using Json = nlohmann::json;
+
+// `tokenizers`' ByteLevel pre-tokenizer pattern (GPT-2's original), used where use_regex is true.
+constexpr const char* kByteLevelPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes for
+// U+0100 onwards, in byte order. byte_of[cp] inverts it (-1: a code point no byte maps to).
+struct ByteLevelAlphabet {
+  std::array<int, 256 + 68> byte_of{};
+  ByteLevelAlphabet() {
+    byte_of.fill(-1);
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      byte_of[static_cast<size_t>(printable ? b : next++)] = b;
+    }
+  }
+};
+
+// The bytes a byte-level vocabulary string stands for; nullopt when a character of it is outside
+// the alphabet (the token is then spelled as its own UTF-8, as `tokenizers`' decoder does).
+std::optional<std::string> byte_level_bytes(const std::string& s) {
+  static const ByteLevelAlphabet alphabet;
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    uint32_t cp = c;
+    size_t n = 1;
+    if (c >= 0xC0 && c < 0xE0 && i + 1 < s.size()) {
+      cp = (c & 0x1Fu) << 6 | (static_cast<unsigned char>(s[i + 1]) & 0x3Fu);
+      n = 2;
+    } else if (c >= 0x80) {
+      return std::nullopt;  // three-byte characters and beyond are far above U+0143
+    }
+    if (cp >= alphabet.byte_of.size() || alphabet.byte_of[cp] < 0) return std::nullopt;
+    out.push_back(static_cast<char>(alphabet.byte_of[cp]));
+    i += n;
+  }
+  return out;
+}
+
+// A pattern for a literal string: ASCII punctuation escaped (PCRE2 reads "\<non-alnum>" as it).
+std::string literal_pattern(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) < 0x80 && !std::isalnum(static_cast<unsigned char>(c))) {
+      out += '\\';
+    }
+    out += c;
+  }
+  return out;
+}
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  BpeSpec read();
+
+ private:
+  DataError error(const std::string& what) const {
+    return DataError(fmt::format("{}: {}", path_, what));
+  }
+  Json load() const;
+  void check_model(const Json& model) const;
+  void read_vocab(const Json& vocab, BpeSpec& spec);
+  void read_merges(const Json& merges, BpeSpec& spec) const;
+  void read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
+                          const std::string& where) const;
+  void read_added(const Json& added, BpeSpec& spec) const;
+
+  std::string path_;
+  std::unordered_map<std::string, int64_t> vocab_;  // byte-level string -> id
+};
+
+Json Reader::load() const {
+  std::ifstream in(path_, std::ios::binary);
+  if (!in) throw error("cannot read the tokenizer file");
+  try {
+    return Json::parse(in);
+  } catch (const Json::exception& e) {
+    throw error(fmt::format("not JSON ({})", e.what()));
+  }
+}
+
+std::string type_of(const Json& j) {
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
+                                                                      : std::string("(no type)");
+}
+
+bool set_and_not(const Json& j, const char* key, const Json& off) {
+  return j.contains(key) && !j[key].is_null() && j[key] != off;
+}
+
+void Reader::check_model(const Json& model) const {
+  const std::string type = type_of(model);
+  if (type != "BPE") {
+    throw error(fmt::format("a {} tokenizer (model.type {}): the trainer reads byte-level BPE "
+                            "tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)",
+                            type, type));
+  }
+  if (model.value("byte_fallback", false)) {
+    throw error("a SentencePiece-style BPE tokenizer (model.byte_fallback: true): the trainer "
+                "reads byte-level BPE tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)");
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (set_and_not(model, key, "")) {
+      throw error(fmt::format("model.{} is set: not a byte-level BPE tokenizer", key));
+    }
+  }
+  if (set_and_not(model, "dropout", 0.0)) {
+    throw error(
+        "model.dropout is set: BPE dropout makes encoding random; remove it for training data");
+  }
+}
+
+void Reader::read_vocab(const Json& vocab, BpeSpec& spec) {
+  if (!vocab.is_object()) throw error("model.vocab is not an object of token -> id");
+  for (const auto& [token, id_json] : vocab.items()) {
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0) {
+      throw error(fmt::format("model.vocab[\"{}\"]: the id is not a non-negative integer", token));
+    }
+    const int64_t id = id_json.get<int64_t>();
+    vocab_[token] = id;
+    if (static_cast<size_t>(id) >= spec.tokens.size())
+      spec.tokens.resize(static_cast<size_t>(id) + 1);
+    if (auto bytes = byte_level_bytes(token)) {
+      spec.tokens[static_cast<size_t>(id)] = std::move(*bytes);
+    } else {
+      spec.unsplit.push_back({token, id});  // never made by merges; decodes as its text
+    }
+  }
+}
+
+void Reader::read_merges(const Json& merges, BpeSpec& spec) const {
+  if (!merges.is_array()) throw error("model.merges is not a list");
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const Json& m = merges[i];
+    std::string left, right;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t space = s.find(' ');
+      if (space == std::string::npos) {
+        throw error(
+            fmt::format("model.merges[{}]: \"{}\" is not two tokens separated by a space", i, s));
+      }
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else {
+      throw error(fmt::format("model.merges[{}]: neither \"a b\" nor [\"a\", \"b\"]", i));
+    }
+    auto id = [&](const std::string& token) {
+      const auto it = vocab_.find(token);
+      if (it == vocab_.end()) {
+        throw error(fmt::format("model.merges[{}] ({} + {}): '{}' is not in model.vocab", i, left,
+                                right, token));
+      }
+      return it->second;
+    };
+    spec.merges.push_back({id(left), id(right), id(left + right), static_cast<uint32_t>(i)});
+  }
+}
+
+void Reader::read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
+                                const std::string& where) const {
+  const std::string type = type_of(p);
+  if (byte_level) {
+    throw error(fmt::format("{}: {} after ByteLevel (ByteLevel must come last)", where, type));
+  }
+  if (type == "Sequence") {
+    const Json& list = p.value("pretokenizers", Json::array());
+    for (size_t i = 0; i < list.size(); ++i) {
+      read_pre_tokenizer(list[i], spec, byte_level, fmt::format("{}.pretokenizers[{}]", where, i));
+    }
+  } else if (type == "ByteLevel") {
+    byte_level = true;
+    BpeSpec::Split s;
+    s.multiline = true;
+    s.add_prefix_space = p.value("add_prefix_space", false);
+    if (p.value("use_regex", true)) s.pattern = kByteLevelPattern;
+    if (s.add_prefix_space || !s.pattern.empty()) spec.splits.push_back(s);
+  } else if (type == "Split") {
+    const std::string behavior = p.value("behavior", "");
+    if (behavior != "Isolated" || p.value("invert", false)) {
+      throw error(fmt::format("{}: Split with behavior {}{}: only Isolated, not inverted, is read",
+                              where, behavior, p.value("invert", false) ? ", invert" : ""));
+    }
+    const Json& pattern = p.value("pattern", Json::object());
+    BpeSpec::Split s;
+    s.multiline = true;
+    if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
+      s.pattern = pattern["Regex"].get<std::string>();
+    } else if (pattern.contains("String") && pattern["String"].is_string()) {
+      s.pattern = literal_pattern(pattern["String"].get<std::string>());
+    } else {
+      throw error(fmt::format("{}: Split without a Regex or String pattern", where));
+    }
+    spec.splits.push_back(s);
+  } else if (type == "Digits") {
+    BpeSpec::Split s;
+    s.pattern = p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)";
+    s.multiline = true;
+    spec.splits.push_back(std::move(s));
+  } else if (type == "Metaspace") {
+    throw error(fmt::format("{}: a SentencePiece-style tokenizer (pre-tokenizer Metaspace): the "
+                            "trainer reads byte-level BPE tokenizer.json files only",
+                            where));
+  } else {
+    throw error(fmt::format("{}: pre-tokenizer {} is not read (ByteLevel, Split, Digits, Sequence "
+                            "are)",
+                            where, type));
+  }
+}
+
+// The ids are the ones `tokenizers` (0.23) gives when it loads the file, not the "id" fields: a
+// token whose content is a vocabulary entry takes that entry's id; the others take the ids after
+// the vocabulary's entry count, in the file's order. For GPT-2, Llama 3 and trained tokenizers
+// that is the file's id.
+void Reader::read_added(const Json& added, BpeSpec& spec) const {
+  std::vector<BpeSpec::AddedToken> raw, normalized;
+  std::unordered_map<std::string, int64_t> given;
+  auto next = static_cast<int64_t>(vocab_.size());
+  for (const Json& t : added) {
+    const std::string content = t.value("content", "");
+    for (const char* key : {"lstrip", "rstrip", "single_word"}) {
+      if (t.value(key, false)) {
+        throw error(fmt::format("added token '{}' has {}: true, which the trainer does not read",
+                                content, key));
+      }
+    }
+    int64_t id = 0;
+    if (const auto it = given.find(content); it != given.end()) {
+      id = it->second;
+    } else if (const auto v = vocab_.find(content); v != vocab_.end()) {
+      id = v->second;
+    } else {
+      id = next++;
+    }
+    given.emplace(content, id);
+    (t.value("normalized", false) ? normalized : raw).push_back({content, id});
+  }
+  for (auto* pass : {&raw, &normalized}) {
+    if (!pass->empty()) spec.added_passes.push_back(std::move(*pass));
+  }
+  for (const char* eot : {"<|endoftext|>", "<|end_of_text|>"}) {
+    for (const auto& pass : spec.added_passes) {
+      for (const auto& t : pass) {
+        if (!spec.end_of_text && t.content == eot) spec.end_of_text = t.id;
+      }
+    }
+  }
+}
+
+BpeSpec Reader::read() {
+  const Json j = load();
+  if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
+    throw error("no \"model\" object: not a Hugging Face tokenizer.json");
+  }
+  const Json& model = j["model"];
+  check_model(model);
+  const Json& normalizer = j.value("normalizer", Json());
+  if (!normalizer.is_null() && !(type_of(normalizer) == "Sequence" &&
+                                 normalizer.value("normalizers", Json::array()).empty())) {
+    throw error(
+        fmt::format("normalizer {} is not read (byte-level BPE tokenizers the trainer reads "
+                    "have none)",
+                    type_of(normalizer)));
+  }
+  BpeSpec spec;
+  spec.name = path_;
+  spec.source = path_;
+  read_vocab(model.value("vocab", Json()), spec);
+  read_merges(model.value("merges", Json::array()), spec);
+  spec.whole_piece_first = model.value("ignore_merges", false);
+  bool byte_level = false;
+  const Json& pre = j.value("pre_tokenizer", Json());
+  if (!pre.is_null()) read_pre_tokenizer(pre, spec, byte_level, "pre_tokenizer");
+  if (!byte_level) {
+    throw error(fmt::format("no ByteLevel pre-tokenizer (pre_tokenizer {}): not a byte-level BPE "
+                            "tokenizer",
+                            pre.is_null() ? "null" : type_of(pre)));
+  }
+  read_added(j.value("added_tokens", Json::array()), spec);
+  return spec;
+}
+
+}  // namespace
+
+BpeSpec read_tokenizer_json(const std::string& path) { return Reader(path).read(); }
+
+bool is_tokenizer_json_path(const std::string& setting) {
+  return setting.find('/') != std::string::npos ||
+         (setting.size() >= 5 && setting.compare(setting.size() - 5, 5, ".json") == 0);
+}
+
+std::string tokenizer_json_beside(const std::string& init_from) {
+  if (init_from.empty()) return "";
+  // POSIX stat, not std::filesystem: the LibTorch wheel's libtorch.so exports its own copies of
+  // some std::filesystem functions (tests/unit/temp_dir.h).
+  struct stat st {};
+  std::string dir = init_from;
+  if (::stat(init_from.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    const size_t slash = init_from.rfind('/');
+    dir = slash == std::string::npos ? "." : init_from.substr(0, slash);
+  }
+  const std::string candidate = dir + "/tokenizer.json";
+  return ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? candidate : "";
+}
+
+}  // namespace data
