@@ -108,4 +108,19 @@ void RunReport::eval(int64_t step, const ValidationMetrics& m) {
   metrics_.write(rec);
 }
 
+std::string done_line(const RunSummary& summary, int64_t start_step) {
+  std::string aside;
+  for (const auto& [bucket, seconds] : summary.aside) {
+    aside += fmt::format("{}{} {:.1f} s", aside.empty() ? "" : ", ", bucket, seconds);
+  }
+  return fmt::format("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{} in training ({} "
+                     "apart), {} memory fallback(s)",
+                     summary.steps_done,
+                     start_step > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start_step)
+                                    : "",
+                     summary.first_loss, summary.last_loss, summary.samples_per_s,
+                     summary.throughput, aside.empty() ? "nothing else ran" : aside,
+                     summary.fallbacks);
+}
+
 }  // namespace train
