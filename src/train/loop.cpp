@@ -98,6 +98,11 @@ void TrainingLoop::add_builtin_actions(RunReport& report) {
                                                      trainer.plan().micro_batch,
                                                      o.train.eval_samples));
                 }});
+}
+
+void TrainingLoop::add_checkpoint_actions() {
+  const TrainerOptions& o = trainer_.options();
+  Trainer& trainer = trainer_;
   if (o.checkpoint.dir.empty()) return;
   actions_.add({"periodic checkpoint", "checkpoints", {.every = o.checkpoint.every},
                 [&trainer, &o](int64_t step) {
@@ -132,6 +137,7 @@ RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
                    trainer_.device(), facts(), start);
   add_builtin_actions(report);
   for (const PeriodicAction& action : extra_) actions_.add(action);
+  add_checkpoint_actions();  // last: a checkpoint follows everything else due at its step
   TrainingClock clock(trainer_.data_wait_s());
   StepProfiler profiler(o.log.profile, o.log.profile_from, o.log.profile_steps,
                         trainer_.control().rank(), trainer_.device().is_cuda());

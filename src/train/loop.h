@@ -21,7 +21,8 @@ class Trainer;
 
 class TrainingLoop {
  public:
-  // `extra`: actions registered by the caller; they run after the built-in ones of the same step.
+  // `extra`: actions registered by the caller; they run after the built-in ones of the same step
+  // and before its checkpoints.
   TrainingLoop(Trainer& trainer, const std::vector<PeriodicAction>& extra);
 
   // Runs the steps after trainer.start_step() up to train.steps; `stop_requested` is polled each
@@ -29,8 +30,10 @@ class TrainingLoop {
   RunSummary run(const std::function<bool()>& stop_requested);
 
  private:
-  // The built-in periodic actions, in the order they run after a step.
+  // The built-in periodic actions, in the order they run after a step: the memory estimate and
+  // tables, evaluation; then the caller's (`extra`); then the checkpoints.
   void add_builtin_actions(RunReport& report);
+  void add_checkpoint_actions();
   RunFacts facts() const;
 
   Trainer& trainer_;

@@ -70,7 +70,7 @@ class Trainer {
   // `stop_requested` is polled each step and voted on by all ranks.
   RunSummary run(const std::function<bool()>& stop_requested = nullptr);
   // Registers an action run() runs between steps (train/periodic.h), after the built-in ones
-  // (memory tables, evaluation, checkpoints) due at the same step. A collective action must be
+  // (memory tables, evaluation) due at the same step and before its checkpoints. A collective action must be
   // registered on every rank with the same cadence.
   void add_periodic(PeriodicAction action) { periodic_.push_back(std::move(action)); }
   // train.sample_every: after every N-th step run() calls `sample` and logs "sample at step S:

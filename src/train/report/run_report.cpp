@@ -113,13 +113,13 @@ std::string done_line(const RunSummary& summary, int64_t start_step) {
   for (const auto& [bucket, seconds] : summary.aside) {
     aside += fmt::format("{}{} {:.1f} s", aside.empty() ? "" : ", ", bucket, seconds);
   }
-  return fmt::format("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{} in training ({} "
-                     "apart), {} memory fallback(s)",
+  return fmt::format("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{} in training{}, {} "
+                     "memory fallback(s)",
                      summary.steps_done,
                      start_step > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start_step)
                                     : "",
                      summary.first_loss, summary.last_loss, summary.samples_per_s,
-                     summary.throughput, aside.empty() ? "nothing else ran" : aside,
+                     summary.throughput, aside.empty() ? "" : " (" + aside + " apart)",
                      summary.fallbacks);
 }
 

@@ -74,7 +74,8 @@ class RunReport {
 
 // The run's last line (rank 0 logs it): "done: N steps[ (M in this run)], loss A -> B, X samples/s
 // [tokens/s MFU] in training (evaluation 1.2 s, ..., checkpoints 0.3 s apart), K memory
-// fallback(s)". `start_step`: the steps done before this run (a resumed run's checkpoint).
+// fallback(s)", one entry per bucket of summary.aside (none: no parenthesis). `start_step`: the
+// steps done before this run (a resumed run's checkpoint).
 std::string done_line(const RunSummary& summary, int64_t start_step);
 
 }  // namespace train
