@@ -30,7 +30,8 @@ HalveMicroBatch::HalveMicroBatch(int64_t micro_batch, int64_t min_micro_batch, A
 std::string HalveMicroBatch::take() {
   const int64_t old = micro_batch_;
   micro_batch_ = std::max(min_micro_batch_, micro_batch_ / 2);
-  return apply_ ? apply_(old, micro_batch_) : fmt::format("micro-batch {} -> {}", old, micro_batch_);
+  return apply_ ? apply_(old, micro_batch_)
+                : fmt::format("micro-batch {} -> {}", old, micro_batch_);
 }
 
 OnceRung::OnceRung(Rung kind, std::function<std::string()> apply)
@@ -53,7 +54,8 @@ FallbackLadder::FallbackLadder(const std::vector<Rung>& order, int64_t micro_bat
                                                            std::move(effects.halve_micro_batch)));
         break;
       case Rung::kCheckpointActivations:
-        rungs_.push_back(std::make_unique<OnceRung>(kind, std::move(effects.checkpoint_activations)));
+        rungs_.push_back(
+            std::make_unique<OnceRung>(kind, std::move(effects.checkpoint_activations)));
         break;
       case Rung::kUncacheEmbeddings:
         rungs_.push_back(std::make_unique<OnceRung>(kind, std::move(effects.uncache_embeddings)));
@@ -81,8 +83,9 @@ FallbackRung* FallbackLadder::next() {
 
 std::string taken_message(int64_t step, const std::vector<std::string>& failures,
                           const FallbackRung& rung, const std::string& change) {
-  return fmt::format("step {}: out of memory on {} rank(s): {}. Fallback {}: {}; retrying the step.",
-                     step, failures.size(), fmt::join(failures, "; "), rung.name(), change);
+  return fmt::format(
+      "step {}: out of memory on {} rank(s): {}. Fallback {}: {}; retrying the step.", step,
+      failures.size(), fmt::join(failures, "; "), rung.name(), change);
 }
 
 }  // namespace memory

@@ -83,20 +83,25 @@ void TrainingLoop::add_builtin_actions(RunReport& report) {
   Trainer& trainer = trainer_;
   // The plan's peak against the measured one, a few steps in (before the next table resets the
   // peaks).
-  actions_.add({"memory estimate", "memory tables", {.once_at = std::min(start + 3, o.train.steps)},
+  actions_.add({"memory estimate",
+                "memory tables",
+                {.once_at = std::min(start + 3, o.train.steps)},
                 [&trainer](int64_t step) { trainer.compare_estimate(step); }});
-  actions_.add({"memory table", "memory tables",
-                {.every = o.memory.check_every, .after_last = true}, [&trainer](int64_t step) {
+  actions_.add({"memory table",
+                "memory tables",
+                {.every = o.memory.check_every, .after_last = true},
+                [&trainer](int64_t step) {
                   trainer.report_memory(
                       fmt::format("memory at step {} (peak since the last table)", step));
                 }});
   // Collective (one all-reduce) for datasets with a validation split or held-out items.
-  actions_.add({"evaluation", "evaluation", {.every = o.train.eval_every, .after_last = true},
+  actions_.add({"evaluation",
+                "evaluation",
+                {.every = o.train.eval_every, .after_last = true},
                 [&trainer, &report, &o](int64_t step) {
-                  report.eval(step, evaluate_and_log(trainer.control(), trainer.model(),
-                                                     trainer.dataset(), step,
-                                                     trainer.plan().micro_batch,
-                                                     o.train.eval_samples));
+                  report.eval(step, evaluate_and_log(
+                                        trainer.control(), trainer.model(), trainer.dataset(), step,
+                                        trainer.plan().micro_batch, o.train.eval_samples));
                 }});
 }
 
@@ -104,37 +109,41 @@ void TrainingLoop::add_checkpoint_actions() {
   const TrainerOptions& o = trainer_.options();
   Trainer& trainer = trainer_;
   if (o.checkpoint.dir.empty()) return;
-  actions_.add({"periodic checkpoint", "checkpoints", {.every = o.checkpoint.every},
+  actions_.add({"periodic checkpoint",
+                "checkpoints",
+                {.every = o.checkpoint.every},
                 [&trainer, &o](int64_t step) {
                   trainer.save_checkpoint(
                       fmt::format("{}/step_{:06d}.safetensors", o.checkpoint.dir, step), step);
                 }});
-  actions_.add({"final checkpoint", "checkpoints", {.after_last = true},
-                [&trainer, &o](int64_t step) {
-                  trainer.save_checkpoint(o.checkpoint.dir + "/final.safetensors", step);
-                }});
+  actions_.add(
+      {"final checkpoint", "checkpoints", {.after_last = true}, [&trainer, &o](int64_t step) {
+         trainer.save_checkpoint(o.checkpoint.dir + "/final.safetensors", step);
+       }});
 }
 
 RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
   const TrainerOptions& o = trainer_.options();
   const auto& t = o.train;
   const int64_t start = trainer_.start_step();  // steps done before this run
-  const int64_t first = start + 1;               // this run's first step
+  const int64_t first = start + 1;              // this run's first step
   RunSummary summary;
   summary.steps_done = start;
   if (start >= t.steps) {
-    spdlog::info("the checkpoint has {} steps done, train.steps = {}: nothing to train", start, t.steps);
+    spdlog::info("the checkpoint has {} steps done, train.steps = {}: nothing to train", start,
+                 t.steps);
     return summary;
   }
   const ddp::BatchPlan& plan = trainer_.plan();
   spdlog::info("training {} steps{}, global batch {} on {} rank(s); rank {}: {}", t.steps,
                start > 0 ? fmt::format(" from step {}", first) : "", plan.global_batch,
                plan.world_size, plan.rank, plan.describe());
-  trainer_.report_memory(fmt::format(
-      "memory before step {}: parameters, buckets, optimizer state, caches", first));
-  RunReport report(trainer_.control(),
-                   {o.log.progress, metrics_path(o.log.metrics, o.checkpoint.dir), o.log.tensorboard},
-                   trainer_.device(), facts(), start);
+  trainer_.report_memory(
+      fmt::format("memory before step {}: parameters, buckets, optimizer state, caches", first));
+  RunReport report(
+      trainer_.control(),
+      {o.log.progress, metrics_path(o.log.metrics, o.checkpoint.dir), o.log.tensorboard},
+      trainer_.device(), facts(), start);
   add_builtin_actions(report);
   for (const PeriodicAction& action : extra_) actions_.add(action);
   add_checkpoint_actions();  // last: a checkpoint follows everything else due at its step
@@ -172,8 +181,9 @@ RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
   }
   profiler.finish();
   if (summary.steps_done - start > 1) {
-    summary.samples_per_s = static_cast<double>((summary.steps_done - start - 1) * plan.global_batch) /
-                            clock.steady_training_s();
+    summary.samples_per_s =
+        static_cast<double>((summary.steps_done - start - 1) * plan.global_batch) /
+        clock.steady_training_s();
     summary.throughput = report.throughput(summary.samples_per_s);
   }
   summary.fallbacks = trainer_.fallbacks();

@@ -43,11 +43,13 @@ void StepMetrics::check_skipped(const StepResult& r, int64_t since, int64_t new_
   if (new_skips > 0 && rank == 0) {
     if (new_skips == 1 && r.skipped) {
       spdlog::warn("step {}: non-finite gradient (inf or NaN) on some rank: step skipped on every "
-                   "rank, parameters unchanged; loss scale now {:g}", r.step, r.loss_scale);
+                   "rank, parameters unchanged; loss scale now {:g}",
+                   r.step, r.loss_scale);
     } else {
-      spdlog::warn("steps {}-{}: {} step(s) had a non-finite gradient (inf or NaN) on some rank and "
-                   "were skipped on every rank, parameters unchanged; loss scale now {:g}",
-                   since + 1, r.step, new_skips, r.loss_scale);
+      spdlog::warn(
+          "steps {}-{}: {} step(s) had a non-finite gradient (inf or NaN) on some rank and "
+          "were skipped on every rank, parameters unchanged; loss scale now {:g}",
+          since + 1, r.step, new_skips, r.loss_scale);
     }
   }
   if (longest_run >= max_skipped_steps) {

@@ -49,8 +49,8 @@ class StepMetrics {
   void check_skipped(const StepResult& r, int64_t since, int64_t new_skips, int64_t longest_run,
                      int rank, int64_t max_skipped_steps) const;
 
-  at::Tensor loss_;   // float64 [] on the device
-  at::Tensor slots_;  // float64 on the device: what read() copies out at once
+  at::Tensor loss_;             // float64 [] on the device
+  at::Tensor slots_;            // float64 on the device: what read() copies out at once
   int64_t skipped_total_ = 0;   // fp16: skipped steps as of the last read
   int64_t last_read_step_ = 0;  // the step of the last read
   int64_t host_reads_ = 0;

@@ -60,7 +60,9 @@ RunSummary Trainer::run(const std::function<bool()>& stop_requested) {
 }
 
 void Trainer::set_sampler(std::function<std::string()> sample) {
-  add_periodic({"text sample", "samples", {.every = options_.train.sample_every},
+  add_periodic({"text sample",
+                "samples",
+                {.every = options_.train.sample_every},
                 [sample = std::move(sample)](int64_t step) {
                   spdlog::info("sample at step {}: {}", step, sample());
                 }});
@@ -84,8 +86,8 @@ StepResult Trainer::step(int64_t step, bool stop_requested, bool read_metrics) {
     const Attempt attempt = forward_backward(step);
     // Status vote: one small all-reduce of host values every step (stop requests, failures); the
     // control plane's tensors live on the host, so reading them synchronises with no device.
-    at::Tensor vote = at::tensor({stop_requested ? 1.0 : 0.0, attempt.failure.empty() ? 0.0 : 1.0},
-                                 at::kDouble);
+    at::Tensor vote =
+        at::tensor({stop_requested ? 1.0 : 0.0, attempt.failure.empty() ? 0.0 : 1.0}, at::kDouble);
     {
       const StepPhase in_vote("step/vote");
       control_.all_reduce(vote, ddp::ReduceOp::kSum, "status vote");
@@ -105,7 +107,8 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
   memory::Phase phase = memory::Phase::kNone;
   try {
     std::optional<StepPhase> in_data(std::in_place, "step/data");
-    const data::Batch batch = loader_->get(batch_index(step));  // read ahead by the loader's workers
+    const data::Batch batch =
+        loader_->get(batch_index(step));  // read ahead by the loader's workers
     metrics_.loss().zero_();
     const bool inject = injects_nonfinite(step);
     const bool graphed = graphs_->use_for_step(
@@ -123,13 +126,14 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     for (size_t m = 0; m < micros; ++m) {
       const int64_t n = plan_.micro_sizes[m];
       const data::Batch micro = std::move(next);
-      if (m + 1 < micros) next = data::to_device(batch, offset + n, plan_.micro_sizes[m + 1], device_);
+      if (m + 1 < micros)
+        next = data::to_device(batch, offset + n, plan_.micro_sizes[m + 1], device_);
       // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync);
       // under a CUDA graph none does, and every bucket is reduced after the last replay.
       reducer_->begin_micro_batch(/*sync=*/!graphed && m + 1 == micros);
       // Weighted by its share of the global batch: the SUM over ranks is the global mean.
-      micro_batch_forward_backward(step, micro, plan_.weight(n), graphed,
-                                   inject && m + 1 == micros, phase);
+      micro_batch_forward_backward(step, micro, plan_.weight(n), graphed, inject && m + 1 == micros,
+                                   phase);
       offset += n;
     }
     const StepPhase in_reduce("step/reduce");
@@ -143,9 +147,9 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     scaler_->unscale(reducer_->reduced_gradients());
   } catch (const c10::OutOfMemoryError& e) {
     memory::CpuAllocatorGuard::instance().set_phase(step, memory::Phase::kNone);
-    attempt.failure = fmt::format("rank {} in {} (micro-batch {}): {}", control_.rank(),
-                                  memory::to_string(phase), plan_.micro_batch,
-                                  first_line(e.what_without_backtrace()));
+    attempt.failure =
+        fmt::format("rank {} in {} (micro-batch {}): {}", control_.rank(), memory::to_string(phase),
+                    plan_.micro_batch, first_line(e.what_without_backtrace()));
     // The step's tensors are gone with the scope above; the buckets not posted yet still are.
     reducer_->abandon();
   }
@@ -243,7 +247,8 @@ void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
                     control_.size(), options_.config_text});
   spdlog::info("checkpoint written: {} ({} steps done)", path, steps_done);
   // Older periodic checkpoints go only once the new one is complete (renamed into place).
-  for (const auto& old : prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last)) {
+  for (const auto& old :
+       prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last)) {
     spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.checkpoint.keep_last, old);
   }
 }

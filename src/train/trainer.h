@@ -41,10 +41,10 @@
 #include "ddp/batch_plan.h"
 #include "ddp/communicator.h"
 #include "ddp/rank_sampler.h"
-#include "ddp/shard.h"
 #include "ddp/reducer.h"
-#include "memory/estimator.h"
+#include "ddp/shard.h"
 #include "memory/allocator_guard.h"
+#include "memory/estimator.h"
 #include "memory/fallback.h"
 #include "memory/oom.h"
 #include "models/model.h"
@@ -53,9 +53,9 @@
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/options.h"
+#include "train/periodic.h"
 #include "train/precision.h"
 #include "train/report/results.h"
-#include "train/periodic.h"
 #include "train/step_metrics.h"
 #include "train/step_rng.h"
 
@@ -70,8 +70,8 @@ class Trainer {
   // `stop_requested` is polled each step and voted on by all ranks.
   RunSummary run(const std::function<bool()>& stop_requested = nullptr);
   // Registers an action run() runs between steps (train/periodic.h), after the built-in ones
-  // (memory tables, evaluation) due at the same step and before its checkpoints. A collective action must be
-  // registered on every rank with the same cadence.
+  // (memory tables, evaluation) due at the same step and before its checkpoints. A collective
+  // action must be registered on every rank with the same cadence.
   void add_periodic(PeriodicAction action) { periodic_.push_back(std::move(action)); }
   // train.sample_every: after every N-th step run() calls `sample` and logs "sample at step S:
   // TEXT" (a periodic action timed as "samples"). Set on rank 0 only (the others do not wait for
@@ -99,7 +99,7 @@ class Trainer {
   Precision precision() const { return precision_; }
   const ddp::BatchPlan& plan() const { return plan_; }
   int64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }
-  double data_wait_s() const { return loader_->waited_s(); }  // the loader's wait so far
+  double data_wait_s() const { return loader_->waited_s(); }          // the loader's wait so far
   int64_t skipped_steps() const { return metrics_.skipped_total(); }  // fp16, as of the last read
   const ddp::Reducer& reducer() const { return *reducer_; }
   models::Model& model() { return *model_; }
@@ -208,9 +208,9 @@ class Trainer {
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<FusedAdamW> optimizer_;
   std::unique_ptr<GradClipper> clipper_;
-  std::unique_ptr<LossScaler> scaler_;    // fp16 loss scaling (disabled otherwise)
-  std::unique_ptr<GraphStep> graphs_;     // train.cuda_graphs
-  StepMetrics metrics_;                   // the loss on the device; the logged steps' one read
+  std::unique_ptr<LossScaler> scaler_;  // fp16 loss scaling (disabled otherwise)
+  std::unique_ptr<GraphStep> graphs_;   // train.cuda_graphs
+  StepMetrics metrics_;                 // the loss on the device; the logged steps' one read
   std::vector<std::pair<int, int64_t>> nonfinite_injections_;  // (rank, step) test hook
   // The OOM protocol.
   memory::MemoryEstimate estimate_;

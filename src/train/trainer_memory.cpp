@@ -44,7 +44,8 @@ namespace {
 // capped by memory.fraction on a GPU. 0 when unknown.
 int64_t memory_target(c10::Device device, const memory::MemoryOptions& options) {
   int64_t total = memory::sample_memory(device).total_bytes;
-  if (device.is_cuda() && options.fraction > 0) total = static_cast<int64_t>(options.fraction * total);
+  if (device.is_cuda() && options.fraction > 0)
+    total = static_cast<int64_t>(options.fraction * total);
   return std::max<int64_t>(0, total);
 }
 
@@ -118,9 +119,9 @@ void Trainer::probe_activations() {
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
   // micro-batch copied to the device is measured with the activations below.)
   if (device_.is_cpu()) {
-    estimate_.loader = sampler_.buffer_bytes() +
-                       data::Loader::buffer_bytes(options_.loader,
-                                                  batch.inputs.nbytes() + batch.targets.nbytes());
+    estimate_.loader =
+        sampler_.buffer_bytes() +
+        data::Loader::buffer_bytes(options_.loader, batch.inputs.nbytes() + batch.targets.nbytes());
   }
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer_->zero_grad();
@@ -198,11 +199,12 @@ void Trainer::choose_micro_batch() {
   control_.all_reduce(agreed, ddp::ReduceOp::kMin, "micro-batch agreement");
   micro_batch_ = agreed.data_ptr<int64_t>()[0];
   if (agreed.data_ptr<int64_t>()[1] == 0 && control_.rank() == 0) {
-    spdlog::warn("train.micro_batch_size auto: even a micro-batch of {} is estimated above "
-                 "memory.target_fraction = {} of some rank's memory (rank 0: {:.1f} of {:.1f} MiB); "
-                 "expect out-of-memory fallbacks",
-                 micro_batch_, options_.memory.target_fraction,
-                 estimate_.peak(micro_batch_) / 1048576.0, total / 1048576.0);
+    spdlog::warn(
+        "train.micro_batch_size auto: even a micro-batch of {} is estimated above "
+        "memory.target_fraction = {} of some rank's memory (rank 0: {:.1f} of {:.1f} MiB); "
+        "expect out-of-memory fallbacks",
+        micro_batch_, options_.memory.target_fraction, estimate_.peak(micro_batch_) / 1048576.0,
+        total / 1048576.0);
   }
   plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
                                micro_batch_);
@@ -226,7 +228,8 @@ memory::FallbackLadder Trainer::make_ladder() {
     effects.checkpoint_activations = [this] {
       model_->set_checkpoint_activations(true);
       return fmt::format("each block is now recomputed in backward instead of keeping its "
-                         "activations; micro-batch {} unchanged", plan_.micro_batch);
+                         "activations; micro-batch {} unchanged",
+                         plan_.micro_batch);
     };
   }
   if (model_->has_cache()) {
@@ -248,7 +251,8 @@ std::string Trainer::halve_micro_batch(int64_t old_micro_batch, int64_t new_micr
   plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
                                micro_batch_);
   return fmt::format("micro-batch {} -> {}, accumulation {} -> {} (rank 0); global batch {} "
-                     "unchanged", old_micro_batch, plan_.micro_batch, old_plan.accumulation(),
+                     "unchanged",
+                     old_micro_batch, plan_.micro_batch, old_plan.accumulation(),
                      plan_.accumulation(), plan_.global_batch);
 }
 
@@ -270,7 +274,8 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
   // A captured graph holds the old micro-batch's shapes (and the model as it was): capture anew.
   graphs_->invalidate(fmt::format("fallback {}", rung->name()));
   const std::string change = rung->take();
-  if (control_.rank() == 0) spdlog::warn("{}", memory::taken_message(step, failures, *rung, change));
+  if (control_.rank() == 0)
+    spdlog::warn("{}", memory::taken_message(step, failures, *rung, change));
 }
 
 memory::OutOfMemoryFatal Trainer::fallbacks_spent(int64_t step,
@@ -330,7 +335,8 @@ void Trainer::shard_optimizer_in_place() {
     // After the vote: the other ranks are switching too, and this rank cannot follow.
     throw memory::OutOfMemoryAbort(fmt::format(
         "rank {} ran out of memory switching to ddp.shard: optimizer (memory.fallback rung "
-        "shard_optimizer): {}", control_.rank(), first_line(e.what_without_backtrace())));
+        "shard_optimizer): {}",
+        control_.rank(), first_line(e.what_without_backtrace())));
   }
   shard_ = ddp::ShardMode::kOptimizer;
   estimate_.gradients = reducer_->gradient_bytes();
@@ -340,7 +346,8 @@ void Trainer::shard_optimizer_in_place() {
 void Trainer::compare_estimate(int64_t step) {
   // Peak since the start table (reset there), the largest over ranks, against the largest plan.
   at::Tensor v = at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes),
-                             static_cast<double>(estimate_.peak(plan_.micro_batch))}, at::kDouble);
+                             static_cast<double>(estimate_.peak(plan_.micro_batch))},
+                            at::kDouble);
   control_.all_reduce(v, ddp::ReduceOp::kMax, "memory estimate check");
   const double measured = v.data_ptr<double>()[0];  // host tensors (control plane)
   const double estimated = v.data_ptr<double>()[1];
@@ -363,8 +370,8 @@ void Trainer::report_memory(const std::string& title) {
     samples.push_back(memory::MemorySample::from_vector(v + r * memory::MemorySample::kFields));
   }
   std::vector<std::string> warnings;
-  std::string table = memory::format_memory_table(samples, title, options_.memory.high_watermark,
-                                                  &warnings);
+  std::string table =
+      memory::format_memory_table(samples, title, options_.memory.high_watermark, &warnings);
   table.pop_back();  // spdlog ends the line
   spdlog::info("{}", table);
   for (const auto& w : warnings) spdlog::warn("memory: {}", w);

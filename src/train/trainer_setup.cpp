@@ -11,18 +11,18 @@
 
 namespace train {
 
-Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
-                 ddp::Communicator& data, std::shared_ptr<models::Model> model,
-                 const data::Dataset& dataset, c10::Device device)
+Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp::Communicator& data,
+                 std::shared_ptr<models::Model> model, const data::Dataset& dataset,
+                 c10::Device device)
     : options_(options), control_(control), data_(data), model_(std::move(model)),
       dataset_(dataset), device_(device), precision_(options.train.precision),
-      shard_(options.ddp.shard),
-      micro_batch_(initial_micro_batch(options.train, control.size())),
+      shard_(options.ddp.shard), micro_batch_(initial_micro_batch(options.train, control.size())),
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
       sampler_(dataset.size(), options.train.global_batch_size, options.train.seed) {
   check_state_fits();
-  allocate_agreed("parameters, embedding caches and optimizer state", [&] { allocate_model_state(); });
+  allocate_agreed("parameters, embedding caches and optimizer state",
+                  [&] { allocate_model_state(); });
   nonfinite_injections_ = parse_nonfinite_injections(options_.train.inject_nonfinite);
   allocate_agreed("gradient buckets", [&] { allocate_gradients(); });
   estimate_.gradients += reducer_->gradient_bytes();
@@ -50,7 +50,8 @@ void Trainer::apply_channels_last() {
   const bool applied = model_->set_channels_last(true);
   if (control_.rank() == 0 && applied) {
     spdlog::info("channels-last (NHWC) convolution weights and activations (train.channels_last "
-                 "= {})", kSwitchNames.at(static_cast<size_t>(cl)));
+                 "= {})",
+                 kSwitchNames.at(static_cast<size_t>(cl)));
   } else if (control_.rank() == 0 && cl == Switch::kOn) {
     spdlog::warn("train.channels_last = on: this model does not convolve; ignored");
   }
@@ -59,7 +60,8 @@ void Trainer::apply_channels_last() {
 void Trainer::allocate_model_state() {
   // Move by device only: Module::to(dtype) would also cast integer buffers (item texts).
   model_->to(device_);
-  apply_channels_last();  // before the Reducer makes the gradients views with the parameters' strides
+  apply_channels_last();  // before the Reducer makes the gradients views with the parameters'
+                          // strides
   auto state_bytes = [&] {
     int64_t bytes = 0;
     for (const auto& p : model_->parameters()) bytes += p.nbytes();
@@ -74,8 +76,8 @@ void Trainer::allocate_model_state() {
   const auto& t = options_.train;
   // Sharded, the optimizer runs over the Reducer's blocks: it is made with the Reducer.
   if (shard_ == ddp::ShardMode::kNone) {
-    optimizer_ = std::make_unique<FusedAdamW>(
-        model_->parameters(), AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay});
+    optimizer_ = std::make_unique<FusedAdamW>(model_->parameters(),
+                                              AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay});
     estimate_.optimizer_state = optimizer_->state_bytes();
   }
   metrics_ = StepMetrics(device_);
@@ -102,7 +104,8 @@ void Trainer::allocate_gradients() {
     optimizer_ = make_sharded_optimizer();
     estimate_.optimizer_state = optimizer_->state_bytes();
   }
-  clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(), sharded ? &data_ : nullptr);
+  clipper_ =
+      std::make_unique<GradClipper>(reducer_->reduced_gradients(), sharded ? &data_ : nullptr);
 }
 
 void Trainer::make_loader() {
@@ -134,7 +137,8 @@ void Trainer::broadcast_model() {
   for (auto& item : model_->named_parameters()) {
     data_.broadcast(item.value().data(), 0, "parameter " + item.key());
   }
-  for (auto& item : model_->named_buffers()) data_.broadcast(item.value(), 0, "buffer " + item.key());
+  for (auto& item : model_->named_buffers())
+    data_.broadcast(item.value(), 0, "buffer " + item.key());
 }
 
 }  // namespace train

@@ -46,8 +46,8 @@ TEST(PeriodicActions, RunDueOnesInRegistrationOrderEachTimedInItsBucket) {
   double aside = actions.run_due(1, false);
   EXPECT_EQ(aside, actions.buckets()[0].second) << "step 1: the estimate alone";
   for (int64_t step = 2; step <= 5; ++step) aside += actions.run_due(step, step == 5);
-  EXPECT_EQ(ran, (std::vector<std::string>{"estimate@1", "table@2", "eval@3", "table@4",
-                                            "table@5", "final@5"}));
+  EXPECT_EQ(ran, (std::vector<std::string>{"estimate@1", "table@2", "eval@3", "table@4", "table@5",
+                                           "final@5"}));
   ASSERT_EQ(actions.buckets().size(), 3u) << "two actions share the memory tables' bucket";
   EXPECT_EQ(actions.buckets()[0].first, "memory tables");
   EXPECT_EQ(actions.buckets()[1].first, "evaluation");

@@ -15,14 +15,14 @@ namespace train {
 // below them live on the device until Trainer::read_metrics() copies them out (logged steps only:
 // Note [No host synchronisation in the step] in train/trainer.cpp).
 struct StepResult {
-  int64_t step = 0;      // the step's number, from 1 (as the log numbers it)
-  bool stop = false;     // some rank asked to stop (a signal); all ranks agree
-  int attempts = 1;      // 1 + the fallbacks this step needed
+  int64_t step = 0;   // the step's number, from 1 (as the log numbers it)
+  bool stop = false;  // some rank asked to stop (a signal); all ranks agree
+  int attempts = 1;   // 1 + the fallbacks this step needed
   double lr = 0;
   bool metrics_read = false;  // the fields below hold this step's values
-  double loss = 0;       // mean loss over the global batch
-  double grad_norm = 0;  // before clipping
-  bool skipped = false;  // fp16: a non-finite gradient on some rank; no update (all ranks agree)
+  double loss = 0;            // mean loss over the global batch
+  double grad_norm = 0;       // before clipping
+  bool skipped = false;   // fp16: a non-finite gradient on some rank; no update (all ranks agree)
   double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
 };
 
@@ -47,7 +47,7 @@ struct RunSummary {
   // it but in `aside`, per bucket.
   double samples_per_s = 0;
   TimeBuckets aside;
-  std::string throughput;    // " N tokens/s MFU M%" for token models; empty otherwise
+  std::string throughput;  // " N tokens/s MFU M%" for token models; empty otherwise
   bool stopped = false;
   int fallbacks = 0;
 };

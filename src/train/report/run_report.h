@@ -28,18 +28,18 @@ namespace train {
 // The log section's say in the report (train::LogOptions, resolved by the Trainer).
 struct ReportOptions {
   ProgressSetting progress{};  // log.progress: auto | bar | lines | off (progress_mode)
-  std::string metrics_path;  // the metrics file (metrics_path()); "": none
-  std::string tensorboard;   // log.tensorboard: the event files' directory; "": none
+  std::string metrics_path;    // the metrics file (metrics_path()); "": none
+  std::string tensorboard;     // log.tensorboard: the event files' directory; "": none
 };
 
 struct RunFacts {
-  int64_t steps = 0;            // train.steps
+  int64_t steps = 0;  // train.steps
   int64_t global_batch = 0;
   int world_size = 1;
   int64_t steps_per_epoch = 1;
-  int64_t positions = 0;        // tokens per sample (token data), else 0
-  double flops_per_token = 0;   // the model's estimate for `positions` (0: none)
-  double peak_tflops = 0;       // the device's dense peak at the run's precision (0: unknown)
+  int64_t positions = 0;       // tokens per sample (token data), else 0
+  double flops_per_token = 0;  // the model's estimate for `positions` (0: none)
+  double peak_tflops = 0;      // the device's dense peak at the run's precision (0: unknown)
 };
 
 class RunReport {
