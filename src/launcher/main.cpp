@@ -23,6 +23,7 @@
 #include "launcher/signals.h"
 #include "launcher/startup.h"
 #include "launcher/stop_policy.h"
+#include "train/report/run_report.h"
 #include "memory/process_memory.h"
 
 namespace launcher {
@@ -134,14 +135,8 @@ int train_until_done(Startup& s) {
   }
   const int64_t start = trainer.start_step();
   if (summary.steps_done > start) {
-    // Throughput of the training steps; evaluation and checkpoint time are reported apart.
-    spdlog::info("done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{} in training "
-                 "(evaluation {:.1f} s, checkpoints {:.1f} s apart), {} memory fallback(s)",
-                 summary.steps_done,
-                 start > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start) : "",
-                 summary.first_loss, summary.last_loss, summary.samples_per_s,
-                 summary.throughput, summary.evaluation_s, summary.checkpoint_s,
-                 summary.fallbacks);
+    // Throughput of the training steps; periodic actions' time is reported apart, per bucket.
+    spdlog::info("{}", train::done_line(summary, start));
   }
   s.control->barrier("shutdown");
   return exit_code_after_run(summary.stopped, stop_signal(), summary.steps_done,

@@ -1,4 +1,7 @@
-// Trainer: the data-parallel training loop of one rank.
+// Trainer: the data-parallel training step of one rank, and the state it needs. The loop around
+// it (step lines, evaluation, checkpoints: periodic actions) is TrainingLoop (train/loop.h), which
+// run() hands the work to; set-up is in trainer_setup.cpp, the memory plan and the OOM protocol in
+// trainer_memory.cpp.
 //
 // Contract: every rank constructs a Trainer with the same options, a model of the same
 // architecture and the same dataset; construction checks that the parameter lists match,
@@ -39,48 +42,65 @@
 #include "ddp/communicator.h"
 #include "ddp/rank_sampler.h"
 #include "ddp/reducer.h"
+#include "ddp/shard.h"
+#include "memory/allocator_guard.h"
 #include "memory/estimator.h"
 #include "memory/fallback.h"
+#include "memory/oom.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
 #include "train/graph_step.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/options.h"
+#include "train/periodic.h"
 #include "train/precision.h"
 #include "train/report/results.h"
+#include "train/step_metrics.h"
 #include "train/step_rng.h"
 
 namespace train {
-
-// fp16: train.max_skipped_steps steps in a row had non-finite gradients. Every rank throws it
-// after the same step (the verdict comes from the reduced gradients), so the exit is agreed.
-class NonFiniteFatal : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 class Trainer {
  public:
   Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp::Communicator& data,
           std::shared_ptr<models::Model> model, const data::Dataset& dataset, c10::Device device);
 
-  // Runs train.steps steps; `stop_requested` is polled each step and voted on by all ranks.
+  // Runs the steps after start_step() up to train.steps (TrainingLoop, train/loop.h);
+  // `stop_requested` is polled each step and voted on by all ranks.
   RunSummary run(const std::function<bool()>& stop_requested = nullptr);
+  // Registers an action run() runs between steps (train/periodic.h), after the built-in ones
+  // (memory tables, evaluation) due at the same step and before its checkpoints. A collective
+  // action must be registered on every rank with the same cadence.
+  void add_periodic(PeriodicAction action) { periodic_.push_back(std::move(action)); }
+  // train.sample_every: after every N-th step run() calls `sample` and logs "sample at step S:
+  // TEXT" (a periodic action timed as "samples"). Set on rank 0 only (the others do not wait for
+  // it: the next step's collectives do). It must leave the training state alone
+  // (models/generate.h: eval mode, its own generator).
+  void set_sampler(std::function<std::string()> sample);
 
-  // One optimizer step over global batch `step`, retried with fallbacks after an OOM. It reads
-  // nothing from the device unless `read_metrics` (then it calls read_metrics() before
-  // returning). Collective.
+  // One optimizer step over global batch number `step` (from 1, as the log numbers it), retried
+  // with fallbacks after an OOM. It reads nothing from the device unless `read_metrics` (then it
+  // calls read_metrics() before returning). Collective.
   StepResult step(int64_t step, bool stop_requested = false, bool read_metrics = true);
   // Copies the last step's loss, gradient norm and fp16 state to the host (one device-to-host
   // read) and averages the loss over ranks (one small all-reduce on the control plane); logs
   // steps skipped since the last read and throws NonFiniteFatal past train.max_skipped_steps in
-  // a row. Call right after step(), on the same steps on every rank. Collective.
+  // a row (train/step_metrics.h). Call right after step(), on the same steps on every rank.
+  // Collective.
   void read_metrics(StepResult& r);
   // Device-to-host reads made by the training step so far (the step's own test hook).
-  int64_t host_reads() const { return host_reads_; }
+  int64_t host_reads() const { return metrics_.host_reads(); }
 
+  const TrainerOptions& options() const { return options_; }
+  ddp::Communicator& control() { return control_; }
+  const data::Dataset& dataset() const { return dataset_; }
+  c10::Device device() const { return device_; }
+  Precision precision() const { return precision_; }
   const ddp::BatchPlan& plan() const { return plan_; }
+  int64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }
+  double data_wait_s() const { return loader_->waited_s(); }          // the loader's wait so far
+  int64_t skipped_steps() const { return metrics_.skipped_total(); }  // fp16, as of the last read
   const ddp::Reducer& reducer() const { return *reducer_; }
   models::Model& model() { return *model_; }
   int fallbacks() const { return fallbacks_; }
@@ -91,6 +111,11 @@ class Trainer {
   ddp::ShardFootprint footprint(ddp::ShardMode mode) const;
   // ddp.shard in force (none becomes optimizer after the shard_optimizer rung).
   ddp::ShardMode shard_mode() const { return shard_; }
+  // Gathers every rank's memory sample to rank 0, which logs the table; resets the peaks.
+  // Collective.
+  void report_memory(const std::string& title);
+  // Rank 0 logs the plan's peak against the peak measured since the last table. Collective.
+  void compare_estimate(int64_t step);
 
   // Rank 0 writes a checkpoint (train/checkpoint.h) with `steps_done` optimizer steps to `path`;
   // other ranks do nothing.
@@ -101,33 +126,55 @@ class Trainer {
   // run() starts after the checkpoint's last step. Other ranks pass nullptr; so does rank 0
   // when there is nothing to resume. Collective.
   void resume(const Checkpoint* ckpt);
+  // Optimizer steps already done (resumed from a checkpoint): the next step is start_step() + 1.
   int64_t start_step() const { return start_step_; }
 
-  // train.sample_every: run() calls `sample` after every N-th step and logs the text it returns.
-  // Set on rank 0 only (the others do not wait for it: the next step's collectives do). It must
-  // leave the training state alone (models/generate.h: eval mode, its own generator).
-  void set_sampler(std::function<std::string()> sample) { text_sampler_ = std::move(sample); }
-
  private:
-  struct Attempt {
-    std::string failure;  // this rank's out-of-memory description; empty when none
-  };
+  // Set-up, in the order the constructor runs it (trainer_setup.cpp).
   // The micro-batch every rank starts from: the configured one, or a whole per-rank slice (the
   // larger slice, so the number is the same on every rank).
   static int64_t initial_micro_batch(const TrainOptions& t, int world);
-  Attempt forward_backward(int64_t step);
-  // train.inject_nonfinite names this rank at `step` (0-based; users count from 1).
-  bool injects_nonfinite(int64_t step) const;
+  // Parameters, caches, the unsharded optimizer, the metric slots and the loss scaler. Local.
+  void allocate_model_state();
+  // The Reducer's buckets (its parameter check is collective), the sharded optimizer, the
+  // clipper.
+  void allocate_gradients();
+  // channels-last weights where train.channels_last asks for them (before the Reducer).
+  void apply_channels_last();
+  // The ladder of memory.fallback, with each rung's effect on this Trainer.
+  memory::FallbackLadder make_ladder();
+  void make_loader();
   void broadcast_model();
   // ddp.reduce_dtype as the Reducer takes it: bf16, or Undefined for the buckets' own dtype.
   c10::ScalarType reduce_wire_dtype() const;
   // The AdamW of a sharded run: over this rank's blocks of the Reducer's buckets.
   std::unique_ptr<FusedAdamW> make_sharded_optimizer() const;
+
+  // The step (trainer.cpp).
+  struct Attempt {
+    std::string failure;  // this rank's out-of-memory description; empty when none
+  };
+  // Forward and backward of every micro-batch, the reduction and fp16's unscale; an OOM becomes
+  // the attempt's failure.
+  Attempt forward_backward(int64_t step);
+  // One micro-batch's forward and backward (`graphed`: replayed through the CUDA graph).
+  void micro_batch_forward_backward(int64_t step, const data::Batch& micro, double weight,
+                                    bool graphed, bool inject, memory::Phase& phase);
+  // Clip, AdamW, gather: after the vote, never retried.
+  void update(int64_t step, StepResult& r);
+  // train.inject_nonfinite names this rank at `step`.
+  bool injects_nonfinite(int64_t step) const;
+
   // The memory plan and the out-of-memory protocol (trainer_memory.cpp):
   // Every rank's out-of-memory description, the empty ones (no failure) left out. Collective.
   std::vector<std::string> gather_failures(const std::string& mine);
   // After a failed vote: the next rung on every rank, or OutOfMemoryFatal.
   void fall_back(int64_t step, const std::string& my_failure);
+  // Past the last rung: rank 0 writes the oom checkpoint; the error every rank throws.
+  memory::OutOfMemoryFatal fallbacks_spent(int64_t step, const std::vector<std::string>& failures);
+  // The rungs' effects; each returns what changed, for the "taken" line.
+  std::string halve_micro_batch(int64_t old_micro_batch, int64_t new_micro_batch);
+  std::string shard_optimizer();
   // The rung shard_optimizer: the replicated run becomes ddp.shard: optimizer in place, each rank
   // keeping its blocks of the moments (sliced, not reset). Local; every rank takes it together.
   void shard_optimizer_in_place();
@@ -143,11 +190,8 @@ class Trainer {
   void probe_activations();
   // micro_batch_size auto: the largest micro-batch that fits, the same on every rank. Collective.
   void choose_micro_batch();
-  // Gathers every rank's memory sample to rank 0, which logs the table. Collective.
-  void report_memory(const std::string& title);
-  // Rank 0 logs the plan's peak against the measured one. Collective.
-  void compare_estimate(int64_t step);
 
+  // Configuration and borrowed collaborators.
   TrainerOptions options_;
   ddp::Communicator& control_;
   ddp::Communicator& data_;
@@ -155,29 +199,25 @@ class Trainer {
   const data::Dataset& dataset_;
   c10::Device device_;
   Precision precision_;
-  ddp::ShardMode shard_;  // ddp.shard
-  int64_t micro_batch_;  // job-wide micro-batch (the same on every rank)
+  // What one step runs over; a fallback changes the first three.
+  ddp::ShardMode shard_;  // ddp.shard in force
+  int64_t micro_batch_;   // job-wide micro-batch (the same on every rank)
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;
-  memory::FallbackLadder ladder_;
-  memory::MemoryEstimate estimate_;
-  int fallbacks_ = 0;
-  int64_t start_step_ = 0;  // optimizer steps already done (resumed from a checkpoint)
-  std::vector<at::Tensor> params_;
+  std::unique_ptr<data::Loader> loader_;  // reads the coming steps' batches ahead
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<FusedAdamW> optimizer_;
   std::unique_ptr<GradClipper> clipper_;
-  std::unique_ptr<data::Loader> loader_;  // reads the coming steps' batches ahead
-  std::unique_ptr<LossScaler> scaler_;    // fp16 loss scaling (disabled otherwise)
-  std::unique_ptr<GraphStep> graphs_;     // train.cuda_graphs
+  std::unique_ptr<LossScaler> scaler_;  // fp16 loss scaling (disabled otherwise)
+  std::unique_ptr<GraphStep> graphs_;   // train.cuda_graphs
+  StepMetrics metrics_;                 // the loss on the device; the logged steps' one read
   std::vector<std::pair<int, int64_t>> nonfinite_injections_;  // (rank, step) test hook
-  int64_t skipped_total_ = 0;   // fp16: skipped steps as of the last read_metrics()
-  int64_t last_read_step_ = 0;  // the step (from 1) of the last read_metrics()
-  int64_t current_step_ = 0;    // the step (from 1) of the last step()
-  at::Tensor step_loss_;        // this rank's weighted loss of the last step (float64, device)
-  at::Tensor metrics_slots_;    // float64 on the device: what read_metrics() copies out at once
-  int64_t host_reads_ = 0;
-  std::function<std::string()> text_sampler_;  // train.sample_every (rank 0)
+  // The OOM protocol.
+  memory::MemoryEstimate estimate_;
+  memory::FallbackLadder ladder_;
+  int fallbacks_ = 0;
+  int64_t start_step_ = 0;  // optimizer steps already done (resumed from a checkpoint)
+  std::vector<PeriodicAction> periodic_;  // add_periodic: run() runs them
 };
 
 }  // namespace train

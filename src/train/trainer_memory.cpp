@@ -1,7 +1,7 @@
 // The Trainer's memory plan and out-of-memory protocol (docs/DESIGN.md, "The OOM protocol"): the
 // agreed allocation of persistent state before step 1, the activation probe, the micro-batch
-// that fits, the memory tables, and the fallback every rank takes after a failed vote. The
-// training step itself is in trainer.cpp.
+// that fits, the memory tables, and the fallback every rank takes after a failed vote (the
+// rungs: memory/fallback.h). The training step itself is in trainer.cpp.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <fmt/ranges.h>
@@ -17,11 +17,6 @@
 #include "train/trainer.h"
 
 namespace train {
-
-int64_t Trainer::initial_micro_batch(const TrainOptions& t, int world) {
-  const int64_t largest_slice = (t.global_batch_size + world - 1) / world;
-  return t.micro_batch_size > 0 ? std::min(t.micro_batch_size, largest_slice) : largest_slice;
-}
 
 void Trainer::allocate_agreed(const std::string& what, const std::function<void()>& allocate) {
   std::string failure;
@@ -49,7 +44,8 @@ namespace {
 // capped by memory.fraction on a GPU. 0 when unknown.
 int64_t memory_target(c10::Device device, const memory::MemoryOptions& options) {
   int64_t total = memory::sample_memory(device).total_bytes;
-  if (device.is_cuda() && options.fraction > 0) total = static_cast<int64_t>(options.fraction * total);
+  if (device.is_cuda() && options.fraction > 0)
+    total = static_cast<int64_t>(options.fraction * total);
   return std::max<int64_t>(0, total);
 }
 
@@ -123,9 +119,9 @@ void Trainer::probe_activations() {
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
   // micro-batch copied to the device is measured with the activations below.)
   if (device_.is_cpu()) {
-    estimate_.loader = sampler_.buffer_bytes() +
-                       data::Loader::buffer_bytes(options_.loader,
-                                                  batch.inputs.nbytes() + batch.targets.nbytes());
+    estimate_.loader =
+        sampler_.buffer_bytes() +
+        data::Loader::buffer_bytes(options_.loader, batch.inputs.nbytes() + batch.targets.nbytes());
   }
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer_->zero_grad();
@@ -203,11 +199,12 @@ void Trainer::choose_micro_batch() {
   control_.all_reduce(agreed, ddp::ReduceOp::kMin, "micro-batch agreement");
   micro_batch_ = agreed.data_ptr<int64_t>()[0];
   if (agreed.data_ptr<int64_t>()[1] == 0 && control_.rank() == 0) {
-    spdlog::warn("train.micro_batch_size auto: even a micro-batch of {} is estimated above "
-                 "memory.target_fraction = {} of some rank's memory (rank 0: {:.1f} of {:.1f} MiB); "
-                 "expect out-of-memory fallbacks",
-                 micro_batch_, options_.memory.target_fraction,
-                 estimate_.peak(micro_batch_) / 1048576.0, total / 1048576.0);
+    spdlog::warn(
+        "train.micro_batch_size auto: even a micro-batch of {} is estimated above "
+        "memory.target_fraction = {} of some rank's memory (rank 0: {:.1f} of {:.1f} MiB); "
+        "expect out-of-memory fallbacks",
+        micro_batch_, options_.memory.target_fraction, estimate_.peak(micro_batch_) / 1048576.0,
+        total / 1048576.0);
   }
   plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
                                micro_batch_);
@@ -221,84 +218,96 @@ std::vector<std::string> Trainer::gather_failures(const std::string& mine) {
   return failures;
 }
 
+memory::FallbackLadder Trainer::make_ladder() {
+  memory::RungEffects effects;
+  effects.halve_micro_batch = [this](int64_t old_micro, int64_t new_micro) {
+    return halve_micro_batch(old_micro, new_micro);
+  };
+  // A model that can checkpoint activations (and does not already) offers that rung.
+  if (!model_->checkpoint_activations() && model_->set_checkpoint_activations(false)) {
+    effects.checkpoint_activations = [this] {
+      model_->set_checkpoint_activations(true);
+      return fmt::format("each block is now recomputed in backward instead of keeping its "
+                         "activations; micro-batch {} unchanged",
+                         plan_.micro_batch);
+    };
+  }
+  if (model_->has_cache()) {
+    effects.uncache_embeddings = [this] {
+      model_->uncache();
+      return std::string("embedding caches released, embeddings now computed per micro-batch");
+    };
+  }
+  if (!reducer_->sharded() && control_.size() > 1) {
+    effects.shard_optimizer = [this] { return shard_optimizer(); };
+  }
+  return memory::FallbackLadder(options_.memory.fallback, micro_batch_,
+                                options_.memory.min_micro_batch, std::move(effects));
+}
+
+std::string Trainer::halve_micro_batch(int64_t old_micro_batch, int64_t new_micro_batch) {
+  const ddp::BatchPlan old_plan = plan_;
+  micro_batch_ = new_micro_batch;
+  plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
+                               micro_batch_);
+  return fmt::format("micro-batch {} -> {}, accumulation {} -> {} (rank 0); global batch {} "
+                     "unchanged",
+                     old_micro_batch, plan_.micro_batch, old_plan.accumulation(),
+                     plan_.accumulation(), plan_.global_batch);
+}
+
+std::string Trainer::shard_optimizer() {
+  const int64_t before = estimate_.gradients + estimate_.optimizer_state;
+  shard_optimizer_in_place();
+  return fmt::format("now ddp.shard: optimizer, each rank keeps the AdamW moments of its 1/{} of "
+                     "the parameters (gradients and optimizer state {} -> {} per rank); "
+                     "micro-batch {} unchanged",
+                     control_.size(), mib(before),
+                     mib(estimate_.gradients + estimate_.optimizer_state), plan_.micro_batch);
+}
+
 void Trainer::fall_back(int64_t step, const std::string& my_failure) {
   const std::vector<std::string> failures = gather_failures(my_failure);
-  const auto action = ladder_.next();
-  if (!action) {
-    std::string where = "no checkpoint written (checkpoint.dir is not set)";
-    if (!options_.checkpoint.dir.empty()) {
-      // Steps before this one are complete; resuming from it re-runs this step.
-      const std::string path =
-          fmt::format("{}/oom_step_{:06d}.safetensors", options_.checkpoint.dir, step + 1);
-      save_checkpoint(path, step);
-      where = "checkpoint written to " + path;
-    }
-    // Accumulation keeps the global batch whatever the micro-batch: only a smaller micro-batch,
-    // model or footprint helps, never a smaller global batch.
-    const int64_t micro = ladder_.micro_batch();
-    const std::string advice =
-        micro > 1 ? fmt::format("Let the micro-batch shrink further (memory.min_micro_batch = {}, "
-                                "memory.fallback), use a smaller model, or give each rank more "
-                                "memory.", options_.memory.min_micro_batch)
-                  : "Even one sample per micro-batch does not fit: use a smaller model or give "
-                    "each rank more memory.";
-    // Sharding the optimizer state frees 2P(1 - 1/W) per rank for activations.
-    const std::string shard_advice =
-        shard_ == ddp::ShardMode::kNone && control_.size() > 1
-            ? " Or shard the optimizer state: ddp.shard: optimizer, or the rung shard_optimizer in "
-              "memory.fallback."
-            : "";
-    throw memory::OutOfMemoryFatal(fmt::format(
-        "out of memory at step {} with every fallback spent (memory.fallback = [{}], micro-batch "
-        "{}):\n  {}\n{}. {}",
-        step + 1, fmt::join(memory::to_strings(options_.memory.fallback), ", "), micro, fmt::join(failures, "\n  "),
-        where, advice + shard_advice));
-  }
+  memory::FallbackRung* rung = ladder_.next();
+  if (rung == nullptr) throw fallbacks_spent(step, failures);
   ++fallbacks_;
   // A captured graph holds the old micro-batch's shapes (and the model as it was): capture anew.
-  graphs_->invalidate(fmt::format("fallback {}", memory::to_string(action->rung)));
-  const auto old_plan = plan_;
-  if (action->rung == memory::Rung::kHalveMicroBatch) {
-    micro_batch_ = action->new_micro_batch;
-    plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(),
-                                 control_.rank(), micro_batch_);
-    if (control_.rank() == 0) spdlog::warn(
-        "step {}: out of memory on {} rank(s): {}. Fallback {}: micro-batch {} -> {}, "
-        "accumulation {} -> {} (rank 0); global batch {} unchanged; retrying the step.",
-        step + 1, failures.size(), fmt::join(failures, "; "), memory::to_string(action->rung),
-        old_plan.micro_batch, plan_.micro_batch, old_plan.accumulation(), plan_.accumulation(),
-        plan_.global_batch);
-  } else if (action->rung == memory::Rung::kShardOptimizer) {
-    const int64_t before = estimate_.gradients + estimate_.optimizer_state;
-    shard_optimizer_in_place();
-    if (control_.rank() == 0) {
-      spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: now ddp.shard: "
-                   "optimizer, each rank keeps the AdamW moments of its 1/{} of the parameters "
-                   "(gradients and optimizer state {:.1f} -> {:.1f} MiB per rank); micro-batch "
-                   "{} unchanged; retrying the step.",
-                   step + 1, failures.size(), fmt::join(failures, "; "),
-                   memory::to_string(action->rung), control_.size(), before / 1048576.0,
-                   (estimate_.gradients + estimate_.optimizer_state) / 1048576.0,
-                   plan_.micro_batch);
-    }
-  } else if (action->rung == memory::Rung::kCheckpointActivations) {
-    model_->set_checkpoint_activations(true);
-    if (control_.rank() == 0) {
-      spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: each block is now "
-                   "recomputed in backward instead of keeping its activations; micro-batch {} "
-                   "unchanged; retrying the step.",
-                   step + 1, failures.size(), fmt::join(failures, "; "),
-                   memory::to_string(action->rung), plan_.micro_batch);
-    }
-  } else {
-    model_->uncache();
-    if (control_.rank() == 0) {
-      spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: embedding caches "
-                   "released, embeddings now computed per micro-batch; retrying the step.",
-                   step + 1, failures.size(), fmt::join(failures, "; "),
-                   memory::to_string(action->rung));
-    }
+  graphs_->invalidate(fmt::format("fallback {}", rung->name()));
+  const std::string change = rung->take();
+  if (control_.rank() == 0)
+    spdlog::warn("{}", memory::taken_message(step, failures, *rung, change));
+}
+
+memory::OutOfMemoryFatal Trainer::fallbacks_spent(int64_t step,
+                                                  const std::vector<std::string>& failures) {
+  std::string where = "no checkpoint written (checkpoint.dir is not set)";
+  if (!options_.checkpoint.dir.empty()) {
+    // The steps before this one are complete; resuming from it re-runs this step.
+    const std::string path =
+        fmt::format("{}/oom_step_{:06d}.safetensors", options_.checkpoint.dir, step);
+    save_checkpoint(path, /*steps_done=*/step - 1);
+    where = "checkpoint written to " + path;
   }
+  // Accumulation keeps the global batch whatever the micro-batch: only a smaller micro-batch,
+  // model or footprint helps, never a smaller global batch.
+  const std::string advice =
+      micro_batch_ > 1
+          ? fmt::format("Let the micro-batch shrink further (memory.min_micro_batch = {}, "
+                        "memory.fallback), use a smaller model, or give each rank more memory.",
+                        options_.memory.min_micro_batch)
+          : "Even one sample per micro-batch does not fit: use a smaller model or give each rank "
+            "more memory.";
+  // Sharding the optimizer state frees 2P(1 - 1/W) per rank for activations.
+  const std::string shard_advice =
+      shard_ == ddp::ShardMode::kNone && control_.size() > 1
+          ? " Or shard the optimizer state: ddp.shard: optimizer, or the rung shard_optimizer in "
+            "memory.fallback."
+          : "";
+  return memory::OutOfMemoryFatal(fmt::format(
+      "out of memory at step {} with every fallback spent (memory.fallback = [{}], micro-batch "
+      "{}):\n  {}\n{}. {}",
+      step, fmt::join(memory::to_strings(options_.memory.fallback), ", "), micro_batch_,
+      fmt::join(failures, "\n  "), where, advice + shard_advice));
 }
 
 void Trainer::shard_optimizer_in_place() {
@@ -326,7 +335,8 @@ void Trainer::shard_optimizer_in_place() {
     // After the vote: the other ranks are switching too, and this rank cannot follow.
     throw memory::OutOfMemoryAbort(fmt::format(
         "rank {} ran out of memory switching to ddp.shard: optimizer (memory.fallback rung "
-        "shard_optimizer): {}", control_.rank(), first_line(e.what_without_backtrace())));
+        "shard_optimizer): {}",
+        control_.rank(), first_line(e.what_without_backtrace())));
   }
   shard_ = ddp::ShardMode::kOptimizer;
   estimate_.gradients = reducer_->gradient_bytes();
@@ -336,7 +346,8 @@ void Trainer::shard_optimizer_in_place() {
 void Trainer::compare_estimate(int64_t step) {
   // Peak since the start table (reset there), the largest over ranks, against the largest plan.
   at::Tensor v = at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes),
-                             static_cast<double>(estimate_.peak(plan_.micro_batch))}, at::kDouble);
+                             static_cast<double>(estimate_.peak(plan_.micro_batch))},
+                            at::kDouble);
   control_.all_reduce(v, ddp::ReduceOp::kMax, "memory estimate check");
   const double measured = v.data_ptr<double>()[0];  // host tensors (control plane)
   const double estimated = v.data_ptr<double>()[1];
@@ -359,8 +370,8 @@ void Trainer::report_memory(const std::string& title) {
     samples.push_back(memory::MemorySample::from_vector(v + r * memory::MemorySample::kFields));
   }
   std::vector<std::string> warnings;
-  std::string table = memory::format_memory_table(samples, title, options_.memory.high_watermark,
-                                                  &warnings);
+  std::string table =
+      memory::format_memory_table(samples, title, options_.memory.high_watermark, &warnings);
   table.pop_back();  // spdlog ends the line
   spdlog::info("{}", table);
   for (const auto& w : warnings) spdlog::warn("memory: {}", w);

@@ -145,7 +145,7 @@ train: {global_batch_size: 32, micro_batch_size: 8, steps: 20, lr: 0.01, warmup_
   auto model = models::create_model(config.model, dataset->shape());
   const c10::Device dev = device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
   train::Trainer trainer(config.trainer_options(), control, data, model, *dataset, dev);
-  for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  for (int64_t s = 1; s <= config.train.steps; ++s) trainer.step(s);
   std::vector<at::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().cpu().clone());
   return out;
@@ -330,9 +330,9 @@ TEST(Gpu, MemoryEstimateWithinFifteenPercentOfMeasuredPeak) {
   std::shared_ptr<models::Model> model;
   std::unique_ptr<data::Dataset> dataset;
   auto trainer = gpu_trainer(*control, *comm, {"train.micro_batch_size=2048"}, &model, &dataset);
-  trainer->step(0);
+  trainer->step(1);
   memory::reset_peaks(c10::Device(c10::kCUDA, 0));
-  for (int64_t s = 1; s < 4; ++s) trainer->step(s);
+  for (int64_t s = 2; s <= 4; ++s) trainer->step(s);
   const double measured = memory::sample_memory(c10::Device(c10::kCUDA, 0)).tensor_peak_bytes;
   const double estimated = trainer->memory_estimate().peak(trainer->plan().micro_batch);
   EXPECT_LT(std::abs(estimated - measured) / measured, 0.15)
@@ -353,7 +353,7 @@ TEST(Gpu, MemoryFractionProvokesARealOomThatFallsBack) {
   const double between = (e.peak(8192) + e.peak(4096)) / 2.0;
   c10::cuda::CUDACachingAllocator::emptyCache();
   c10::cuda::CUDACachingAllocator::setMemoryFraction(between / total, 0);
-  for (int64_t s = 0; s < 6; ++s) trainer->step(s);
+  for (int64_t s = 1; s <= 6; ++s) trainer->step(s);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, 0);
   EXPECT_GE(trainer->fallbacks(), 1);
   EXPECT_LE(trainer->plan().micro_batch, 4096);
@@ -371,7 +371,7 @@ struct GptRun {
 GptRun train_gpt_on_cuda(ddp::Communicator& control, ddp::Communicator& data,
                          const std::string& dir, const std::vector<std::string>& overrides,
                          int64_t steps, int64_t read_every = 1,
-                         const std::function<void(int64_t)>& before_step = nullptr) {
+                         const std::function<void(int64_t step)>& before_step = nullptr) {
   const std::string yaml = "model: {name: gpt, preset: tiny}\n"
                            "data: {dataset: tokens, path: " + dir + ", context: 32, "
                            "vocab_size: 256, workers: 2, prefetch: 3}\n"
@@ -384,9 +384,9 @@ GptRun train_gpt_on_cuda(ddp::Communicator& control, ddp::Communicator& data,
   train::Trainer trainer(config.trainer_options(), control, data, model, *dataset,
                          c10::Device(c10::kCUDA, 0));
   GptRun run;
-  for (int64_t s = 0; s < steps; ++s) {
+  for (int64_t s = 1; s <= steps; ++s) {
     if (before_step) before_step(s);
-    const bool read = (s + 1) % read_every == 0;
+    const bool read = s % read_every == 0;
     const auto r = trainer.step(s, /*stop_requested=*/false, read);
     if (read) run.losses.push_back(r.loss);
   }
@@ -470,7 +470,7 @@ TEST(Gpu, StepsThatLogNothingDoNotSynchronise) {
     // Steps 5.. (past warm-up and the first capture) run under the debug mode; every 4th reads.
     auto before = [](int64_t s) {
       c10::cuda::warning_state().set_sync_debug_mode(
-          s >= 4 && (s + 1) % 4 != 0 ? c10::cuda::SyncDebugMode::L_ERROR
+          s >= 5 && s % 4 != 0 ? c10::cuda::SyncDebugMode::L_ERROR
                                      : c10::cuda::SyncDebugMode::L_DISABLED);
     };
     try {

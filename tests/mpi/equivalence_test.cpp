@@ -65,9 +65,9 @@ Trained train_parameters(ddp::Communicator& comm, const Case& c,
     for (const auto& p : model->parameters()) initial->push_back(p.detach().clone());
   }
   Trained out;
-  for (int64_t s = 0; s < config.train.steps; ++s) {
+  for (int64_t s = 1; s <= config.train.steps; ++s) {
     const train::StepResult r = trainer.step(s);
-    if (s > 0) continue;
+    if (s > 1) continue;
     out.step1_grad_norm = r.grad_norm;
     for (const auto& p : model->parameters()) out.step1_grads.push_back(p.grad().detach().clone());
   }

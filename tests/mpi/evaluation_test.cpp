@@ -40,7 +40,7 @@ train: {{device: cpu, global_batch_size: 6, steps: {}, lr: 0.01, warmup_steps: 1
   t.model = models::create_model(config.model, t.dataset->shape());
   train::Trainer trainer(config.trainer_options(), comm, comm, t.model, *t.dataset,
                          c10::Device(c10::kCPU));
-  for (int64_t s = 0; s < steps; ++s) trainer.step(s);
+  for (int64_t s = 1; s <= steps; ++s) trainer.step(s);
   return t;
 }
 

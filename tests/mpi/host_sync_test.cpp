@@ -90,15 +90,15 @@ constexpr int64_t kLogEvery = 4;
 std::vector<train::StepResult> run_logging_every_4th(Trained& run) {
   std::vector<train::StepResult> logged;
   ScalarReadObserver observer;
-  for (int64_t s = 0; s < 12; ++s) {
-    const bool log = (s + 1) % kLogEvery == 0;
+  for (int64_t s = 1; s <= 12; ++s) {
+    const bool log = s % kLogEvery == 0;
     const int64_t reads = run.trainer->host_reads();
     const int64_t scalars = g_scalar_reads.load();
     train::StepResult r = run.trainer->step(s, /*stop_requested=*/false, /*read_metrics=*/log);
-    EXPECT_EQ(run.trainer->host_reads() - reads, log ? 1 : 0) << "step " << s + 1;
+    EXPECT_EQ(run.trainer->host_reads() - reads, log ? 1 : 0) << "step " << s;
     if (!log) {
       EXPECT_EQ(g_scalar_reads.load() - scalars, 0)
-          << "step " << s + 1 << " (not logged) read a scalar from the device";
+          << "step " << s << " (not logged) read a scalar from the device";
     }
     EXPECT_EQ(r.metrics_read, log);
     if (log) logged.push_back(r);
@@ -124,7 +124,7 @@ TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
   // The same run, reading after every step, as before the change.
   Trained eager = make(*world, precision, extra, shard);
   std::vector<train::StepResult> every;
-  for (int64_t s = 0; s < 12; ++s) every.push_back(eager.trainer->step(s));
+  for (int64_t s = 1; s <= 12; ++s) every.push_back(eager.trainer->step(s));
   expect_equal(parameters(*lazy.model), parameters(*eager.model));
   ASSERT_EQ(logged.size(), 3u);
   for (size_t i = 0; i < logged.size(); ++i) {

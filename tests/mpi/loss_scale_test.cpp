@@ -33,19 +33,19 @@ Run16 make(ddp::Communicator& comm, const std::string& extra) {
 TEST(LossScale, NonFiniteOnOneRankSkipsTheStepOnEveryRank) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   const int last = world->size() - 1;
-  // The last rank's gradient is infinite at step 4 (1-based).
+  // The last rank's gradient is infinite at step 4.
   Run16 s = make(*world, fmt::format(", inject_nonfinite: '{}:4'", last));
-  for (int64_t step = 0; step < 3; ++step) {
+  for (int64_t step = 1; step <= 3; ++step) {
     const auto r = s.trainer->step(step);
-    EXPECT_FALSE(r.skipped) << "step " << step + 1;
+    EXPECT_FALSE(r.skipped) << "step " << step;
   }
   const auto before = snapshot(*s.model);
-  const auto r4 = s.trainer->step(3);
+  const auto r4 = s.trainer->step(4);
   EXPECT_TRUE(r4.skipped);
   // Three finite steps grew 1024 to 2048; the non-finite one backs off to 1024.
   EXPECT_EQ(r4.loss_scale, 1024.0);
   EXPECT_EQ(relative_error(snapshot(*s.model), before), 0.0) << "a skipped step changed parameters";
-  const auto r5 = s.trainer->step(4);
+  const auto r5 = s.trainer->step(5);
   EXPECT_FALSE(r5.skipped);
   EXPECT_GT(relative_error(snapshot(*s.model), before), 0.0) << "training did not go on";
   EXPECT_TRUE(std::isfinite(r5.loss));
@@ -56,7 +56,7 @@ TEST(LossScale, GrowsEveryIntervalWithoutOverflow) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   Run16 s = make(*world, "");
   double scale = 0;
-  for (int64_t step = 0; step < 9; ++step) {
+  for (int64_t step = 1; step <= 9; ++step) {
     const auto r = s.trainer->step(step);
     EXPECT_FALSE(r.skipped);
     scale = r.loss_scale;
@@ -67,10 +67,10 @@ TEST(LossScale, GrowsEveryIntervalWithoutOverflow) {
 TEST(LossScale, TooManySkipsInARowEndEveryRankWithAMessage) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   Run16 s = make(*world, ", max_skipped_steps: 2, inject_nonfinite: '0:2; 0:3'");
-  s.trainer->step(0);
-  EXPECT_TRUE(s.trainer->step(1).skipped);
+  s.trainer->step(1);
+  EXPECT_TRUE(s.trainer->step(2).skipped);
   try {
-    s.trainer->step(2);
+    s.trainer->step(3);
     ADD_FAILURE() << "no error after 2 skipped steps in a row";
   } catch (const train::NonFiniteFatal& e) {
     EXPECT_NE(std::string(e.what()).find("train.max_skipped_steps = 2"), std::string::npos) << e.what();

@@ -42,7 +42,7 @@ PlanCheck estimate_and_measure(ddp::Communicator& comm, const std::string& confi
     auto model = models::create_model(config.model, dataset->shape());
     train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
     guard.reset_peak();  // the probe's own peak is not the run's
-    for (int64_t s = 0; s < 3; ++s) trainer.step(s);
+    for (int64_t s = 1; s <= 3; ++s) trainer.step(s);
     check.measured = (guard.peak_bytes() - base) / 1048576.0;
     check.estimated = (trainer.memory_estimate().peak(trainer.plan().micro_batch) - base) / 1048576.0;
     check.micro_batch = trainer.plan().micro_batch;
@@ -168,7 +168,7 @@ TEST(MemoryPlan, ReplicatedStateThatDoesNotFitNamesTheShardModeThatDoes) {
     } else {
       train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset,
                              c10::Device(c10::kCPU));
-      for (int64_t s = 0; s < 3; ++s) trainer.step(s);
+      for (int64_t s = 1; s <= 3; ++s) trainer.step(s);
       EXPECT_EQ(trainer.fallbacks(), 0);
     }
     comm->barrier("after the plan");
@@ -198,7 +198,7 @@ TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
     const auto& e = trainer.memory_estimate();
     EXPECT_NEAR(e.activation_per_sample, free_run.activation_per_sample, 0.1 * free_run.activation_per_sample);
     EXPECT_LE(e.peak(trainer.plan().micro_batch), free_run.peak(12));
-    for (int64_t s = 0; s < 2; ++s) trainer.step(s);
+    for (int64_t s = 1; s <= 2; ++s) trainer.step(s);
     EXPECT_EQ(trainer.fallbacks(), 0);
   }
   drop_gradients();

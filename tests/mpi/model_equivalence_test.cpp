@@ -39,9 +39,9 @@ Run train_on(ddp::Communicator& comm, const std::string& yaml) {
   for (const auto& p : model->parameters()) run.initial.push_back(p.detach().clone());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
                          c10::Device(c10::kCPU));
-  for (int64_t s = 0; s < config.train.steps; ++s) {
+  for (int64_t s = 1; s <= config.train.steps; ++s) {
     const train::StepResult r = trainer.step(s);
-    if (s > 0) continue;
+    if (s > 1) continue;
     run.step1_grad_norm = r.grad_norm;
     for (const auto& p : model->parameters()) run.step1_grads.push_back(p.grad().detach().clone());
   }

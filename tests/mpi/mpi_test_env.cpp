@@ -76,7 +76,7 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
                          c10::Device(c10::kCPU));
   trainer.resume(ckpt ? &*ckpt : nullptr);
-  for (int64_t s = trainer.start_step(); s < until; ++s) trainer.step(s);
+  for (int64_t s = trainer.start_step() + 1; s <= until; ++s) trainer.step(s);
   if (!save_to.empty()) {
     trainer.save_checkpoint(save_to, until);
     comm.barrier("checkpoint written");

@@ -47,7 +47,7 @@ train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
-  for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  for (int64_t s = 1; s <= config.train.steps; ++s) trainer.step(s);
   TrainedRun run;
   for (const auto& p : model->parameters()) run.params.push_back(p.detach().clone());
   run.fallbacks = trainer.fallbacks();
@@ -212,7 +212,7 @@ memory: {{min_micro_batch: 48, inject_oom: "{}"}}
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
-  for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  for (int64_t s = 1; s <= config.train.steps; ++s) trainer.step(s);
   memory::CpuAllocatorGuard::instance().set_injections(0, {});
   *cached_at_end = model->has_cache();
   std::vector<at::Tensor> out;

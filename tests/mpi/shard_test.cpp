@@ -45,7 +45,7 @@ Trained train(ddp::Communicator& comm, const std::string& yaml, int64_t steps) {
   auto run = trainer_test::make_cpu_run(comm, yaml, "shard.yaml");
   Trained t;
   t.initial = snapshot(*run.model);
-  for (int64_t s = 0; s < steps; ++s) t.results.push_back(run.trainer->step(s));
+  for (int64_t s = 1; s <= steps; ++s) t.results.push_back(run.trainer->step(s));
   t.params = snapshot(*run.model);
   t.estimate = run.trainer->memory_estimate();
   t.buckets = run.trainer->reducer().layout().size();
@@ -190,7 +190,7 @@ RungRun train_with_rung(ddp::Communicator& comm, const std::string& yaml, int64_
   auto run = trainer_test::make_cpu_run(comm, yaml, "rung.yaml");
   RungRun r;
   r.trained.initial = snapshot(*run.model);
-  for (int64_t s = 0; s < steps; ++s) r.trained.results.push_back(run.trainer->step(s));
+  for (int64_t s = 1; s <= steps; ++s) r.trained.results.push_back(run.trainer->step(s));
   r.trained.params = snapshot(*run.model);
   r.sharded = run.trainer->reducer().sharded();
   r.fallbacks = run.trainer->fallbacks();

@@ -9,13 +9,56 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+#include <string>
+
 namespace {
 
-using memory::FallbackLadder;
 using memory::Rung;
 using ::testing::HasSubstr;
 
 const std::vector<Rung> kDefault = {Rung::kHalveMicroBatch, Rung::kUncacheEmbeddings};
+
+// What a taken rung did (the test's own record of the effects the ladder ran).
+struct Taken {
+  Rung rung;
+  int64_t old_micro_batch = 0;
+  int64_t new_micro_batch = 0;
+};
+
+// A memory::FallbackLadder whose rungs' effects record what they were asked to do; next() takes
+// the next rung as the Trainer does, and returns its record.
+class FallbackLadder {
+ public:
+  FallbackLadder(const std::vector<Rung>& order, int64_t micro_batch, int64_t min_micro_batch,
+                 bool has_cache, bool can_checkpoint = false, bool can_shard = false)
+      : micro_batch_(micro_batch) {
+    memory::RungEffects effects;
+    effects.halve_micro_batch = [this](int64_t old_micro, int64_t new_micro) {
+      micro_batch_ = new_micro;
+      return "halved " + std::to_string(old_micro) + " -> " + std::to_string(new_micro);
+    };
+    const auto once = [](const char* change) { return [change] { return std::string(change); }; };
+    if (has_cache) effects.uncache_embeddings = once("uncached");
+    if (can_checkpoint) effects.checkpoint_activations = once("checkpointing");
+    if (can_shard) effects.shard_optimizer = once("sharded");
+    ladder_ = memory::FallbackLadder(order, micro_batch, min_micro_batch, std::move(effects));
+  }
+  std::optional<Taken> next() {
+    memory::FallbackRung* rung = ladder_.next();
+    if (rung == nullptr) return std::nullopt;
+    const int64_t old = micro_batch_;
+    last_change_ = rung->take();
+    return Taken{rung->kind(), old, micro_batch_};
+  }
+  int64_t micro_batch() const { return micro_batch_; }
+  const std::string& last_change() const { return last_change_; }
+
+ private:
+  int64_t micro_batch_;
+  std::string last_change_;
+  memory::FallbackLadder ladder_;
+};
 
 TEST(FallbackLadder, HalvesDownToTheFloorThenUncachesThenIsSpent) {
   FallbackLadder ladder(kDefault, 100, 20, /*has_cache=*/true);
@@ -107,6 +150,25 @@ TEST(FallbackLadder, AlreadyShardedOrOneRankSkipsShardOptimizer) {
 TEST(FallbackLadder, EmptyLadderIsSpent) {
   FallbackLadder ladder({}, 8, 1, true);
   EXPECT_FALSE(ladder.next());
+}
+
+TEST(FallbackLadder, EachRungKindIsOneObjectEvenListedTwice) {
+  FallbackLadder ladder({Rung::kUncacheEmbeddings, Rung::kHalveMicroBatch, Rung::kUncacheEmbeddings,
+                         Rung::kHalveMicroBatch}, 4, 2, /*has_cache=*/true);
+  EXPECT_EQ(ladder.next()->rung, Rung::kUncacheEmbeddings);
+  EXPECT_EQ(ladder.next()->new_micro_batch, 2);
+  EXPECT_FALSE(ladder.next()) << "the caches are gone and the micro-batch is at the floor";
+}
+
+TEST(FallbackLadder, EveryTakenRungIsAnnouncedInOneFormat) {
+  FallbackLadder ladder({Rung::kHalveMicroBatch}, 8, 1, /*has_cache=*/false);
+  ASSERT_TRUE(ladder.next());
+  EXPECT_EQ(ladder.last_change(), "halved 8 -> 4") << "the rung's effect says what changed";
+  memory::HalveMicroBatch rung(8, 1, nullptr);
+  EXPECT_EQ(memory::taken_message(5, {"rank 1 in backward (micro-batch 8): no memory"}, rung,
+                                  "micro-batch 8 -> 4"),
+            "step 5: out of memory on 1 rank(s): rank 1 in backward (micro-batch 8): no memory. "
+            "Fallback halve_micro_batch: micro-batch 8 -> 4; retrying the step.");
 }
 
 TEST(FallbackLadder, RungNames) {

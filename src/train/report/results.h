@@ -15,13 +15,14 @@ namespace train {
 // below them live on the device until Trainer::read_metrics() copies them out (logged steps only:
 // Note [No host synchronisation in the step] in train/trainer.cpp).
 struct StepResult {
-  bool stop = false;     // some rank asked to stop (a signal); all ranks agree
-  int attempts = 1;      // 1 + the fallbacks this step needed
+  int64_t step = 0;   // the step's number, from 1 (as the log numbers it)
+  bool stop = false;  // some rank asked to stop (a signal); all ranks agree
+  int attempts = 1;   // 1 + the fallbacks this step needed
   double lr = 0;
   bool metrics_read = false;  // the fields below hold this step's values
-  double loss = 0;       // mean loss over the global batch
-  double grad_norm = 0;  // before clipping
-  bool skipped = false;  // fp16: a non-finite gradient on some rank; no update (all ranks agree)
+  double loss = 0;            // mean loss over the global batch
+  double grad_norm = 0;       // before clipping
+  bool skipped = false;   // fp16: a non-finite gradient on some rank; no update (all ranks agree)
   double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
 };
 
@@ -32,17 +33,21 @@ struct ValidationMetrics {
   int64_t samples = 0;
 };
 
+// Seconds spent per kind of periodic action ("evaluation", "checkpoints", ...), in the order the
+// loop registered them (train/periodic.h).
+using TimeBuckets = std::vector<std::pair<std::string, double>>;
+
 // What Trainer::run() did.
 struct RunSummary {
   int64_t steps_done = 0;
   double first_loss = 0;
   double last_loss = 0;
   // Over the training steps after the first (which includes warm-up); the time spent between
-  // steps on evaluation (and samples, memory tables) and on checkpoints is not counted in it.
+  // steps on periodic actions (evaluation, samples, memory tables, checkpoints) is not counted in
+  // it but in `aside`, per bucket.
   double samples_per_s = 0;
-  double evaluation_s = 0;
-  double checkpoint_s = 0;
-  std::string throughput;    // " N tokens/s MFU M%" for token models; empty otherwise
+  TimeBuckets aside;
+  std::string throughput;  // " N tokens/s MFU M%" for token models; empty otherwise
   bool stopped = false;
   int fallbacks = 0;
 };

@@ -39,7 +39,8 @@ std::string RunReport::throughput(double samples_per_s) const {
 }
 
 void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, double elapsed_s,
-                     double data_wait_s, int64_t micro_batch, int fallbacks, int64_t skipped_steps) {
+                     double data_wait_s, int64_t micro_batch, int fallbacks,
+                     int64_t skipped_steps) {
   const double samples_per_s = window_steps * facts_.global_batch / elapsed_s;
   spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{} {:>9.1f} samples/s{} "
                "data wait {:.0f}% rss {:.0f} MiB{}",
@@ -52,7 +53,9 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
   // Every rank's peak since the last memory table, for rank 0's record.
   at::Tensor peaks = at::empty({control_.size()}, at::kDouble);
   control_.all_gather(
-      peaks, at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes)}, at::kDouble),
+      peaks,
+      at::tensor({static_cast<double>(memory::sample_memory(device_).tensor_peak_bytes)},
+                 at::kDouble),
       "metrics memory peaks");
   if (control_.rank() != 0) return;
   std::vector<double> mib;
@@ -69,7 +72,8 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
                        {"train/skipped_steps", static_cast<double>(skipped_steps)}};
     if (facts_.positions > 0) scalars.emplace_back("train/tokens_per_s", tokens_per_s);
     if (r.loss_scale > 0) scalars.emplace_back("train/loss_scale", r.loss_scale);
-    for (size_t i = 0; i < mib.size(); ++i) scalars.emplace_back(fmt::format("memory/rank_{}_mib", i), mib[i]);
+    for (size_t i = 0; i < mib.size(); ++i)
+      scalars.emplace_back(fmt::format("memory/rank_{}_mib", i), mib[i]);
     tensorboard_->write(step, scalars);
   }
   if (!metrics_.enabled()) return;
@@ -106,6 +110,20 @@ void RunReport::eval(int64_t step, const ValidationMetrics& m) {
       {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
   for (const auto& [name, value] : m.means) rec[name] = value;
   metrics_.write(rec);
+}
+
+std::string done_line(const RunSummary& summary, int64_t start_step) {
+  std::string aside;
+  for (const auto& [bucket, seconds] : summary.aside) {
+    aside += fmt::format("{}{} {:.1f} s", aside.empty() ? "" : ", ", bucket, seconds);
+  }
+  return fmt::format(
+      "done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{} in training{}, {} "
+      "memory fallback(s)",
+      summary.steps_done,
+      start_step > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start_step) : "",
+      summary.first_loss, summary.last_loss, summary.samples_per_s, summary.throughput,
+      aside.empty() ? "" : " (" + aside + " apart)", summary.fallbacks);
 }
 
 }  // namespace train

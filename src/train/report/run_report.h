@@ -28,18 +28,18 @@ namespace train {
 // The log section's say in the report (train::LogOptions, resolved by the Trainer).
 struct ReportOptions {
   ProgressSetting progress{};  // log.progress: auto | bar | lines | off (progress_mode)
-  std::string metrics_path;  // the metrics file (metrics_path()); "": none
-  std::string tensorboard;   // log.tensorboard: the event files' directory; "": none
+  std::string metrics_path;    // the metrics file (metrics_path()); "": none
+  std::string tensorboard;     // log.tensorboard: the event files' directory; "": none
 };
 
 struct RunFacts {
-  int64_t steps = 0;            // train.steps
+  int64_t steps = 0;  // train.steps
   int64_t global_batch = 0;
   int world_size = 1;
   int64_t steps_per_epoch = 1;
-  int64_t positions = 0;        // tokens per sample (token data), else 0
-  double flops_per_token = 0;   // the model's estimate for `positions` (0: none)
-  double peak_tflops = 0;       // the device's dense peak at the run's precision (0: unknown)
+  int64_t positions = 0;       // tokens per sample (token data), else 0
+  double flops_per_token = 0;  // the model's estimate for `positions` (0: none)
+  double peak_tflops = 0;      // the device's dense peak at the run's precision (0: unknown)
 };
 
 class RunReport {
@@ -71,5 +71,11 @@ class RunReport {
   bool tensorboard_on_ = false;  // the same on every rank (from the configuration)
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
+
+// The run's last line (rank 0 logs it): "done: N steps[ (M in this run)], loss A -> B, X samples/s
+// [tokens/s MFU] in training (evaluation 1.2 s, ..., checkpoints 0.3 s apart), K memory
+// fallback(s)", one entry per bucket of summary.aside (none: no parenthesis). `start_step`: the
+// steps done before this run (a resumed run's checkpoint).
+std::string done_line(const RunSummary& summary, int64_t start_step);
 
 }  // namespace train
