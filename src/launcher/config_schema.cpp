@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "memory/allocator_guard.h"
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 #include "models/registry.h"
 #include "train/loss_scaler.h"
 

@@ -42,7 +42,7 @@ struct ModelOptions {
   int64_t context = 0;     // gpt: positions (0: the data's context)
   double dropout = 0.0;    // gpt, sequence: dropout probability
   bool checkpoint_activations = false;  // gpt: recompute each block in backward
-  std::string init_from;  // gpt: weights to start from (models/hf_gpt2.h); empty: initialised
+  std::string init_from;  // gpt: weights to start from (models/gpt/hf_gpt2.h); empty: initialised
   // sequence
   SequenceCell cell{};  // lstm | transformer
   // cnn
@@ -100,7 +100,7 @@ class Model : public torch::nn::Module {
   virtual bool set_channels_last(bool on) { return false; }
 
   // The memory plan's probe (memory/estimator.h): a loss computed over chunks of rows (the
-  // output layer over a large vocabulary, models/linear_cross_entropy.h) holds its
+  // output layer over a large vocabulary, models/gpt/linear_cross_entropy.h) holds its
   // vocabulary-wide tensors for one chunk at a time, so that part stops growing once a micro-batch
   // fills a chunk. loss_rows: the rows the loss takes for the batch `inputs` (0: not chunked);
   // loss_chunk_rows: the rows per chunk it uses for `rows` rows; set_loss_chunk_rows: caps the

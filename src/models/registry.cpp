@@ -10,8 +10,8 @@
 #include <stdexcept>
 
 #include "models/cnn.h"
-#include "models/gpt.h"
-#include "models/hf_gpt2.h"
+#include "models/gpt/gpt.h"
+#include "models/gpt/hf_gpt2.h"
 #include "models/mlp.h"
 #include "models/recommender.h"
 #include "models/sequence.h"

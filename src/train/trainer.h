@@ -105,7 +105,7 @@ class Trainer {
 
   // train.sample_every: run() calls `sample` after every N-th step and logs the text it returns.
   // Set on rank 0 only (the others do not wait for it: the next step's collectives do). It must
-  // leave the training state alone (models/generate.h: eval mode, its own generator).
+  // leave the training state alone (models/gpt/generate.h: eval mode, its own generator).
   void set_sampler(std::function<std::string()> sample) { text_sampler_ = std::move(sample); }
 
  private:

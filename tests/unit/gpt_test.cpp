@@ -3,7 +3,7 @@
 // checkpointing that changes memory and nothing else (same loss, gradients, dropout masks, random
 // stream and autocast precision; each post-accumulate-grad hook once per backward), and option
 // errors that name their config keys.
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>

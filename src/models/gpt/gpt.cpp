@@ -1,7 +1,7 @@
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 
 #include "models/layers.h"
-#include "models/linear_cross_entropy.h"
+#include "models/gpt/linear_cross_entropy.h"
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>

@@ -1,4 +1,4 @@
-#include "models/hf_gpt2.h"
+#include "models/gpt/hf_gpt2.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
