@@ -36,8 +36,13 @@ BlockOptions llama_like() {
   o.mlp_hidden = 28;
   o.mlp_bias = false;
   o.position = std::make_shared<models::Rotary>(models::rotary_inv_freq(o.head_dim, 500.0));
-  o.names = {"input_layernorm", "self_attn", "qkv_proj", "o_proj", "post_attention_layernorm",
-             "mlp", "gate_proj", "up_proj", "down_proj"};
+  o.names.norm_1 = "input_layernorm";
+  o.names.attn = "self_attn";
+  o.names.qkv = "qkv_proj";
+  o.names.attn_out = "o_proj";
+  o.names.norm_2 = "post_attention_layernorm";
+  o.names.up = "up_proj";
+  o.names.mlp_out = "down_proj";  // mlp, gate_proj, q_proj, k_proj, v_proj: the defaults
   return o;
 }
 
