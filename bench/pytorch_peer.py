@@ -11,7 +11,7 @@ when its micro-batch holds the whole slice), with AdamW and gradient clipping at
     peer: <model> ranks <W> steps <S> samples/s <X> loss <first> -> <last>
 
 measured over the steps after the first (as the trainer's "done:" line is).
-The models follow the trainer's definitions (src/models/gpt.h, sequence.h) with PyTorch's own
+The models follow the trainer's definitions (src/models/gpt/gpt.h, sequence.h) with PyTorch's own
 fast paths (F.scaled_dot_product_attention, nn.LSTM, fused AdamW where available)."""
 import argparse
 import itertools
@@ -52,7 +52,7 @@ class Gpt(nn.Module):
         self.wte, self.wpe = nn.Embedding(padded, d), nn.Embedding(context, d)
         self.h = nn.ModuleList(Block(d, heads, True, 0.0) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
-        # GPT-2's initialisation, as the trainer's (src/models/gpt.cpp): N(0, 0.02), the residual
+        # GPT-2's initialisation, as the trainer's (src/models/gpt/gpt.cpp): N(0, 0.02), the residual
         # output projections scaled by 1 / sqrt(2 layers), zero biases.
         for name, p in self.named_parameters():
             if name.endswith("bias"):

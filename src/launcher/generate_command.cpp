@@ -13,9 +13,9 @@
 
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
-#include "models/generate.h"
-#include "models/gpt.h"
-#include "models/hf_gpt2.h"
+#include "models/gpt/generate.h"
+#include "models/gpt/gpt.h"
+#include "models/gpt/hf_gpt2.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 

@@ -3,7 +3,7 @@
 //   trainer --config C --generate "PROMPT" [--max-new-tokens N] [--temperature T] [--top-k K]
 //           [--seed S]      writes PROMPT and its continuation to stdout
 //   trainer --config C --export-hf DIR
-//                           writes DIR/config.json and DIR/model.safetensors (models/hf_gpt2.h)
+//                           writes DIR/config.json and DIR/model.safetensors (models/gpt/hf_gpt2.h)
 //
 // Both run in one process, without MPI (under mpirun, rank 0 works and the others exit 0), on
 // the weights the config names, in this order: the checkpoint file checkpoint.resume names; the

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "memory/allocator_guard.h"
+#include "models/capabilities.h"
 #include "memory/oom.h"
 #include "train/checkpoint.h"
 #include "train/error_text.h"
@@ -112,7 +113,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     metrics_.loss().zero_();
     const bool inject = injects_nonfinite(step);
     const bool graphed = graphs_->use_for_step(
-        model_->checkpoint_activations()
+        models::checkpoints_activations(*model_)
             ? "activation checkpointing is on (it saves and restores the RNG state on the host)"
         : inject ? "train.inject_nonfinite changes this step"
         : shard_ == ddp::ShardMode::kGradients

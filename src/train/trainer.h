@@ -76,7 +76,7 @@ class Trainer {
   // train.sample_every: after every N-th step run() calls `sample` and logs "sample at step S:
   // TEXT" (a periodic action timed as "samples"). Set on rank 0 only (the others do not wait for
   // it: the next step's collectives do). It must leave the training state alone
-  // (models/generate.h: eval mode, its own generator).
+  // (models/gpt/generate.h: eval mode, its own generator).
   void set_sampler(std::function<std::string()> sample);
 
   // One optimizer step over global batch number `step` (from 1, as the log numbers it), retried

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "memory/memory_stats.h"
+#include "models/capabilities.h"
 #include "train/trainer.h"
 
 namespace train {
@@ -47,7 +48,9 @@ int64_t Trainer::initial_micro_batch(const TrainOptions& t, int world) {
 void Trainer::apply_channels_last() {
   const Switch cl = options_.train.channels_last;
   if (cl != Switch::kOn && !(cl == Switch::kAuto && device_.is_cuda())) return;
-  const bool applied = model_->set_channels_last(true);
+  auto* channels_last = models::as<models::ChannelsLast>(*model_);
+  if (channels_last != nullptr) channels_last->set_channels_last(true);
+  const bool applied = channels_last != nullptr;
   if (control_.rank() == 0 && applied) {
     spdlog::info("channels-last (NHWC) convolution weights and activations (train.channels_last "
                  "= {})",
@@ -69,7 +72,7 @@ void Trainer::allocate_model_state() {
     return bytes;
   };
   estimate_.parameters = state_bytes();
-  model_->build_cache();
+  if (auto* cache = models::as<models::EmbeddingCache>(*model_)) cache->build_cache();
   estimate_.caches = state_bytes() - estimate_.parameters;
   estimate_.other = std::max<int64_t>(
       0, memory::sample_memory(device_).tensor_bytes - estimate_.parameters - estimate_.caches);

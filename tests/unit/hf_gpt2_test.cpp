@@ -1,11 +1,11 @@
-// Hugging Face GPT-2 weights in and out (models/hf_gpt2.h) and generation with a KV cache
-// (models/generate.h), against `transformers` itself (tests/hf/hf_gpt2.py, offline, random
+// Hugging Face GPT-2 weights in and out (models/gpt/hf_gpt2.h) and generation with a KV cache
+// (models/gpt/generate.h), against `transformers` itself (tests/hf/hf_gpt2.py, offline, random
 // models): a GPT2LMHeadModel saved with save_pretrained loads through model.init_from with the
 // same logits; greedy generation equals transformers' generate(do_sample=False) token for token;
 // a model written by export_hf_gpt2 loads with from_pretrained with the same logits; KV-cache
 // decoding equals recomputing the whole sequence; and the errors of model.init_from name the
 // file and both shapes.
-#include "models/hf_gpt2.h"
+#include "models/gpt/hf_gpt2.h"
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "models/generate.h"
-#include "models/gpt.h"
+#include "models/gpt/generate.h"
+#include "models/gpt/gpt.h"
 #include "models/registry.h"
 #include "models/safetensors.h"
 #include "temp_dir.h"

@@ -1,4 +1,4 @@
-#include "models/generate.h"
+#include "models/gpt/generate.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 
 namespace models {
 

@@ -26,7 +26,7 @@
 #include <map>
 #include <string>
 
-#include "models/gpt.h"
+#include "models/gpt/gpt.h"
 
 namespace models {
 
