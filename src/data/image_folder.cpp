@@ -14,9 +14,9 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include "core/splitmix.h"
 #include "data/errors.h"
 #include "data/readers.h"
-#include "data/splitmix.h"
 
 namespace data {
 namespace {

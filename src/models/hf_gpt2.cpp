@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 
 namespace models {
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 
 namespace models {
 namespace {

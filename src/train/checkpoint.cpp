@@ -1,5 +1,4 @@
 #include "train/checkpoint.h"
-#include "train/report/output_dir.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -19,7 +18,8 @@
 
 #include <unistd.h>
 
-#include "models/safetensors.h"
+#include "io/output_dir.h"
+#include "io/safetensors.h"
 
 namespace train {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <mutex>
 
-#include "data/splitmix.h"
+#include "core/splitmix.h"
 
 namespace train {
 namespace {

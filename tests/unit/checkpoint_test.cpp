@@ -7,8 +7,8 @@
 
 #include <fstream>
 
+#include "io/safetensors.h"
 #include "models/registry.h"
-#include "models/safetensors.h"
 #include "temp_dir.h"
 #include "train/checkpoint.h"
 

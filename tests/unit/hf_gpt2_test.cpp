@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "models/generate.h"
 #include "models/gpt.h"
 #include "models/registry.h"
-#include "models/safetensors.h"
 #include "temp_dir.h"
 
 namespace {

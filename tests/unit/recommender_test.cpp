@@ -12,9 +12,9 @@
 #include <string>
 
 #include "data/movielens.h"
+#include "io/safetensors.h"
 #include "models/recommender.h"
 #include "models/registry.h"
-#include "models/safetensors.h"
 #include "reference_harness.h"
 #include "temp_dir.h"
 

@@ -23,8 +23,8 @@
 #include <map>
 #include <string>
 
+#include "io/safetensors.h"
 #include "models/model.h"
-#include "models/safetensors.h"
 #include "temp_dir.h"
 
 namespace test {

@@ -10,7 +10,7 @@
 
 #include <unistd.h>
 
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 #include "temp_dir.h"
 
 namespace {

@@ -9,7 +9,7 @@
 
 #include <set>
 
-#include "data/splitmix.h"
+#include "core/splitmix.h"
 
 namespace {
 

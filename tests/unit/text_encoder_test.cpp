@@ -9,7 +9,7 @@
 #include <cmath>
 #include <string>
 
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 #include "models/text_encoder.h"
 #include "temp_dir.h"
 

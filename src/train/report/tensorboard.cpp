@@ -1,6 +1,6 @@
 #include "train/report/tensorboard.h"
 
-#include "train/report/output_dir.h"
+#include "io/output_dir.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>

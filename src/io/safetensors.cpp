@@ -1,4 +1,4 @@
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "train/report/output_dir.h"
+#include "io/output_dir.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
