@@ -31,9 +31,9 @@
 
 #include "bench_util.h"
 
+#include "config/config.h"
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "train/trainer.h"
 

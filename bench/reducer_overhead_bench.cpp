@@ -36,11 +36,11 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include "config/config.h"
 #include "ddp/backend.h"
 #include "ddp/mpi_runtime.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/rank_sampler.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"

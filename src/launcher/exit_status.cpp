@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "config/config.h"
 #include "data/errors.h"
 #include "ddp/errors.h"
-#include "launcher/config.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"

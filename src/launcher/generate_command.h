@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "launcher/config.h"
 #include "models/model.h"
 
 namespace launcher {

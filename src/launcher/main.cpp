@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "ddp/mpi_runtime.h"
 #include "launcher/banner.h"
-#include "launcher/config.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
 #include "launcher/generate_command.h"

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "data/dataset.h"
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
-#include "launcher/config.h"
 #include "launcher/cpu_binding.h"
 #include "launcher/device.h"
 #include "launcher/launch.h"

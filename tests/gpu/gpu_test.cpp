@@ -12,10 +12,10 @@
 #include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
 
+#include "config/config.h"
 #include "ddp/errors.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/reducer.h"
-#include "launcher/config.h"
 #include "memory/memory_stats.h"
 #include "models/cnn.h"
 #include "models/gpt.h"

@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "../unit/temp_dir.h"
+#include "config/config.h"
 #include "data/movielens.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/evaluation.h"

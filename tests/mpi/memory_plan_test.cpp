@@ -10,8 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "config/config.h"
 #include "ddp/errors.h"
-#include "launcher/config.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/registry.h"

@@ -12,7 +12,7 @@
 #include <cstdio>
 
 #include "../unit/temp_dir.h"
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/evaluation.h"

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 

@@ -9,7 +9,7 @@
 
 #include <random>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/registry.h"

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
+#include "config/schema.h"
 #include "config_test_util.h"
-#include "launcher/config.h"
-#include "launcher/config_schema.h"
 
 namespace {
 

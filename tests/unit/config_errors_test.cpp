@@ -12,9 +12,9 @@
 
 #include <unistd.h>
 
+#include "config/config.h"
+#include "config/schema.h"
 #include "config_test_util.h"
-#include "launcher/config.h"
-#include "launcher/config_schema.h"
 
 namespace {
 

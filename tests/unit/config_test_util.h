@@ -8,7 +8,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include "launcher/config.h"
+#include "config/config.h"
 
 namespace config_test {
 

@@ -9,9 +9,9 @@
 #include <functional>
 #include <stdexcept>
 
+#include "config/config.h"
 #include "data/errors.h"
 #include "ddp/errors.h"
-#include "launcher/config.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"

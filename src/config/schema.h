@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/config.h"
+#include "config/config.h"
 
 namespace launcher::schema {
 

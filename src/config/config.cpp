@@ -1,4 +1,4 @@
-#include "launcher/config.h"
+#include "config/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "launcher/config_schema.h"
+#include "config/schema.h"
 
 namespace launcher {
 namespace {

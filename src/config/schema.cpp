@@ -1,7 +1,7 @@
 // Every configuration key, declared once: its type, default, range and a one-line description.
 // This table is the single source of defaults (the structs' initialisers are only zero values).
 
-#include "launcher/config_schema.h"
+#include "config/schema.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
