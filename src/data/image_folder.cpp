@@ -19,6 +19,9 @@
 #include "data/readers.h"
 
 namespace data {
+
+using core::splitmix64;
+
 namespace {
 
 uint64_t sample_hash(uint64_t stream, int64_t i) {

@@ -222,7 +222,7 @@ MovieLensDataset::MovieLensDataset(const std::string& dir, int64_t text_len, uin
   train_items_ = at::tensor(at::ArrayRef<int64_t>(items), kInt64);
   held_out_ = pairs_tensor(held);
 
-  item_text_ = at::full({num_items(), text_len}, kTextPadId, kInt64);
+  item_text_ = at::full({num_items(), text_len}, core::kTextPadId, kInt64);
   auto text = item_text_.accessor<int64_t, 2>();
   for (int64_t i = 0; i < num_items(); ++i) {
     const std::string& s = movies[i].text;

@@ -11,6 +11,10 @@
 #include "io/safetensors.h"
 
 namespace models {
+
+using io::read_safetensors;
+using io::SafetensorsError;
+
 namespace {
 
 constexpr double kLayerNormEps = 1e-5;  // GPT-2's

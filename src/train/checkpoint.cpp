@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "io/checkpoint_keys.h"
 #include "io/output_dir.h"
 #include "io/safetensors.h"
 
@@ -30,7 +31,9 @@ constexpr const char* kFormat = "trainer-checkpoint-1";
 // and the clearest to report), then every buffer but the caches (build_cache() rebuilds those).
 std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : model.named_parameters()) out.emplace_back("param." + item.key(), item.value());
+  for (const auto& item : model.named_parameters()) {
+    out.emplace_back(std::string(io::kParamKeyPrefix) + item.key(), item.value());
+  }
   const auto caches = model.cache_buffer_names();
   for (const auto& item : model.named_buffers()) {
     if (std::find(caches.begin(), caches.end(), item.key()) == caches.end()) {
@@ -122,8 +125,8 @@ void write_checkpoint(const std::string& path, models::Model& model,
   }
   const std::string tmp = path + ".tmp";
   try {
-    models::write_safetensors(tmp, tensors, metadata);
-  } catch (const models::SafetensorsError& e) {
+    io::write_safetensors(tmp, tensors, metadata);
+  } catch (const io::SafetensorsError& e) {
     std::remove(tmp.c_str());
     throw CheckpointError(e.what());
   }
@@ -138,8 +141,8 @@ Checkpoint read_checkpoint(const std::string& path) {
   ckpt.path = path;
   std::map<std::string, std::string> meta;
   try {
-    ckpt.tensors = models::read_safetensors(path, &meta);
-  } catch (const models::SafetensorsError& e) {
+    ckpt.tensors = io::read_safetensors(path, &meta);
+  } catch (const io::SafetensorsError& e) {
     if (std::FILE* f = std::fopen(path.c_str(), "rb")) {  // it exists: damaged, not missing
       std::fclose(f);
       throw CheckpointDamaged(e.what());
@@ -202,7 +205,7 @@ void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
 
 void check_checkpoint_dir(const std::string& dir) {
   try {
-    check_output_dir("checkpoint.dir", dir);
+    io::check_output_dir("checkpoint.dir", dir);
   } catch (const std::invalid_argument& e) {
     throw CheckpointError(e.what());
   }
@@ -218,7 +221,7 @@ std::string latest_checkpoint(const std::string& dir) {
     if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
     const std::string path = entry.path().string();
     try {
-      const auto meta = models::read_safetensors_metadata(path);
+      const auto meta = io::read_safetensors_metadata(path);
       const auto format = meta.find("format");
       if (format == meta.end() || format->second != kFormat) continue;
       const auto step = parse_number<int64_t>(path, meta, "step");
@@ -246,7 +249,7 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
     // come first, so that the caller tries them (they fail at once) and reports them.
     int64_t step = std::numeric_limits<int64_t>::max();
     try {
-      const auto meta = models::read_safetensors_metadata(path);
+      const auto meta = io::read_safetensors_metadata(path);
       const auto format = meta.find("format");
       if (format == meta.end() || format->second != kFormat) continue;  // not a checkpoint
       step = parse_number<int64_t>(path, meta, "step");

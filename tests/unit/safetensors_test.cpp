@@ -15,9 +15,9 @@
 
 namespace {
 
-using models::read_safetensors;
-using models::SafetensorsError;
-using models::write_safetensors;
+using io::read_safetensors;
+using io::SafetensorsError;
+using io::write_safetensors;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
