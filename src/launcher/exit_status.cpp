@@ -30,7 +30,7 @@ bool is(const std::exception& e) {
 }
 
 constexpr ExitRule kStartup[] = {
-    {is<ConfigError>, kExitUsage, MessageForm::kWhat},
+    {is<config::ConfigError>, kExitUsage, MessageForm::kWhat},
     {is<LaunchError>, kExitUsage, MessageForm::kWhat},
     {is<DeviceError>, kExitUsage, MessageForm::kWhat},
     {is<train::CheckpointError>, kExitUsage, MessageForm::kWhat},

@@ -37,7 +37,7 @@ struct Loaded {
 
 // The model as training builds it, with the weights the config names (generate_command.h).
 // Throws what load_config, create_model and the checkpoint reader throw.
-Loaded load_model(const Config& config, const char* command) {
+Loaded load_model(const config::Config& config, const char* command) {
   if (config.model.name != "gpt") {
     throw std::invalid_argument(fmt::format("{} needs a language model (model.name: gpt); this "
                                             "config has model.name: {}", command, config.model.name));
@@ -68,7 +68,7 @@ Loaded load_model(const Config& config, const char* command) {
   return out;
 }
 
-c10::Device inference_device(const Config& config) {
+c10::Device inference_device(const config::Config& config) {
   const bool cuda = config.train.device == "cuda" || (config.train.device == "auto" && at::hasCUDA());
   return cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
 }
@@ -78,7 +78,7 @@ template <class Fn>
 int guarded(Fn&& body) {
   try {
     return body();
-  } catch (const ConfigError& e) {
+  } catch (const config::ConfigError& e) {
     say(fmt::format("error: {}", e.what()));
   } catch (const train::CheckpointError& e) {
     say(fmt::format("error: {}", e.what()));
@@ -156,7 +156,7 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
                  const GenerateArgs& args) {
   if (other_rank()) return kExitOk;
   return guarded([&] {
-    const Config config = load_config(config_path, overrides);
+    const config::Config config = config::load_config(config_path, overrides);
     const auto tokenizer = tokenizer_for(config.data);
     Loaded loaded = load_model(config, "--generate");
     if (loaded.weights.empty()) {
@@ -195,7 +195,7 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
                   const std::string& dir) {
   if (other_rank()) return kExitOk;
   return guarded([&] {
-    const Config config = load_config(config_path, overrides);
+    const config::Config config = config::load_config(config_path, overrides);
     const Loaded loaded = load_model(config, "--export-hf");
     if (loaded.weights.empty()) {
       throw std::invalid_argument(fmt::format(
@@ -213,7 +213,7 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
 }
 
 std::function<std::string()> make_training_sampler(std::shared_ptr<models::Model> model,
-                                                   const Config& config,
+                                                   const config::Config& config,
                                                    const data::Dataset& dataset) {
   auto gpt = std::dynamic_pointer_cast<models::Gpt>(model);
   if (!gpt) {

@@ -53,7 +53,7 @@ std::unique_ptr<data::Tokenizer> tokenizer_for(const data::DataOptions& options)
 // one-line string. Throws std::invalid_argument naming train.sample_every for a model that is
 // not a gpt.
 std::function<std::string()> make_training_sampler(std::shared_ptr<models::Model> model,
-                                                   const Config& config,
+                                                   const config::Config& config,
                                                    const data::Dataset& dataset);
 
 }  // namespace launcher

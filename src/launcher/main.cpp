@@ -75,7 +75,7 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
   }
   cli.generate = generate->count() > 0;
   if (cli.help_config) {
-    if (speaks) fmt::print("{}", config_reference());
+    if (speaks) fmt::print("{}", config::config_reference());
     return kExitOk + 1000;
   }
   if (cli.config_path.empty()) {
@@ -154,7 +154,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     return code;
   }
   if (cli.print_config) {
-    if (s.rank == 0) fmt::print("{}", config_to_yaml(s.config));
+    if (s.rank == 0) fmt::print("{}", config::config_to_yaml(s.config));
     return kExitOk;
   }
   if (const int code = prepare(mpi, s); code != kExitOk) return code;

@@ -49,7 +49,7 @@ ExitStatus attempt(const char* doing, const std::function<void()>& fn) {
 
 // The device, the data plane's backend, the memory limits and the CPU threads of this rank.
 void bind_rank(Startup& s) {
-  const Config& config = s.config;
+  const config::Config& config = s.config;
   const auto env = process_environment();
   s.binding = bind_device(config.train.device, s.launch.local_rank, s.launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
@@ -69,7 +69,7 @@ void bind_rank(Startup& s) {
 
 // The data set and the model, and the checks that must fail here rather than in the Trainer.
 void load_data_and_model(Startup& s) {
-  const Config& config = s.config;
+  const config::Config& config = s.config;
   s.dataset = data::make_dataset(config.data);
   // Built here only to be checked: the Trainer (phase 3) builds them again, but its
   // constructor runs collectives, and a user mistake must end at this vote, before any.
@@ -100,7 +100,7 @@ int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
   s.bootstrap = mpi.world(std::chrono::seconds(120));
   const int code = agree(*s.bootstrap, attempt("reading the configuration", [&] {
     s.launch = resolve_launch(mpi.topology(), process_environment());
-    s.config = load_config(config_path, overrides);
+    s.config = config::load_config(config_path, overrides);
   }));
   if (code == kExitOk) setup_logging(s.rank, s.launch.world_size, s.config.log.level);
   return code;
@@ -129,7 +129,7 @@ int build_trainer(Startup& s) {
     s.data_comm = ddp::make_data_communicator(s.backend, s.binding.device, *s.control,
                                               std::chrono::duration<double>(s.config.ddp.timeout_s));
     train::TrainerOptions options = s.config.trainer_options();
-    options.config_text = config_to_yaml(s.config);  // recorded in every checkpoint
+    options.config_text = config::config_to_yaml(s.config);  // recorded in every checkpoint
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
                                                  *s.dataset, s.binding.device);
     s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);

@@ -31,7 +31,7 @@ struct Run {
 };
 
 Run train_on(ddp::Communicator& comm, const std::string& yaml) {
-  const auto config = launcher::parse_config(yaml, "model-equivalence.yaml");
+  const auto config = config::parse_config(yaml, "model-equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());
