@@ -100,8 +100,9 @@ int run(int argc, char** argv) {
     check_launch_before_mpi(process_environment());
   } catch (const LaunchError& e) {
     // Every task finds the same: the first one speaks for the job.
-    if (launcher_rank(process_environment()) == 0) print_error(0, e.what());
-    return kExitUsage;
+    const ExitStatus status = *exit_status(startup_rules(), e);
+    if (launcher_rank(process_environment()) == 0) print_error(0, status.message);
+    return status.code;
   }
   ddp::MpiRuntime mpi(&argc, &argv);
   // Failures are caught while MPI is still up: after start-up a failure on one rank cannot be
@@ -175,8 +176,9 @@ int main(int argc, char** argv) {
   try {
     return launcher::run(argc, argv);
   } catch (const std::exception& e) {
-    // Before or while MPI starts: nothing to agree with yet.
-    fmt::print(stderr, "trainer: error: {}\n", e.what());
-    return launcher::kExitFailure;
+    // Before or while MPI starts: nothing to agree with yet (the start-up table, unvoted).
+    const auto status = *launcher::exit_status(launcher::startup_rules(), e, "starting");
+    launcher::print_error(0, status.message);
+    return status.code;
   }
 }

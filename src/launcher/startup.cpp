@@ -1,8 +1,6 @@
 #include "launcher/startup.h"
 
 #include <ATen/Parallel.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
 
 #include <algorithm>
 #include <functional>
@@ -17,11 +15,11 @@
 #include "launcher/generate_command.h"
 #include "launcher/logging.h"
 #include "launcher/resume.h"
-#include "memory/allocator_guard.h"
 #include "models/registry.h"
-#include "train/report/metrics.h"
 #include "train/precision.h"
+#include "train/report/metrics.h"
 #include "train/report/tensorboard.h"
+#include "train/text_samples.h"
 
 namespace launcher {
 namespace {
@@ -54,16 +52,7 @@ void bind_rank(Startup& s) {
   s.binding = bind_device(config.train.device, s.launch.local_rank, s.launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
   s.backend = ddp::resolve_backend(config.ddp.backend, s.binding.device, ddp::nccl_available());
-  if (s.binding.device.is_cuda()) {
-    c10::cuda::set_device(s.binding.device.index());
-    if (config.memory.fraction > 0) {
-      c10::cuda::CUDACachingAllocator::setMemoryFraction(config.memory.fraction,
-                                                         s.binding.device.index());
-    }
-  }
-  auto& guard = memory::CpuAllocatorGuard::instance();
-  guard.set_budget(static_cast<int64_t>(config.memory.cpu_budget_mb * 1048576.0));
-  guard.set_injections(s.launch.rank, memory::parse_injections(config.memory.inject_oom));
+  use_device(s.binding.device, config.memory, s.launch.rank);
   at::set_num_threads(s.threads);
 }
 
@@ -134,7 +123,9 @@ int build_trainer(Startup& s) {
                                                  *s.dataset, s.binding.device);
     s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
     if (s.config.train.sample_every > 0 && s.rank == 0) {
-      s.trainer->set_sampler(make_training_sampler(s.model, s.config, *s.dataset));
+      s.trainer->set_sampler(train::make_text_sampler(s.model, s.config.model.name,
+                                                      tokenizer_for(s.config.data),
+                                                      s.config.train, *s.dataset));
     }
   }));
   if (code == kExitOk) {
