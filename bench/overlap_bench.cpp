@@ -31,9 +31,9 @@
 
 #include "bench_util.h"
 
+#include "config/config.h"
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "train/trainer.h"
 
@@ -107,7 +107,7 @@ log: {{level: warn}}
 // One Trainer with everything it borrows.
 struct Setup {
   std::string name;
-  launcher::Config config;
+  config::Config config;
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;
   std::unique_ptr<train::Trainer> trainer;
@@ -115,7 +115,7 @@ struct Setup {
   std::vector<double> step_s;  // timed steps, slowest rank's time
 
   Setup(std::string n, const std::string& yaml, ddp::Communicator& comm) : name(std::move(n)) {
-    config = launcher::parse_config(yaml, "overlap_bench.yaml");
+    config = config::parse_config(yaml, "overlap_bench.yaml");
     dataset = data::make_dataset(config.data);
     at::manual_seed(config.train.seed);
     const core::Shape shape = dataset->shape();

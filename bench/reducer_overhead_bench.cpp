@@ -36,11 +36,11 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include "config/config.h"
 #include "ddp/backend.h"
 #include "ddp/mpi_runtime.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/rank_sampler.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -97,7 +97,7 @@ struct PlainLoop {
   std::unique_ptr<train::GradClipper> clipper;
 
   PlainLoop(std::shared_ptr<models::Model> m, const data::Dataset& d, c10::Device dev, int64_t b,
-            const launcher::Config& c)
+            const config::Config& c)
       : model(std::move(m)), dataset(d), sampler(d.size(), b, c.train.seed), device(dev), batch(b) {
     model->to(device);
     params = model->parameters();
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     at::set_num_threads(static_cast<int>(a.threads));
     const c10::Device device = a.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
     const int64_t total = a.warmup + a.rounds * a.steps + 1;
-    const auto config = launcher::parse_config(fmt::format(R"(
+    const auto config = config::parse_config(fmt::format(R"(
 model: {{name: mlp, hidden_dim: {}, depth: {}}}
 data: {{num_samples: {}, input_dim: {}, num_classes: 16, teacher_hidden: 64, seed: 7}}
 train: {{device: {}, global_batch_size: {}, micro_batch_size: {}, steps: {}, lr: 0.0001,

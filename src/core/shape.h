@@ -14,12 +14,16 @@
 
 namespace core {
 
+// Byte-level texts (Shape::item_text): ids 0..255 are the bytes, and this id pads a text to its
+// fixed length. The data that writes such texts and the model that reads them both use it.
+inline constexpr int64_t kTextPadId = 256;
+
 struct Shape {
   // Classification (synthetic; mlp): feature count and classes.
   int64_t input_dim = 0;
   int64_t num_classes = 0;
   // Id-based data (movielens; recommender): users, items and each item's text, int64
-  // [num_items, text_len].
+  // [num_items, text_len], padded with kTextPadId.
   int64_t num_users = 0;
   int64_t num_items = 0;
   at::Tensor item_text;

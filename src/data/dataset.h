@@ -51,7 +51,7 @@ class Dataset {
   virtual std::optional<RankingTask> ranking_task() const { return std::nullopt; }
 };
 
-// The data section of the config (declared with defaults in launcher/config_schema.cpp; the
+// The data section of the config (declared with defaults in config/schema_data.cpp; the
 // initialisers here are only zero values).
 struct DataOptions {
   std::string dataset;

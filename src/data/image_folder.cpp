@@ -14,11 +14,14 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include "core/splitmix.h"
 #include "data/errors.h"
 #include "data/readers.h"
-#include "data/splitmix.h"
 
 namespace data {
+
+using core::splitmix64;
+
 namespace {
 
 uint64_t sample_hash(uint64_t stream, int64_t i) {

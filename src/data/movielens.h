@@ -29,7 +29,7 @@
 //
 // Item text: the bytes of "Title | Genres" (UTF-8; movies.dat of ML-1M is ISO-8859-1, so a
 // title that is not valid UTF-8 is converted from Latin-1), cut to text_len bytes and padded with
-// kTextPadId. Immutable after construction; get() is safe to call from several threads.
+// core::kTextPadId. Immutable after construction; get() is safe to call from several threads.
 #pragma once
 
 #include <cstdint>
@@ -41,10 +41,6 @@
 #include "data/errors.h"
 
 namespace data {
-
-// Padding id of item texts: one past the byte values. Must equal models::TextEncoder::kPadId
-// (data knows nothing of models; a unit test holds the two together).
-inline constexpr int64_t kTextPadId = 256;
 
 // A DataError (data/errors.h), so the launcher treats a malformed file as a user mistake (exit 2).
 class MovieLensError : public DataError {
@@ -76,7 +72,7 @@ class MovieLensDataset final : public Dataset {
 
   int64_t num_users() const { return static_cast<int64_t>(user_ids_.size()); }
   int64_t num_items() const { return static_cast<int64_t>(movie_ids_.size()); }
-  // int64 [num_items, text_len]: bytes of "Title | Genres", padded with kTextPadId.
+  // int64 [num_items, text_len]: bytes of "Title | Genres", padded with core::kTextPadId.
   const at::Tensor& item_text() const { return item_text_; }
   // int64 [n_eval_users, 2] (user, item), one row per user with >= 2 interactions, by user.
   const at::Tensor& held_out() const { return held_out_; }

@@ -1,4 +1,4 @@
-// Options of the ddp section of the config (declared with defaults in launcher/config_schema.cpp;
+// Options of the ddp section of the config (declared with defaults in config/schema_ddp.cpp;
 // the initialisers here are only zero values). Choice keys are enums, with their names indexed by
 // the enum's value.
 #pragma once

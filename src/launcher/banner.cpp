@@ -38,7 +38,7 @@ void log_resume(const train::Checkpoint& checkpoint, const train::TrainOptions& 
 }  // namespace
 
 void log_banner(const Startup& s) {
-  const Config& config = s.config;
+  const config::Config& config = s.config;
   const LaunchInfo& launch = s.launch;
   const train::Trainer& trainer = *s.trainer;
   int64_t n_params = 0;

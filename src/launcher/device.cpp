@@ -1,7 +1,11 @@
 #include "launcher/device.h"
 
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 #include <torch/cuda.h>
+
+#include "memory/allocator_guard.h"
 
 namespace launcher {
 
@@ -35,6 +39,18 @@ DeviceBinding bind_device(const std::string& requested, int local_rank, int loca
   const int index = local_rank % visible_devices;
   return {c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(index)),
           fmt::format("cuda:{} (of {} visible, {})", index, visible_devices, visible_note)};
+}
+
+void use_device(const c10::Device& device, const memory::MemoryOptions& memory, int rank) {
+  if (device.is_cuda()) {
+    c10::cuda::set_device(device.index());
+    if (memory.fraction > 0) {
+      c10::cuda::CUDACachingAllocator::setMemoryFraction(memory.fraction, device.index());
+    }
+  }
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  guard.set_budget(static_cast<int64_t>(memory.cpu_budget_mb * 1048576.0));
+  guard.set_injections(rank, memory::parse_injections(memory.inject_oom));
 }
 
 }  // namespace launcher

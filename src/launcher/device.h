@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "memory/options.h"
+
 namespace launcher {
 
 struct DeviceBinding {
@@ -27,5 +29,11 @@ DeviceBinding bind_device(const std::string& requested, int local_rank, int loca
 
 // CUDA devices this process can use; 0 without a driver or GPU (never throws).
 int visible_cuda_devices() noexcept;
+
+// Makes `device` this process's current CUDA device (when it is one) and applies the config's
+// memory limits, as training and the one-process commands (--generate, --export-hf) alike run
+// under them: memory.fraction of a CUDA device, the CPU allocator guard's budget
+// (memory.cpu_budget_mb) and the injections of rank `rank` (memory.inject_oom).
+void use_device(const c10::Device& device, const memory::MemoryOptions& memory, int rank);
 
 }  // namespace launcher

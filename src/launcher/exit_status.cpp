@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "config/config.h"
 #include "data/errors.h"
 #include "ddp/errors.h"
-#include "launcher/config.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
@@ -30,7 +30,7 @@ bool is(const std::exception& e) {
 }
 
 constexpr ExitRule kStartup[] = {
-    {is<ConfigError>, kExitUsage, MessageForm::kWhat},
+    {is<config::ConfigError>, kExitUsage, MessageForm::kWhat},
     {is<LaunchError>, kExitUsage, MessageForm::kWhat},
     {is<DeviceError>, kExitUsage, MessageForm::kWhat},
     {is<train::CheckpointError>, kExitUsage, MessageForm::kWhat},

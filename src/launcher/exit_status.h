@@ -5,7 +5,9 @@
 // Three moments, one table each (the first row whose type matches wins, so derived types come
 // before their bases):
 // - startup_rules(): an error in a start-up phase. Every rank votes on it (launcher/startup.h), so a
-//   user mistake on one rank ends every rank with exit code 2 and one message.
+//   user mistake on one rank ends every rank with exit code 2 and one message. The same table
+//   ends what runs in one process, with nothing to vote with: the commands beside training
+//   (--generate, --export-hf; launcher/generate_command.h) and what fails before MPI starts.
 // - agreed_run_rules(): an error every rank throws at the same point of training, after the same
 //   vote; the ranks meet at a barrier and exit together. Other errors are not in this table.
 // - abort_rules(): any other error after start-up. It cannot be voted on (the other ranks may be

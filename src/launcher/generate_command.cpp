@@ -6,23 +6,22 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <optional>
 #include <stdexcept>
 
+#include "config/config.h"
+#include "launcher/device.h"
 #include "launcher/exit_codes.h"
+#include "launcher/exit_status.h"
 #include "launcher/launch.h"
+#include "launcher/resume.h"
 #include "models/gpt/generate.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
 
 namespace launcher {
 namespace {
-
-constexpr int64_t kSamplePromptTokens = 16;  // train.sample_prompt empty: from the data
 
 void say(const std::string& line) {
   fmt::print(stderr, "trainer: {}\n", line);
@@ -36,11 +35,12 @@ struct Loaded {
 };
 
 // The model as training builds it, with the weights the config names (generate_command.h).
-// Throws what load_config, create_model and the checkpoint reader throw.
-Loaded load_model(const Config& config, const char* command) {
+// Throws what create_model and the checkpoint reader throw.
+Loaded load_model(const config::Config& config, const char* command) {
   if (config.model.name != "gpt") {
-    throw std::invalid_argument(fmt::format("{} needs a language model (model.name: gpt); this "
-                                            "config has model.name: {}", command, config.model.name));
+    throw std::invalid_argument(
+        fmt::format("{} needs a language model (model.name: gpt); this config has model.name: {}",
+                    command, config.model.name));
   }
   core::Shape shape;
   shape.vocab_size = config.data.vocab_size;
@@ -48,19 +48,7 @@ Loaded load_model(const Config& config, const char* command) {
   at::manual_seed(config.train.seed);  // untrained weights: the ones training would start from
   Loaded out;
   out.model = std::dynamic_pointer_cast<models::Gpt>(models::create_model(config.model, shape));
-  const auto& ckpt = config.checkpoint;
-  std::optional<train::Checkpoint> found;
-  if (!ckpt.resume.empty() && ckpt.resume != "auto") {
-    found = train::read_checkpoint(ckpt.resume);
-  } else if (!ckpt.dir.empty()) {
-    std::vector<std::string> skipped;
-    train::Checkpoint c;
-    if (!train::newest_good_checkpoint(ckpt.dir, &skipped, &c).empty()) found = std::move(c);
-    for (const auto& why : skipped) say(fmt::format("passing over a damaged checkpoint: {}", why));
-  }
-  if (found) {
-    train::check_compatible(*found, *out.model);
-    train::apply_model_state(*found, *out.model);
+  if (const auto found = select_resume(config.checkpoint, *out.model, ResumeFor::kWeights)) {
     out.weights = fmt::format("checkpoint {} ({} steps done)", found->path, found->meta.step);
   } else if (!config.model.init_from.empty()) {
     out.weights = fmt::format("model.init_from {}", config.model.init_from);
@@ -68,30 +56,27 @@ Loaded load_model(const Config& config, const char* command) {
   return out;
 }
 
-c10::Device inference_device(const Config& config) {
-  const bool cuda = config.train.device == "cuda" || (config.train.device == "auto" && at::hasCUDA());
-  return cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+// The device the command runs on, made current and under the config's memory limits.
+c10::Device inference_device(const config::Config& config) {
+  const std::string& wanted = config.train.device;
+  const bool cuda = wanted == "cuda" || (wanted == "auto" && at::hasCUDA());
+  const c10::Device device = cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  use_device(device, config.memory, 0);
+  return device;
 }
 
-// Runs `body`, turning user mistakes into a message and exit code 2.
+// Runs `body`; what it throws becomes a message and an exit code through the start-up table of
+// launcher/exit_status.h, as an error in a start-up phase of training does. `doing` names the
+// command in an out-of-memory message.
 template <class Fn>
-int guarded(Fn&& body) {
+int guarded(const char* doing, Fn&& body) {
   try {
     return body();
-  } catch (const ConfigError& e) {
-    say(fmt::format("error: {}", e.what()));
-  } catch (const train::CheckpointError& e) {
-    say(fmt::format("error: {}", e.what()));
-  } catch (const std::invalid_argument& e) {  // data::DataError too
-    say(fmt::format("error: {}", e.what()));
-  } catch (const c10::Error& e) {
-    say(fmt::format("error: {}", e.what_without_backtrace()));
-    return kExitFailure;
   } catch (const std::exception& e) {
-    say(fmt::format("error: {}", e.what()));
-    return kExitFailure;
+    const ExitStatus status = *exit_status(startup_rules(), e, doing);  // ends with std::exception
+    print_error(0, status.message);
+    return status.code;
   }
-  return kExitUsage;
 }
 
 // Under mpirun every rank runs main(); one process is enough. The one that works logs warnings
@@ -105,31 +90,14 @@ bool other_rank() {
   return false;
 }
 
-// One line of log: control characters escaped (a sample may hold newlines and tabs).
-std::string one_line(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\\') {
-      out += "\\\\";
-    } else if (u < 0x20 || u == 0x7f) {
-      out += fmt::format("\\x{:02x}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 }  // namespace
 
 int run_generate(const std::string& config_path, const std::vector<std::string>& overrides,
                  const GenerateArgs& args) {
   if (other_rank()) return kExitOk;
-  return guarded([&] {
-    const Config config = load_config(config_path, overrides);
+  return guarded("in --generate", [&] {
+    const config::Config config = config::load_config(config_path, overrides);
+    const c10::Device device = inference_device(config);
     const auto tokenizer = data::choose_tokenizer(config.data, config.model.init_from);
     Loaded loaded = load_model(config, "--generate");
     if (loaded.weights.empty()) {
@@ -138,7 +106,6 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
     } else {
       say(fmt::format("weights: {}", loaded.weights));
     }
-    const c10::Device device = inference_device(config);
     loaded.model->to(device);
     models::SamplingOptions o;
     o.max_new_tokens = args.max_new_tokens;
@@ -167,8 +134,9 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir) {
   if (other_rank()) return kExitOk;
-  return guarded([&] {
-    const Config config = load_config(config_path, overrides);
+  return guarded("in --export-hf", [&] {
+    const config::Config config = config::load_config(config_path, overrides);
+    use_device(c10::Device(c10::kCPU), config.memory, 0);  // exported from the CPU
     const Loaded loaded = load_model(config, "--export-hf");
     if (loaded.weights.empty()) {
       throw std::invalid_argument(fmt::format(
@@ -183,43 +151,6 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
                     dir, dir, loaded.weights, dir));
     return kExitOk;
   });
-}
-
-std::function<std::string()> make_training_sampler(std::shared_ptr<models::Model> model,
-                                                   const Config& config,
-                                                   const data::Dataset& dataset) {
-  auto gpt = std::dynamic_pointer_cast<models::Gpt>(model);
-  if (!gpt) {
-    throw std::invalid_argument(fmt::format(
-        "train.sample_every: samples need a language model (model.name: gpt), not {}",
-        config.model.name));
-  }
-  std::shared_ptr<const data::Tokenizer> tokenizer = data::choose_tokenizer(config.data, config.model.init_from);
-  std::vector<int64_t> prompt = tokenizer->encode(config.train.sample_prompt);
-  if (prompt.empty()) {
-    const auto val = dataset.validation();
-    const data::Dataset& from = val && val->size() > 0 ? *val : dataset;
-    const at::Tensor first = from.get(at::zeros({1}, at::kLong)).inputs[0];
-    const int64_t n = std::min<int64_t>(kSamplePromptTokens, first.size(0));
-    const at::Tensor head = first.narrow(0, 0, n).to(at::kLong).contiguous();
-    prompt.assign(head.data_ptr<int64_t>(), head.data_ptr<int64_t>() + n);
-  }
-  models::SamplingOptions o;
-  o.max_new_tokens = config.train.sample_tokens;
-  o.temperature = 0.8;
-  o.top_k = 200;
-  o.seed = config.train.seed;
-  o.stop_id = tokenizer->end_of_text();
-  // Checked now: a prompt that fills the context is a config mistake, not a failure at step N.
-  if (static_cast<int64_t>(prompt.size()) >= gpt->options().context) {
-    throw std::invalid_argument(fmt::format(
-        "train.sample_prompt: {} tokens fill model.context = {}", prompt.size(),
-        gpt->options().context));
-  }
-  return [gpt, tokenizer, prompt, o] {
-    const auto ids = models::generate(*gpt, prompt, o);
-    return one_line(tokenizer->decode(prompt) + " | " + tokenizer->decode(ids));
-  };
 }
 
 }  // namespace launcher

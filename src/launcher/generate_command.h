@@ -1,4 +1,4 @@
-// The language-model commands beside training, and the text samples logged while training.
+// The language-model commands beside training.
 //
 //   trainer --config C --generate "PROMPT" [--max-new-tokens N] [--temperature T] [--top-k K]
 //           [--seed S]      writes PROMPT and its continuation to stdout
@@ -8,23 +8,22 @@
 // Both run in one process, without MPI (under mpirun, rank 0 works and the others exit 0), on
 // the weights the config names, in this order: the checkpoint file checkpoint.resume names; the
 // newest checkpoint in checkpoint.dir that verifies (whatever checkpoint.resume says); the
-// weights of model.init_from. With none of them, --generate samples from the untrained model
-// (saying so) and --export-hf refuses. The model is built as training builds it, from the config
-// (data.vocab_size, data.context for its shape; no data is read). A user mistake (a non-gpt
-// model, a checkpoint that does not fit, no weights to export, a bad option) is a message and exit
-// code 2.
+// weights of model.init_from (launcher/resume.h, ResumeFor::kWeights). With none of them,
+// --generate samples from the untrained model (saying so) and --export-hf refuses. The model is
+// built as training builds it, from the config (data.vocab_size, data.context for its shape; no
+// data is read), under the config's memory limits (memory.cpu_budget_mb, memory.fraction).
+// Errors end the command through the start-up table of launcher/exit_status.h: a user mistake (a
+// non-gpt model, a checkpoint that does not fit, no weights to export, a bad option) exits 2 and
+// out of memory 4, each with its message.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
 #include "data/tokenizer.h"
-#include "launcher/config.h"
-#include "models/model.h"
 
 namespace launcher {
 
@@ -42,13 +41,5 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir);
 
-// train.sample_every's sampler for the Trainer (train/trainer.h): `sample_tokens` new tokens
-// after train.sample_prompt (empty: the first 16 tokens of the first validation sequence, else
-// training sequence), seed train.seed, temperature 0.8, top-k 200, returned as an escaped
-// one-line string. Throws std::invalid_argument naming train.sample_every for a model that is
-// not a gpt.
-std::function<std::string()> make_training_sampler(std::shared_ptr<models::Model> model,
-                                                   const Config& config,
-                                                   const data::Dataset& dataset);
 
 }  // namespace launcher

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "ddp/mpi_runtime.h"
 #include "launcher/banner.h"
-#include "launcher/config.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
 #include "launcher/generate_command.h"
@@ -76,7 +76,7 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
   }
   cli.generate = generate->count() > 0;
   if (cli.help_config) {
-    if (speaks) fmt::print("{}", config_reference());
+    if (speaks) fmt::print("{}", config::config_reference());
     return kExitOk + 1000;
   }
   if (cli.config_path.empty()) {
@@ -101,8 +101,9 @@ int run(int argc, char** argv) {
     check_launch_before_mpi(process_environment());
   } catch (const LaunchError& e) {
     // Every task finds the same: the first one speaks for the job.
-    if (launcher_rank(process_environment()) == 0) print_error(0, e.what());
-    return kExitUsage;
+    const ExitStatus status = *exit_status(startup_rules(), e);
+    if (launcher_rank(process_environment()) == 0) print_error(0, status.message);
+    return status.code;
   }
   ddp::MpiRuntime mpi(&argc, &argv);
   // Failures are caught while MPI is still up: after start-up a failure on one rank cannot be
@@ -149,7 +150,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     return code;
   }
   if (cli.print_config) {
-    if (s.rank == 0) fmt::print("{}", config_to_yaml(s.config));
+    if (s.rank == 0) fmt::print("{}", config::config_to_yaml(s.config));
     return kExitOk;
   }
   if (const int code = prepare(mpi, s); code != kExitOk) return code;
@@ -170,8 +171,9 @@ int main(int argc, char** argv) {
   try {
     return launcher::run(argc, argv);
   } catch (const std::exception& e) {
-    // Before or while MPI starts: nothing to agree with yet.
-    fmt::print(stderr, "trainer: error: {}\n", e.what());
-    return launcher::kExitFailure;
+    // Before or while MPI starts: nothing to agree with yet (the start-up table, unvoted).
+    const auto status = *launcher::exit_status(launcher::startup_rules(), e, "starting");
+    launcher::print_error(0, status.message);
+    return status.code;
   }
 }

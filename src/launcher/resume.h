@@ -1,14 +1,20 @@
-// Resume selection (checkpoint.resume): the checkpoint a run continues from. Rank 0 alone calls
-// it; the Trainer broadcasts what it holds to the other ranks.
+// Resume selection: the checkpoint a run continues from (checkpoint.resume), and the one whose
+// weights --generate and --export-hf use. Rank 0 alone calls it; the Trainer broadcasts what it
+// holds to the other ranks.
 //
+// For training (ResumeFor::kTraining):
 // - "" (the default): none, start at step 1.
 // - a file: that checkpoint.
 // - "auto": the newest checkpoint in checkpoint.dir that verifies; damaged ones are passed over
 //   with a warning each; when there is none yet, the run starts at step 1 and says so (a requeued
 //   job's first attempt).
+// For the weights of a command (ResumeFor::kWeights): a file as above; otherwise ("" or "auto")
+// the newest checkpoint in checkpoint.dir that verifies, when checkpoint.dir is set; none is not
+// an error (the caller decides what to do without weights).
+//
 // A checkpoint that cannot be read or does not fit the model is a train::CheckpointError whose
-// message starts with "checkpoint.resume: ". The chosen checkpoint's parameters are loaded into
-// `model`.
+// message starts with the key that chose it ("checkpoint.resume: ", "checkpoint.dir: "). The
+// chosen checkpoint's parameters are loaded into `model`.
 #pragma once
 
 #include <optional>
@@ -19,8 +25,11 @@
 
 namespace launcher {
 
+enum class ResumeFor { kTraining, kWeights };
+
 std::optional<train::Checkpoint> select_resume(const train::CheckpointOptions& options,
-                                               models::Model& model);
+                                               models::Model& model,
+                                               ResumeFor purpose = ResumeFor::kTraining);
 
 // Whether a requeued job would continue from a checkpoint this run writes (checkpoint.dir set and
 // checkpoint.resume: auto).

@@ -1,13 +1,12 @@
 #include "launcher/startup.h"
 
 #include <ATen/Parallel.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
 
 #include <algorithm>
 #include <functional>
 #include <thread>
 
+#include "data/tokenizer.h"
 #include "ddp/backend.h"
 #include "ddp/batch_plan.h"
 #include "ddp/nccl_communicator.h"
@@ -17,11 +16,11 @@
 #include "launcher/generate_command.h"
 #include "launcher/logging.h"
 #include "launcher/resume.h"
-#include "memory/allocator_guard.h"
 #include "models/registry.h"
-#include "train/report/metrics.h"
 #include "train/precision.h"
+#include "train/report/metrics.h"
 #include "train/report/tensorboard.h"
+#include "train/text_samples.h"
 
 namespace launcher {
 namespace {
@@ -49,27 +48,18 @@ ExitStatus attempt(const char* doing, const std::function<void()>& fn) {
 
 // The device, the data plane's backend, the memory limits and the CPU threads of this rank.
 void bind_rank(Startup& s) {
-  const Config& config = s.config;
+  const config::Config& config = s.config;
   const auto env = process_environment();
   s.binding = bind_device(config.train.device, s.launch.local_rank, s.launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
   s.backend = ddp::resolve_backend(config.ddp.backend, s.binding.device, ddp::nccl_available());
-  if (s.binding.device.is_cuda()) {
-    c10::cuda::set_device(s.binding.device.index());
-    if (config.memory.fraction > 0) {
-      c10::cuda::CUDACachingAllocator::setMemoryFraction(config.memory.fraction,
-                                                         s.binding.device.index());
-    }
-  }
-  auto& guard = memory::CpuAllocatorGuard::instance();
-  guard.set_budget(static_cast<int64_t>(config.memory.cpu_budget_mb * 1048576.0));
-  guard.set_injections(s.launch.rank, memory::parse_injections(config.memory.inject_oom));
+  use_device(s.binding.device, config.memory, s.launch.rank);
   at::set_num_threads(s.threads);
 }
 
 // The data set and the model, and the checks that must fail here rather than in the Trainer.
 void load_data_and_model(Startup& s) {
-  const Config& config = s.config;
+  const config::Config& config = s.config;
   s.dataset = data::make_dataset(config.data);
   // Built here only to be checked: the Trainer (phase 3) builds them again, but its
   // constructor runs collectives, and a user mistake must end at this vote, before any.
@@ -100,7 +90,7 @@ int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
   s.bootstrap = mpi.world(std::chrono::seconds(120));
   const int code = agree(*s.bootstrap, attempt("reading the configuration", [&] {
     s.launch = resolve_launch(mpi.topology(), process_environment());
-    s.config = load_config(config_path, overrides);
+    s.config = config::load_config(config_path, overrides);
   }));
   if (code == kExitOk) setup_logging(s.rank, s.launch.world_size, s.config.log.level);
   return code;
@@ -129,12 +119,14 @@ int build_trainer(Startup& s) {
     s.data_comm = ddp::make_data_communicator(s.backend, s.binding.device, *s.control,
                                               std::chrono::duration<double>(s.config.ddp.timeout_s));
     train::TrainerOptions options = s.config.trainer_options();
-    options.config_text = config_to_yaml(s.config);  // recorded in every checkpoint
+    options.config_text = config::config_to_yaml(s.config);  // recorded in every checkpoint
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
                                                  *s.dataset, s.binding.device);
     s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
     if (s.config.train.sample_every > 0 && s.rank == 0) {
-      s.trainer->set_sampler(make_training_sampler(s.model, s.config, *s.dataset));
+      s.trainer->set_sampler(train::make_text_sampler(s.model, s.config.model.name,
+                                                      data::choose_tokenizer(s.config.data, s.config.model.init_from),
+                                                      s.config.train, *s.dataset));
     }
   }));
   if (code == kExitOk) {

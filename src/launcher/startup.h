@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "data/dataset.h"
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
-#include "launcher/config.h"
 #include "launcher/cpu_binding.h"
 #include "launcher/device.h"
 #include "launcher/launch.h"
@@ -38,7 +38,7 @@ struct Startup {
   int rank = 0;
   std::unique_ptr<ddp::Communicator> bootstrap;  // phase 1's vote
   LaunchInfo launch;
-  Config config;
+  config::Config config;
   std::unique_ptr<ddp::Communicator> control;  // MPI, ddp.timeout_s: votes and the Trainer's control
   DeviceBinding binding;
   std::string backend;  // the data plane's: "nccl" or "mpi"

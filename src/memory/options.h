@@ -1,5 +1,5 @@
 // Options of the memory section of the config (declared with defaults in
-// launcher/config_schema.cpp; the initialisers here are only zero values).
+// config/schema_memory.cpp; the initialisers here are only zero values).
 #pragma once
 
 #include <array>

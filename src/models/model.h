@@ -20,7 +20,7 @@ inline constexpr std::array<const char*, 2> kSequenceCellNames = {"lstm", "trans
 enum class CnnLoss { kL1, kMse };
 inline constexpr std::array<const char*, 2> kCnnLossNames = {"l1", "mse"};
 
-// The model section of the config (declared with defaults in launcher/config_schema.cpp; the
+// The model section of the config (declared with defaults in config/schema_model.cpp; the
 // initialisers here are only zero values).
 struct ModelOptions {
   std::string name;

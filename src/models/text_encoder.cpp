@@ -8,10 +8,14 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "io/safetensors.h"
 #include "models/block.h"
-#include "models/safetensors.h"
 
 namespace models {
+
+using io::read_safetensors;
+using io::SafetensorsError;
+
 namespace {
 
 constexpr double kLayerNormEps = 1e-5;  // GPT-2's

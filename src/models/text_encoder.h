@@ -41,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include "core/shape.h"
+
 namespace models {
 
 class Block;
@@ -56,9 +58,9 @@ struct TextEncoderOptions {
 
 class TextEncoder final : public torch::nn::Module {
  public:
-  // Byte values 0..255 are tokens; the padding id follows them. data::kTextPadId must match.
-  static constexpr int64_t kPadId = 256;
-  static constexpr int64_t kVocab = 257;
+  // Byte values 0..255 are tokens; the padding id follows them (core/shape.h).
+  static constexpr int64_t kPadId = core::kTextPadId;
+  static constexpr int64_t kVocab = kPadId + 1;
 
   // Throws std::invalid_argument for a size that is not positive or heads not dividing dim.
   explicit TextEncoder(const TextEncoderOptions& options);

@@ -1,5 +1,4 @@
 #include "train/checkpoint.h"
-#include "train/report/output_dir.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -19,8 +18,10 @@
 
 #include <unistd.h>
 
+#include "io/checkpoint_keys.h"
+#include "io/output_dir.h"
+#include "io/safetensors.h"
 #include "models/capabilities.h"
-#include "models/safetensors.h"
 
 namespace train {
 namespace {
@@ -31,7 +32,9 @@ constexpr const char* kFormat = "trainer-checkpoint-1";
 // and the clearest to report), then every buffer but the caches (build_cache() rebuilds those).
 std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : model.named_parameters()) out.emplace_back("param." + item.key(), item.value());
+  for (const auto& item : model.named_parameters()) {
+    out.emplace_back(std::string(io::kParamKeyPrefix) + item.key(), item.value());
+  }
   const auto* cache = models::as<models::EmbeddingCache>(model);
   const auto caches = cache != nullptr ? cache->cache_buffer_names() : std::vector<std::string>{};
   for (const auto& item : model.named_buffers()) {
@@ -124,8 +127,8 @@ void write_checkpoint(const std::string& path, models::Model& model,
   }
   const std::string tmp = path + ".tmp";
   try {
-    models::write_safetensors(tmp, tensors, metadata);
-  } catch (const models::SafetensorsError& e) {
+    io::write_safetensors(tmp, tensors, metadata);
+  } catch (const io::SafetensorsError& e) {
     std::remove(tmp.c_str());
     throw CheckpointError(e.what());
   }
@@ -140,8 +143,8 @@ Checkpoint read_checkpoint(const std::string& path) {
   ckpt.path = path;
   std::map<std::string, std::string> meta;
   try {
-    ckpt.tensors = models::read_safetensors(path, &meta);
-  } catch (const models::SafetensorsError& e) {
+    ckpt.tensors = io::read_safetensors(path, &meta);
+  } catch (const io::SafetensorsError& e) {
     if (std::FILE* f = std::fopen(path.c_str(), "rb")) {  // it exists: damaged, not missing
       std::fclose(f);
       throw CheckpointDamaged(e.what());
@@ -204,7 +207,7 @@ void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
 
 void check_checkpoint_dir(const std::string& dir) {
   try {
-    check_output_dir("checkpoint.dir", dir);
+    io::check_output_dir("checkpoint.dir", dir);
   } catch (const std::invalid_argument& e) {
     throw CheckpointError(e.what());
   }
@@ -220,7 +223,7 @@ std::string latest_checkpoint(const std::string& dir) {
     if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
     const std::string path = entry.path().string();
     try {
-      const auto meta = models::read_safetensors_metadata(path);
+      const auto meta = io::read_safetensors_metadata(path);
       const auto format = meta.find("format");
       if (format == meta.end() || format->second != kFormat) continue;
       const auto step = parse_number<int64_t>(path, meta, "step");
@@ -248,7 +251,7 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
     // come first, so that the caller tries them (they fail at once) and reports them.
     int64_t step = std::numeric_limits<int64_t>::max();
     try {
-      const auto meta = models::read_safetensors_metadata(path);
+      const auto meta = io::read_safetensors_metadata(path);
       const auto format = meta.find("format");
       if (format == meta.end() || format->second != kFormat) continue;  // not a checkpoint
       step = parse_number<int64_t>(path, meta, "step");

@@ -1,5 +1,5 @@
 // Options of the training loop (the train and checkpoint sections of the config; every key is
-// declared with its default in launcher/config_schema.cpp, the one place for defaults: the
+// declared with its default in config/schema_train.cpp, the one place for defaults: the
 // initialisers here are only zero values).
 //
 // A choice key is an enum here, parsed once by the config loader. Each enum's names, as the
@@ -59,6 +59,8 @@ struct TrainOptions {
   int64_t sample_every = 0;  // gpt: rank 0 logs a generated sample every N steps (0: never)
   std::string sample_prompt;  // its prompt (empty: the start of the first validation sequence)
   int64_t sample_tokens = 0;  // new tokens per sample
+  double sample_temperature = 0;  // the samples' temperature (0: greedy)
+  int64_t sample_top_k = 0;       // the samples draw among the K most likely ids (0: all)
 };
 
 struct CheckpointOptions {

@@ -5,12 +5,12 @@
 
 #include <mutex>
 
-#include "data/splitmix.h"
+#include "core/splitmix.h"
 
 namespace train {
 namespace {
 
-using data::splitmix64;
+using core::splitmix64;
 
 // Keeps these streams apart from other uses of splitmix64 on the same seed (the image crops).
 constexpr uint64_t kStepStream = 0x5354455052414E44ULL;  // "STEPRAND"

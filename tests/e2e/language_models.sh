@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of the language-model features as a user runs them: model.init_from with a
 # Hugging Face GPT-2 (fine-tuning under mpirun), --export-hf, --generate, train.sample_every, and
-# their errors. The Hugging Face side is `transformers` (tests/hf/hf_gpt2.py, offline, random
-# models).
+# their errors and exit codes. The Hugging Face side is `transformers` (tests/hf/hf_gpt2.py,
+# offline, random models).
 #   language_models.sh CASE TRAINER SOURCE_DIR
 set -uo pipefail
 case_name=$1 trainer=$2 src=$3
@@ -101,6 +101,20 @@ case $case_name in
     cp "$out" "$work/a.txt"
     run "$trainer" "${tiny[@]}" --set model.init_from="$work/hf" --generate "Hi" --seed 3 --max-new-tokens 100
     cmp -s "$out" "$work/a.txt" || fail "the same seed gave another text" ;;
+  generate_oom)
+    # --generate runs under the config's memory limits, and its errors exit through the launcher's
+    # table (launcher/exit_status.h): a CPU budget (memory.cpu_budget_mb) too small for the model
+    # is out of memory, exit 4 with the usual message; --export-hf alike.
+    run mpirun -np 2 "$trainer" "${tiny[@]}" --set memory.cpu_budget_mb=0.1 --generate "Hello"
+    expect_rc 4
+    expect_grep "^trainer: error: out of memory in --generate: CPU out of memory: .*memory.cpu_budget_mb"
+    expect_grep "Give each rank more memory \(memory.cpu_budget_mb on CPU"
+    [ "$(grep -c "out of memory" "$out")" = 1 ] || fail "not said once under mpirun"
+    run "$trainer" "${tiny[@]}" --set memory.cpu_budget_mb=0.1 --export-hf "$work/out"
+    expect_rc 4; expect_grep "^trainer: error: out of memory in --export-hf: "
+    # The same command with room for the model generates.
+    run "$trainer" "${tiny[@]}" --set memory.cpu_budget_mb=64 --generate "Hello" --max-new-tokens 8
+    expect_rc 0; expect_grep "^Hello" ;;
   sample_every_same_losses)
     # train.sample_every logs samples and changes nothing else: every logged loss is the same
     # as without it (dropout on, so the random stream matters).

@@ -12,10 +12,10 @@
 #include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
 
+#include "config/config.h"
 #include "ddp/errors.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/reducer.h"
-#include "launcher/config.h"
 #include "memory/memory_stats.h"
 #include "models/cnn.h"
 #include "models/gpt/gpt.h"
@@ -139,7 +139,7 @@ model: {name: mlp, hidden_dim: 64, depth: 2}
 data: {num_samples: 1024, input_dim: 16, num_classes: 5, teacher_hidden: 16, seed: 3}
 train: {global_batch_size: 32, micro_batch_size: 8, steps: 20, lr: 0.01, warmup_steps: 2, seed: 5}
 )") {
-  const auto config = launcher::parse_config(yaml, "gpu.yaml", {"train.device=" + device});
+  const auto config = config::parse_config(yaml, "gpu.yaml", {"train.device=" + device});
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());
@@ -311,7 +311,7 @@ std::unique_ptr<train::Trainer> gpu_trainer(ddp::Communicator& control, ddp::Com
                                             const std::vector<std::string>& overrides,
                                             std::shared_ptr<models::Model>* model_out,
                                             std::unique_ptr<data::Dataset>* data_out) {
-  const auto config = launcher::parse_config(R"(
+  const auto config = config::parse_config(R"(
 model: {name: mlp, hidden_dim: 4096, depth: 4}
 data: {num_samples: 16384, input_dim: 256, num_classes: 16, teacher_hidden: 64, seed: 3}
 train: {device: cuda, global_batch_size: 8192, steps: 6, lr: 0.001, warmup_steps: 1, seed: 5}
@@ -377,7 +377,7 @@ GptRun train_gpt_on_cuda(ddp::Communicator& control, ddp::Communicator& data,
                            "vocab_size: 256, workers: 2, prefetch: 3}\n"
                            "train: {device: cuda, global_batch_size: 16, micro_batch_size: 4, "
                            "steps: 100, lr: 0.003, warmup_steps: 2, seed: 5}\n";
-  const auto config = launcher::parse_config(yaml, "gpu-gpt.yaml", overrides);
+  const auto config = config::parse_config(yaml, "gpu-gpt.yaml", overrides);
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/trainer.h"
@@ -54,7 +54,7 @@ struct Trained {
 
 Trained train_parameters(ddp::Communicator& comm, const Case& c,
                          std::vector<at::Tensor>* initial = nullptr, size_t* buckets = nullptr) {
-  const auto config = launcher::parse_config(config_text(c), "equivalence.yaml");
+  const auto config = config::parse_config(config_text(c), "equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());

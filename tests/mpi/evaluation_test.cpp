@@ -10,8 +10,8 @@
 #include <fstream>
 
 #include "../unit/temp_dir.h"
+#include "config/config.h"
 #include "data/movielens.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/evaluation.h"
@@ -27,7 +27,7 @@ struct Trained {
 };
 
 Trained train_recommender(ddp::Communicator& comm, const std::string& data_path, int64_t steps) {
-  const auto config = launcher::parse_config(
+  const auto config = config::parse_config(
       fmt::format(R"(
 model: {{name: recommender, embedding_dim: 16, encoder_dim: 32, encoder_layers: 1, encoder_heads: 2, hidden_dim: 16, depth: 1}}
 data: {{dataset: movielens, path: {}, text_len: 24, negatives: 2}}

@@ -14,7 +14,7 @@
 #include <atomic>
 #include <string_view>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/trainer.h"

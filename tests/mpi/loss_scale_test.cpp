@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/trainer.h"

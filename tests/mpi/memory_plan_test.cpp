@@ -10,8 +10,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "config/config.h"
 #include "ddp/errors.h"
-#include "launcher/config.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/registry.h"
@@ -31,7 +31,7 @@ struct PlanCheck {
 PlanCheck estimate_and_measure(ddp::Communicator& comm, const std::string& config_file,
                                std::vector<std::string> overrides) {
   overrides.push_back("train.device=cpu");
-  const auto config = launcher::load_config(fmt::format("{}/configs/{}", TRAINER_SOURCE_DIR, config_file),
+  const auto config = config::load_config(fmt::format("{}/configs/{}", TRAINER_SOURCE_DIR, config_file),
                                             overrides);
   auto& guard = memory::CpuAllocatorGuard::instance();
   const int64_t base = guard.allocated_bytes();
@@ -99,7 +99,7 @@ TEST(MemoryPlan, LargeVocabularyShortContextEstimateWithinFifteenPercent) {
 struct SmallRun {
   SmallRun(int hidden, int input_dim, int global_batch, const std::string& shard = "none",
            int depth = 2)
-      : config(launcher::parse_config(fmt::format(R"(
+      : config(config::parse_config(fmt::format(R"(
 model: {{name: mlp, hidden_dim: {}, depth: {}}}
 data: {{num_samples: 512, input_dim: {}, num_classes: 4, teacher_hidden: 8, seed: 2}}
 train: {{device: cpu, global_batch_size: {}, steps: 4, lr: 0.01, warmup_steps: 1, seed: 9}}
@@ -108,7 +108,7 @@ ddp: {{shard: {}}}
         dataset(data::make_dataset(config.data)),
         model(models::create_model(config.model, dataset->shape())) {}
   ~SmallRun() { memory::CpuAllocatorGuard::instance().set_budget(0); }
-  launcher::Config config;
+  config::Config config;
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;
 };

@@ -12,7 +12,7 @@
 #include <cstdio>
 
 #include "../unit/temp_dir.h"
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/evaluation.h"
@@ -31,7 +31,7 @@ struct Run {
 };
 
 Run train_on(ddp::Communicator& comm, const std::string& yaml) {
-  const auto config = launcher::parse_config(yaml, "model-equivalence.yaml");
+  const auto config = config::parse_config(yaml, "model-equivalence.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());

@@ -3,7 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 
@@ -50,7 +50,7 @@ void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Te
 }
 
 CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name) {
-  const auto config = launcher::parse_config(yaml, name);
+  const auto config = config::parse_config(yaml, name);
   CpuRun r;
   r.dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
@@ -63,7 +63,7 @@ CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std:
 std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml,
                                     int64_t until, uint64_t model_seed,
                                     const std::string& resume_from, const std::string& save_to) {
-  const auto config = launcher::parse_config(yaml, "train_until.yaml");
+  const auto config = config::parse_config(yaml, "train_until.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(model_seed);
   auto model = models::create_model(config.model, dataset->shape());

@@ -9,7 +9,7 @@
 
 #include <random>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"
@@ -30,7 +30,7 @@ struct TrainedRun {
 
 TrainedRun train(ddp::Communicator& comm, const std::string& inject, std::vector<std::string> overrides = {}) {
   overrides.insert(overrides.begin(), "memory.inject_oom=" + inject);
-  const auto config = launcher::parse_config(R"(
+  const auto config = config::parse_config(R"(
 model: {name: mlp, hidden_dim: 32, depth: 2}
 data: {num_samples: 4000, input_dim: 10, num_classes: 4, teacher_hidden: 8, seed: 2}
 train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2, seed: 9}
@@ -200,7 +200,7 @@ namespace {
 // ran out of memory (cached and uncached give the same loss).
 std::vector<at::Tensor> train_recommender(ddp::Communicator& comm, const std::string& inject,
                                           bool* cached_at_end) {
-  const auto config = launcher::parse_config(
+  const auto config = config::parse_config(
       fmt::format(R"(
 model: {{name: recommender, embedding_dim: 16, encoder_dim: 32, encoder_layers: 1, encoder_heads: 2, hidden_dim: 16, depth: 1}}
 data: {{dataset: movielens, path: {}/data/movielens-sample, text_len: 24}}

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "launcher/config.h"
+#include "config/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/trainer.h"

@@ -7,8 +7,8 @@
 
 #include <unistd.h>
 
+#include "config/config.h"
 #include "ddp/gather.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/checkpoint.h"

@@ -12,8 +12,8 @@
 
 #include <optional>
 
+#include "config/config.h"
 #include "ddp/gather.h"
-#include "launcher/config.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/checkpoint.h"

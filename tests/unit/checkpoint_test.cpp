@@ -7,9 +7,9 @@
 
 #include <fstream>
 
+#include "io/safetensors.h"
 #include "models/capabilities.h"
 #include "models/registry.h"
-#include "models/safetensors.h"
 #include "temp_dir.h"
 #include "train/checkpoint.h"
 
@@ -103,7 +103,7 @@ TEST(Checkpoint, MissingFilesAndOtherSafetensorsAreErrorsNamingTheFile) {
   EXPECT_THAT(error_of([&] { train::read_checkpoint(dir.file("nope.safetensors")); }),
               HasSubstr(dir.file("nope.safetensors")));
   const std::string weights = dir.file("weights.safetensors");
-  models::write_safetensors(weights, {{"w", at::ones({2})}});
+  io::write_safetensors(weights, {{"w", at::ones({2})}});
   EXPECT_THAT(error_of([&] { train::read_checkpoint(weights); }),
               HasSubstr(weights + ": not a trainer checkpoint"));
 }
@@ -116,7 +116,7 @@ TEST(Checkpoint, LatestIsTheOneWithTheMostStepsAndSkipsOthers) {
   write(dir.file("step_000020.safetensors"), *model, 0, {20, 8, 1, 1, ""});
   write(dir.file("step_000100.safetensors"), *model, 0, {100, 8, 1, 1, ""});
   write(dir.file("oom_step_000051.safetensors"), *model, 0, {50, 8, 1, 1, ""});
-  models::write_safetensors(dir.file("weights.safetensors"), {{"w", at::ones({2})}});
+  io::write_safetensors(dir.file("weights.safetensors"), {{"w", at::ones({2})}});
   std::ofstream(dir.file("torn.safetensors")) << "garbage";
   EXPECT_EQ(train::latest_checkpoint(dir.path()), dir.file("step_000100.safetensors"));
 }

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
+#include "config/schema.h"
 #include "config_test_util.h"
-#include "launcher/config.h"
-#include "launcher/config_schema.h"
 
 namespace {
 
@@ -30,7 +30,7 @@ std::vector<std::string> split(const std::string& text, const std::string& separ
 // The value of `path` in --print-config's text for `config`.
 std::string printed(const Config& config, const std::string& path) {
   const std::string key = path.substr(path.find('.') + 1);
-  std::istringstream lines(launcher::config_to_yaml(config));
+  std::istringstream lines(config::config_to_yaml(config));
   std::string section, line;
   for (std::string l; std::getline(lines, l);) {
     if (!l.empty() && l[0] != ' ') section = l.substr(0, l.size() - 1);
@@ -42,7 +42,7 @@ std::string printed(const Config& config, const std::string& path) {
 
 TEST(ConfigChoices, EveryNameRoundTripsThroughTheConfig) {
   int choices = 0;
-  for (const auto& key : launcher::schema::keys()) {
+  for (const auto& key : config::schema::keys()) {
     if (key.type != "choice") continue;
     for (const auto& name : split(key.range, " | ")) {
       SCOPED_TRACE(key.path + " = " + name);
@@ -50,7 +50,7 @@ TEST(ConfigChoices, EveryNameRoundTripsThroughTheConfig) {
       const Config c = parse_config(kMinimal, "run.yaml", {"data.path=d", key.path + "=" + name});
       EXPECT_EQ(key.get(c), name);
       EXPECT_EQ(printed(c, key.path), name);
-      EXPECT_EQ(key.get(parse_config(launcher::config_to_yaml(c), "dump.yaml")), name);
+      EXPECT_EQ(key.get(parse_config(config::config_to_yaml(c), "dump.yaml")), name);
       ++choices;
     }
   }

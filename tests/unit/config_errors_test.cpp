@@ -12,9 +12,9 @@
 
 #include <unistd.h>
 
+#include "config/config.h"
+#include "config/schema.h"
 #include "config_test_util.h"
-#include "launcher/config.h"
-#include "launcher/config_schema.h"
 
 namespace {
 
@@ -313,7 +313,7 @@ TEST(ConfigErrors, SeveralProblemsAreListedTogetherInOrder) {
 TEST(ConfigErrors, LoadConfigOfAMissingFileNamesThePath) {
   const std::string path = "/nonexistent-dir/run.yaml";
   try {
-    launcher::load_config(path);
+    config::load_config(path);
     FAIL() << "load_config accepted a missing file";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()),

@@ -11,9 +11,9 @@
 
 #include <unistd.h>
 
+#include "config/config.h"
+#include "config/schema.h"
 #include "config_test_util.h"
-#include "launcher/config.h"
-#include "launcher/config_schema.h"
 
 namespace {
 
@@ -37,14 +37,14 @@ class TempFile {
 
 TEST(Config, LoadConfigReadsTheFileAndNamesItInErrors) {
   TempFile good(kMinimal + "  steps: 40\n");
-  const Config config = launcher::load_config(good.path(), {"train.lr=0.5"});
+  const Config config = config::load_config(good.path(), {"train.lr=0.5"});
   EXPECT_EQ(config.source, good.path());
   EXPECT_EQ(config.train.steps, 40);
   EXPECT_DOUBLE_EQ(config.train.lr, 0.5);
 
   TempFile bad(kMinimal + "  steps: -3\n");
   try {
-    launcher::load_config(bad.path());
+    config::load_config(bad.path());
     FAIL() << "load_config accepted steps: -3";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()),
@@ -54,11 +54,11 @@ TEST(Config, LoadConfigReadsTheFileAndNamesItInErrors) {
 
 #ifdef TRAINER_SOURCE_DIR
 TEST(Config, ShippedQuickstartConfigIsValid) {
-  const Config config = launcher::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/quickstart.yaml");
+  const Config config = config::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/quickstart.yaml");
   EXPECT_EQ(config.model.name, "gpt");
   EXPECT_EQ(config.data.tokenizer, "bytes");
   EXPECT_GE(config.train.global_batch_size, 1);
-  const Config mlp = launcher::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/mlp.yaml");
+  const Config mlp = config::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/mlp.yaml");
   EXPECT_EQ(mlp.model.name, "mlp");
 }
 #endif
@@ -233,16 +233,16 @@ TEST(Config, YamlDumpRoundTrips) {
                  "checkpoint:\n  dir: /tmp/ckpt/run-1\n  every: 3\n"
                  "log:\n  level: warn\n",
       "run.yaml");
-  const std::string dumped = launcher::config_to_yaml(original);
+  const std::string dumped = config::config_to_yaml(original);
   const Config again = parse_config(dumped, "dump.yaml");
   expect_same_config(original, again);
-  EXPECT_EQ(launcher::config_to_yaml(again), dumped);
+  EXPECT_EQ(config::config_to_yaml(again), dumped);
   EXPECT_EQ(again.train.seed, 9223372036854775807ull);
 }
 
 TEST(Config, YamlDumpOfDefaultsRoundTrips) {
   const Config original = parse_config(kMinimal, "run.yaml");
-  const std::string dumped = launcher::config_to_yaml(original);
+  const std::string dumped = config::config_to_yaml(original);
   EXPECT_THAT(dumped, StartsWith("model:\n  name: mlp\n  hidden_dim: 256\n  depth: 2\n"));
   EXPECT_THAT(dumped, HasSubstr("\n  micro_batch_size: auto\n"));
   EXPECT_THAT(dumped, HasSubstr("\ncheckpoint:\n  dir: \"\"\n  every: 0\n"));
@@ -254,7 +254,7 @@ TEST(Config, YamlDumpRoundTripsStringsThatNeedQuoting) {
   for (const std::string dir : {"runs/exp 1 #2", "a: b", "~", "[x]"}) {
     const Config original = parse_config(kMinimal, "run.yaml", {"checkpoint.dir='" + dir + "'"});
     ASSERT_EQ(original.checkpoint.dir, dir);
-    const std::string dumped = launcher::config_to_yaml(original);
+    const std::string dumped = config::config_to_yaml(original);
     Config again;
     try {
       again = parse_config(dumped, "dump.yaml");
@@ -284,7 +284,8 @@ const std::vector<std::string> kEveryKey = {
     "train.precision", "train.loss_scale", "train.loss_scale_growth", "train.loss_scale_backoff",
     "train.loss_scale_interval", "train.max_skipped_steps", "train.inject_nonfinite", "train.tf32", "train.cudnn_benchmark",
     "train.channels_last", "train.cuda_graphs", "train.peak_tflops",
-    "train.sample_every", "train.sample_prompt", "train.sample_tokens", "train.eval_samples",
+    "train.sample_every", "train.sample_prompt", "train.sample_tokens", "train.sample_temperature",
+    "train.sample_top_k", "train.eval_samples",
     "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
     "ddp.find_unused_parameters", "ddp.reduce_dtype", "ddp.shard", "ddp.mpi_progress", "ddp.mpi_poll_us",
     "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
@@ -296,12 +297,12 @@ const std::vector<std::string> kEveryKey = {
 
 TEST(Config, SchemaDeclaresExactlyTheKnownKeys) {
   std::vector<std::string> paths;
-  for (const auto& k : launcher::schema::keys()) paths.push_back(k.path);
+  for (const auto& k : config::schema::keys()) paths.push_back(k.path);
   EXPECT_EQ(paths, kEveryKey);
 }
 
 TEST(Config, ReferenceListsEveryKey) {
-  const std::string reference = launcher::config_reference();
+  const std::string reference = config::config_reference();
   std::vector<std::string> lines;
   for (size_t start = 0; start < reference.size();) {
     const size_t end = reference.find('\n', start);

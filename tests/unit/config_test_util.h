@@ -8,13 +8,13 @@
 #include <typeinfo>
 #include <vector>
 
-#include "launcher/config.h"
+#include "config/config.h"
 
 namespace config_test {
 
-using launcher::Config;
-using launcher::ConfigError;
-using launcher::parse_config;
+using config::Config;
+using config::ConfigError;
+using config::parse_config;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;

@@ -9,9 +9,9 @@
 #include <functional>
 #include <stdexcept>
 
+#include "config/config.h"
 #include "data/errors.h"
 #include "ddp/errors.h"
-#include "launcher/config.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
@@ -57,7 +57,7 @@ std::function<void()> raise_c10_error() {
 TEST(ExitStatus, StartupUserMistakesExit2WithTheirMessage) {
   const auto rules = launcher::startup_rules();
   for (const auto& thrower :
-       {raise<launcher::ConfigError>(), raise<launcher::LaunchError>(), raise<launcher::DeviceError>(),
+       {raise<config::ConfigError>(), raise<launcher::LaunchError>(), raise<launcher::DeviceError>(),
         raise<ddp::PlanError>(), raise<train::CheckpointError>(), raise<train::CheckpointDamaged>(),
         raise<std::invalid_argument>(), raise<data::DataError>()}) {
     const auto s = status_of(rules, thrower);

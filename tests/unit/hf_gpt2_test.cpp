@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "models/gpt/generate.h"
 #include "models/gpt/gpt.h"
 #include "models/registry.h"
-#include "models/safetensors.h"
 #include "temp_dir.h"
 
 namespace {
@@ -75,7 +75,7 @@ class HfGpt2 : public ::testing::Test {
     made_ = run_script(fmt::format("make {} --vocab {} --layers {} --heads {} --width {} "
                                    "--positions {} --seed 3", dir_->path(), kVocab, kLayers,
                                    kHeads, kWidth, kPositions), *dir_);
-    if (made_) expected_ = models::read_safetensors(dir_->file("expected.safetensors"));
+    if (made_) expected_ = io::read_safetensors(dir_->file("expected.safetensors"));
   }
   static void TearDownTestSuite() {
     delete dir_;
@@ -178,10 +178,10 @@ TEST_F(HfGpt2, ExportLoadsInTransformersWithTheSameLogits) {
   test::TempDir out;
   models::export_hf_gpt2(gpt, out.path());
   const at::Tensor inputs = at::randint(0, kVocab, {2, 24}, at::kLong);
-  models::write_safetensors(out.file("inputs.safetensors"), {{"inputs", inputs}});
+  io::write_safetensors(out.file("inputs.safetensors"), {{"inputs", inputs}});
   ASSERT_TRUE(run_script(fmt::format("logits {} {} {}", out.path(), out.file("inputs.safetensors"),
                                      out.file("hf_logits.safetensors")), out));
-  const at::Tensor theirs = models::read_safetensors(out.file("hf_logits.safetensors")).at("logits");
+  const at::Tensor theirs = io::read_safetensors(out.file("hf_logits.safetensors")).at("logits");
   gpt.eval();
   at::NoGradGuard no_grad;
   const at::Tensor mine = gpt.forward(inputs).narrow(-1, 0, kVocab);
@@ -226,9 +226,9 @@ TEST_F(HfGpt2, InitFromErrorsNameTheFileAndBothShapes) {
   }
   // A tensor of the wrong shape: both shapes named, in the model's layout.
   test::TempDir bad;
-  auto tensors = models::read_safetensors(dir_->file("model.safetensors"));
+  auto tensors = io::read_safetensors(dir_->file("model.safetensors"));
   tensors["transformer.h.1.mlp.c_fc.weight"] = at::zeros({64, 200});
-  models::write_safetensors(bad.file("model.safetensors"), tensors, {{"format", "pt"}});
+  io::write_safetensors(bad.file("model.safetensors"), tensors, {{"format", "pt"}});
   auto bare = gpt_options(bad.file("model.safetensors"));
   bare.heads = kHeads;  // no config.json beside the file: the heads come from the config
   try {
@@ -239,9 +239,9 @@ TEST_F(HfGpt2, InitFromErrorsNameTheFileAndBothShapes) {
                                     "transpose) but the model's is [256, 64]"));
   }
   // An untied output layer.
-  tensors = models::read_safetensors(dir_->file("model.safetensors"));
+  tensors = io::read_safetensors(dir_->file("model.safetensors"));
   tensors["lm_head.weight"] = at::ones({kVocab, kWidth});
-  models::write_safetensors(bad.file("model.safetensors"), tensors, {{"format", "pt"}});
+  io::write_safetensors(bad.file("model.safetensors"), tensors, {{"format", "pt"}});
   try {
     models::create_model(bare, token_shape(kVocab, 16));
     ADD_FAILURE() << "no error";

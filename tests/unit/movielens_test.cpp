@@ -69,7 +69,7 @@ std::vector<int64_t> flat(const at::Tensor& t) {
 std::string text_of(const at::Tensor& row) {
   std::string s;
   for (int64_t b : flat(row)) {
-    if (b != data::kTextPadId) s.push_back(static_cast<char>(b));
+    if (b != core::kTextPadId) s.push_back(static_cast<char>(b));
   }
   return s;
 }
@@ -123,7 +123,7 @@ TEST_F(MovieLens, ItemTextIsTitleAndGenresPadded) {
   EXPECT_EQ(ds.item_text().sizes(), (std::vector<int64_t>{3, 32}));
   EXPECT_EQ(text_of(ds.item_text()[0]), "Alpha (1990) | Action|Comedy");
   EXPECT_EQ(text_of(ds.item_text()[2]), "Gamma (1999) | Drama");
-  EXPECT_EQ(ds.item_text()[2][20].item<int64_t>(), data::kTextPadId);  // 20 bytes, then padding
+  EXPECT_EQ(ds.item_text()[2][20].item<int64_t>(), core::kTextPadId);  // 20 bytes, then padding
   const MovieLensDataset cut(write(kMovies, kRatings), 8, 0);
   EXPECT_EQ(text_of(cut.item_text()[1]), "Beta (19");
 }

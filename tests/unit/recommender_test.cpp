@@ -12,9 +12,9 @@
 #include <string>
 
 #include "data/movielens.h"
+#include "io/safetensors.h"
 #include "models/recommender.h"
 #include "models/registry.h"
-#include "models/safetensors.h"
 #include "reference_harness.h"
 #include "temp_dir.h"
 
@@ -192,7 +192,7 @@ TEST(Recommender, LoadsEncoderWeightsFromTheOptions) {
   RecommenderOptions o = small_options();
   models::TextEncoder other(
       {.dim = 16, .layers = 2, .heads = 2, .max_len = kLen, .out_dim = 6, .seed = 99});
-  models::write_safetensors(path, other.weights());
+  io::write_safetensors(path, other.weights());
   o.encoder_weights = path;
   auto m = make(o);
   EXPECT_TRUE(at::equal(m->encoder().weights().at("wte.weight"), other.weights().at("wte.weight")));
@@ -284,8 +284,6 @@ TEST(RecommenderReference, LossAndEveryGradientMatchPyTorch) {
 }
 
 TEST(Recommender, RegistryBuildsItFromAMovieLensDataset) {
-  // The data layer pads texts with its own constant; it must be the encoder's.
-  static_assert(data::kTextPadId == models::TextEncoder::kPadId);
   const data::MovieLensDataset ds(std::string(TRAINER_SOURCE_DIR) + "/data/movielens-sample", 32,
                                   1);
   models::ModelOptions o;

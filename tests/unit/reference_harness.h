@@ -23,8 +23,8 @@
 #include <map>
 #include <string>
 
+#include "io/safetensors.h"
 #include "models/model.h"
-#include "models/safetensors.h"
 #include "temp_dir.h"
 
 namespace test {
@@ -35,7 +35,7 @@ inline std::map<std::string, at::Tensor> run_reference(
   TempDir dir;
   const std::string in = dir.path() + "/in.safetensors", out = dir.path() + "/out.safetensors",
                     log = dir.path() + "/log.txt";
-  models::write_safetensors(in, tensors, meta);
+  io::write_safetensors(in, tensors, meta);
   const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR +
                           "/tests/reference/" + script + " " + in + " " + out + " > " + log +
                           " 2>&1";
@@ -51,7 +51,7 @@ inline std::map<std::string, at::Tensor> run_reference(
     ADD_FAILURE() << "reference script failed (" << rc << "): " << cmd << "\n" << text;
     return {};
   }
-  return models::read_safetensors(out);
+  return io::read_safetensors(out);
 }
 
 inline double relative_error(const at::Tensor& a, const at::Tensor& b) {

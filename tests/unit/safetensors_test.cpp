@@ -10,14 +10,14 @@
 
 #include <unistd.h>
 
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 #include "temp_dir.h"
 
 namespace {
 
-using models::read_safetensors;
-using models::SafetensorsError;
-using models::write_safetensors;
+using io::read_safetensors;
+using io::SafetensorsError;
+using io::write_safetensors;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 

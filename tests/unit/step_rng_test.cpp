@@ -9,7 +9,7 @@
 
 #include <set>
 
-#include "data/splitmix.h"
+#include "core/splitmix.h"
 
 namespace {
 
@@ -17,7 +17,7 @@ namespace {
 // step_rng.h: splitmix64 chained over seed ^ "STEPRAND", step, rank), so a change of the formula
 // or of splitmix64 (whose first output for 0 is the published 0xe220a8397b1dcdaf) shows here.
 TEST(StepRng, SeedsAreSplitmixChainedOverSeedStepAndRank) {
-  EXPECT_EQ(data::splitmix64(0), 0xe220a8397b1dcdafULL);
+  EXPECT_EQ(core::splitmix64(0), 0xe220a8397b1dcdafULL);
   EXPECT_EQ(train::step_seed(42, 7, 1), 0x20dbc73b8f203fc2ULL);
   EXPECT_EQ(train::step_seed(42, 7, 0), 0x07e9892bb0804eb1ULL);
   EXPECT_EQ(train::step_seed(0, 0, 0), 0x79bd28277adcceefULL);

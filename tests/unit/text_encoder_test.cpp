@@ -9,13 +9,13 @@
 #include <cmath>
 #include <string>
 
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 #include "models/text_encoder.h"
 #include "temp_dir.h"
 
 namespace {
 
-using models::SafetensorsError;
+using io::SafetensorsError;
 using models::TextEncoder;
 using models::TextEncoderOptions;
 using ::testing::AllOf;
@@ -112,7 +112,7 @@ class TextEncoderFiles : public ::testing::Test {
 TEST(TextEncoder, MatchesAStepByStepReference) {
   TextEncoder e(small());
   const test::TempDir dir;
-  models::write_safetensors(dir.file("ref.safetensors"), perturbed(e));
+  io::write_safetensors(dir.file("ref.safetensors"), perturbed(e));
   e.load_safetensors(dir.file("ref.safetensors"));
   const std::vector<std::string> texts = {"Heat (1995)", "a", "Toy Story |"};
   const at::Tensor out = e.forward(tokens(texts, 12));
@@ -175,7 +175,7 @@ TEST_F(TextEncoderFiles, LoadReplacesTheWeightsAndChangesTheOutput) {
   TextEncoder source(small(1)), target(small(2));
   const at::Tensor t = tokens({"Fargo (1996) | Crime|Drama", "Babe"}, 12);
   ASSERT_FALSE(at::allclose(source.forward(t), target.forward(t)));
-  models::write_safetensors(path("enc.safetensors"), source.weights());
+  io::write_safetensors(path("enc.safetensors"), source.weights());
   target.load_safetensors(path("enc.safetensors"));
   EXPECT_TRUE(at::equal(source.forward(t), target.forward(t)));
 }
@@ -184,7 +184,7 @@ TEST_F(TextEncoderFiles, LoadsHalfPrecisionFiles) {
   TextEncoder source(small(1)), target(small(2));
   std::map<std::string, at::Tensor> half;
   for (const auto& [name, w] : source.weights()) half[name] = w.to(at::kBFloat16);
-  models::write_safetensors(path("bf16.safetensors"), half);
+  io::write_safetensors(path("bf16.safetensors"), half);
   target.load_safetensors(path("bf16.safetensors"));
   EXPECT_EQ(target.weights().at("wte.weight").scalar_type(), at::kFloat);
   EXPECT_TRUE(at::equal(target.weights().at("wte.weight"), half.at("wte.weight").to(at::kFloat)));
@@ -198,14 +198,14 @@ TEST_F(TextEncoderFiles, LoadErrorsNameTheFileAndTensorAndChangeNothing) {
   auto w = source.weights();
   w.erase("h.1.ln_2.bias");
   const std::string missing = path("missing.safetensors");
-  models::write_safetensors(missing, w);
+  io::write_safetensors(missing, w);
   EXPECT_THAT(load_error(target, missing),
               AllOf(HasSubstr(missing), HasSubstr("missing tensor 'h.1.ln_2.bias'")));
 
   w = source.weights();
   w["wpe.weight"] = at::zeros({11, 16});
   const std::string shape = path("shape.safetensors");
-  models::write_safetensors(shape, w);
+  io::write_safetensors(shape, w);
   EXPECT_THAT(load_error(target, shape),
               AllOf(HasSubstr(shape), HasSubstr("'wpe.weight' has shape [11, 16]"),
                     HasSubstr("needs [12, 16]")));
@@ -213,13 +213,13 @@ TEST_F(TextEncoderFiles, LoadErrorsNameTheFileAndTensorAndChangeNothing) {
   w = source.weights();
   w["h.2.ln_1.weight"] = at::ones({16});
   const std::string extra = path("extra.safetensors");
-  models::write_safetensors(extra, w);
+  io::write_safetensors(extra, w);
   EXPECT_THAT(load_error(target, extra), AllOf(HasSubstr(extra), HasSubstr("h.2.ln_1.weight")));
 
   w = source.weights();
   w["ln_f.bias"] = at::zeros({16}, at::kLong);
   const std::string dtype = path("dtype.safetensors");
-  models::write_safetensors(dtype, w);
+  io::write_safetensors(dtype, w);
   EXPECT_THAT(load_error(target, dtype),
               AllOf(HasSubstr(dtype), HasSubstr("'ln_f.bias'"), HasSubstr("floating")));
 

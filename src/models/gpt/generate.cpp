@@ -86,4 +86,16 @@ std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt,
   return out;
 }
 
+int64_t generation_context(const Model& model) {
+  const auto* gpt = dynamic_cast<const Gpt*>(&model);
+  return gpt != nullptr ? gpt->options().context : 0;
+}
+
+std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& options) {
+  auto* gpt = dynamic_cast<Gpt*>(&model);
+  if (gpt == nullptr) throw std::invalid_argument("generate: this model does not generate text");
+  return generate(*gpt, prompt, options);
+}
+
 }  // namespace models

@@ -32,4 +32,14 @@ struct SamplingOptions {
 std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options);
 
+// For callers that know a model only by the Model interface (train.sample_every's sampler,
+// train/text_samples.h): the positions a model that generates text holds (prompt and new ids
+// together), or 0 for a model that does not generate text (every model but gpt).
+int64_t generation_context(const Model& model);
+
+// generate() on a model known by the Model interface. Throws std::invalid_argument for a model
+// that does not generate text (generation_context() is 0), and what generate() throws.
+std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt,
+                              const SamplingOptions& options);
+
 }  // namespace models

@@ -14,16 +14,22 @@
 #include <stdexcept>
 #include <vector>
 
-#include "models/safetensors.h"
+#include "io/checkpoint_keys.h"
+#include "io/safetensors.h"
 
 namespace models {
+
+using io::read_safetensors;
+using io::SafetensorsError;
+using io::write_safetensors;
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 const std::string kPrefix = "transformer.";
-const std::string kCheckpointParam = "param.";  // train/checkpoint.h's parameter keys
+const std::string kCheckpointParam(io::kParamKeyPrefix);
 
 std::invalid_argument init_error(const std::string& what) {
   return std::invalid_argument("model.init_from: " + what);

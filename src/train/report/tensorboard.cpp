@@ -1,6 +1,6 @@
 #include "train/report/tensorboard.h"
 
-#include "train/report/output_dir.h"
+#include "io/output_dir.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -89,7 +89,7 @@ struct TensorBoardWriter::File {
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t first_step)
     : file_(std::make_unique<File>()) {
-  create_output_dir("log.tensorboard", dir);
+  io::create_output_dir("log.tensorboard", dir);
   const double now = unix_seconds();
   const std::string name =
       fmt::format("{}/events.out.tfevents.{}.{}", dir, static_cast<int64_t>(now), hostname());
@@ -146,7 +146,7 @@ TensorBoardWriter::~TensorBoardWriter() = default;
 
 void check_tensorboard_dir(const std::string& dir) {
   if (!tensorboard_available()) throw_unavailable(dir);
-  check_output_dir("log.tensorboard", dir);  // the event file itself is the run's, opened later
+  io::check_output_dir("log.tensorboard", dir);  // the event file itself is the run's, opened later
 }
 
 }  // namespace train

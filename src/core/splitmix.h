@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace data {
+namespace core {
 
 inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -14,4 +14,4 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-}  // namespace data
+}  // namespace core

@@ -1,4 +1,4 @@
-#include "models/safetensors.h"
+#include "io/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -17,7 +17,7 @@
 static_assert(std::endian::native == std::endian::little,
               "safetensors I/O assumes a little-endian host");
 
-namespace models {
+namespace io {
 namespace {
 
 using nlohmann::json;
@@ -261,4 +261,4 @@ void write_safetensors(const std::string& path, const std::map<std::string, at::
   if (!out) throw error(path, "writing the file failed");
 }
 
-}  // namespace models
+}  // namespace io

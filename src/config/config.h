@@ -1,6 +1,7 @@
 // Config: the YAML run configuration as typed structs, validated.
 //
-// Every key is declared once, with type, default, range and description, in config_schema.cpp.
+// Every key is declared once, with type, default, range and description, in the schema
+// (config/schema.h).
 // Unknown keys, wrong types, out-of-range and missing required values are ConfigErrors whose
 // message names the key path and file:line (or the --set that caused it).
 #pragma once
@@ -15,7 +16,7 @@
 #include "models/model.h"
 #include "train/options.h"
 
-namespace launcher {
+namespace config {
 
 struct Config {
   std::string source;  // the file it came from
@@ -60,4 +61,4 @@ std::string config_to_yaml(const Config& config);
 // A table of every key: path, type, default, range, description.
 std::string config_reference();
 
-}  // namespace launcher
+}  // namespace config

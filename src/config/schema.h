@@ -1,4 +1,10 @@
-// The declaration of every config key (internal to the launcher's config loading).
+// The schema: every config key, declared once with its type, default, range and a one-line
+// description. It is the single source of defaults (the options structs' initialisers are only
+// zero values), and --help-config and --print-config are printed from it.
+//
+// The keys of each section are declared in the file of the layer whose options struct holds
+// them: schema_model.cpp, schema_data.cpp, schema_train.cpp (train, checkpoint, log),
+// schema_ddp.cpp, schema_memory.cpp; with the builders of config/key_builders.h.
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -9,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/config.h"
+#include "config/config.h"
 
-namespace launcher::schema {
+namespace config::schema {
 
 // Thrown by a key's setter when a value is wrong; config.cpp adds the key and location.
 class ValueError : public std::runtime_error {
@@ -41,4 +47,4 @@ const std::vector<KeyDef>& keys();
 // Sections in order.
 std::vector<std::string> sections();
 
-}  // namespace launcher::schema
+}  // namespace config::schema

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace train {
+namespace io {
 
 // Creates `dir` and its parents where missing. Throws std::invalid_argument
 // "KEY = 'DIR': cannot create it: WHY" (also when DIR exists and is not a directory).
@@ -15,4 +15,4 @@ void create_output_dir(const std::string& key, const std::string& dir);
 // "KEY = 'DIR': cannot write there: WHY".
 void check_output_dir(const std::string& key, const std::string& dir);
 
-}  // namespace train
+}  // namespace io

@@ -1,4 +1,4 @@
-#include "train/report/output_dir.h"
+#include "io/output_dir.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <system_error>
 
-namespace train {
+namespace io {
 
 void create_output_dir(const std::string& key, const std::string& dir) {
   std::error_code ec;
@@ -37,4 +37,4 @@ void check_output_dir(const std::string& key, const std::string& dir) {
   std::remove(probe.c_str());
 }
 
-}  // namespace train
+}  // namespace io

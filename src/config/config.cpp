@@ -1,4 +1,4 @@
-#include "launcher/config.h"
+#include "config/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,9 +12,9 @@
 #include <set>
 #include <sstream>
 
-#include "launcher/config_schema.h"
+#include "config/schema.h"
 
-namespace launcher {
+namespace config {
 namespace {
 
 using schema::KeyDef;
@@ -73,7 +73,8 @@ class Loader {
     errors_.push_back(fmt::format("{}: {}", location, message));
   }
 
-  void apply(Config& config, const KeyDef& key, const YAML::Node& value, const std::string& location) {
+  void apply(Config& config, const KeyDef& key, const YAML::Node& value,
+             const std::string& location) {
     origin_[key.path] = location;  // given, even if the value is rejected below
     try {
       key.set(config, value);
@@ -86,7 +87,8 @@ class Loader {
   void apply_document(Config& config, const YAML::Node& root) {
     if (root.IsNull()) return;  // an empty file: only defaults (required keys are reported)
     if (!root.IsMap()) {
-      error(where(root.Mark()), "the top level must be a mapping of sections (model:, data:, train:, ...)");
+      error(where(root.Mark()),
+            "the top level must be a mapping of sections (model:, data:, train:, ...)");
       return;
     }
     const auto known_sections = schema::sections();
@@ -154,9 +156,10 @@ class Loader {
   void check_required(const std::string& file_location) {
     for (const auto& k : schema::keys()) {
       if (k.required && origin_[k.path].empty()) {
-        error(file_location, fmt::format("{}: required, but not given (add it to the '{}' section or "
-                                         "pass --set {}=...)",
-                                         k.path, k.path.substr(0, k.path.find('.')), k.path));
+        error(file_location,
+              fmt::format("{}: required, but not given (add it to the '{}' section or pass "
+                          "--set {}=...)",
+                          k.path, k.path.substr(0, k.path.find('.')), k.path));
       }
     }
   }
@@ -167,8 +170,8 @@ class Loader {
     auto at = [&](const char* key) {
       return origin_[key] == "default" ? source_ + " (default)" : origin_[key];
     };
-    if (c.model.name == "recommender" && given("model.encoder_dim") && given("model.encoder_heads") &&
-        c.model.encoder_dim % c.model.encoder_heads != 0) {
+    if (c.model.name == "recommender" && given("model.encoder_dim") &&
+        given("model.encoder_heads") && c.model.encoder_dim % c.model.encoder_heads != 0) {
       error(at("model.encoder_heads"),
             fmt::format("model.encoder_heads = {} must divide model.encoder_dim = {}",
                         c.model.encoder_heads, c.model.encoder_dim));
@@ -260,7 +263,8 @@ Config parse_config(const std::string& yaml_text, const std::string& source_name
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path);
   if (!in) {
-    throw ConfigError(fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+    throw ConfigError(
+        fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -300,4 +304,4 @@ std::string config_reference() {
   return out;
 }
 
-}  // namespace launcher
+}  // namespace config

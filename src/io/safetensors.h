@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace models {
+namespace io {
 
 class SafetensorsError : public std::runtime_error {
  public:
@@ -41,4 +41,4 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
-}  // namespace models
+}  // namespace io

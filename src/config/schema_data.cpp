@@ -1,0 +1,73 @@
+// The data section's keys (data::DataOptions), each declared once with its default.
+
+#include "config/key_builders.h"
+#include "data/dataset.h"
+
+namespace config::schema {
+
+std::vector<KeyDef> data_keys() {
+  return {
+      choice("data.dataset", FIELD(data.dataset), "synthetic", data::dataset_names(),
+             "dataset to train on"),
+      text("data.path", FIELD(data.path), "",
+           "movielens: directory with ratings.dat and movies.dat; tokens: a .bin shard or a "
+           "directory of them (training: files without 'val' in the name); csv: a .csv file; "
+           "images: a directory of .png files"),
+      text("data.val_path", FIELD(data.val_path), "",
+           "tokens: validation shard(s) (empty: the files in data.path with 'val' in the name); "
+           "images: a directory of validation .png files (empty: data.val_fraction of data.path)"),
+      integer("data.context", FIELD(data.context), "256", 1, 1 << 20,
+              "tokens: positions per sample (each reads context + 1 tokens)"),
+      integer("data.vocab_size", FIELD(data.vocab_size), "50257", 1, 1 << 30,
+              "tokens: token ids must be below this (50257: GPT-2 BPE; 256: bytes)"),
+      text("data.tokenizer", FIELD(data.tokenizer), "auto",
+           "tokens: the encoding of the ids, for --generate and train.sample_every: auto, bytes, "
+           "gpt2 or the path of a byte-level BPE tokenizer.json (auto: the tokenizer.json beside "
+           "model.init_from's weights, else bytes when data.vocab_size <= 256, gpt2 when it is "
+           "50257)"),
+      text_list("data.features", FIELD(data.features), "[]",
+                "csv: input columns by header name (empty: every column whose first value is a "
+                "number, the targets' past values included)"),
+      text_list("data.targets", FIELD(data.targets), "[]", "csv: predicted columns by header name"),
+      integer("data.window", FIELD(data.window), "48", 1, 1 << 20,
+              "csv: time steps the model reads"),
+      integer("data.horizon", FIELD(data.horizon), "1", 1, 1 << 20,
+              "csv: time steps the model predicts"),
+      real("data.val_fraction", FIELD(data.val_fraction), "0.1", 0.0, 1.0, false, false,
+           "csv: the last fraction of rows held out for validation (normalisation uses the "
+           "rest); images: of files, when data.val_path is empty"),
+      integer("data.patch_size", FIELD(data.patch_size), "64", 4, 1 << 16,
+              "images: side of the clean target crop, in pixels (a multiple of data.scale)"),
+      integer("data.scale", FIELD(data.scale), "1", 1, 4,
+              "images: 1 denoises; 2 or 4 super-resolves (inputs downscaled by it)"),
+      real("data.noise_std", FIELD(data.noise_std), "0.1", 0.0, 1.0, false, false,
+           "images: std of Gaussian noise added to inputs (pixel values in [0, 1])"),
+      integer("data.crops_per_image", FIELD(data.crops_per_image), "16", 1, 1 << 20,
+              "images: random crops per image per epoch"),
+      integer("data.workers", FIELD(data.workers), "2", 0, 256,
+              "loader threads reading ahead (0: read in the training thread)"),
+      integer("data.prefetch", FIELD(data.prefetch), "2", 1, 1024,
+              "steps read ahead of the one training"),
+      integer("data.inject_read_delay_ms", FIELD(data.inject_read_delay_ms), "0", 0, 600000,
+              "test hook: every read of a step's samples sleeps this long (a slow file system)"),
+      integer("data.text_len", FIELD(data.text_len), "64", 1, 1 << 16,
+              "movielens: bytes of item text (title | genres) per item"),
+      integer("data.negatives", FIELD(data.negatives), "8", 1, 1000,
+              "movielens: samples per training interaction per epoch, each with its own random "
+              "negative item"),
+      integer("data.num_samples", FIELD(data.num_samples), "16384", 1, 1LL << 40,
+              "samples in the synthetic dataset"),
+      integer("data.input_dim", FIELD(data.input_dim), "32", 1, 1 << 20,
+              "features per synthetic sample"),
+      integer("data.num_classes", FIELD(data.num_classes), "10", 2, 1 << 20,
+              "classes of the synthetic task"),
+      integer("data.teacher_hidden", FIELD(data.teacher_hidden), "64", 1, 1 << 20,
+              "width of the random teacher that labels synthetic data"),
+      real("data.label_noise", FIELD(data.label_noise), "0.0", 0.0, 1.0, false, false,
+           "fraction of synthetic labels replaced at random"),
+      seed("data.seed", FIELD(data.seed), "1234",
+           "seed of the synthetic data, MovieLens negatives, image crops and noise")
+  };
+}
+
+}  // namespace config::schema

@@ -1,0 +1,158 @@
+// The train, checkpoint and log sections' keys (train::TrainOptions, CheckpointOptions,
+// LogOptions in train/options.h), each declared once with its default.
+
+#include "config/key_builders.h"
+#include "train/loss_scaler.h"
+#include "train/options.h"
+
+namespace config::schema {
+namespace {
+
+// What the run is: device, batch, steps, the optimizer and its schedule, seed, threads.
+std::vector<KeyDef> run_keys() {
+  return {
+      choice("train.device", FIELD(train.device), "auto", {"auto", "cpu", "cuda"},
+             "auto: a GPU per rank where GPUs are visible, else CPU"),
+      integer("train.global_batch_size", FIELD(train.global_batch_size), "", 1, 1LL << 31,
+              "samples per optimizer step across all ranks"),
+      integer_or_auto("train.micro_batch_size", FIELD(train.micro_batch_size), "auto",
+                      "samples per forward/backward on a rank (auto: the largest that fits "
+                      "memory.target_fraction, at most the per-rank batch)"),
+      integer("train.steps", FIELD(train.steps), "100", 1, kMax, "optimizer steps to train"),
+      real("train.lr", FIELD(train.lr), "0.001", 0.0, 10.0, true, false,
+           "peak learning rate (AdamW)"),
+      real("train.min_lr_ratio", FIELD(train.min_lr_ratio), "0.1", 0.0, 1.0, false, false,
+           "final learning rate as a fraction of the peak (cosine decay)"),
+      integer("train.warmup_steps", FIELD(train.warmup_steps), "10", 0, kMax,
+              "steps of linear warmup"),
+      real("train.weight_decay", FIELD(train.weight_decay), "0.01", 0.0, 10.0, false, false,
+           "AdamW decoupled weight decay"),
+      real("train.beta1", FIELD(train.beta1), "0.9", 0.0, 1.0, false, true, "AdamW beta1"),
+      real("train.beta2", FIELD(train.beta2), "0.999", 0.0, 1.0, false, true, "AdamW beta2"),
+      real("train.eps", FIELD(train.eps), "1e-08", 0.0, 1.0, true, false, "AdamW epsilon"),
+      real("train.grad_clip", FIELD(train.grad_clip), "1.0", 0.0, kInf, false, true,
+           "clip the global gradient norm to this (0: no clipping)"),
+      seed("train.seed", FIELD(train.seed), "42", "seed of initialisation and data order"),
+      integer("train.threads", FIELD(train.threads), "0", 0, 4096,
+              "CPU threads per rank (0: the rank's share of the node's cores, binding the rank "
+              "to them where the launcher bound it to fewer; set: the launcher's binding stands)"),
+      integer("train.eval_every", FIELD(train.eval_every), "0", 0, kMax,
+              "log validation metrics every N steps (0: after the last step only): the loss on "
+              "the validation split (tokens, csv, images; PSNR too for images), HR@10 and "
+              "NDCG@10 (movielens)")
+  };
+}
+
+// Numerics and speed: precision and fp16's loss scaling, TF32, cuDNN, memory format, graphs.
+std::vector<KeyDef> numerics_keys() {
+  return {
+      enum_choice("train.precision", FIELD(train.precision), "fp32", train::kPrecisionNames,
+                  "bf16 / fp16: forward and loss under autocast (bfloat16 / float16 matmuls and "
+                  "convolutions); parameters, gradients, all-reduce and AdamW stay fp32; fp16 "
+                  "adds dynamic loss scaling"),
+      real("train.loss_scale", FIELD(train.loss_scale), "65536", 1.0, 1e30, false, false,
+           "fp16: initial loss scale"),
+      real("train.loss_scale_growth", FIELD(train.loss_scale_growth), "2.0", 1.0, 1e6, false, false,
+           "fp16: factor the scale grows by after train.loss_scale_interval finite steps in a "
+           "row"),
+      real("train.loss_scale_backoff", FIELD(train.loss_scale_backoff), "0.5", 0.0, 1.0, true, true,
+           "fp16: factor the scale shrinks by after a step with a non-finite gradient (the step "
+           "is skipped)"),
+      integer("train.loss_scale_interval", FIELD(train.loss_scale_interval), "2000", 1, kMax,
+              "fp16: finite steps in a row before the scale grows"),
+      integer("train.max_skipped_steps", FIELD(train.max_skipped_steps), "50", 1, kMax,
+              "fp16: this many skipped steps in a row end the job with a message"),
+      checked_text("train.inject_nonfinite", FIELD(train.inject_nonfinite),
+                   "test hook: 'RANK:STEP[; RANK:STEP ...]' makes that rank's gradient non-finite "
+                   "at that step",
+                   [](const std::string& v) { train::parse_nonfinite_injections(v); }),
+      enum_choice("train.tf32", FIELD(train.tf32), "auto", train::kSwitchNames,
+                  "CUDA: TF32 matmuls and convolutions (auto: on Ampere and newer)"),
+      boolean("train.cudnn_benchmark", FIELD(train.cudnn_benchmark), "false",
+              "CUDA: let cuDNN time its algorithms for each new input shape (fixed shapes: "
+              "faster)"),
+      enum_choice("train.channels_last", FIELD(train.channels_last), "auto", train::kSwitchNames,
+                  "cnn: convolutions in channels-last (NHWC) memory format, which cuDNN's "
+                  "tensor-core kernels want (auto: on a GPU)"),
+      boolean("train.cuda_graphs", FIELD(train.cuda_graphs), "false",
+              "CUDA: capture forward + backward of a micro-batch as a CUDA graph after warm-up "
+              "and replay it (launch overhead gone); falls back to eager, saying why, where "
+              "capture cannot work")
+  };
+}
+
+// What the run reports beside the loss: MFU, text samples, evaluation.
+std::vector<KeyDef> report_keys() {
+  return {
+      real("train.peak_tflops", FIELD(train.peak_tflops), "0", 0.0, 1e6, false, false,
+           "the device's dense peak TFLOP/s for MFU in the log (0: known GPUs by name: H100, "
+           "H200, A100, L40S)"),
+      integer("train.sample_every", FIELD(train.sample_every), "0", 0, kMax,
+              "gpt: rank 0 logs a sample of generated text every N steps (fixed seed, eval mode; "
+              "the training result is unchanged; 0: never)"),
+      text("train.sample_prompt", FIELD(train.sample_prompt), "",
+           "gpt: the samples' prompt (empty: the first 16 tokens of the first validation "
+           "sequence, else training sequence)"),
+      integer("train.sample_tokens", FIELD(train.sample_tokens), "64", 1, 1 << 20,
+              "gpt: new tokens per sample (at most until model.context is full)"),
+      real("train.sample_temperature", FIELD(train.sample_temperature), "0.8", 0.0, kInf, false,
+           true, "gpt: the samples' temperature (0: greedy, the most likely token every time)"),
+      integer("train.sample_top_k", FIELD(train.sample_top_k), "200", 0, kMax,
+              "gpt: the samples draw among the K most likely tokens (0: all)"),
+      integer("train.eval_samples", FIELD(train.eval_samples), "1024", 0, kMax,
+              "validation samples evaluated each time, the first of the split (0: all)")
+  };
+}
+
+}  // namespace
+
+std::vector<KeyDef> train_keys() {
+  std::vector<KeyDef> keys = run_keys();
+  for (const auto& part : {numerics_keys(), report_keys()}) {
+    keys.insert(keys.end(), part.begin(), part.end());
+  }
+  return keys;
+}
+
+std::vector<KeyDef> checkpoint_keys() {
+  return {
+      text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),
+      integer("checkpoint.every", FIELD(checkpoint.every), "0", 0, kMax,
+              "save every N steps (0: only at the end)"),
+      integer("checkpoint.keep_last", FIELD(checkpoint.keep_last), "0", 0, kMax,
+              "keep only the newest N periodic checkpoints, deleting older ones after a new one "
+              "is complete (0: keep all)"),
+      text("checkpoint.resume", FIELD(checkpoint.resume), "",
+           "resume from this checkpoint file; 'auto': the newest in checkpoint.dir that "
+           "verifies, if any (empty: start fresh)")
+  };
+}
+
+std::vector<KeyDef> log_keys() {
+  return {
+      choice("log.level", FIELD(log.level), "info", {"trace", "debug", "info", "warn", "error"},
+             "log level of rank 0 (other ranks log warnings and errors)"),
+      integer("log.every", FIELD(log.every), "10", 1, kMax, "log a step line every N steps"),
+      text("log.metrics", FIELD(log.metrics), "",
+           "JSON Lines file with a record per logged step and evaluation (empty: "
+           "checkpoint.dir/metrics.jsonl when checkpoint.dir is set; off: none)"),
+      enum_choice("log.progress", FIELD(log.progress), "auto", train::kProgressSettingNames,
+                  "rank 0's progress: bar (a live bar on stderr: steps, samples/s, loss, ETA; "
+                  "step lines still logged above it), lines (an ETA at the end of each step "
+                  "line), off (neither); auto: bar when stderr is a terminal, else lines (under "
+                  "mpirun a rank's stderr is a pipe: lines)"),
+      text("log.tensorboard", FIELD(log.tensorboard), "",
+           "directory for TensorBoard event files (rank 0 writes each logged step's and "
+           "evaluation's numbers as scalars; created if missing; empty: none)"),
+      text("log.profile", FIELD(log.profile), "",
+           "directory for a profiler trace (Chrome/Perfetto JSON, trace_rank<R>.json per rank, "
+           "as torch.profiler writes) of steps log.profile_from .. + log.profile_steps - 1; "
+           "bench/profile_summary.py sums it per phase and operator (empty: none)"),
+      integer("log.profile_from", FIELD(log.profile_from), "3", 1, kMax,
+              "first step of the profiler trace (the first steps warm up allocators and caches)"),
+      integer("log.profile_steps", FIELD(log.profile_steps), "5", 1, 10000,
+              "number of steps in the profiler trace")
+  };
+}
+
+}  // namespace config::schema
