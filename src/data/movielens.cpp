@@ -222,7 +222,7 @@ LeaveLastOut leave_last_out(const std::vector<Rating>& ratings,
 // int64 [movies, text_len]: each movie's text bytes, cut to text_len, padded with kTextPadId.
 at::Tensor item_texts(const std::vector<Movie>& movies, int64_t text_len) {
   const auto n_items = static_cast<int64_t>(movies.size());
-  at::Tensor item_text = at::full({n_items, text_len}, kTextPadId, kInt64);
+  at::Tensor item_text = at::full({n_items, text_len}, core::kTextPadId, kInt64);
   auto text = item_text.accessor<int64_t, 2>();
   for (int64_t i = 0; i < n_items; ++i) {
     const std::string& s = movies[i].text;
