@@ -13,7 +13,7 @@
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/registry.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {

@@ -9,7 +9,7 @@
 
 #include "models/registry.h"
 #include "models/safetensors.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 #include "train/checkpoint.h"
 
 namespace {

@@ -22,7 +22,7 @@
 #include "models/gpt.h"
 #include "models/registry.h"
 #include "models/safetensors.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

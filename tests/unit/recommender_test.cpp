@@ -16,7 +16,7 @@
 #include "models/registry.h"
 #include "models/safetensors.h"
 #include "reference_harness.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

@@ -25,7 +25,7 @@
 
 #include "models/model.h"
 #include "models/safetensors.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace test {
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "models/safetensors.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 
