@@ -1,4 +1,5 @@
-// RankSampler's index windows in closed form: every rank's share of each epoch's permutation.
+// RankSampler's index windows in closed form: every rank's share (its BatchPlan slice) of each
+// epoch's permutation.
 
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -9,11 +10,13 @@
 #include <set>
 #include <vector>
 
+#include "ddp/batch_plan.h"
 #include "ddp/errors.h"
 #include "ddp/rank_sampler.h"
 
 namespace {
 
+using ddp::BatchPlan;
 using ddp::PlanError;
 using ddp::RankSampler;
 using ::testing::HasSubstr;
