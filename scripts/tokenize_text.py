@@ -43,7 +43,21 @@ import os
 import re
 import sys
 
-import numpy as np
+
+try:
+    import numpy as np
+except ModuleNotFoundError:  # e.g. the system python3: run again under the project's Python
+    # scripts/bootstrap.sh's virtualenv (numpy, tiktoken, tqdm), wherever scripts/env.sh puts it.
+    import subprocess
+    env_sh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "env.sh")
+    venv = subprocess.run(["bash", "-c", 'source "$0" && printf %s "$TRAINER_VENV"', env_sh],
+                          capture_output=True, text=True).stdout
+    python = os.path.join(venv, "bin", "python")
+    if os.path.exists(python) and not os.environ.get("TRAINER_TOKENIZE_REEXEC"):
+        os.environ["TRAINER_TOKENIZE_REEXEC"] = "1"  # once: a venv without numpy must not loop
+        os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
+    sys.exit(f"tokenize_text.py: {sys.executable} has no numpy, nor has the project's Python "
+             f"({python}): run scripts/bootstrap.sh, which installs both")
 
 LLMC_MAGIC, LLMC_VERSION = 20240520, 1
 LLMC_MAGIC_32, LLMC_VERSION_32 = 20240801, 7  # llm.c's Llama 3 shards: uint32 tokens

@@ -23,8 +23,8 @@
 #include "train/precision.h"
 #include "models/registry.h"
 #include "models/sequence.h"
-#include "mpi_test_env.h"
-#include "../unit/temp_dir.h"
+#include "common/mpi_test_env.h"
+#include "common/temp_dir.h"
 #include "train/trainer.h"
 
 namespace {

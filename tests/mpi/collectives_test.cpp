@@ -8,7 +8,7 @@
 
 #include "ddp/errors.h"
 #include "ddp/gather.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 
 namespace {
 
@@ -18,9 +18,9 @@ std::unique_ptr<ddp::Communicator> world(double timeout_s = 30) {
   return trainer_test::runtime().world(std::chrono::duration<double>(timeout_s));
 }
 
-class AllReduceDtype : public ::testing::TestWithParam<at::ScalarType> {};
+class CollectivesAllReduceDtype : public ::testing::TestWithParam<at::ScalarType> {};
 
-TEST_P(AllReduceDtype, SumMaxMinAvgInClosedForm) {
+TEST_P(CollectivesAllReduceDtype, SumMaxMinAvgInClosedForm) {
   auto comm = world();
   const at::ScalarType dtype = GetParam();
   const int64_t w = comm->size();
@@ -47,7 +47,7 @@ TEST_P(AllReduceDtype, SumMaxMinAvgInClosedForm) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, AllReduceDtype,
+INSTANTIATE_TEST_SUITE_P(Dtypes, CollectivesAllReduceDtype,
                          ::testing::Values(at::kFloat, at::kDouble, at::kInt, at::kLong,
                                            at::kHalf, at::kBFloat16, at::kByte));
 

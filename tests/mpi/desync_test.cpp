@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "ddp/errors.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 
 namespace {
 

@@ -9,11 +9,11 @@
 
 #include <fstream>
 
-#include "../unit/temp_dir.h"
+#include "common/temp_dir.h"
 #include "config/config.h"
 #include "data/movielens.h"
 #include "models/registry.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
 

@@ -16,7 +16,7 @@
 
 #include "config/config.h"
 #include "models/registry.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {

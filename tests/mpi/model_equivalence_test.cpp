@@ -11,10 +11,10 @@
 #include <cmath>
 #include <cstdio>
 
-#include "../unit/temp_dir.h"
+#include "common/temp_dir.h"
 #include "config/config.h"
 #include "models/registry.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
 

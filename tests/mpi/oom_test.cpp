@@ -14,7 +14,7 @@
 #include "memory/oom.h"
 #include "models/capabilities.h"
 #include "models/registry.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {

@@ -1,11 +1,14 @@
-// The Reducer across real ranks over MPI: parameter checks and unused parameters.
+// The Reducer across real ranks over MPI: parameter checks, unused parameters, and the removal
+// of its hooks.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include <optional>
+
 #include "ddp/reducer.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 
 namespace {
 
@@ -100,5 +103,71 @@ TEST(ReducerMpi, UnusedParameterWithoutTheFlagFailsOnEveryRank) {
     EXPECT_THAT(e.what(), HasSubstr(fmt::format("rank {}", comm->rank())));
   }
 }
+
+// Passes every operation on to `inner`, counting the reductions (all-reduce, reduce-scatter).
+class CountingCommunicator final : public ddp::Communicator {
+ public:
+  explicit CountingCommunicator(ddp::Communicator& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string_view backend() const override { return inner_.backend(); }
+  ddp::WorkPtr all_reduce_async(at::Tensor t, ddp::ReduceOp op, std::string_view what) override {
+    ++reductions;
+    return inner_.all_reduce_async(std::move(t), op, what);
+  }
+  ddp::WorkPtr broadcast_async(at::Tensor t, int root, std::string_view what) override {
+    return inner_.broadcast_async(std::move(t), root, what);
+  }
+  ddp::WorkPtr all_gather_async(at::Tensor out, at::Tensor in, std::string_view what) override {
+    return inner_.all_gather_async(std::move(out), std::move(in), what);
+  }
+  ddp::WorkPtr reduce_scatter_async(at::Tensor out, at::Tensor in, ddp::ReduceOp op,
+                                    std::string_view what) override {
+    ++reductions;
+    return inner_.reduce_scatter_async(std::move(out), std::move(in), op, what);
+  }
+  ddp::WorkPtr barrier_async(std::string_view what) override { return inner_.barrier_async(what); }
+
+  int reductions = 0;
+
+ private:
+  ddp::Communicator& inner_;
+};
+
+// A Reducer destroyed in the middle of a step (as a memory fallback rebuilds it) takes its hooks
+// with it: a backward afterwards reduces nothing and leaves each rank its own gradient. A hook
+// left behind would find the dead Reducer still syncing and post its buckets (or crash). Ranks
+// see different inputs, so a reduced gradient would differ from the local one. On one rank the
+// Reducer posts nothing in any case, so the test needs two or more.
+class ReducerMpiHooks : public ::testing::TestWithParam<ddp::ShardMode> {};
+
+TEST_P(ReducerMpiHooks, AreRemovedWithTheReducer) {
+  auto real = world();
+  if (real->size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  CountingCommunicator comm(*real);
+  torch::nn::Linear net(8, 4);
+  ddp::NamedParameters params = {{"weight", net->weight}, {"bias", net->bias}};
+  at::manual_seed(100 + comm.rank());
+  const at::Tensor x = at::randn({3, 8});
+  std::optional<ddp::Reducer> reducer;
+  reducer.emplace(params, comm, ddp::ReducerOptions{1 << 20, 1 << 20, false,
+                                                    c10::ScalarType::Undefined, GetParam()});
+  reducer->zero_grad();
+  reducer->begin_micro_batch(true);
+  const int before = comm.reductions;
+  reducer.reset();
+  for (auto& [name, p] : params) p.mutable_grad() = at::Tensor();
+  net(x).sum().backward();
+  EXPECT_EQ(comm.reductions, before);
+  // d/dW sum(W x + b) = the sum of the batch's x in every row; d/db = the batch size.
+  EXPECT_TRUE(at::allclose(net->weight.grad(), x.sum(0).expand({4, 8})));
+  EXPECT_TRUE(at::allclose(net->bias.grad(), at::full({4}, 3.0)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ReducerMpiHooks,
+                         ::testing::Values(ddp::ShardMode::kNone, ddp::ShardMode::kGradients),
+                         [](const auto& info) {
+                           return std::string(ddp::kShardModeNames[static_cast<int>(info.param)]);
+                         });
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "ddp/errors.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 #include "train/loss_scaler.h"
 
 namespace {
@@ -20,9 +20,9 @@ std::unique_ptr<ddp::Communicator> world(double timeout_s = 30) {
   return trainer_test::runtime().world(std::chrono::duration<double>(timeout_s));
 }
 
-class ReduceScatterDtype : public ::testing::TestWithParam<at::ScalarType> {};
+class ShardCollectivesReduceScatterDtype : public ::testing::TestWithParam<at::ScalarType> {};
 
-TEST_P(ReduceScatterDtype, EachRankGetsTheSumOfItsBlock) {
+TEST_P(ShardCollectivesReduceScatterDtype, EachRankGetsTheSumOfItsBlock) {
   auto comm = world();
   const at::ScalarType dtype = GetParam();
   const int64_t w = comm->size();
@@ -44,7 +44,7 @@ TEST_P(ReduceScatterDtype, EachRankGetsTheSumOfItsBlock) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, ReduceScatterDtype,
+INSTANTIATE_TEST_SUITE_P(Dtypes, ShardCollectivesReduceScatterDtype,
                          ::testing::Values(at::kFloat, at::kDouble, at::kInt, at::kLong,
                                            at::kHalf, at::kBFloat16));
 

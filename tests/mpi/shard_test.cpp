@@ -20,11 +20,11 @@
 
 #include <cstdio>
 
-#include "../unit/temp_dir.h"
+#include "common/temp_dir.h"
 #include "ddp/gather.h"
 #include "ddp/mpi_communicator.h"
 #include "memory/allocator_guard.h"
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 #include "train/checkpoint.h"
 
 namespace {

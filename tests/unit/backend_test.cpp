@@ -38,7 +38,7 @@ TEST(Backend, NcclOnCpuIsAnErrorNamingTheKey) {
 namespace {
 
 // Timeout messages say where in the run they happened; before step 1 there is no step to name.
-TEST(Communicator, MessagesNameTheStepOrStartUp) {
+TEST(BackendCommunicator, MessagesNameTheStepOrStartUp) {
   EXPECT_EQ(ddp::Communicator::when(7), "at step 7");
   EXPECT_EQ(ddp::Communicator::when(-1), "during start-up (before step 1)");
 }

@@ -10,7 +10,7 @@
 #include "io/safetensors.h"
 #include "models/capabilities.h"
 #include "models/registry.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 #include "train/checkpoint.h"
 
 namespace {

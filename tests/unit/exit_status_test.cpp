@@ -1,5 +1,5 @@
-// The exception -> exit-code table (launcher/exit_status.h) and the exit code after a run
-// (launcher/stop_policy.h): the codes and messages the e2e tests and job scripts rely on.
+// The exception -> exit-code table (launcher/exit_status.h): the codes and messages the e2e tests
+// and job scripts rely on.
 
 #include <c10/util/Exception.h>
 #include <gmock/gmock.h>
@@ -16,7 +16,6 @@
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
 #include "launcher/launch.h"
-#include "launcher/stop_policy.h"
 #include "memory/oom.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -117,16 +116,6 @@ TEST(ExitStatus, AbortsCarryTheirOwnCodes) {
   const auto torch = status_of(rules, raise_c10_error());
   EXPECT_EQ(torch->code, launcher::kExitFailure);
   EXPECT_THAT(torch->message, Not(HasSubstr("Exception raised from")));
-}
-
-TEST(StopPolicy, ExitCodeAfterARun) {
-  using launcher::exit_code_after_run;
-  EXPECT_EQ(exit_code_after_run(false, 0, 100, 100), launcher::kExitOk);
-  EXPECT_EQ(exit_code_after_run(true, SIGTERM, 40, 100), 128 + SIGTERM);
-  EXPECT_EQ(exit_code_after_run(true, SIGINT, 100, 100), 128 + SIGINT);
-  EXPECT_EQ(exit_code_after_run(true, SIGUSR1, 40, 100), 128 + SIGUSR1);  // requeued
-  // The warning came with the last step: complete, nothing to requeue.
-  EXPECT_EQ(exit_code_after_run(true, SIGUSR1, 100, 100), launcher::kExitOk);
 }
 
 }  // namespace

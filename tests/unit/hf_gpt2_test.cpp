@@ -22,7 +22,7 @@
 #include "models/gpt/generate.h"
 #include "models/gpt/gpt.h"
 #include "models/registry.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include "data/errors.h"
 #include "data/image_folder.h"
 #include "data/readers.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 
@@ -88,7 +88,7 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
-TEST(ImageFolderTest, TargetIsTheSourceCropAtTheHashedPosition) {
+TEST(ImageFolder, TargetIsTheSourceCropAtTheHashedPosition) {
   test::TempDir dir;
   write_coordinate_png(dir.file("a.png"), 100, 80);
   write_coordinate_png(dir.file("b.png"), 70, 90);
@@ -127,7 +127,7 @@ TEST(ImageFolderTest, TargetIsTheSourceCropAtTheHashedPosition) {
   EXPECT_GT(origins.size(), 8u);  // crops are spread, not one position
 }
 
-TEST(ImageFolderTest, SameIndexSameSampleAcrossCallsAndThreads) {
+TEST(ImageFolder, SameIndexSameSampleAcrossCallsAndThreads) {
   test::TempDir dir;
   write_coordinate_png(dir.file("a.png"), 64, 64);
   write_coordinate_png(dir.file("b.png"), 48, 60);
@@ -159,7 +159,7 @@ TEST(ImageFolderTest, SameIndexSameSampleAcrossCallsAndThreads) {
   EXPECT_TRUE(at::equal(o.inputs, ref.inputs));
 }
 
-TEST(ImageFolderTest, NoiseStdMatchesNoiseStdAtScaleOne) {
+TEST(ImageFolder, NoiseStdMatchesNoiseStdAtScaleOne) {
   test::TempDir dir;
   write_flat_png(dir.file("grey.png"), 64, 64, 128);  // mid-grey: clamping barely matters
   DataOptions o = options(dir.path(), 32, 1, 0.1);
@@ -175,7 +175,7 @@ TEST(ImageFolderTest, NoiseStdMatchesNoiseStdAtScaleOne) {
   EXPECT_FALSE(at::equal(diff[0], diff[1]));
 }
 
-TEST(ImageFolderTest, ScaleTwoInputIsAvgPoolOfTarget) {
+TEST(ImageFolder, ScaleTwoInputIsAvgPoolOfTarget) {
   test::TempDir dir;
   write_png(dir.file("a.png"), 90, 70, [](int x, int y) {
     return std::array<uint8_t, 3>{static_cast<uint8_t>(x * 7 + y), static_cast<uint8_t>(x * y),
@@ -192,7 +192,7 @@ TEST(ImageFolderTest, ScaleTwoInputIsAvgPoolOfTarget) {
   }
 }
 
-TEST(ImageFolderTest, GreyImagesBecomeRgb) {
+TEST(ImageFolder, GreyImagesBecomeRgb) {
   test::TempDir dir;
   std::vector<uint8_t> grey(40 * 30);
   for (size_t k = 0; k < grey.size(); ++k) grey[k] = static_cast<uint8_t>(k * 3);
@@ -209,7 +209,7 @@ TEST(ImageFolderTest, GreyImagesBecomeRgb) {
   EXPECT_TRUE(at::equal(b.targets.select(1, 0), b.targets.select(1, 2)));
 }
 
-TEST(ImageFolderTest, ValidationSplitFromValFraction) {
+TEST(ImageFolder, ValidationSplitFromValFraction) {
   test::TempDir dir;
   for (const char* name : {"c.png", "a.png", "e.png", "b.png", "d.png"}) {
     write_coordinate_png(dir.file(name), 40, 40);
@@ -243,7 +243,7 @@ TEST(ImageFolderTest, ValidationSplitFromValFraction) {
   EXPECT_EQ(data::make_image_dataset(o)->size(), 5 * 8);
 }
 
-TEST(ImageFolderTest, ValidationSplitFromValPath) {
+TEST(ImageFolder, ValidationSplitFromValPath) {
   test::TempDir train_dir, val_dir;
   write_coordinate_png(train_dir.file("a.png"), 40, 40);
   write_coordinate_png(train_dir.file("b.png"), 40, 40);
@@ -266,7 +266,7 @@ TEST(ImageFolderTest, ValidationSplitFromValPath) {
   EXPECT_NE(message.find("data.val_path"), std::string::npos) << message;
 }
 
-TEST(ImageFolderTest, ErrorsNameTheFileOrKey) {
+TEST(ImageFolder, ErrorsNameTheFileOrKey) {
   {
     test::TempDir dir;
     write_coordinate_png(dir.file("a.png"), 40, 40);
@@ -306,7 +306,7 @@ TEST(ImageFolderTest, ErrorsNameTheFileOrKey) {
   }
 }
 
-TEST(ImageFolderTest, FileBrokenAfterOpenIsADataErrorInGet) {
+TEST(ImageFolder, FileBrokenAfterOpenIsADataErrorInGet) {
   test::TempDir dir;
   write_coordinate_png(dir.file("a.png"), 40, 40);
   write_coordinate_png(dir.file("b.png"), 40, 40);

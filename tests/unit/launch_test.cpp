@@ -1,4 +1,4 @@
-// Launch discovery from fake environments, and device binding.
+// Launch discovery (launcher/launch.h) from fake environments: mpirun, srun, MPICH, none.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,8 +9,6 @@
 #include <vector>
 
 #include "ddp/mpi_runtime.h"
-#include "launcher/cpu_binding.h"
-#include "launcher/device.h"
 #include "launcher/launch.h"
 
 namespace {
@@ -54,17 +52,17 @@ void expect_launch(const LaunchInfo& info, const std::string& launcher, int rank
   EXPECT_EQ(info.hostname, "node7");
 }
 
-TEST(ResolveLaunch, PlainStartIsAWorldOfOne) {
+TEST(LaunchResolve, PlainStartIsAWorldOfOne) {
   const LaunchInfo info = resolve_launch(topology(0, 1, 0, 1), fake_env({}));
   expect_launch(info, "none", 0, 1, 0, 1);
 }
 
-TEST(ResolveLaunch, WithoutLauncherVariablesMpiAloneDecides) {
+TEST(LaunchResolve, WithoutLauncherVariablesMpiAloneDecides) {
   const LaunchInfo info = resolve_launch(topology(1, 2, 1, 2), fake_env({{"HOME", "/root"}}));
   expect_launch(info, "none", 1, 2, 1, 2);
 }
 
-TEST(ResolveLaunch, MpirunVariablesMatchingMpi) {
+TEST(LaunchResolve, MpirunVariablesMatchingMpi) {
   const LaunchInfo info = resolve_launch(
       topology(3, 4, 1, 2), fake_env({{"OMPI_COMM_WORLD_RANK", "3"},
                                       {"OMPI_COMM_WORLD_SIZE", "4"},
@@ -73,7 +71,7 @@ TEST(ResolveLaunch, MpirunVariablesMatchingMpi) {
   expect_launch(info, "mpirun", 3, 4, 1, 2);
 }
 
-TEST(ResolveLaunch, MpirunVariablesDisagreeingWithMpi) {
+TEST(LaunchResolve, MpirunVariablesDisagreeingWithMpi) {
   const std::string message = launch_error(
       topology(0, 1, 0, 1), {{"OMPI_COMM_WORLD_RANK", "1"},
                              {"OMPI_COMM_WORLD_SIZE", "2"},
@@ -88,7 +86,7 @@ TEST(ResolveLaunch, MpirunVariablesDisagreeingWithMpi) {
   EXPECT_THAT(message, HasSubstr("Likely cause: the trainer was built against a different MPI"));
 }
 
-TEST(ResolveLaunch, MpirunLocalSizeDisagreeing) {
+TEST(LaunchResolve, MpirunLocalSizeDisagreeing) {
   const std::string message = launch_error(
       topology(1, 2, 1, 2), {{"OMPI_COMM_WORLD_RANK", "1"},
                              {"OMPI_COMM_WORLD_SIZE", "2"},
@@ -99,7 +97,7 @@ TEST(ResolveLaunch, MpirunLocalSizeDisagreeing) {
   EXPECT_THAT(message, Not(HasSubstr("world size")));
 }
 
-TEST(ResolveLaunch, SrunVariablesMatchingMpi) {
+TEST(LaunchResolve, SrunVariablesMatchingMpi) {
   const LaunchInfo info = resolve_launch(
       topology(2, 3, 0, 1), fake_env({{"SLURM_PROCID", "2"},
                                       {"SLURM_STEP_ID", "0"},
@@ -108,7 +106,7 @@ TEST(ResolveLaunch, SrunVariablesMatchingMpi) {
   expect_launch(info, "srun", 2, 3, 0, 1);
 }
 
-TEST(ResolveLaunch, SrunWithTheOlderStepIdName) {
+TEST(LaunchResolve, SrunWithTheOlderStepIdName) {
   const LaunchInfo info = resolve_launch(
       topology(1, 2, 1, 2), fake_env({{"SLURM_PROCID", "1"},
                                       {"SLURM_STEPID", "4"},
@@ -117,7 +115,7 @@ TEST(ResolveLaunch, SrunWithTheOlderStepIdName) {
   expect_launch(info, "srun", 1, 2, 1, 2);
 }
 
-TEST(ResolveLaunch, SrunStepTaskCountTakesPrecedenceOverTheAllocation) {
+TEST(LaunchResolve, SrunStepTaskCountTakesPrecedenceOverTheAllocation) {
   // A 2-task step inside an 8-task allocation.
   const LaunchInfo info = resolve_launch(
       topology(0, 2, 0, 2), fake_env({{"SLURM_PROCID", "0"},
@@ -128,7 +126,7 @@ TEST(ResolveLaunch, SrunStepTaskCountTakesPrecedenceOverTheAllocation) {
   expect_launch(info, "srun", 0, 2, 0, 2);
 }
 
-TEST(ResolveLaunch, SrunWithoutPmixSeesAWorldOfOne) {
+TEST(LaunchResolve, SrunWithoutPmixSeesAWorldOfOne) {
   const std::string message = launch_error(
       topology(0, 1, 0, 1), {{"SLURM_PROCID", "2"},
                              {"SLURM_STEP_ID", "0"},
@@ -153,7 +151,7 @@ std::string before_mpi_error(std::map<std::string, std::string> vars) {
   return "";
 }
 
-TEST(CheckLaunchBeforeMpi, SrunWithoutPmixIsStoppedBeforeMpiInit) {
+TEST(LaunchBeforeMpi, SrunWithoutPmixIsStoppedBeforeMpiInit) {
   const std::string message = before_mpi_error({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}});
   EXPECT_THAT(message, HasSubstr("started by srun without --mpi=pmix (SLURM_PROCID=1)"));
   EXPECT_THAT(message, HasSubstr("Run 'srun --mpi=pmix ...'"));
@@ -164,7 +162,7 @@ TEST(CheckLaunchBeforeMpi, SrunWithoutPmixIsStoppedBeforeMpiInit) {
               HasSubstr("without --mpi=pmix"));
 }
 
-TEST(CheckLaunchBeforeMpi, PmixMpirunAndBatchScriptsPass) {
+TEST(LaunchBeforeMpi, PmixMpirunAndBatchScriptsPass) {
   EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "2"}, {"SLURM_STEP_ID", "0"}, {"PMIX_RANK", "2"},
                               {"SLURM_MPI_TYPE", "pmix"}}), "");
   EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"OMPI_COMM_WORLD_RANK", "1"}}), "");
@@ -172,7 +170,7 @@ TEST(CheckLaunchBeforeMpi, PmixMpirunAndBatchScriptsPass) {
   EXPECT_EQ(before_mpi_error({}), "");
 }
 
-TEST(ResolveLaunch, BatchScriptWithoutSrunIsNoLauncher) {
+TEST(LaunchResolve, BatchScriptWithoutSrunIsNoLauncher) {
   // sbatch sets SLURM_PROCID for the batch script itself, but no step: the trainer was run bare.
   const LaunchInfo info = resolve_launch(
       topology(0, 1, 0, 1), fake_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"},
@@ -180,7 +178,7 @@ TEST(ResolveLaunch, BatchScriptWithoutSrunIsNoLauncher) {
   expect_launch(info, "none", 0, 1, 0, 1);
 }
 
-TEST(ResolveLaunch, MpirunInsideAnSbatchAllocationIsMpirun) {
+TEST(LaunchResolve, MpirunInsideAnSbatchAllocationIsMpirun) {
   // The SLURM_* of the batch step would disagree; Open MPI's variables win.
   const LaunchInfo info = resolve_launch(
       topology(1, 2, 1, 2), fake_env({{"OMPI_COMM_WORLD_RANK", "1"},
@@ -194,7 +192,7 @@ TEST(ResolveLaunch, MpirunInsideAnSbatchAllocationIsMpirun) {
   expect_launch(info, "mpirun", 1, 2, 1, 2);
 }
 
-TEST(ResolveLaunch, MpichVariablesMatchingMpi) {
+TEST(LaunchResolve, MpichVariablesMatchingMpi) {
   const LaunchInfo info = resolve_launch(
       topology(1, 2, 1, 2), fake_env({{"PMI_RANK", "1"},
                                       {"PMI_SIZE", "2"},
@@ -203,7 +201,7 @@ TEST(ResolveLaunch, MpichVariablesMatchingMpi) {
   expect_launch(info, "mpiexec (MPICH)", 1, 2, 1, 2);
 }
 
-TEST(ResolveLaunch, MpichVariablesDisagreeingWithMpi) {
+TEST(LaunchResolve, MpichVariablesDisagreeingWithMpi) {
   const std::string message =
       launch_error(topology(0, 1, 0, 1), {{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}});
   EXPECT_THAT(message, HasSubstr("mpiexec (MPICH) and MPI disagree"));
@@ -212,7 +210,7 @@ TEST(ResolveLaunch, MpichVariablesDisagreeingWithMpi) {
   EXPECT_THAT(message, HasSubstr("start it with Open MPI's mpirun"));
 }
 
-TEST(ResolveLaunch, NonIntegerVariable) {
+TEST(LaunchResolve, NonIntegerVariable) {
   EXPECT_EQ(launch_error(topology(0, 1, 0, 1),
                          {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "two"}}),
             "the launcher variable OMPI_COMM_WORLD_SIZE='two' is not a non-negative integer");
@@ -226,136 +224,26 @@ TEST(ResolveLaunch, NonIntegerVariable) {
             "the launcher variable PMI_RANK='' is not a non-negative integer");
 }
 
-TEST(LauncherRank, ZeroWithoutALauncher) {
+TEST(LaunchRank, ZeroWithoutALauncher) {
   EXPECT_EQ(launcher::launcher_rank(fake_env({})), 0);
 }
 
-TEST(LauncherRank, ReadsEachLauncher) {
+TEST(LaunchRank, ReadsEachLauncher) {
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"OMPI_COMM_WORLD_RANK", "3"}})), 3);
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"PMI_RANK", "2"}})), 2);
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"SLURM_PROCID", "5"}})), 5);
 }
 
-TEST(LauncherRank, OpenMpiWinsOverSlurm) {
+TEST(LaunchRank, OpenMpiWinsOverSlurm) {
   EXPECT_EQ(launcher::launcher_rank(
                 fake_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"SLURM_PROCID", "0"}})),
             1);
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"PMI_RANK", "4"}, {"SLURM_PROCID", "0"}})), 4);
 }
 
-TEST(LauncherRank, MalformedValueIsZero) {
+TEST(LaunchRank, MalformedValueIsZero) {
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"OMPI_COMM_WORLD_RANK", "x"}})), 0);
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"SLURM_PROCID", "-2"}})), 0);
 }
 
-// ---- device binding ----
-
-using launcher::bind_device;
-using launcher::DeviceBinding;
-using launcher::DeviceError;
-
-std::string device_error(const std::string& requested, int local_rank, int local_size,
-                         int visible, const std::string& cuda_visible) {
-  try {
-    bind_device(requested, local_rank, local_size, visible, cuda_visible);
-  } catch (const DeviceError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "bind_device accepted " << requested << " with " << local_size
-                << " local ranks and " << visible << " GPU(s)";
-  return "";
-}
-
-TEST(BindDevice, CpuIsCpuEvenWithGpus) {
-  const DeviceBinding b = bind_device("cpu", 1, 2, 4, "0,1,2,3");
-  EXPECT_EQ(b.device, c10::Device(c10::kCPU));
-  EXPECT_EQ(b.description, "cpu");
-}
-
-TEST(BindDevice, AutoWithoutGpusIsCpu) {
-  const DeviceBinding b = bind_device("auto", 0, 1, 0, "");
-  EXPECT_EQ(b.device, c10::Device(c10::kCPU));
-  EXPECT_EQ(b.description, "cpu");
-}
-
-TEST(BindDevice, CudaWithoutGpusIsAnError) {
-  const std::string unset = device_error("cuda", 0, 1, 0, "");
-  EXPECT_THAT(unset, HasSubstr("train.device is 'cuda' but this process sees no CUDA device"));
-  EXPECT_THAT(unset, HasSubstr("CUDA_VISIBLE_DEVICES unset"));
-  const std::string hidden = device_error("cuda", 0, 1, 0, "-1");
-  EXPECT_THAT(hidden, HasSubstr("CUDA_VISIBLE_DEVICES=-1"));
-}
-
-TEST(BindDevice, MoreLocalRanksThanGpusIsAnError) {
-  const std::string message = device_error("cuda", 3, 4, 2, "0,1");
-  EXPECT_THAT(message, HasSubstr("4 ranks were started on this node but only 2 GPU(s) are visible"));
-  EXPECT_THAT(message, HasSubstr("CUDA_VISIBLE_DEVICES=0,1"));
-  EXPECT_THAT(message, HasSubstr("Start at most 2 rank(s) per node"));
-}
-
-TEST(BindDevice, OneGpuPerLocalRank) {
-  const DeviceBinding first = bind_device("cuda", 0, 2, 2, "");
-  EXPECT_EQ(first.device, c10::Device(c10::kCUDA, 0));
-  EXPECT_EQ(first.description, "cuda:0 (of 2 visible, CUDA_VISIBLE_DEVICES unset)");
-  const DeviceBinding second = bind_device("cuda", 1, 2, 2, "");
-  EXPECT_EQ(second.device, c10::Device(c10::kCUDA, 1));
-  EXPECT_EQ(second.description, "cuda:1 (of 2 visible, CUDA_VISIBLE_DEVICES unset)");
-}
-
-TEST(BindDevice, AutoWithEnoughGpusIsCuda) {
-  const DeviceBinding b = bind_device("auto", 1, 2, 4, "2,3,4,5");
-  EXPECT_EQ(b.device, c10::Device(c10::kCUDA, 1));
-  EXPECT_EQ(b.description, "cuda:1 (of 4 visible, CUDA_VISIBLE_DEVICES=2,3,4,5)");
-}
-
 }  // namespace
-
-// CPU binding (launcher/cpu_binding.h): a rank that mpirun bound to one core of its share is
-// rebound to its share; a binding as wide as the share, or train.threads set, stands.
-TEST(CpuBinding, RankBoundToFewerCoresThanItsShareIsRebound) {
-  const std::vector<int> node = {0, 1, 2, 3, 4, 5, 6, 7};
-  // mpirun -np 1: bound to core 0 of 8.
-  const auto alone = launcher::plan_cpu_binding(node, {0}, 0, 1, 0);
-  EXPECT_TRUE(alone.rebound);
-  EXPECT_EQ(alone.cpus, node);
-  EXPECT_EQ(alone.threads, 8);
-  EXPECT_EQ(alone.describe(),
-            "cpus 0-7 (the launcher bound it to 0: fewer than its share of the node)");
-  // mpirun -np 2: rank 1 bound to core 1; its share is the second half.
-  const auto second = launcher::plan_cpu_binding(node, {1}, 1, 2, 0);
-  EXPECT_TRUE(second.rebound);
-  EXPECT_EQ(second.cpus, (std::vector<int>{4, 5, 6, 7}));
-  EXPECT_EQ(second.threads, 4);
-  // Three ranks on eight cores: blocks of 3, 3 and 2.
-  EXPECT_EQ(launcher::plan_cpu_binding(node, {0}, 2, 3, 0).cpus, (std::vector<int>{6, 7}));
-  EXPECT_EQ(launcher::plan_cpu_binding(node, {0}, 0, 3, 0).cpus, (std::vector<int>{0, 1, 2}));
-}
-
-TEST(CpuBinding, WideEnoughBindingOrExplicitThreadsStand) {
-  const std::vector<int> node = {0, 1, 2, 3};
-  // --bind-to none: every core stays allowed; threads = its share (2 ranks on 4 cores: 2).
-  const auto unbound = launcher::plan_cpu_binding(node, node, 0, 2, 0);
-  EXPECT_FALSE(unbound.rebound);
-  EXPECT_EQ(unbound.cpus, node);
-  EXPECT_EQ(unbound.threads, 2);
-  EXPECT_EQ(unbound.describe(), "cpus 0-3");
-  // srun --cpus-per-task=2: exactly the share.
-  EXPECT_FALSE(launcher::plan_cpu_binding(node, {2, 3}, 1, 2, 0).rebound);
-  // train.threads set: the user's binding and thread count, whatever they are.
-  const auto manual = launcher::plan_cpu_binding(node, {0}, 0, 1, 3);
-  EXPECT_FALSE(manual.rebound);
-  EXPECT_EQ(manual.cpus, (std::vector<int>{0}));
-  EXPECT_EQ(manual.threads, 3);
-  // More ranks than cores, bound to both (oversubscribed): one thread each, not one per core.
-  const auto crowded = launcher::plan_cpu_binding({0, 1}, {0, 1}, 2, 3, 0);
-  EXPECT_FALSE(crowded.rebound);
-  EXPECT_EQ(crowded.threads, 1);
-  // ... and bound to one core each: stays, one thread.
-  EXPECT_EQ(launcher::plan_cpu_binding({0, 1}, {1}, 2, 3, 0).threads, 1);
-}
-
-TEST(CpuBinding, CpuListsRoundTrip) {
-  EXPECT_EQ(launcher::parse_cpu_list("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
-  EXPECT_EQ(launcher::format_cpu_list({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
-  EXPECT_TRUE(launcher::parse_cpu_list("").empty());
-}

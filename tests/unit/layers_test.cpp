@@ -64,15 +64,15 @@ void expect_as_accurate_as_aten(models::GeluApprox approx, const char* name) {
   EXPECT_TRUE(at::equal(models::gelu(x, approx), y.detach()));
 }
 
-TEST(FusedGelu, TanhApproximationIsAsAccurateAsAtenInValueAndSlope) {
+TEST(LayersFusedGelu, TanhApproximationIsAsAccurateAsAtenInValueAndSlope) {
   expect_as_accurate_as_aten(models::GeluApprox::kTanh, "tanh");
 }
 
-TEST(FusedGelu, ExactGeluIsAsAccurateAsAtenInValueAndSlope) {
+TEST(LayersFusedGelu, ExactGeluIsAsAccurateAsAtenInValueAndSlope) {
   expect_as_accurate_as_aten(models::GeluApprox::kNone, "none");
 }
 
-TEST(FusedGelu, NanPropagatesAndOtherTensorsFallBackToAten) {
+TEST(LayersFusedGelu, NanPropagatesAndOtherTensorsFallBackToAten) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const at::Tensor x = at::tensor({nan, 1.0f}).requires_grad_(true);
   const at::Tensor y = models::gelu(x, models::GeluApprox::kTanh);
@@ -84,7 +84,7 @@ TEST(FusedGelu, NanPropagatesAndOtherTensorsFallBackToAten) {
   EXPECT_TRUE(at::equal(models::gelu(strided, models::GeluApprox::kTanh), at::gelu(strided, "tanh")));
 }
 
-TEST(Linear, MatchesTheModuleForTwoAndThreeDimensionalInputs) {
+TEST(LayersLinear, MatchesTheModuleForTwoAndThreeDimensionalInputs) {
   torch::nn::Linear layer(16, 24);
   for (const auto& x : {at::randn({5, 16}), at::randn({3, 7, 16})}) {
     const at::Tensor ours = models::linear(layer, x);

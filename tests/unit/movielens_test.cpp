@@ -10,7 +10,7 @@
 #include <string>
 
 #include "data/movielens.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

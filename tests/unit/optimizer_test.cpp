@@ -30,7 +30,7 @@ void set_grads(std::vector<at::Tensor>& params, int s) {
   }
 }
 
-TEST(FusedAdamW, MatchesLibTorchAdamWStepByStep) {
+TEST(OptimizerFusedAdamW, MatchesLibTorchAdamWStepByStep) {
   auto ours = make_params(3);
   auto reference = make_params(3);
   const train::AdamWHyper h{0.9, 0.95, 1e-8, 0.1};
@@ -60,7 +60,7 @@ TEST(FusedAdamW, MatchesLibTorchAdamWStepByStep) {
   EXPECT_LT(relative(fused.exp_avg_sqs()[2], state.exp_avg_sq()), 1e-6);
 }
 
-TEST(FusedAdamW, StateIsAllocatedUpFrontAndAStepAllocatesNothing) {
+TEST(OptimizerFusedAdamW, StateIsAllocatedUpFrontAndAStepAllocatesNothing) {
   auto& guard = memory::CpuAllocatorGuard::instance();
   auto params = make_params(5);
   int64_t param_bytes = 0;
@@ -83,7 +83,7 @@ TEST(FusedAdamW, StateIsAllocatedUpFrontAndAStepAllocatesNothing) {
   EXPECT_EQ(guard.allocated_bytes(), live);
 }
 
-TEST(GradClipper, NormAndScalingFollowClipGradNorm) {
+TEST(OptimizerGradClipper, NormAndScalingFollowClipGradNorm) {
   auto ours = make_params(7);
   auto reference = make_params(7);
   set_grads(ours, 2);
@@ -103,7 +103,7 @@ TEST(GradClipper, NormAndScalingFollowClipGradNorm) {
   EXPECT_NEAR(std::sqrt(clipped), 1.5, 1e-4);
 }
 
-TEST(GradClipper, LeavesGradientsAloneWithinTheLimitOrWithoutOne) {
+TEST(OptimizerGradClipper, LeavesGradientsAloneWithinTheLimitOrWithoutOne) {
   auto params = make_params(9);
   set_grads(params, 1);
   std::vector<at::Tensor> flat, before;

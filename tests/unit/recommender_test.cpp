@@ -16,7 +16,7 @@
 #include "models/recommender.h"
 #include "models/registry.h"
 #include "reference_harness.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

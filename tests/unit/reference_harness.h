@@ -25,7 +25,7 @@
 
 #include "io/safetensors.h"
 #include "models/model.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace test {
 

@@ -10,8 +10,8 @@
 
 #include <unistd.h>
 
+#include "common/temp_dir.h"
 #include "io/safetensors.h"
-#include "temp_dir.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 #include "train/report/tensorboard.h"
 #include "train/report/tensorboard_event.pb.h"
 

@@ -11,7 +11,7 @@
 
 #include "io/safetensors.h"
 #include "models/text_encoder.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

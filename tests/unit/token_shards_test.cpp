@@ -11,7 +11,7 @@
 
 #include "data/errors.h"
 #include "data/readers.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 
 #include "data/errors.h"
 #include "data/tokenizer.h"
-#include "temp_dir.h"
+#include "common/temp_dir.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 namespace {
 
-TEST(ByteTokenizer, EncodesEachUtf8ByteAndDecodesBackByteForByte) {
+TEST(TokenizerBytes, EncodesEachUtf8ByteAndDecodesBackByteForByte) {
   const auto tok = data::make_tokenizer("bytes");
   const std::string text = "héllo\n\t  世界 <|endoftext|>";
   const auto ids = tok->encode(text);
@@ -18,7 +18,7 @@ TEST(ByteTokenizer, EncodesEachUtf8ByteAndDecodesBackByteForByte) {
   EXPECT_FALSE(tok->end_of_text().has_value());
 }
 
-TEST(ByteTokenizer, RefusesAnIdThatIsNotAByte) {
+TEST(TokenizerBytes, RefusesAnIdThatIsNotAByte) {
   const auto tok = data::make_tokenizer("bytes");
   try {
     tok->decode({104, 256});

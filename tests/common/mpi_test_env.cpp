@@ -1,4 +1,4 @@
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

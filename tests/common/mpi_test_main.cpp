@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "mpi_test_env.h"
+#include "common/mpi_test_env.h"
 
 namespace {
 
