@@ -39,12 +39,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  double min_s = 0.3;   // target seconds per sample (small sizes); large ones run >= min_iters
-  double max_s = 1.0;   // cap on seconds per sample
-  int samples = 5;      // samples per variant and size (alternated A B A B ...)
-  int min_iters = 2;    // operations per sample, at least
-  int64_t max_mb = 256; // largest size, MiB
-  bool iwait = false;   // also time MPI_Iallreduce + MPI_Wait (diagnosis: algorithm vs polling)
+  double min_s = 0.3;    // target seconds per sample (small sizes); large ones run >= min_iters
+  double max_s = 1.0;    // cap on seconds per sample
+  int samples = 5;       // samples per variant and size (alternated A B A B ...)
+  int min_iters = 2;     // operations per sample, at least
+  int64_t max_mb = 256;  // largest size, MiB
+  bool iwait = false;    // also time MPI_Iallreduce + MPI_Wait (diagnosis: algorithm vs polling)
 };
 
 // Prints help and exits for --help; throws std::invalid_argument for a bad argument.
@@ -53,8 +53,10 @@ Args parse_args(int argc, char** argv) {
   CLI::App app{"All-reduce time of MpiCommunicator against raw MPI_Allreduce, 4 KB to --max-mb"};
   app.add_option("--min-s", a.min_s, "seconds per sample, at least");
   app.add_option("--max-s", a.max_s, "seconds per sample, at most");
-  app.add_option("--samples", a.samples, "samples per variant and size")->check(CLI::PositiveNumber);
-  app.add_option("--min-iters", a.min_iters, "operations per sample, at least")->check(CLI::PositiveNumber);
+  app.add_option("--samples", a.samples, "samples per variant and size")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--min-iters", a.min_iters, "operations per sample, at least")
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-mb", a.max_mb, "largest size in MiB")->check(CLI::PositiveNumber);
   app.add_flag("--iwait", a.iwait, "also time MPI_Iallreduce + MPI_Wait");
   bench::parse_or_exit(app, argc, argv);
@@ -192,7 +194,8 @@ int main(int argc, char** argv) {
       // Same decision on every rank (per_op is already the max over ranks).
       int iters = static_cast<int>(std::clamp(args.min_s / per_op, 1.0, 1e7));
       iters = std::max(iters, args.min_iters);
-      if (iters * per_op > args.max_s) iters = std::max(args.min_iters, static_cast<int>(args.max_s / per_op));
+      if (iters * per_op > args.max_s)
+        iters = std::max(args.min_iters, static_cast<int>(args.max_s / per_op));
 
       std::vector<double> raw_t;
       std::vector<double> comm_t;
@@ -216,8 +219,10 @@ int main(int argc, char** argv) {
       fmt::print("\nall_reduce float32 SUM, {} ranks; median of {} alternating samples per cell; "
                  "results verified: {}\n\n",
                  world, args.samples, all_correct ? "yes" : "NO (see errors above)");
-      fmt::print("| size | ops/sample | MPI_Allreduce | busbw (GB/s) | MpiCommunicator | busbw (GB/s) "
-                 "| raw/comm |{}\n", args.iwait ? " MPI_Iallreduce+MPI_Wait | busbw (GB/s) |" : "");
+      fmt::print(
+          "| size | ops/sample | MPI_Allreduce | busbw (GB/s) | MpiCommunicator | busbw (GB/s) "
+          "| raw/comm |{}\n",
+          args.iwait ? " MPI_Iallreduce+MPI_Wait | busbw (GB/s) |" : "");
       fmt::print("|---:|---:|---:|---:|---:|---:|---:|{}\n", args.iwait ? "---:|---:|" : "");
       for (const auto& r : rows) {
         fmt::print("| {} | {} | {} | {:.2f} | {} | {:.2f} | {:.2f} |", human_bytes(r.bytes),

@@ -74,7 +74,8 @@ Args parse_args(int argc, char** argv) {
   app.add_option("--first-mb", a.first_mb, "overlap on: first bucket cap (MiB)");
   app.add_option("--bucket-mb", a.bucket_mb, "overlap on: bucket cap (MiB)");
   app.add_option("--threads", a.threads, "intra-op threads per rank")->check(CLI::PositiveNumber);
-  app.add_option("--progress", a.progress, "thread: a progress thread drives the posted all-reduces "
+  app.add_option("--progress", a.progress,
+                 "thread: a progress thread drives the posted all-reduces "
                  "(ddp/mpi_progress.h); caller: only the training thread's MPI calls do")
       ->check(CLI::IsMember({"thread", "caller"}));
   app.add_option("--poll-us", a.poll_us, "progress thread: microseconds between rounds of MPI_Test")
@@ -100,8 +101,9 @@ train:
   threads: {}
 ddp: {{timeout_s: 600, first_bucket_mb: {}, bucket_mb: {}}}
 log: {{level: warn}}
-)", a.hidden, a.depth, a.input, a.classes, a.batch * world, total_steps, a.threads, first_mb,
-                     bucket_mb);
+)",
+                     a.hidden, a.depth, a.input, a.classes, a.batch * world, total_steps, a.threads,
+                     first_mb, bucket_mb);
 }
 
 // One Trainer with everything it borrows.
@@ -147,7 +149,8 @@ int main(int argc, char** argv) {
     const Args a = parse_args(argc, argv);
     at::set_num_threads(static_cast<int>(a.threads));
     const auto timeout = std::chrono::seconds(600);
-    if (a.progress == "thread" && !mpi.start_progress_thread(std::chrono::microseconds(a.poll_us))) {
+    if (a.progress == "thread" &&
+        !mpi.start_progress_thread(std::chrono::microseconds(a.poll_us))) {
       throw std::invalid_argument("--progress thread: MPI did not provide MPI_THREAD_MULTIPLE");
     }
     auto world = mpi.world(timeout);
@@ -175,9 +178,9 @@ int main(int argc, char** argv) {
       for (auto* s : all) {
         s->steps(a.steps, /*timed=*/true);
         if (rank == 0) {
-          fmt::print(stderr, "round {} {}: median {:.1f} ms\n", r + 1, s->name,
-                     bench::median(std::vector<double>(s->step_s.end() - a.steps, s->step_s.end())) *
-                         1e3);
+          fmt::print(
+              stderr, "round {} {}: median {:.1f} ms\n", r + 1, s->name,
+              bench::median(std::vector<double>(s->step_s.end() - a.steps, s->step_s.end())) * 1e3);
         }
       }
     }

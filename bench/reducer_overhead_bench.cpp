@@ -63,7 +63,8 @@ struct Args {
 
 Args parse_args(int argc, char** argv) {
   Args a;
-  CLI::App app{"Step time of the Trainer (reducer, buckets, hooks, vote) vs a plain loop, world size 1"};
+  CLI::App app{
+      "Step time of the Trainer (reducer, buckets, hooks, vote) vs a plain loop, world size 1"};
   app.add_option("--device", a.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--hidden", a.hidden, "MLP width")->check(CLI::PositiveNumber);
   app.add_option("--depth", a.depth, "MLP hidden layers")->check(CLI::PositiveNumber);
@@ -128,25 +129,31 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
     at::set_num_threads(static_cast<int>(a.threads));
-    const c10::Device device = a.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+    const c10::Device device =
+        a.device == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
     const int64_t total = a.warmup + a.rounds * a.steps + 1;
-    const auto config = config::parse_config(fmt::format(R"(
+    const auto config = config::parse_config(
+        fmt::format(R"(
 model: {{name: mlp, hidden_dim: {}, depth: {}}}
 data: {{num_samples: {}, input_dim: {}, num_classes: 16, teacher_hidden: 64, seed: 7}}
 train: {{device: {}, global_batch_size: {}, micro_batch_size: {}, steps: {}, lr: 0.0001,
          warmup_steps: 0, grad_clip: 1.0, seed: 11}}
 ddp: {{timeout_s: 600}}
 log: {{level: warn}}
-)", a.hidden, a.depth, 4 * a.batch, a.input, a.device, a.batch, a.batch, total), "bench.yaml");
+)",
+                    a.hidden, a.depth, 4 * a.batch, a.input, a.device, a.batch, a.batch, total),
+        "bench.yaml");
     const auto dataset = data::make_dataset(config.data);
     const core::Shape shape = dataset->shape();
 
     auto control = mpi.self(std::chrono::seconds(600));
     const std::string backend = ddp::resolve_backend("auto", device, ddp::nccl_available());
-    auto data_comm = ddp::make_data_communicator(backend, device, *control, std::chrono::seconds(600));
+    auto data_comm =
+        ddp::make_data_communicator(backend, device, *control, std::chrono::seconds(600));
     at::manual_seed(config.train.seed);
     auto trainer_model = models::create_model(config.model, shape);
-    train::Trainer trainer(config.trainer_options(), *control, *data_comm, trainer_model, *dataset, device);
+    train::Trainer trainer(config.trainer_options(), *control, *data_comm, trainer_model, *dataset,
+                           device);
     at::manual_seed(config.train.seed);
     PlainLoop plain(models::create_model(config.model, shape), *dataset, device, a.batch, config);
 
@@ -174,17 +181,20 @@ log: {{level: warn}}
     for (int64_t r = 0; r < a.rounds; ++r) {
       run(true, a.steps, &t_trainer);
       run(false, a.steps, &t_plain);
-      fmt::print(stderr, "round {}: trainer {:.3f} ms, plain {:.3f} ms\n", r + 1,
-                 bench::median(std::vector<double>(t_trainer.end() - a.steps, t_trainer.end())) * 1e3,
-                 bench::median(std::vector<double>(t_plain.end() - a.steps, t_plain.end())) * 1e3);
+      fmt::print(
+          stderr, "round {}: trainer {:.3f} ms, plain {:.3f} ms\n", r + 1,
+          bench::median(std::vector<double>(t_trainer.end() - a.steps, t_trainer.end())) * 1e3,
+          bench::median(std::vector<double>(t_plain.end() - a.steps, t_plain.end())) * 1e3);
     }
     const double mt = bench::median(t_trainer), mp = bench::median(t_plain);
-    fmt::print("\nreducer_overhead_bench: {} ({}), mlp hidden {} depth {} input {} ({} params, "
-               "{:.1f} MiB of gradients in {} bucket(s)), batch {}, {} rounds x {} steps, medians\n\n",
-               a.device, backend, a.hidden, a.depth, a.input, n_params, n_params * 4 / 1048576.0,
-               trainer.reducer().layout().size(), a.batch, a.rounds, a.steps);
+    fmt::print(
+        "\nreducer_overhead_bench: {} ({}), mlp hidden {} depth {} input {} ({} params, "
+        "{:.1f} MiB of gradients in {} bucket(s)), batch {}, {} rounds x {} steps, medians\n\n",
+        a.device, backend, a.hidden, a.depth, a.input, n_params, n_params * 4 / 1048576.0,
+        trainer.reducer().layout().size(), a.batch, a.rounds, a.steps);
     fmt::print("| loop | median step | trainer / plain |\n|---|---:|---:|\n");
-    fmt::print("| trainer (reducer, {} all-reduce, vote) | {:.3f} ms | {:.3f} |\n", backend, mt * 1e3, mt / mp);
+    fmt::print("| trainer (reducer, {} all-reduce, vote) | {:.3f} ms | {:.3f} |\n", backend,
+               mt * 1e3, mt / mp);
     fmt::print("| plain (forward, backward, FusedAdamW) | {:.3f} ms | 1 |\n", mp * 1e3);
     return 0;
   } catch (const std::exception& e) {

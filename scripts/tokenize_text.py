@@ -43,7 +43,6 @@ import os
 import re
 import sys
 
-
 try:
     import numpy as np
 except ModuleNotFoundError:  # e.g. the system python3: run again under the project's Python

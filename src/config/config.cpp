@@ -101,8 +101,7 @@ class Loader {
       const std::string name = section.first.Scalar();
       if (std::find(known_sections.begin(), known_sections.end(), name) == known_sections.end()) {
         error(at, fmt::format("unknown section '{}'{}; sections are: {}", name,
-                              suggestion(name, known_sections),
-                              fmt::join(known_sections, ", ")));
+                              suggestion(name, known_sections), fmt::join(known_sections, ", ")));
         continue;
       }
       if (section.second.IsNull()) continue;

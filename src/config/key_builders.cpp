@@ -75,16 +75,18 @@ KeyDef integer(std::string path, Access<int64_t> access, std::string def, int64_
                std::string description) {
   const bool required = def.empty();
   const bool open_ended = hi == kMax;
-  return {std::move(path), "integer", std::move(def),
+  return {std::move(path),
+          "integer",
+          std::move(def),
           open_ended ? fmt::format(">= {}", lo) : fmt::format("{} .. {}", lo, hi),
-          std::move(description), required,
+          std::move(description),
+          required,
           [=](Config& c, const YAML::Node& n) {
             const int64_t v = parse_int(n);
             if (v < lo || v > hi) {
-              throw ValueError(open_ended
-                                   ? fmt::format("{} is out of range: must be >= {}", v, lo)
-                                   : fmt::format("{} is out of range: must be in {} .. {}", v, lo,
-                                                 hi));
+              throw ValueError(
+                  open_ended ? fmt::format("{} is out of range: must be >= {}", v, lo)
+                             : fmt::format("{} is out of range: must be in {} .. {}", v, lo, hi));
             }
             access(c) = v;
           },
@@ -92,7 +94,12 @@ KeyDef integer(std::string path, Access<int64_t> access, std::string def, int64_
 }
 
 KeyDef seed(std::string path, Access<uint64_t> access, std::string def, std::string description) {
-  return {std::move(path), "integer", std::move(def), "0 .. 2^63-1", std::move(description), false,
+  return {std::move(path),
+          "integer",
+          std::move(def),
+          "0 .. 2^63-1",
+          std::move(description),
+          false,
           [=](Config& c, const YAML::Node& n) {
             const int64_t v = parse_int(n);
             if (v < 0) throw ValueError(fmt::format("{} is out of range: must be >= 0", v));
@@ -106,7 +113,12 @@ KeyDef real(std::string path, Access<double> access, std::string def, double lo,
   const std::string range = fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo,
                                         std::isinf(hi) ? "inf" : fmt::format("{}", hi),
                                         hi_open || std::isinf(hi) ? ")" : "]");
-  return {std::move(path), "number", std::move(def), range, std::move(description), false,
+  return {std::move(path),
+          "number",
+          std::move(def),
+          range,
+          std::move(description),
+          false,
           [=](Config& c, const YAML::Node& n) {
             const double v = parse_real(n);
             const bool below = lo_open ? v <= lo : v < lo;
@@ -120,7 +132,12 @@ KeyDef real(std::string path, Access<double> access, std::string def, double lo,
 }
 
 KeyDef boolean(std::string path, Access<bool> access, std::string def, std::string description) {
-  return {std::move(path), "boolean", std::move(def), "true | false", std::move(description), false,
+  return {std::move(path),
+          "boolean",
+          std::move(def),
+          "true | false",
+          std::move(description),
+          false,
           [=](Config& c, const YAML::Node& n) {
             const std::string& v = scalar(n, "true or false");
             if (v == "true" || v == "True" || v == "yes") {
@@ -136,8 +153,12 @@ KeyDef boolean(std::string path, Access<bool> access, std::string def, std::stri
 
 KeyDef text(std::string path, Access<std::string> access, std::string def,
             std::string description) {
-  return {std::move(path), "string", def.empty() ? "\"\"" : std::move(def), "",
-          std::move(description), false,
+  return {std::move(path),
+          "string",
+          def.empty() ? "\"\"" : std::move(def),
+          "",
+          std::move(description),
+          false,
           [=](Config& c, const YAML::Node& n) {
             access(c) = n.IsNull() ? std::string() : scalar(n, "a string");
           },
@@ -166,7 +187,12 @@ KeyDef checked_text(std::string path, Access<std::string> access, std::string de
 
 KeyDef text_list(std::string path, Access<std::vector<std::string>> access, std::string def,
                  std::string description) {
-  return {std::move(path), "list", std::move(def), "of strings", std::move(description), false,
+  return {std::move(path),
+          "list",
+          std::move(def),
+          "of strings",
+          std::move(description),
+          false,
           [=](Config& c, const YAML::Node& n) {
             if (!n.IsSequence()) {
               throw ValueError(fmt::format("expected a list like [a, b], got {}", kind_of(n)));
@@ -184,8 +210,12 @@ KeyDef text_list(std::string path, Access<std::vector<std::string>> access, std:
 
 KeyDef integer_or_auto(std::string path, Access<int64_t> access, std::string def,
                        std::string description) {
-  return {std::move(path), "integer | auto", std::move(def), ">= 1 or auto",
-          std::move(description), false,
+  return {std::move(path),
+          "integer | auto",
+          std::move(def),
+          ">= 1 or auto",
+          std::move(description),
+          false,
           [=](Config& c, const YAML::Node& n) {
             if (n.IsScalar() && n.Scalar() == "auto") {
               access(c) = 0;
@@ -211,8 +241,12 @@ KeyDef integer_or_auto(std::string path, Access<int64_t> access, std::string def
 KeyDef choice(std::string path, Access<std::string> access, std::string def,
               std::vector<std::string> options, std::string description) {
   const bool required = def.empty();
-  return {std::move(path), "choice", std::move(def), fmt::format("{}", fmt::join(options, " | ")),
-          std::move(description), required,
+  return {std::move(path),
+          "choice",
+          std::move(def),
+          fmt::format("{}", fmt::join(options, " | ")),
+          std::move(description),
+          required,
           [=](Config& c, const YAML::Node& n) { access(c) = options[choice_index(n, options)]; },
           [=](const Config& c) { return field(access, c); }};
 }

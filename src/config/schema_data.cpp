@@ -66,8 +66,7 @@ std::vector<KeyDef> data_keys() {
       real("data.label_noise", FIELD(data.label_noise), "0.0", 0.0, 1.0, false, false,
            "fraction of synthetic labels replaced at random"),
       seed("data.seed", FIELD(data.seed), "1234",
-           "seed of the synthetic data, MovieLens negatives, image crops and noise")
-  };
+           "seed of the synthetic data, MovieLens negatives, image crops and noise")};
 }
 
 }  // namespace config::schema

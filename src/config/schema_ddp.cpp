@@ -32,8 +32,7 @@ std::vector<KeyDef> ddp_keys() {
                   "Open MPI does by itself)"),
       real("ddp.mpi_poll_us", FIELD(ddp.mpi_poll_us), "50", 1.0, 1e6, false, false,
            "ddp.mpi_progress: thread: microseconds between the progress thread's rounds of "
-           "MPI_Test while the training thread computes")
-  };
+           "MPI_Test while the training thread computes")};
 }
 
 }  // namespace config::schema

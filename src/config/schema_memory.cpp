@@ -31,8 +31,7 @@ std::vector<KeyDef> memory_keys() {
            "train.micro_batch_size auto: the largest micro-batch whose estimated peak fits this "
            "share of the device (or CPU budget)"),
       real("memory.high_watermark", FIELD(memory.high_watermark), "0.92", 0.0, 1.0, true, false,
-           "warn when a rank uses more than this share of its device (or CPU budget)")
-  };
+           "warn when a rank uses more than this share of its device (or CPU budget)")};
 }
 
 }  // namespace config::schema

@@ -57,8 +57,7 @@ std::vector<KeyDef> model_keys() {
               "cnn: feature channels of the residual blocks"),
       integer("model.num_blocks", FIELD(model.num_blocks), "8", 0, 1024, "cnn: residual blocks"),
       enum_choice("model.loss", FIELD(model.loss), "l1", models::kCnnLossNames,
-                  "cnn: loss against the clean image")
-  };
+                  "cnn: loss against the clean image")};
 }
 
 }  // namespace config::schema

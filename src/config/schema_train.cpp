@@ -39,8 +39,7 @@ std::vector<KeyDef> run_keys() {
       integer("train.eval_every", FIELD(train.eval_every), "0", 0, kMax,
               "log validation metrics every N steps (0: after the last step only): the loss on "
               "the validation split (tokens, csv, images; PSNR too for images), HR@10 and "
-              "NDCG@10 (movielens)")
-  };
+              "NDCG@10 (movielens)")};
 }
 
 // Numerics and speed: precision and fp16's loss scaling, TF32, cuDNN, memory format, graphs.
@@ -77,8 +76,7 @@ std::vector<KeyDef> numerics_keys() {
       boolean("train.cuda_graphs", FIELD(train.cuda_graphs), "false",
               "CUDA: capture forward + backward of a micro-batch as a CUDA graph after warm-up "
               "and replay it (launch overhead gone); falls back to eager, saying why, where "
-              "capture cannot work")
-  };
+              "capture cannot work")};
 }
 
 // What the run reports beside the loss: MFU, text samples, evaluation.
@@ -100,8 +98,7 @@ std::vector<KeyDef> report_keys() {
       integer("train.sample_top_k", FIELD(train.sample_top_k), "200", 0, kMax,
               "gpt: the samples draw among the K most likely tokens (0: all)"),
       integer("train.eval_samples", FIELD(train.eval_samples), "1024", 0, kMax,
-              "validation samples evaluated each time, the first of the split (0: all)")
-  };
+              "validation samples evaluated each time, the first of the split (0: all)")};
 }
 
 }  // namespace
@@ -124,8 +121,7 @@ std::vector<KeyDef> checkpoint_keys() {
               "is complete (0: keep all)"),
       text("checkpoint.resume", FIELD(checkpoint.resume), "",
            "resume from this checkpoint file; 'auto': the newest in checkpoint.dir that "
-           "verifies, if any (empty: start fresh)")
-  };
+           "verifies, if any (empty: start fresh)")};
 }
 
 std::vector<KeyDef> log_keys() {
@@ -151,8 +147,7 @@ std::vector<KeyDef> log_keys() {
       integer("log.profile_from", FIELD(log.profile_from), "3", 1, kMax,
               "first step of the profiler trace (the first steps warm up allocators and caches)"),
       integer("log.profile_steps", FIELD(log.profile_steps), "5", 1, 10000,
-              "number of steps in the profiler trace")
-  };
+              "number of steps in the profiler trace")};
 }
 
 }  // namespace config::schema

@@ -57,15 +57,18 @@ int64_t column_of(const std::vector<std::string>& header, const std::string& nam
 CsvSeries read_csv_series(const std::string& path, const std::vector<std::string>& features,
                           const std::vector<std::string>& targets, double val_fraction) {
   std::ifstream in(path);
-  if (!in) throw DataError(fmt::format("{}: cannot open the CSV file: {}", path, std::strerror(errno)));
+  if (!in)
+    throw DataError(fmt::format("{}: cannot open the CSV file: {}", path, std::strerror(errno)));
   std::string line;
   if (!std::getline(in, line) || trim(line).empty()) {
-    throw DataError(fmt::format("{}: empty: a CSV time series needs a header row and data rows", path));
+    throw DataError(
+        fmt::format("{}: empty: a CSV time series needs a header row and data rows", path));
   }
   const std::vector<std::string> header = split(line);
   if (targets.empty()) {
-    throw DataError(fmt::format("data.targets: name the column(s) of {} to predict; the header has: {}",
-                                path, fmt::join(header, ", ")));
+    throw DataError(
+        fmt::format("data.targets: name the column(s) of {} to predict; the header has: {}", path,
+                    fmt::join(header, ", ")));
   }
   std::vector<std::vector<std::string>> rows;
   std::vector<int64_t> line_of;
@@ -118,8 +121,8 @@ CsvSeries read_csv_series(const std::string& path, const std::vector<std::string
   }
   s.train_rows = n - static_cast<int64_t>(std::llround(val_fraction * static_cast<double>(n)));
   if (s.train_rows < 1) {
-    throw DataError(fmt::format("{}: {} rows leave no training rows with data.val_fraction = {}", path,
-                                n, val_fraction));
+    throw DataError(fmt::format("{}: {} rows leave no training rows with data.val_fraction = {}",
+                                path, n, val_fraction));
   }
   const at::Tensor train = values.narrow(0, 0, s.train_rows);
   s.mean = train.mean(0);
@@ -133,11 +136,13 @@ CsvSeries read_csv_series(const std::string& path, const std::vector<std::string
 
 CsvSeriesDataset::CsvSeriesDataset(std::shared_ptr<const CsvSeries> series, int64_t begin,
                                    int64_t end, int64_t window, int64_t horizon,
-                                   const std::string& path, std::shared_ptr<const Dataset> validation)
+                                   const std::string& path,
+                                   std::shared_ptr<const Dataset> validation)
     : series_(std::move(series)), begin_(begin), end_(end), window_(window), horizon_(horizon),
       validation_(std::move(validation)) {
   if (window < 1 || horizon < 1) {
-    throw DataError(fmt::format("data.window ({}) and data.horizon ({}) must be positive", window, horizon));
+    throw DataError(
+        fmt::format("data.window ({}) and data.horizon ({}) must be positive", window, horizon));
   }
   if (size() < 1) {
     throw DataError(fmt::format(

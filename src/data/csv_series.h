@@ -26,11 +26,11 @@
 namespace data {
 
 struct CsvSeries {
-  std::vector<std::string> columns;  // the used columns: features first, then targets
+  std::vector<std::string> columns;    // the used columns: features first, then targets
   std::vector<int64_t> feature_index;  // into `columns`
   std::vector<int64_t> target_index;   // into `columns`
-  at::Tensor values;  // float [rows, columns.size()], normalised
-  at::Tensor mean;    // per used column, over the training rows
+  at::Tensor values;                   // float [rows, columns.size()], normalised
+  at::Tensor mean;                     // per used column, over the training rows
   at::Tensor std;
   int64_t train_rows = 0;
 };

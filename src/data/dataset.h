@@ -17,9 +17,9 @@ namespace data {
 // One sample batch on the host, in index order. Dim 0 is the sample; the rest depends on the data:
 //   synthetic   inputs float [n, input_dim]          targets int64 [n] class ids
 //   movielens   inputs int64 [n, 3] (user, pos, neg)  targets int64 [n] zeros
-//   tokens      inputs int64 [n, context]             targets int64 [n, context] (inputs shifted by 1)
-//   csv         inputs float [n, window, features]    targets float [n, horizon, targets]
-//   images      inputs float [n, C, p/scale, p/scale] targets float [n, C, p, p], values in [0, 1]
+//   tokens      inputs int64 [n, context]             targets int64 [n, context] (inputs shifted by
+//   1) csv         inputs float [n, window, features]    targets float [n, horizon, targets] images
+//   inputs float [n, C, p/scale, p/scale] targets float [n, C, p, p], values in [0, 1]
 struct Batch {
   at::Tensor inputs;
   at::Tensor targets;
@@ -70,7 +70,8 @@ struct DataOptions {
   // tokens
   int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
   int64_t vocab_size = 0;  // token ids must be below this
-  std::string tokenizer;   // auto | bytes | gpt2 | a tokenizer.json: the ids' encoding (data/tokenizer.h)
+  std::string
+      tokenizer;  // auto | bytes | gpt2 | a tokenizer.json: the ids' encoding (data/tokenizer.h)
   // csv
   std::vector<std::string> features;  // input columns (empty: every numeric column, targets too)
   std::vector<std::string> targets;   // predicted columns

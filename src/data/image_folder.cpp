@@ -36,7 +36,8 @@ bool is_directory(const std::string& path) {
 bool ends_with_png(const std::string& name) {
   if (name.size() <= 4) return false;
   std::string ext = name.substr(name.size() - 4);
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext == ".png";
 }
 
@@ -48,7 +49,8 @@ std::vector<std::string> png_files(const std::string& key, const std::string& di
   }
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) {
-    throw DataError(fmt::format("{}: cannot open the directory {}: {}", key, dir, std::strerror(errno)));
+    throw DataError(
+        fmt::format("{}: cannot open the directory {}: {}", key, dir, std::strerror(errno)));
   }
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d)) {
@@ -79,15 +81,18 @@ void check_params(const ImageFolderDataset::Params& p) {
   if (p.scale != 1 && p.scale != 2 && p.scale != 4) {
     throw DataError(fmt::format("data.scale must be 1, 2 or 4, got {}", p.scale));
   }
-  if (p.patch_size < 1) throw DataError(fmt::format("data.patch_size must be positive, got {}", p.patch_size));
+  if (p.patch_size < 1)
+    throw DataError(fmt::format("data.patch_size must be positive, got {}", p.patch_size));
   if (p.patch_size % p.scale != 0) {
     throw DataError(fmt::format("data.patch_size = {} is not a multiple of data.scale = {}",
                                 p.patch_size, p.scale));
   }
   if (p.crops_per_image < 1) {
-    throw DataError(fmt::format("data.crops_per_image must be positive, got {}", p.crops_per_image));
+    throw DataError(
+        fmt::format("data.crops_per_image must be positive, got {}", p.crops_per_image));
   }
-  if (p.noise_std < 0.0) throw DataError(fmt::format("data.noise_std must be >= 0, got {}", p.noise_std));
+  if (p.noise_std < 0.0)
+    throw DataError(fmt::format("data.noise_std must be >= 0, got {}", p.noise_std));
 }
 
 }  // namespace
@@ -103,8 +108,9 @@ ImageFolderDataset::ImageFolderDataset(std::vector<std::string> files, Params pa
     Image im{f, static_cast<int64_t>(image.width), static_cast<int64_t>(image.height)};
     png_image_free(&image);
     if (im.width < params_.patch_size || im.height < params_.patch_size) {
-      throw DataError(fmt::format("{}: the image is {}x{} pixels, smaller than data.patch_size = {}",
-                                  f, im.width, im.height, params_.patch_size));
+      throw DataError(
+          fmt::format("{}: the image is {}x{} pixels, smaller than data.patch_size = {}", f,
+                      im.width, im.height, params_.patch_size));
     }
     images_.push_back(std::move(im));
   }
@@ -153,7 +159,8 @@ Batch ImageFolderDataset::get(const at::Tensor& indices) const {
 
     png_image image;
     begin_read(im.path, image);
-    if (static_cast<int64_t>(image.width) != im.width || static_cast<int64_t>(image.height) != im.height) {
+    if (static_cast<int64_t>(image.width) != im.width ||
+        static_cast<int64_t>(image.height) != im.height) {
       png_image_free(&image);
       throw DataError(fmt::format("{}: the image changed since it was opened ({}x{}, now {}x{})",
                                   im.path, im.width, im.height, image.width, image.height));
@@ -169,21 +176,23 @@ Batch ImageFolderDataset::get(const at::Tensor& indices) const {
 
     // The crop, HWC uint8 -> CHW float in [0, 1].
     at::Tensor whole = at::from_blob(pixels.data(), {im.height, im.width, 3}, at::kByte);
-    at::Tensor target = whole.narrow(0, y0, p).narrow(1, x0, p).permute({2, 0, 1})
-                            .to(at::kFloat).div_(255.0f);
+    at::Tensor target =
+        whole.narrow(0, y0, p).narrow(1, x0, p).permute({2, 0, 1}).to(at::kFloat).div_(255.0f);
     targets[k].copy_(target);
 
     if (params_.scale == 1) {
       at::Tensor input = target;
       if (params_.noise_std > 0.0) {
         auto gen = at::make_generator<at::CPUGeneratorImpl>(sample_hash(params_.seed, i));
-        at::Tensor noise = at::normal(0.0, params_.noise_std, {3, p, p}, gen, at::TensorOptions(at::kFloat));
+        at::Tensor noise =
+            at::normal(0.0, params_.noise_std, {3, p, p}, gen, at::TensorOptions(at::kFloat));
         input = (target + noise).clamp_(0.0, 1.0);
       }
       inputs[k].copy_(input);
     } else {
       inputs[k].copy_(at::avg_pool2d(target.unsqueeze(0), {params_.scale, params_.scale},
-                                     {params_.scale, params_.scale}).squeeze(0));
+                                     {params_.scale, params_.scale})
+                          .squeeze(0));
     }
   }
   return {inputs, targets};
@@ -203,7 +212,8 @@ std::unique_ptr<Dataset> make_image_dataset(const DataOptions& o) {
   if (!o.val_path.empty()) {
     validation = png_files("data.val_path", o.val_path);
   } else if (o.val_fraction > 0.0 && train.size() >= 2) {
-    auto held = static_cast<size_t>(std::llround(o.val_fraction * static_cast<double>(train.size())));
+    auto held =
+        static_cast<size_t>(std::llround(o.val_fraction * static_cast<double>(train.size())));
     held = std::clamp<size_t>(held, 1, train.size() - 1);
     validation.assign(train.end() - static_cast<std::ptrdiff_t>(held), train.end());
     train.resize(train.size() - held);

@@ -57,9 +57,8 @@ void Loader::restart_locked(int64_t step) {
 void Loader::work() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    wake_workers_.wait(lock, [&] {
-      return stopping_ || next_to_schedule_ <= current_ + options_.prefetch;
-    });
+    wake_workers_.wait(
+        lock, [&] { return stopping_ || next_to_schedule_ <= current_ + options_.prefetch; });
     if (stopping_) return;
     const int64_t step = next_to_schedule_++;
     slots_[step];  // scheduled

@@ -89,7 +89,7 @@ class Loader {
   int64_t next_to_schedule_ = 0;
   Batch current_batch_;
   bool stopping_ = false;
-  double waited_s_ = 0;             // consumer thread only
+  double waited_s_ = 0;  // consumer thread only
   mutable std::atomic<int64_t> reads_{0};
   std::vector<std::thread> threads_;
 };

@@ -19,8 +19,8 @@ SyntheticClassification::SyntheticClassification(const DataOptions& o)
   targets_ = at::tanh(inputs_.matmul(w1)).matmul(w2).argmax(1);
   if (o.label_noise > 0) {
     const auto flip = at::rand({o.num_samples}, gen, f32) < o.label_noise;
-    const auto random = at::randint(o.num_classes, {o.num_samples}, gen,
-                                    at::TensorOptions().dtype(at::kLong));
+    const auto random =
+        at::randint(o.num_classes, {o.num_samples}, gen, at::TensorOptions().dtype(at::kLong));
     targets_ = at::where(flip, random, targets_);
   }
 }

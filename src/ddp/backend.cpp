@@ -15,7 +15,8 @@ std::string resolve_backend(const std::string& requested, c10::Device device, bo
     if (!device.is_cuda()) {
       throw std::invalid_argument(fmt::format(
           "ddp.backend: 'nccl' reduces CUDA tensors, but this rank trains on {}; use ddp.backend: "
-          "auto or mpi, or train.device: cuda", device.str()));
+          "auto or mpi, or train.device: cuda",
+          device.str()));
     }
     if (!nccl_built) {
       throw std::invalid_argument("ddp.backend: 'nccl', but this trainer was built without NCCL");

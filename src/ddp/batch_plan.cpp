@@ -17,7 +17,8 @@ BatchPlan BatchPlan::make(int64_t global_batch, int world_size, int rank, int64_
     throw PlanError(fmt::format("invalid rank {} of world size {}", rank, world_size));
   }
   if (global_batch < 1) {
-    throw PlanError(fmt::format("train.global_batch_size must be at least 1, got {}", global_batch));
+    throw PlanError(
+        fmt::format("train.global_batch_size must be at least 1, got {}", global_batch));
   }
   if (global_batch < world_size) {
     throw PlanError(fmt::format(

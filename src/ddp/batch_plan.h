@@ -14,10 +14,10 @@ struct BatchPlan {
   int64_t global_batch = 0;
   int world_size = 1;
   int rank = 0;
-  int64_t per_rank = 0;      // samples this rank takes from each global batch
-  int64_t offset = 0;        // where its slice starts within the global batch
-  int64_t micro_batch = 0;   // largest micro-batch
-  bool micro_clamped = false;  // the requested micro-batch exceeded per_rank and was clamped
+  int64_t per_rank = 0;              // samples this rank takes from each global batch
+  int64_t offset = 0;                // where its slice starts within the global batch
+  int64_t micro_batch = 0;           // largest micro-batch
+  bool micro_clamped = false;        // the requested micro-batch exceeded per_rank and was clamped
   std::vector<int64_t> micro_sizes;  // in order; they sum to per_rank
 
   int64_t accumulation() const { return static_cast<int64_t>(micro_sizes.size()); }

@@ -8,8 +8,8 @@
 // from then on: it tests its requests (MPI_Test is where Open MPI copies the fragments and runs
 // the collective's next round) every `poll` interval while any are pending and the training
 // thread computes, back to back while the training thread waits for one, and sleeps on a
-// condition variable when none are pending. The training thread never tests a request it handed over
-// (MPI forbids testing one request from two threads); it reads the request's `done` flag or
+// condition variable when none are pending. The training thread never tests a request it handed
+// over (MPI forbids testing one request from two threads); it reads the request's `done` flag or
 // waits for it on the condition variable, with its own deadline.
 //
 // Contract: start() once, after MPI_Init_thread provided MPI_THREAD_MULTIPLE; stop() before
@@ -60,10 +60,10 @@ class MpiProgress {
 
   std::chrono::microseconds poll_;
   std::mutex mutex_;
-  std::condition_variable work_;  // new requests, or stop
-  std::condition_variable done_;  // some request completed
+  std::condition_variable work_;                          // new requests, or stop
+  std::condition_variable done_;                          // some request completed
   std::vector<std::shared_ptr<PendingRequest>> pending_;  // under mutex_
-  bool stop_ = false;                                      // under mutex_
+  bool stop_ = false;                                     // under mutex_
   std::atomic<int> waiters_{0};  // training threads blocked in wait_until: poll without pausing
   std::thread thread_;
 };

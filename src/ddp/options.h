@@ -21,15 +21,15 @@ enum class MpiProgressMode { kThread, kCaller };
 inline constexpr std::array<const char*, 2> kMpiProgressModeNames = {"thread", "caller"};
 
 struct DdpOptions {
-  std::string backend;           // auto | nccl | mpi
-  double timeout_s = 0;          // deadline of every collective
-  double first_bucket_mb = 0;    // cap of the first gradient bucket
-  double bucket_mb = 0;          // cap of the other buckets
+  std::string backend;         // auto | nccl | mpi
+  double timeout_s = 0;        // deadline of every collective
+  double first_bucket_mb = 0;  // cap of the first gradient bucket
+  double bucket_mb = 0;        // cap of the other buckets
   bool find_unused_parameters = false;
-  ReduceDtype reduce_dtype{};    // fp32 | bf16: dtype of the gradient all-reduce
-  ShardMode shard{};             // none | optimizer | gradients (ddp/shard.h)
+  ReduceDtype reduce_dtype{};      // fp32 | bf16: dtype of the gradient all-reduce
+  ShardMode shard{};               // none | optimizer | gradients (ddp/shard.h)
   MpiProgressMode mpi_progress{};  // thread | caller (ddp/mpi_progress.h)
-  double mpi_poll_us = 0;        // the progress thread's pause between rounds of MPI_Test
+  double mpi_poll_us = 0;          // the progress thread's pause between rounds of MPI_Test
 };
 
 }  // namespace ddp

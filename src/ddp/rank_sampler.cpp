@@ -22,7 +22,8 @@ at::Tensor RankSampler::indices(int64_t step, int64_t offset, int64_t count) {
   const int64_t epoch = step / steps_per_epoch_;
   if (epoch != epoch_) {
     // Distinct, well-mixed seeds per epoch (splitmix64 constant).
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ + 0x9E3779B97F4A7C15ULL * (epoch + 1));
+    auto gen =
+        at::make_generator<at::CPUGeneratorImpl>(seed_ + 0x9E3779B97F4A7C15ULL * (epoch + 1));
     // Into the same storage every epoch: the permutation is a loader buffer allocated once
     // (docs/DESIGN.md, "The OOM protocol"), not a new N x 8 bytes at each epoch boundary.
     if (!permutation_.defined()) permutation_ = at::empty({dataset_size_}, at::kLong);

@@ -43,9 +43,11 @@ ShardFootprint shard_footprint(const std::vector<BucketLayout>& layout, int worl
         f.gradients += bucket.numel * (elem + wire_elem);
         f.optimizer_state += 2 * bucket.numel * elem;
         break;
-      case ShardMode::kOptimizer:  // the full buckets stay; the blocks are extra (one rank: the same)
+      case ShardMode::kOptimizer:  // the full buckets stay; the blocks are extra (one rank: the
+                                   // same)
         f.parameters += s.padded * elem;
-        f.gradients += s.padded * (elem + wire_elem) + (world > 1 ? s.size * (elem + wire_elem) : 0);
+        f.gradients +=
+            s.padded * (elem + wire_elem) + (world > 1 ? s.size * (elem + wire_elem) : 0);
         f.optimizer_state += 2 * s.size * elem;
         break;
       case ShardMode::kGradients:  // the blocks only

@@ -45,22 +45,23 @@ void log_banner(const Startup& s) {
   for (const auto& p : s.model->parameters()) n_params += p.numel();
   const auto hosts = ddp::all_gather_strings(*s.control, launch.hostname);
   const auto lines = ddp::all_gather_strings(
-      *s.control, fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {} on {}  batch {}",
-                              s.rank, launch.hostname, launch.local_rank, launch.local_size,
-                              s.binding.description, s.threads, s.cpus.describe(),
-                              trainer.plan().describe()));
-  spdlog::info("trainer 0.1.0 (LibTorch {}), {}: {} rank(s) on {} node(s), backend {}",
-               TORCH_VERSION,
-               launch.launcher == "none" ? "started without a launcher" : "launched by " + launch.launcher,
-               launch.world_size, count_nodes(hosts), s.data_comm->backend());
+      *s.control,
+      fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {} on {}  batch {}",
+                  s.rank, launch.hostname, launch.local_rank, launch.local_size,
+                  s.binding.description, s.threads, s.cpus.describe(), trainer.plan().describe()));
+  spdlog::info(
+      "trainer 0.1.0 (LibTorch {}), {}: {} rank(s) on {} node(s), backend {}", TORCH_VERSION,
+      launch.launcher == "none" ? "started without a launcher" : "launched by " + launch.launcher,
+      launch.world_size, count_nodes(hosts), s.data_comm->backend());
   const auto& buckets = trainer.reducer().layout();
   int64_t bucket_bytes = 0;
   for (const auto& b : buckets) bucket_bytes += b.bytes();
   spdlog::info("gradients: {} bucket(s), {:.2f} MiB (first {:.2f} MiB, cap {} MiB)", buckets.size(),
                bucket_bytes / 1048576.0, buckets.empty() ? 0.0 : buckets[0].bytes() / 1048576.0,
                config.ddp.bucket_mb);
-  spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}", config.model.name,
-               n_params, config.data.dataset, s.dataset->size(), config.train.global_batch_size);
+  spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}",
+               config.model.name, n_params, config.data.dataset, s.dataset->size(),
+               config.train.global_batch_size);
   for (const auto& line : lines) spdlog::info("{}", line);
   spdlog::info("precision {}; {}", train::to_string(config.train.precision), s.device_flags);
   spdlog::info("memory plan (rank 0, ddp.shard: {}): {}", ddp::to_string(trainer.shard_mode()),

@@ -23,8 +23,8 @@ std::string read_first_line(const char* path) {
 // The CPUs this job may use on the node: the cgroup's effective cpuset (v2, then v1), else the
 // online CPUs.
 std::vector<int> node_cpus() {
-  for (const char* path : {"/sys/fs/cgroup/cpuset.cpus.effective",
-                           "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"}) {
+  for (const char* path :
+       {"/sys/fs/cgroup/cpuset.cpus.effective", "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"}) {
     if (auto cpus = parse_cpu_list(read_first_line(path)); !cpus.empty()) return cpus;
   }
   return parse_cpu_list(read_first_line("/sys/devices/system/cpu/online"));
@@ -120,8 +120,8 @@ CpuBinding bind_cpus(int local_rank, int local_size, int64_t threads_setting) {
     if (sched_setaffinity(0, sizeof(set), &set) != 0) {
       throw std::runtime_error(fmt::format(
           "local rank {}: cannot bind to cpus {}: {} (set train.threads to keep the launcher's "
-          "binding, cpus {})", local_rank, format_cpu_list(b.cpus), std::strerror(errno),
-          format_cpu_list(b.launcher)));
+          "binding, cpus {})",
+          local_rank, format_cpu_list(b.cpus), std::strerror(errno), format_cpu_list(b.launcher)));
     }
   }
   return b;

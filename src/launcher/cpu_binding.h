@@ -19,10 +19,10 @@
 namespace launcher {
 
 struct CpuBinding {
-  std::vector<int> cpus;      // the rank's CPUs in the end
-  std::vector<int> launcher;  // what the launcher gave (sched_getaffinity at start)
-  bool rebound = false;       // the rank widened its binding to its share
-  int threads = 1;            // at::set_num_threads
+  std::vector<int> cpus;         // the rank's CPUs in the end
+  std::vector<int> launcher;     // what the launcher gave (sched_getaffinity at start)
+  bool rebound = false;          // the rank widened its binding to its share
+  int threads = 1;               // at::set_num_threads
   std::string describe() const;  // "cpus 0-3" or "cpus 0-1 (rebound from 0: ...)"
 };
 

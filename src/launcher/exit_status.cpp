@@ -61,8 +61,7 @@ constexpr ExitRule kAbort[] = {
 std::string message_of(MessageForm form, const std::exception& e, const char* doing) {
   const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
   switch (form) {
-    case MessageForm::kWhat:
-      break;
+    case MessageForm::kWhat: break;
     case MessageForm::kWithoutBacktrace:
       if (c10_error != nullptr) return c10_error->what_without_backtrace();
       break;
@@ -94,7 +93,8 @@ void print_error(int rank, const std::string& message) {
 std::optional<ExitStatus> exit_status(std::span<const ExitRule> rules, const std::exception& e,
                                       const char* doing) {
   for (const ExitRule& rule : rules) {
-    if (rule.matches(e)) return ExitStatus{rule.code, message_of(rule.form, e, doing), rule.barrier};
+    if (rule.matches(e))
+      return ExitStatus{rule.code, message_of(rule.form, e, doing), rule.barrier};
   }
   return std::nullopt;
 }

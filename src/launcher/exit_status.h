@@ -4,7 +4,8 @@
 //
 // Three moments, one table each (the first row whose type matches wins, so derived types come
 // before their bases):
-// - startup_rules(): an error in a start-up phase. Every rank votes on it (launcher/startup.h), so a
+// - startup_rules(): an error in a start-up phase. Every rank votes on it (launcher/startup.h), so
+// a
 //   user mistake on one rank ends every rank with exit code 2 and one message. The same table
 //   ends what runs in one process, with nothing to vote with: the commands beside training
 //   (--generate, --export-hf; launcher/generate_command.h) and what fails before MPI starts.
@@ -32,7 +33,8 @@ struct ExitRule {
   bool (*matches)(const std::exception&);
   int code;
   MessageForm form;
-  const char* barrier = nullptr;  // agreed_run_rules(): the barrier the ranks meet at before exiting
+  const char* barrier =
+      nullptr;  // agreed_run_rules(): the barrier the ranks meet at before exiting
 };
 
 struct ExitStatus {

@@ -139,11 +139,11 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
     use_device(c10::Device(c10::kCPU), config.memory, 0);  // exported from the CPU
     const Loaded loaded = load_model(config, "--export-hf");
     if (loaded.weights.empty()) {
-      throw std::invalid_argument(fmt::format(
-          "--export-hf: no weights to export: no checkpoint in checkpoint.dir ({}), "
-          "checkpoint.resume ({}) and model.init_from are not set",
-          config.checkpoint.dir.empty() ? "not set" : config.checkpoint.dir,
-          config.checkpoint.resume.empty() ? "" : config.checkpoint.resume));
+      throw std::invalid_argument(
+          fmt::format("--export-hf: no weights to export: no checkpoint in checkpoint.dir ({}), "
+                      "checkpoint.resume ({}) and model.init_from are not set",
+                      config.checkpoint.dir.empty() ? "not set" : config.checkpoint.dir,
+                      config.checkpoint.resume.empty() ? "" : config.checkpoint.resume));
     }
     models::export_hf_gpt2(*loaded.model, dir);
     say(fmt::format("wrote {}/config.json and {}/model.safetensors from {} (load with "

@@ -41,5 +41,4 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir);
 
-
 }  // namespace launcher

@@ -25,8 +25,8 @@ std::optional<int> read_int(const EnvLookup& env, const char* name) {
   int v = 0;
   auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), v);
   if (ec != std::errc() || end != value->data() + value->size() || v < 0) {
-    throw LaunchError(fmt::format("the launcher variable {}='{}' is not a non-negative integer",
-                                  name, *value));
+    throw LaunchError(
+        fmt::format("the launcher variable {}='{}' is not a non-negative integer", name, *value));
   }
   return v;
 }
@@ -34,17 +34,28 @@ std::optional<int> read_int(const EnvLookup& env, const char* name) {
 std::optional<Expected> detect(const EnvLookup& env) {
   // Order matters: mpirun inside a SLURM allocation also inherits SLURM_* of the batch step.
   if (env("OMPI_COMM_WORLD_RANK")) {
-    return Expected{"mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                    "the trainer was built against a different MPI than the mpirun that started it"};
+    return Expected{
+        "mpirun",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "the trainer was built against a different MPI than the mpirun that started it"};
   }
   if (env("PMI_RANK")) {
-    return Expected{"mpiexec (MPICH)", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+    return Expected{"mpiexec (MPICH)",
+                    "PMI_RANK",
+                    "PMI_SIZE",
+                    "MPI_LOCALRANKID",
+                    "MPI_LOCALNRANKS",
                     "the trainer is built against Open MPI; start it with Open MPI's mpirun"};
   }
   if (env("SLURM_PROCID") && (env("SLURM_STEP_ID") || env("SLURM_STEPID"))) {
-    return Expected{"srun", "SLURM_PROCID", env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS",
-                    "SLURM_LOCALID", nullptr,
+    return Expected{"srun",
+                    "SLURM_PROCID",
+                    env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS",
+                    "SLURM_LOCALID",
+                    nullptr,
                     "srun must connect the tasks through PMIx: run 'srun --mpi=pmix ...' (or set "
                     "MpiDefault=pmix in slurm.conf)"};
   }
@@ -83,7 +94,8 @@ void check_launch_before_mpi(const EnvLookup& env) {
       "started by srun {} (SLURM_PROCID={}), so MPI cannot join the tasks into one job: this "
       "Open MPI connects srun tasks through PMIx only.\nRun 'srun --mpi=pmix ...' (or set "
       "MpiDefault=pmix in slurm.conf), or start the ranks with mpirun inside the allocation.",
-      type && *type != "none" ? fmt::format("with --mpi={}", *type) : std::string("without --mpi=pmix"),
+      type && *type != "none" ? fmt::format("with --mpi={}", *type)
+                              : std::string("without --mpi=pmix"),
       env("SLURM_PROCID").value_or("?")));
 }
 
@@ -110,14 +122,16 @@ LaunchInfo resolve_launch(const ddp::MpiTopology& mpi, const EnvLookup& env) {
   for (const auto& c : checks) {
     const auto v = read_int(env, c.var);
     if (v && *v != c.mpi_value) {
-      mismatches.push_back(fmt::format("{}={} but MPI says {} = {}", c.var, *v, c.what, c.mpi_value));
+      mismatches.push_back(
+          fmt::format("{}={} but MPI says {} = {}", c.var, *v, c.what, c.mpi_value));
     }
   }
   if (!mismatches.empty()) {
     std::string list;
     for (const auto& m : mismatches) list += "\n  " + m;
-    throw LaunchError(fmt::format("{} and MPI disagree about this process (host {}):{}\nLikely cause: {}.",
-                                  expected->launcher, mpi.hostname, list, expected->hint));
+    throw LaunchError(
+        fmt::format("{} and MPI disagree about this process (host {}):{}\nLikely cause: {}.",
+                    expected->launcher, mpi.hostname, list, expected->hint));
   }
   return info;
 }

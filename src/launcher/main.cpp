@@ -4,10 +4,10 @@
 // (launcher/stop_policy.h). Every error becomes an exit code through one table
 // (launcher/exit_status.h).
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <string>
@@ -23,8 +23,8 @@
 #include "launcher/signals.h"
 #include "launcher/startup.h"
 #include "launcher/stop_policy.h"
-#include "train/report/run_report.h"
 #include "memory/process_memory.h"
+#include "train/report/run_report.h"
 
 namespace launcher {
 namespace {
@@ -35,9 +35,9 @@ struct CommandLine {
   bool print_config = false;
   bool dry_run = false;
   bool help_config = false;
-  bool generate = false;      // --generate PROMPT (launcher/generate_command.h)
+  bool generate = false;  // --generate PROMPT (launcher/generate_command.h)
   GenerateArgs generate_args;
-  std::string export_hf;      // --export-hf DIR
+  std::string export_hf;  // --export-hf DIR
 };
 
 int parse_command_line(int argc, char** argv, CommandLine& cli) {
@@ -47,21 +47,26 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
   app.add_option("--set", cli.overrides, "override a key: --set section.key=value (repeatable)")
       ->take_all();
   app.add_flag("--print-config", cli.print_config, "print the effective configuration and exit");
-  app.add_flag("--dry-run", cli.dry_run, "print the plan (ranks, devices, batches, model) and exit");
+  app.add_flag("--dry-run", cli.dry_run,
+               "print the plan (ranks, devices, batches, model) and exit");
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
   GenerateArgs& g = cli.generate_args;
-  auto* generate = app.add_option("--generate", g.prompt,
-                                  "write PROMPT and a continuation from the config's weights, exit");
+  auto* generate = app.add_option(
+      "--generate", g.prompt, "write PROMPT and a continuation from the config's weights, exit");
   app.add_option("--max-new-tokens", g.max_new_tokens, "--generate: tokens to add")
-      ->check(CLI::NonNegativeNumber)->needs(generate);
+      ->check(CLI::NonNegativeNumber)
+      ->needs(generate);
   app.add_option("--temperature", g.temperature, "--generate: sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)->needs(generate);
+      ->check(CLI::NonNegativeNumber)
+      ->needs(generate);
   app.add_option("--top-k", g.top_k, "--generate: sample among the K most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber)->needs(generate);
+      ->check(CLI::NonNegativeNumber)
+      ->needs(generate);
   app.add_option("--seed", g.seed, "--generate: sampling seed")->needs(generate);
   app.add_option("--export-hf", cli.export_hf,
                  "write the config's weights as a Hugging Face GPT-2 (config.json, "
-                 "model.safetensors) to DIR, exit")->excludes(generate);
+                 "model.safetensors) to DIR, exit")
+      ->excludes(generate);
   app.set_version_flag("--version", fmt::format("trainer 0.1.0 (LibTorch {})", TORCH_VERSION));
   const bool speaks = launcher_rank(process_environment()) == 0;
   try {
@@ -71,7 +76,8 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
       if (speaks) app.exit(e);
       return kExitOk + 1000;  // printed help or version: done
     }
-    if (speaks) fmt::print(stderr, "trainer: error: {}\nRun 'trainer --help' for usage.\n", e.what());
+    if (speaks)
+      fmt::print(stderr, "trainer: error: {}\nRun 'trainer --help' for usage.\n", e.what());
     return kExitUsage;
   }
   cli.generate = generate->count() > 0;
@@ -80,7 +86,9 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
     return kExitOk + 1000;
   }
   if (cli.config_path.empty()) {
-    if (speaks) fmt::print(stderr, "trainer: error: --config FILE is required\nRun 'trainer --help' for usage.\n");
+    if (speaks)
+      fmt::print(stderr,
+                 "trainer: error: --config FILE is required\nRun 'trainer --help' for usage.\n");
     return kExitUsage;
   }
   return kExitOk;
@@ -146,7 +154,8 @@ int train_until_done(Startup& s) {
 
 int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   Startup s;
-  if (const int code = read_configuration(mpi, cli.config_path, cli.overrides, s); code != kExitOk) {
+  if (const int code = read_configuration(mpi, cli.config_path, cli.overrides, s);
+      code != kExitOk) {
     return code;
   }
   if (cli.print_config) {

@@ -28,8 +28,8 @@ std::optional<train::Checkpoint> select_resume(const train::CheckpointOptions& o
                                                models::Model& model, ResumeFor purpose) {
   const std::string& resume = options.resume;
   const bool file = !resume.empty() && resume != "auto";
-  const bool search = !file && !options.dir.empty() &&
-                      (resume == "auto" || purpose == ResumeFor::kWeights);
+  const bool search =
+      !file && !options.dir.empty() && (resume == "auto" || purpose == ResumeFor::kWeights);
   if (!file && !search) return std::nullopt;
   // The key whose setting chose the checkpoint, for messages.
   const std::string key = resume.empty() ? "checkpoint.dir" : "checkpoint.resume";

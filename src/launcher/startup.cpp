@@ -32,7 +32,8 @@ int agree(ddp::Communicator& comm, const ExitStatus& mine) {
   comm.all_reduce(vote, ddp::ReduceOp::kMax, "start-up vote");
   const int code = vote[0].item<int>();
   const bool rank0_failed = vote[1].item<int>() != 0;
-  if (mine.code != kExitOk && (comm.rank() == 0 || !rank0_failed)) print_error(comm.rank(), mine.message);
+  if (mine.code != kExitOk && (comm.rank() == 0 || !rank0_failed))
+    print_error(comm.rank(), mine.message);
   return code;
 }
 
@@ -99,8 +100,8 @@ int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
 int prepare(ddp::MpiRuntime& mpi, Startup& s) {
   s.control = mpi.world(std::chrono::duration<double>(s.config.ddp.timeout_s));
   if (s.config.ddp.mpi_progress == ddp::MpiProgressMode::kThread &&
-      !mpi.start_progress_thread(std::chrono::microseconds(
-          static_cast<int64_t>(s.config.ddp.mpi_poll_us)))) {
+      !mpi.start_progress_thread(
+          std::chrono::microseconds(static_cast<int64_t>(s.config.ddp.mpi_poll_us)))) {
     if (s.rank == 0) {
       spdlog::warn("ddp.mpi_progress = thread: MPI did not provide MPI_THREAD_MULTIPLE; the "
                    "training thread drives MPI operations itself");
@@ -116,17 +117,19 @@ int prepare(ddp::MpiRuntime& mpi, Startup& s) {
 
 int build_trainer(Startup& s) {
   const int code = agree(*s.control, attempt("setting up the trainer", [&] {
-    s.data_comm = ddp::make_data_communicator(s.backend, s.binding.device, *s.control,
-                                              std::chrono::duration<double>(s.config.ddp.timeout_s));
+    s.data_comm =
+        ddp::make_data_communicator(s.backend, s.binding.device, *s.control,
+                                    std::chrono::duration<double>(s.config.ddp.timeout_s));
     train::TrainerOptions options = s.config.trainer_options();
     options.config_text = config::config_to_yaml(s.config);  // recorded in every checkpoint
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
                                                  *s.dataset, s.binding.device);
     s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
     if (s.config.train.sample_every > 0 && s.rank == 0) {
-      s.trainer->set_sampler(train::make_text_sampler(s.model, s.config.model.name,
-                                                      data::choose_tokenizer(s.config.data, s.config.model.init_from),
-                                                      s.config.train, *s.dataset));
+      s.trainer->set_sampler(
+          train::make_text_sampler(s.model, s.config.model.name,
+                                   data::choose_tokenizer(s.config.data, s.config.model.init_from),
+                                   s.config.train, *s.dataset));
     }
   }));
   if (code == kExitOk) {

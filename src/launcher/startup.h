@@ -39,7 +39,8 @@ struct Startup {
   std::unique_ptr<ddp::Communicator> bootstrap;  // phase 1's vote
   LaunchInfo launch;
   config::Config config;
-  std::unique_ptr<ddp::Communicator> control;  // MPI, ddp.timeout_s: votes and the Trainer's control
+  std::unique_ptr<ddp::Communicator>
+      control;  // MPI, ddp.timeout_s: votes and the Trainer's control
   DeviceBinding binding;
   std::string backend;  // the data plane's: "nccl" or "mpi"
   CpuBinding cpus;      // the rank's cores (launcher/cpu_binding.h)

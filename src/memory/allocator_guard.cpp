@@ -8,9 +8,9 @@
 #include <atomic>
 #include <charconv>
 #include <mutex>
-#include <thread>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "memory/process_memory.h"
 
@@ -41,7 +41,8 @@ std::vector<Injection> parse_injections(const std::string& text) {
     }
     auto bad = [&](const std::string& why) {
       return std::invalid_argument(fmt::format(
-          "memory.inject_oom: '{}': {} (expected rank:step:phase[:times], e.g. 1:5:backward)", entry, why));
+          "memory.inject_oom: '{}': {} (expected rank:step:phase[:times], e.g. 1:5:backward)",
+          entry, why));
     };
     if (f.size() != 3 && f.size() != 4) throw bad("wrong number of fields");
     auto number = [&](const std::string& s, const char* what) {
@@ -93,8 +94,8 @@ State& state() {
 }
 
 [[noreturn]] void throw_oom(int64_t bytes, const std::string& why) {
-  TORCH_CHECK_WITH(OutOfMemoryError, false, fmt::format(
-      "CPU out of memory: tried to allocate {} bytes; {}", bytes, why));
+  TORCH_CHECK_WITH(OutOfMemoryError, false,
+                   fmt::format("CPU out of memory: tried to allocate {} bytes; {}", bytes, why));
   std::abort();  // not reached
 }
 
@@ -107,14 +108,16 @@ void maybe_inject(int64_t bytes) {
   if (std::this_thread::get_id() != s.phase_thread.load()) return;
   std::lock_guard<std::mutex> lock(s.mutex);
   for (auto& inj : s.injections) {
-    if (inj.rank != s.rank || inj.step != s.step.load() || inj.phase != phase || inj.times == 0) continue;
+    if (inj.rank != s.rank || inj.step != s.step.load() || inj.phase != phase || inj.times == 0)
+      continue;
     if (inj.times > 0) --inj.times;
     // What a real error would say: what was free. (On CUDA the injection stands in for the
     // device's allocator; the host's figures are all this layer knows.)
     const int64_t budget = s.budget.load();
-    const std::string free =
-        budget > 0 ? fmt::format("{} bytes free of the {} byte budget", budget - s.allocated.load(), budget)
-                   : fmt::format("{} bytes available on this machine", sample_machine_memory().available_bytes);
+    const std::string free = budget > 0 ? fmt::format("{} bytes free of the {} byte budget",
+                                                      budget - s.allocated.load(), budget)
+                                        : fmt::format("{} bytes available on this machine",
+                                                      sample_machine_memory().available_bytes);
     throw_oom(bytes, fmt::format("injected by memory.inject_oom ({}:{}:{}); {}", inj.rank, inj.step,
                                  to_string(inj.phase), free));
   }

@@ -23,8 +23,12 @@ constexpr double kMiB = 1048576.0;
 // The few NVML entry points we use; their C ABI has been stable since NVML 5.
 struct Nvml {
   using Device = void*;
-  struct Utilization { unsigned int gpu, memory; };
-  struct Memory { unsigned long long total, free, used; };
+  struct Utilization {
+    unsigned int gpu, memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
   int (*init)() = nullptr;
   int (*by_pci)(const char*, Device*) = nullptr;
   int (*utilization)(Device, Utilization*) = nullptr;
@@ -65,9 +69,11 @@ double MemorySample::used_fraction() const {
 }
 
 std::vector<double> MemorySample::to_vector() const {
-  return {double(tensor_bytes), double(tensor_peak_bytes), double(reserved_bytes),
-          double(resident_bytes), double(peak_resident_bytes), double(free_bytes),
-          double(total_bytes), utilization, double(nvml_used_bytes)};
+  return {double(tensor_bytes),        double(tensor_peak_bytes),
+          double(reserved_bytes),      double(resident_bytes),
+          double(peak_resident_bytes), double(free_bytes),
+          double(total_bytes),         utilization,
+          double(nvml_used_bytes)};
 }
 
 MemorySample MemorySample::from_vector(const double* v) {
@@ -100,7 +106,8 @@ MemorySample sample_memory(c10::Device device) {
     } catch (...) {
     }
     size_t free = 0, total = 0;
-    if (cudaSetDevice(device.index()) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    if (cudaSetDevice(device.index()) == cudaSuccess &&
+        cudaMemGetInfo(&free, &total) == cudaSuccess) {
       s.free_bytes = static_cast<int64_t>(free);
       s.total_bytes = static_cast<int64_t>(total);
     }
@@ -148,7 +155,8 @@ std::string format_memory_table(const std::vector<MemorySample>& ranks, const st
                                 double high_watermark, std::vector<std::string>* warnings) {
   std::string out = fmt::format(
       "{} (MiB)\n  rank  tensors   peak  reserved    rss  peak rss      free     total  util  "
-      "used\n", title);
+      "used\n",
+      title);
   std::vector<int64_t> peaks;
   for (const auto& s : ranks) peaks.push_back(std::max<int64_t>(s.tensor_peak_bytes, 0));
   std::vector<int64_t> sorted = peaks;
@@ -157,23 +165,23 @@ std::string format_memory_table(const std::vector<MemorySample>& ranks, const st
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto& s = ranks[r];
     const double used = s.used_fraction();
-    out += fmt::format("  {:>4}  {:>7}  {:>5}  {:>8}  {:>5}  {:>8}  {:>8}  {:>8}  {:>4}  {:>4}\n", r,
-                       mib(s.tensor_bytes), mib(s.tensor_peak_bytes), mib(s.reserved_bytes),
-                       mib(s.resident_bytes), mib(s.peak_resident_bytes), mib(s.free_bytes),
-                       mib(s.total_bytes),
-                       s.utilization < 0 ? std::string("n/a") : fmt::format("{:.0f}%", s.utilization),
-                       used < 0 ? std::string("n/a") : fmt::format("{:.0f}%", 100 * used));
+    out += fmt::format(
+        "  {:>4}  {:>7}  {:>5}  {:>8}  {:>5}  {:>8}  {:>8}  {:>8}  {:>4}  {:>4}\n", r,
+        mib(s.tensor_bytes), mib(s.tensor_peak_bytes), mib(s.reserved_bytes), mib(s.resident_bytes),
+        mib(s.peak_resident_bytes), mib(s.free_bytes), mib(s.total_bytes),
+        s.utilization < 0 ? std::string("n/a") : fmt::format("{:.0f}%", s.utilization),
+        used < 0 ? std::string("n/a") : fmt::format("{:.0f}%", 100 * used));
     if (warnings == nullptr) continue;
     if (used > high_watermark) {
-      warnings->push_back(fmt::format(
-          "rank {} uses {:.0f}% of its memory, above memory.high_watermark = {:.0f}%", r,
-          100 * used, 100 * high_watermark));
+      warnings->push_back(
+          fmt::format("rank {} uses {:.0f}% of its memory, above memory.high_watermark = {:.0f}%",
+                      r, 100 * used, 100 * high_watermark));
     }
     // Far above the others: 1.5x the median peak and at least 64 MiB more.
     if (ranks.size() > 1 && peaks[r] > 1.5 * median && peaks[r] - median > 64 * 1048576LL) {
-      warnings->push_back(fmt::format(
-          "rank {} peaks at {} MiB of tensors, far above the median rank's {} MiB", r,
-          mib(peaks[r]), mib(median)));
+      warnings->push_back(
+          fmt::format("rank {} peaks at {} MiB of tensors, far above the median rank's {} MiB", r,
+                      mib(peaks[r]), mib(median)));
     }
   }
   return out;

@@ -22,10 +22,10 @@ struct MemorySample {
   int64_t reserved_bytes = -1;     // CUDA caching allocator reserve
   int64_t resident_bytes = -1;     // process RSS
   int64_t peak_resident_bytes = -1;
-  int64_t free_bytes = -1;         // device free (CUDA) or budget / machine available (CPU)
-  int64_t total_bytes = -1;        // device total (CUDA) or budget / machine total (CPU)
-  double utilization = -1;         // NVML GPU utilisation, percent
-  int64_t nvml_used_bytes = -1;    // NVML used memory (all processes on the device)
+  int64_t free_bytes = -1;       // device free (CUDA) or budget / machine available (CPU)
+  int64_t total_bytes = -1;      // device total (CUDA) or budget / machine total (CPU)
+  double utilization = -1;       // NVML GPU utilisation, percent
+  int64_t nvml_used_bytes = -1;  // NVML used memory (all processes on the device)
 
   // The share of its device this rank uses now (tensor peak for CPU budgets, device used for
   // CUDA); -1 when unknown.

@@ -12,7 +12,8 @@ namespace {
 
 // Reads "Name:   N kB" lines of a /proc file into the matching outputs, in bytes. Outputs whose
 // line is missing (or the whole file, where /proc is unavailable) keep their values.
-void read_kib_fields(const char* path, std::initializer_list<std::pair<const char*, int64_t*>> fields) noexcept {
+void read_kib_fields(const char* path,
+                     std::initializer_list<std::pair<const char*, int64_t*>> fields) noexcept {
   std::FILE* f = std::fopen(path, "r");
   if (f == nullptr) return;
   char line[256];
@@ -20,7 +21,8 @@ void read_kib_fields(const char* path, std::initializer_list<std::pair<const cha
     for (const auto& [name, out] : fields) {
       const size_t n = std::strlen(name);
       long long kib = 0;
-      if (std::strncmp(line, name, n) == 0 && line[n] == ':' && std::sscanf(line + n + 1, "%lld kB", &kib) == 1) {
+      if (std::strncmp(line, name, n) == 0 && line[n] == ':' &&
+          std::sscanf(line + n + 1, "%lld kB", &kib) == 1) {
         *out = kib * 1024;
       }
     }
@@ -32,13 +34,15 @@ void read_kib_fields(const char* path, std::initializer_list<std::pair<const cha
 
 ProcessMemory sample_process_memory() noexcept {
   ProcessMemory m;
-  read_kib_fields("/proc/self/status", {{"VmRSS", &m.resident_bytes}, {"VmHWM", &m.peak_resident_bytes}});
+  read_kib_fields("/proc/self/status",
+                  {{"VmRSS", &m.resident_bytes}, {"VmHWM", &m.peak_resident_bytes}});
   return m;
 }
 
 MachineMemory sample_machine_memory() noexcept {
   MachineMemory m;
-  read_kib_fields("/proc/meminfo", {{"MemTotal", &m.total_bytes}, {"MemAvailable", &m.available_bytes}});
+  read_kib_fields("/proc/meminfo",
+                  {{"MemTotal", &m.total_bytes}, {"MemAvailable", &m.available_bytes}});
   return m;
 }
 

@@ -127,8 +127,8 @@ struct Checkpoint final : torch::autograd::Function<Checkpoint> {
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    const auto segment = c10::static_intrusive_pointer_cast<Segment>(
-        ctx->saved_data.at("segment").toCapsule());
+    const auto segment =
+        c10::static_intrusive_pointer_cast<Segment>(ctx->saved_data.at("segment").toCapsule());
     const at::Tensor x = ctx->get_saved_variables().at(0).detach().requires_grad_(true);
     at::Tensor y;
     {

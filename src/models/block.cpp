@@ -29,9 +29,9 @@ BlockOptions resolved(BlockOptions o) {
   }
   if (o.kv_heads == 0) o.kv_heads = o.heads;
   if (o.mlp_hidden == 0) o.mlp_hidden = 4 * o.d_model;
-  require(o.head_dim > 0 && o.mlp_hidden > 0,
-          fmt::format("head_dim ({}) and mlp_hidden ({}) must be positive", o.head_dim,
-                      o.mlp_hidden));
+  require(
+      o.head_dim > 0 && o.mlp_hidden > 0,
+      fmt::format("head_dim ({}) and mlp_hidden ({}) must be positive", o.head_dim, o.mlp_hidden));
   require(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
           fmt::format("kv_heads ({}) must divide heads ({})", o.kv_heads, o.heads));
   return o;

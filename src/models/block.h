@@ -189,9 +189,9 @@ struct KvCache {
 // A stack of blocks, registered on `owner` as a ModuleList named `name` (so the parameters are
 // name.{i}.*), built in order; `each` runs on each block right after it is built (gpt draws its
 // init there, so the random stream is consumed block by block).
-std::vector<std::shared_ptr<Block>> add_blocks(
-    torch::nn::Module& owner, const std::string& name, int64_t count, const BlockOptions& options,
-    const std::function<void(Block&)>& each = {});
+std::vector<std::shared_ptr<Block>> add_blocks(torch::nn::Module& owner, const std::string& name,
+                                               int64_t count, const BlockOptions& options,
+                                               const std::function<void(Block&)>& each = {});
 
 // x through `blocks` in order with dropout p. checkpointed: each block keeps only its input and
 // is recomputed in backward (models/activation_checkpoint.h), when a graph is being recorded.

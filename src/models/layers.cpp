@@ -59,7 +59,8 @@ inline void gelu_tanh_point(float x, float* y, float* dy) {
   const float t = std::copysign((1.0f - e) / (1.0f + e), u);
   *y = 0.5f * x * (1.0f + t);
   if (dy != nullptr) {
-    *dy = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x2);
+    *dy =
+        0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x2);
   }
 }
 
@@ -70,7 +71,8 @@ inline void gelu_erf_point(float x, float* y, float* dy) {
   const float g = exp_nonpositive(-z * z);  // e^{-x^2 / 2}
   const float k = 1.0f / (1.0f + 0.3275911f * z);
   const float poly =
-      k * (0.254829592f + k * (-0.284496736f + k * (1.421413741f + k * (-1.453152027f + k * 1.061405429f))));
+      k * (0.254829592f +
+           k * (-0.284496736f + k * (1.421413741f + k * (-1.453152027f + k * 1.061405429f))));
   const float erf_abs = 1.0f - poly * g;
   const float phi_cdf = 0.5f * (1.0f + std::copysign(erf_abs, x));
   *y = x * phi_cdf;

@@ -40,8 +40,8 @@ struct SequenceOptions {
   int64_t targets = 0;
   int64_t hidden_dim = 0;  // lstm
   int64_t num_layers = 0;
-  int64_t d_model = 0;     // transformer
-  int64_t heads = 0;       // transformer
+  int64_t d_model = 0;  // transformer
+  int64_t heads = 0;    // transformer
   double dropout = 0.0;
 };
 

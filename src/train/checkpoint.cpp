@@ -7,8 +7,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -59,7 +59,8 @@ template <class T>
 T parse_number(const std::string& path, const std::map<std::string, std::string>& meta,
                const char* key) {
   const auto it = meta.find(key);
-  if (it == meta.end()) throw CheckpointError(fmt::format("{}: no '{}' in its metadata", path, key));
+  if (it == meta.end())
+    throw CheckpointError(fmt::format("{}: no '{}' in its metadata", path, key));
   T v{};
   const auto& s = it->second;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -153,9 +154,9 @@ Checkpoint read_checkpoint(const std::string& path) {
   }
   const auto format = meta.find("format");
   if (format == meta.end() || format->second != kFormat) {
-    throw CheckpointError(fmt::format(
-        "{}: not a trainer checkpoint (metadata 'format' is '{}', expected '{}')", path,
-        format == meta.end() ? "" : format->second, kFormat));
+    throw CheckpointError(
+        fmt::format("{}: not a trainer checkpoint (metadata 'format' is '{}', expected '{}')", path,
+                    format == meta.end() ? "" : format->second, kFormat));
   }
   ckpt.meta.step = parse_number<int64_t>(path, meta, "step");
   ckpt.meta.global_batch_size = parse_number<int64_t>(path, meta, "global_batch_size");
@@ -168,7 +169,8 @@ Checkpoint read_checkpoint(const std::string& path) {
     if (actual != sum->second) {
       throw CheckpointDamaged(fmt::format(
           "{}: corrupt: the tensor data's checksum is {}, the file's metadata says {} (the file "
-          "changed after it was written)", path, actual, sum->second));
+          "changed after it was written)",
+          path, actual, sum->second));
     }
   }
   return ckpt;
@@ -181,12 +183,14 @@ void check_compatible(const Checkpoint& ckpt, models::Model& model) {
     if (it == ckpt.tensors.end()) {
       throw CheckpointError(fmt::format(
           "{}: the model has '{}' ({}), the checkpoint does not: it was written for another model "
-          "(compare the model section of the config)", ckpt.path, key, describe(t)));
+          "(compare the model section of the config)",
+          ckpt.path, key, describe(t)));
     }
     if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type()) {
       throw CheckpointError(fmt::format(
           "{}: '{}' is {} in the checkpoint but {} in the model (compare the model section of "
-          "the config)", ckpt.path, key, describe(it->second), describe(t)));
+          "the config)",
+          ckpt.path, key, describe(it->second), describe(t)));
     }
   }
   std::set<std::string> keys;
@@ -195,7 +199,8 @@ void check_compatible(const Checkpoint& ckpt, models::Model& model) {
     if (!keys.count(key)) {
       throw CheckpointError(fmt::format(
           "{}: the checkpoint has '{}' ({}), the model does not: it was written for another "
-          "model (compare the model section of the config)", ckpt.path, key, describe(t)));
+          "model (compare the model section of the config)",
+          ckpt.path, key, describe(t)));
     }
   }
 }

@@ -173,8 +173,8 @@ ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& mo
       // A uniformly random ranking's HR@k, roughly (it ignores the masked training items).
       const double random =
           std::min(1.0, static_cast<double>(k) / static_cast<double>(task->num_items));
-      spdlog::info("eval step {}: HR@{} {:.3f} NDCG@{} {:.3f} over {} users (random: {:.3f})",
-                   step, k, m.hit_rate, k, m.ndcg, m.users, random);
+      spdlog::info("eval step {}: HR@{} {:.3f} NDCG@{} {:.3f} over {} users (random: {:.3f})", step,
+                   k, m.hit_rate, k, m.ndcg, m.users, random);
     }
     ValidationMetrics out;
     if (m.users > 0) out = {{{"hr@10", m.hit_rate}, {"ndcg@10", m.ndcg}}, m.users};

@@ -28,7 +28,7 @@ namespace train {
 struct GraphStep::Graphs {
   struct Captured {
     at::cuda::CUDAGraph graph;
-    at::Tensor inputs;   // static: each replay's micro-batch is copied in
+    at::Tensor inputs;  // static: each replay's micro-batch is copied in
     at::Tensor targets;
   };
   // Key: the input and target shapes and dtypes.
@@ -46,7 +46,8 @@ std::vector<int64_t> shape_key(const at::Tensor& inputs, const at::Tensor& targe
 
 // Ends a capture that an exception interrupted, so the stream and the allocator leave capture
 // mode (CUDAGraph::capture_end would throw on the invalidated capture before releasing its pool).
-void abandon_capture(at::cuda::CUDAGraph& graph, const at::cuda::CUDAStream& stream, c10::Device device) {
+void abandon_capture(at::cuda::CUDAGraph& graph, const at::cuda::CUDAStream& stream,
+                     c10::Device device) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream.stream(), &status) == cudaSuccess &&
       status != cudaStreamCaptureStatusNone) {
@@ -170,8 +171,8 @@ void GraphStep::run(const at::Tensor& inputs, const at::Tensor& targets, const B
     throw;  // the step's OOM: the protocol falls back, invalidate() follows
   } catch (const std::exception& e) {
     at::autocast::set_autocast_cache_enabled(cache);
-    disable(fmt::format("capturing micro-batch {} failed: {}", inputs.sizes(),
-                        first_line(e.what())));
+    disable(
+        fmt::format("capturing micro-batch {} failed: {}", inputs.sizes(), first_line(e.what())));
   }
   at::autocast::set_autocast_cache_enabled(cache);
   if (!captured) {
@@ -184,7 +185,8 @@ void GraphStep::run(const at::Tensor& inputs, const at::Tensor& targets, const B
   ++replays_;
   if (log_) {
     spdlog::info("train.cuda_graphs: captured forward + backward of micro-batch {} (replayed "
-                 "from now on; {} shape(s) captured)", inputs.sizes(), by_shape.size() + 1);
+                 "from now on; {} shape(s) captured)",
+                 inputs.sizes(), by_shape.size() + 1);
   }
   by_shape.emplace(key, std::move(c));
 #endif

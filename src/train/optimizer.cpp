@@ -65,7 +65,8 @@ void FusedAdamW::step(double lr, const at::Tensor* found_inf) {
 
 int64_t FusedAdamW::state_bytes() const {
   int64_t bytes = 0;
-  for (size_t i = 0; i < params_.size(); ++i) bytes += exp_avgs_[i].nbytes() + exp_avg_sqs_[i].nbytes();
+  for (size_t i = 0; i < params_.size(); ++i)
+    bytes += exp_avgs_[i].nbytes() + exp_avg_sqs_[i].nbytes();
   return bytes;
 }
 

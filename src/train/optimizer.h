@@ -69,7 +69,8 @@ class FusedAdamW {
   std::vector<at::Tensor> grads_;  // explicit gradients (empty: each parameter's .grad)
   std::vector<at::Tensor> exp_avgs_;
   std::vector<at::Tensor> exp_avg_sqs_;
-  std::vector<at::Tensor> step_counts_;  // the same float32 counter per parameter, as the kernel wants
+  std::vector<at::Tensor>
+      step_counts_;  // the same float32 counter per parameter, as the kernel wants
   AdamWHyper hyper_;
   int64_t steps_ = 0;
 };

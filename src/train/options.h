@@ -27,7 +27,7 @@ enum class Precision { kFp32, kBf16, kFp16 };
 inline constexpr std::array<const char*, 3> kPrecisionNames = {"fp32", "bf16", "fp16"};
 
 struct TrainOptions {
-  std::string device;           // auto | cpu | cuda
+  std::string device;  // auto | cpu | cuda
   int64_t global_batch_size = 0;
   int64_t micro_batch_size = 0;  // 0: auto
   int64_t steps = 0;
@@ -40,33 +40,33 @@ struct TrainOptions {
   double eps = 0;
   double grad_clip = 0;  // 0: no clipping
   uint64_t seed = 0;
-  int64_t threads = 0;   // 0: cores / local ranks
-  int64_t eval_every = 0;  // validation metrics every N steps (0: after the last step only)
+  int64_t threads = 0;       // 0: cores / local ranks
+  int64_t eval_every = 0;    // validation metrics every N steps (0: after the last step only)
   int64_t eval_samples = 0;  // validation samples evaluated (0: the whole split)
   Precision precision{};     // fp32 | bf16 | fp16 (train/precision.h)
-  double loss_scale = 0;           // fp16: initial loss scale (train/loss_scaler.h)
+  double loss_scale = 0;     // fp16: initial loss scale (train/loss_scaler.h)
   double loss_scale_growth = 0;
   double loss_scale_backoff = 0;
   int64_t loss_scale_interval = 0;
-  int64_t max_skipped_steps = 0;   // fp16: consecutive skipped steps that end the job
-  std::string inject_nonfinite;    // test hook: "RANK:STEP[;RANK:STEP...]" makes that rank's
-                                   // gradient non-finite at that step
-  Switch tf32{};             // auto | on | off
+  int64_t max_skipped_steps = 0;  // fp16: consecutive skipped steps that end the job
+  std::string inject_nonfinite;   // test hook: "RANK:STEP[;RANK:STEP...]" makes that rank's
+                                  // gradient non-finite at that step
+  Switch tf32{};                  // auto | on | off
   bool cudnn_benchmark = false;
-  Switch channels_last{};     // auto | on | off (models that convolve)
-  bool cuda_graphs = false;   // capture forward + backward as a CUDA graph (train/graph_step.h)
-  double peak_tflops = 0;    // MFU's denominator (0: a table of known GPUs)
-  int64_t sample_every = 0;  // gpt: rank 0 logs a generated sample every N steps (0: never)
-  std::string sample_prompt;  // its prompt (empty: the start of the first validation sequence)
-  int64_t sample_tokens = 0;  // new tokens per sample
+  Switch channels_last{};         // auto | on | off (models that convolve)
+  bool cuda_graphs = false;       // capture forward + backward as a CUDA graph (train/graph_step.h)
+  double peak_tflops = 0;         // MFU's denominator (0: a table of known GPUs)
+  int64_t sample_every = 0;       // gpt: rank 0 logs a generated sample every N steps (0: never)
+  std::string sample_prompt;      // its prompt (empty: the start of the first validation sequence)
+  int64_t sample_tokens = 0;      // new tokens per sample
   double sample_temperature = 0;  // the samples' temperature (0: greedy)
   int64_t sample_top_k = 0;       // the samples draw among the K most likely ids (0: all)
 };
 
 struct CheckpointOptions {
-  std::string dir;    // empty: no checkpoints
-  int64_t every = 0;  // 0: only at the end
-  std::string resume;  // a checkpoint file, "auto" (the latest in dir, if any) or empty
+  std::string dir;        // empty: no checkpoints
+  int64_t every = 0;      // 0: only at the end
+  std::string resume;     // a checkpoint file, "auto" (the latest in dir, if any) or empty
   int64_t keep_last = 0;  // periodic checkpoints kept (0: all)
 };
 

@@ -52,7 +52,8 @@ std::string apply_device_flags(c10::Device device, Switch tf32, bool cudnn_bench
   ctx.setBenchmarkCuDNN(cudnn_benchmark);
   return fmt::format("TF32 matmuls and convolutions {} (train.tf32 = {}, compute capability {}.x); "
                      "cuDNN autotuning {}",
-                     on ? "on" : "off", kSwitchNames.at(static_cast<size_t>(tf32)), major, cudnn_benchmark ? "on" : "off");
+                     on ? "on" : "off", kSwitchNames.at(static_cast<size_t>(tf32)), major,
+                     cudnn_benchmark ? "on" : "off");
 }
 
 bool tf32_enabled() { return at::globalContext().allowTF32CuBLAS(); }
@@ -70,8 +71,10 @@ double peak_tflops(c10::Device device, Precision precision, bool tf32_on, double
     double bf16, tf32, fp32;
   };
   // Dense (no sparsity) datasheet figures, SXM parts.
-  static const Peak table[] = {{"H200", 989.4, 494.7, 66.9}, {"H100", 989.4, 494.7, 66.9},
-                               {"A100", 312.0, 156.0, 19.5}, {"L40S", 362.1, 183.0, 91.6}};
+  static const Peak table[] = {{"H200", 989.4, 494.7, 66.9},
+                               {"H100", 989.4, 494.7, 66.9},
+                               {"A100", 312.0, 156.0, 19.5},
+                               {"L40S", 362.1, 183.0, 91.6}};
   for (const auto& p : table) {
     if (name.find(p.name) != std::string::npos) {
       return precision != Precision::kFp32 ? p.bf16 : (tf32_on ? p.tf32 : p.fp32);

@@ -9,8 +9,8 @@
 #include <optional>
 
 #include "memory/allocator_guard.h"
-#include "models/capabilities.h"
 #include "memory/oom.h"
+#include "models/capabilities.h"
 #include "train/checkpoint.h"
 #include "train/error_text.h"
 #include "train/loop.h"

@@ -60,9 +60,9 @@ CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std:
   return r;
 }
 
-std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml,
-                                    int64_t until, uint64_t model_seed,
-                                    const std::string& resume_from, const std::string& save_to) {
+std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml, int64_t until,
+                                    uint64_t model_seed, const std::string& resume_from,
+                                    const std::string& save_to) {
   const auto config = config::parse_config(yaml, "train_until.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(model_seed);

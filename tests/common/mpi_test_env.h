@@ -34,8 +34,8 @@ CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std:
 // with `model_seed` (overwritten by `resume_from` when set: rank 0 reads it, as main does); then
 // rank 0 writes `save_to` when set, and every rank waits for it. Returns this rank's parameters.
 // Collective.
-std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml,
-                                    int64_t until, uint64_t model_seed,
-                                    const std::string& resume_from, const std::string& save_to);
+std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml, int64_t until,
+                                    uint64_t model_seed, const std::string& resume_from,
+                                    const std::string& save_to);
 
 }  // namespace trainer_test

@@ -12,8 +12,8 @@ class FailurePrinter : public ::testing::EmptyTestEventListener {
   explicit FailurePrinter(int rank) : rank_(rank) {}
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (r.failed()) {
-      fmt::print(stderr, "[rank {}] {}:{}: failure\n{}\n", rank_, r.file_name() ? r.file_name() : "?",
-                 r.line_number(), r.summary());
+      fmt::print(stderr, "[rank {}] {}:{}: failure\n{}\n", rank_,
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
     }
   }
 

@@ -1,17 +1,20 @@
 // GPU tier: NCCL at world size 1, the Reducer on CUDA tensors, and GPU training against CPU
 // training. Every test skips with a reason where no CUDA device is present; on a GPU machine they
-// run in full, and fail where the build has no NCCL. Run under mpirun -np 1 (MPI is the control plane that bootstraps NCCL).
+// run in full, and fail where the build has no NCCL. Run under mpirun -np 1 (MPI is the control
+// plane that bootstraps NCCL).
 #include <ATen/ATen.h>
-#include <chrono>
-#include <cstdio>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <functional>
-#include <utility>
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/nn/modules/linear.h>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <utility>
 
+#include "common/mpi_test_env.h"
+#include "common/temp_dir.h"
 #include "config/config.h"
 #include "ddp/errors.h"
 #include "ddp/nccl_communicator.h"
@@ -20,11 +23,9 @@
 #include "models/cnn.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/linear_cross_entropy.h"
-#include "train/precision.h"
 #include "models/registry.h"
 #include "models/sequence.h"
-#include "common/mpi_test_env.h"
-#include "common/temp_dir.h"
+#include "train/precision.h"
 #include "train/trainer.h"
 
 namespace {
@@ -52,9 +53,11 @@ TEST(Gpu, NcclAllReduceEveryOpAndDtypeAtWorldOne) {
   EXPECT_EQ(comm->backend(), "nccl");
   const int w = comm->size();
   for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt, at::kLong}) {
-    for (auto op : {ddp::ReduceOp::kSum, ddp::ReduceOp::kMax, ddp::ReduceOp::kMin, ddp::ReduceOp::kAvg}) {
+    for (auto op :
+         {ddp::ReduceOp::kSum, ddp::ReduceOp::kMax, ddp::ReduceOp::kMin, ddp::ReduceOp::kAvg}) {
       if (op == ddp::ReduceOp::kAvg && !at::isFloatingType(dtype)) continue;
-      at::Tensor t = at::arange(1000, at::TensorOptions().dtype(at::kLong)).remainder(7).to(dtype).cuda();
+      at::Tensor t =
+          at::arange(1000, at::TensorOptions().dtype(at::kLong)).remainder(7).to(dtype).cuda();
       const at::Tensor before = t.clone();
       comm->all_reduce(t, op, "gpu test");
       const at::Tensor expected = op == ddp::ReduceOp::kSum ? before * w : before;
@@ -87,7 +90,8 @@ TEST(Gpu, NcclReduceScatterAndInPlaceAllGather) {
       comm->reduce_scatter(output, input, op, "gpu test");
       at::Tensor expected = input.narrow(0, comm->rank() * n, n).cpu();
       if (op == ddp::ReduceOp::kSum) expected = expected * w;
-      EXPECT_TRUE(at::equal(output.cpu(), expected)) << c10::toString(dtype) << " " << ddp::to_string(op);
+      EXPECT_TRUE(at::equal(output.cpu(), expected))
+          << c10::toString(dtype) << " " << ddp::to_string(op);
     }
   }
   at::Tensor flat = at::full({w * n}, -1.0, cuda);
@@ -121,8 +125,9 @@ TEST(Gpu, ReducerOnCudaTensorsMatchesPlainBackward) {
   b->weight.mutable_grad() = at::Tensor();
   a->bias.mutable_grad() = at::Tensor();
   b->bias.mutable_grad() = at::Tensor();
-  ddp::Reducer reducer({{"a.weight", a->weight}, {"a.bias", a->bias}, {"b.weight", b->weight}, {"b.bias", b->bias}},
-                       *comm, {4096, 65536, false}, control.get());
+  ddp::Reducer reducer(
+      {{"a.weight", a->weight}, {"a.bias", a->bias}, {"b.weight", b->weight}, {"b.bias", b->bias}},
+      *comm, {4096, 65536, false}, control.get());
   EXPECT_GE(reducer.layout().size(), 2u);
   reducer.zero_grad();
   reducer.begin_micro_batch(true);
@@ -133,8 +138,7 @@ TEST(Gpu, ReducerOnCudaTensorsMatchesPlainBackward) {
 }
 
 std::vector<at::Tensor> train(const std::string& device, ddp::Communicator& control,
-                              ddp::Communicator& data,
-                              const std::string& yaml = R"(
+                              ddp::Communicator& data, const std::string& yaml = R"(
 model: {name: mlp, hidden_dim: 64, depth: 2}
 data: {num_samples: 1024, input_dim: 16, num_classes: 5, teacher_hidden: 16, seed: 3}
 train: {global_batch_size: 32, micro_batch_size: 8, steps: 20, lr: 0.01, warmup_steps: 2, seed: 5}
@@ -184,7 +188,9 @@ TEST(Gpu, GptFromTokenShardsOnGpuMatchesCpu) {
   test::TempDir dir;
   write_token_shard(dir.path());
   const std::string yaml = "model: {name: gpt, preset: tiny, checkpoint_activations: true}\n"
-                           "data: {dataset: tokens, path: " + dir.path() + ", context: 32, "
+                           "data: {dataset: tokens, path: " +
+                           dir.path() +
+                           ", context: 32, "
                            "vocab_size: 256, workers: 2, prefetch: 3}\n"
                            "train: {global_batch_size: 16, micro_batch_size: 4, steps: 8, "
                            "lr: 0.003, warmup_steps: 2, seed: 5}\n";
@@ -220,7 +226,8 @@ void expect_cuda_matches_cpu(const std::shared_ptr<models::Model>& cpu_model,
   cpu_loss.backward();
   const at::Tensor cuda_loss = cuda_model->loss(x, targets.cuda());
   cuda_loss.backward();
-  EXPECT_NEAR(cuda_loss.item<double>(), cpu_loss.item<double>(), 1e-4 * std::abs(cpu_loss.item<double>()));
+  EXPECT_NEAR(cuda_loss.item<double>(), cpu_loss.item<double>(),
+              1e-4 * std::abs(cpu_loss.item<double>()));
   auto a = cpu_model->named_parameters();
   auto b = cuda_model->named_parameters();
   for (const auto& item : a) {
@@ -263,7 +270,8 @@ TEST(Gpu, SequenceAndCnnOnCudaMatchCpu) {
     auto cpu = std::make_shared<models::RestorationCnn>(o);
     auto cuda = std::make_shared<models::RestorationCnn>(o);
     SCOPED_TRACE(scale);
-    expect_cuda_matches_cpu(cpu, cuda, at::rand({4, 3, 16, 16}), at::rand({4, 3, 16 * scale, 16 * scale}),
+    expect_cuda_matches_cpu(cpu, cuda, at::rand({4, 3, 16, 16}),
+                            at::rand({4, 3, 16 * scale, 16 * scale}),
                             /*channels_last=*/true);
   }
 }
@@ -283,7 +291,8 @@ TEST(Gpu, GptCheckpointingUnderBf16WithDropoutMatchesPlain) {
     models::Gpt model(o);
     model.to(at::kCUDA);
     model.train();
-    const at::Tensor tokens = at::randint(256, {8, 64}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
+    const at::Tensor tokens =
+        at::randint(256, {8, 64}, at::TensorOptions().dtype(at::kLong).device(at::kCUDA));
     at::manual_seed(11);  // the dropout masks
     at::Tensor loss;
     {
@@ -315,7 +324,8 @@ std::unique_ptr<train::Trainer> gpu_trainer(ddp::Communicator& control, ddp::Com
 model: {name: mlp, hidden_dim: 4096, depth: 4}
 data: {num_samples: 16384, input_dim: 256, num_classes: 16, teacher_hidden: 64, seed: 3}
 train: {device: cuda, global_batch_size: 8192, steps: 6, lr: 0.001, warmup_steps: 1, seed: 5}
-)", "gpu-memory.yaml", overrides);
+)",
+                                           "gpu-memory.yaml", overrides);
   *data_out = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   *model_out = models::create_model(config.model, (*data_out)->shape());
@@ -373,7 +383,9 @@ GptRun train_gpt_on_cuda(ddp::Communicator& control, ddp::Communicator& data,
                          int64_t steps, int64_t read_every = 1,
                          const std::function<void(int64_t step)>& before_step = nullptr) {
   const std::string yaml = "model: {name: gpt, preset: tiny}\n"
-                           "data: {dataset: tokens, path: " + dir + ", context: 32, "
+                           "data: {dataset: tokens, path: " +
+                           dir +
+                           ", context: 32, "
                            "vocab_size: 256, workers: 2, prefetch: 3}\n"
                            "train: {device: cuda, global_batch_size: 16, micro_batch_size: 4, "
                            "steps: 100, lr: 0.003, warmup_steps: 2, seed: 5}\n";
@@ -417,7 +429,8 @@ TEST(Gpu, CudaGraphsTrainLikeEagerAndRecaptureAfterAFallback) {
   test::TempDir dir;
   write_token_shard(dir.path());
   const auto eager = train_gpt_on_cuda(*control, *comm, dir.path(), {}, 12);
-  const auto graphed = train_gpt_on_cuda(*control, *comm, dir.path(), {"train.cuda_graphs=true"}, 12);
+  const auto graphed =
+      train_gpt_on_cuda(*control, *comm, dir.path(), {"train.cuda_graphs=true"}, 12);
   EXPECT_EQ(eager.captures, 0);
   EXPECT_EQ(graphed.captures, 1);
   EXPECT_EQ(graphed.replays, (12 - 3) * 4);
@@ -452,7 +465,8 @@ TEST(Gpu, CudaGraphsWithDropoutUnderBf16AreDeterministicAndTrain) {
   const auto a = train_gpt_on_cuda(*control, *comm, dir.path(), o, 40, 1);
   const auto b = train_gpt_on_cuda(*control, *comm, dir.path(), o, 40, 1);
   EXPECT_EQ(a.captures, 1);
-  for (size_t i = 0; i < a.params.size(); ++i) EXPECT_TRUE(at::equal(a.params[i], b.params[i])) << i;
+  for (size_t i = 0; i < a.params.size(); ++i)
+    EXPECT_TRUE(at::equal(a.params[i], b.params[i])) << i;
   EXPECT_LT(a.losses.back(), 0.8 * a.losses.front());
 }
 
@@ -469,12 +483,13 @@ TEST(Gpu, StepsThatLogNothingDoNotSynchronise) {
   for (const std::string graphs : {"false", "true"}) {
     // Steps 5.. (past warm-up and the first capture) run under the debug mode; every 4th reads.
     auto before = [](int64_t s) {
-      c10::cuda::warning_state().set_sync_debug_mode(
-          s >= 5 && s % 4 != 0 ? c10::cuda::SyncDebugMode::L_ERROR
-                                     : c10::cuda::SyncDebugMode::L_DISABLED);
+      c10::cuda::warning_state().set_sync_debug_mode(s >= 5 && s % 4 != 0
+                                                         ? c10::cuda::SyncDebugMode::L_ERROR
+                                                         : c10::cuda::SyncDebugMode::L_DISABLED);
     };
     try {
-      train_gpt_on_cuda(*control, *comm, dir.path(), {"train.cuda_graphs=" + graphs}, 16, 4, before);
+      train_gpt_on_cuda(*control, *comm, dir.path(), {"train.cuda_graphs=" + graphs}, 16, 4,
+                        before);
     } catch (const std::exception& e) {
       ADD_FAILURE() << "cuda_graphs " << graphs << ": a step synchronised: " << e.what();
     }
@@ -508,7 +523,8 @@ TEST(Gpu, ChunkedOutputLayerMatchesUnfusedUnderBf16WithLessMemory) {
       const auto start = std::chrono::steady_clock::now();
       at::Tensor loss;
       {
-        train::AutocastScope autocast(dev, bf16 ? train::Precision::kBf16 : train::Precision::kFp32);
+        train::AutocastScope autocast(dev,
+                                      bf16 ? train::Precision::kBf16 : train::Precision::kFp32);
         loss = chunked ? models::linear_cross_entropy(h, w, targets, vocab)
                        : at::cross_entropy_loss(at::linear(h, w).narrow(1, 0, vocab), targets);
       }
@@ -516,7 +532,8 @@ TEST(Gpu, ChunkedOutputLayerMatchesUnfusedUnderBf16WithLessMemory) {
       c10::cuda::device_synchronize();
       if (rep > 0) {
         r.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count() / 3;
+                    .count() /
+                3;
       }
       r.peak_mib = double(memory::sample_memory(dev).tensor_peak_bytes - base) / 1048576;
       r.loss = loss.detach();
@@ -531,16 +548,16 @@ TEST(Gpu, ChunkedOutputLayerMatchesUnfusedUnderBf16WithLessMemory) {
         .item<double>();
   };
   std::printf("[output layer] %ld x %ld -> %ld, bf16: unfused %.2f ms, peak %.0f MiB; chunked "
-              "%.2f ms, peak %.0f MiB\n", rows, d, padded, unfused.ms, unfused.peak_mib,
-              chunked.ms, chunked.peak_mib);
+              "%.2f ms, peak %.0f MiB\n",
+              rows, d, padded, unfused.ms, unfused.peak_mib, chunked.ms, chunked.peak_mib);
   const std::pair<const char*, std::pair<double, double>> errors[] = {
       {"loss", {err(unfused.loss, exact.loss), err(chunked.loss, exact.loss)}},
       {"gradient of h", {err(unfused.grad_h, exact.grad_h), err(chunked.grad_h, exact.grad_h)}},
       {"gradient of the weight",
        {err(unfused.grad_w, exact.grad_w), err(chunked.grad_w, exact.grad_w)}}};
   for (const auto& [what, e] : errors) {
-    std::printf("[output layer] %s: relative error against fp32 %.2e unfused, %.2e chunked\n",
-                what, e.first, e.second);
+    std::printf("[output layer] %s: relative error against fp32 %.2e unfused, %.2e chunked\n", what,
+                e.first, e.second);
     EXPECT_LT(e.second, 2 * e.first + 1e-6) << what;
   }
   EXPECT_LT(chunked.peak_mib, unfused.peak_mib / 3);
@@ -556,7 +573,8 @@ TEST(Gpu, Tf32FlagDecidesMatmulPrecision) {
   auto error = [&] {
     return ((at::matmul(a, b).to(at::kDouble) - exact).norm() / exact.norm()).item<double>();
   };
-  EXPECT_NE(train::apply_device_flags(dev, train::Switch::kOff, false).find("TF32 matmuls and convolutions off"),
+  EXPECT_NE(train::apply_device_flags(dev, train::Switch::kOff, false)
+                .find("TF32 matmuls and convolutions off"),
             std::string::npos);
   EXPECT_FALSE(train::tf32_enabled());
   const double fp32 = error();

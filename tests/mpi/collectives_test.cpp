@@ -6,9 +6,9 @@
 
 #include <thread>
 
+#include "common/mpi_test_env.h"
 #include "ddp/errors.h"
 #include "ddp/gather.h"
-#include "common/mpi_test_env.h"
 
 namespace {
 
@@ -48,8 +48,8 @@ TEST_P(CollectivesAllReduceDtype, SumMaxMinAvgInClosedForm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CollectivesAllReduceDtype,
-                         ::testing::Values(at::kFloat, at::kDouble, at::kInt, at::kLong,
-                                           at::kHalf, at::kBFloat16, at::kByte));
+                         ::testing::Values(at::kFloat, at::kDouble, at::kInt, at::kLong, at::kHalf,
+                                           at::kBFloat16, at::kByte));
 
 TEST(Collectives, AllReduceOfRanksIsTriangularNumber) {
   auto comm = world();

@@ -6,8 +6,8 @@
 
 #include <thread>
 
-#include "ddp/errors.h"
 #include "common/mpi_test_env.h"
+#include "ddp/errors.h"
 
 namespace {
 
@@ -53,14 +53,15 @@ TEST(Desync, TimeoutNamesTheRankThatSkippedTheCollective) {
   at::Tensor late_grad = at::ones({8});
   at::Tensor late_vote = at::zeros({1});
   if (rank == skipper) {
-    const std::string msg = timeout_message(
-        [&] { control->all_reduce(late_vote, ReduceOp::kMax, "status vote"); });
+    const std::string msg =
+        timeout_message([&] { control->all_reduce(late_vote, ReduceOp::kMax, "status vote"); });
     EXPECT_NE(msg.find("status vote"), std::string::npos) << msg;
     for (int r = 0; r < skipper; ++r) {
       EXPECT_NE(msg.find(fmt::format(
                     "rank {} did not reach the all_reduce(max) of status vote at step 58 (last "
                     "completed: step 57, all_reduce(max) of status vote; it waits in the "
-                    "all_reduce(sum) of bucket 3 at step 58)", r)),
+                    "all_reduce(sum) of bucket 3 at step 58)",
+                    r)),
                 std::string::npos)
           << msg;
     }
@@ -68,14 +69,15 @@ TEST(Desync, TimeoutNamesTheRankThatSkippedTheCollective) {
     const std::string msg =
         timeout_message([&] { data->all_reduce(late_grad, ReduceOp::kSum, "bucket 3"); });
     EXPECT_NE(msg.find("ddp.timeout_s"), std::string::npos) << msg;
-    EXPECT_NE(msg.find(fmt::format("answers from rank(s) {} of {}",
-                                   w == 2 ? "0, 1" : "0, 1, 2", w)),
-              std::string::npos)
+    EXPECT_NE(
+        msg.find(fmt::format("answers from rank(s) {} of {}", w == 2 ? "0, 1" : "0, 1, 2", w)),
+        std::string::npos)
         << msg;
     EXPECT_NE(msg.find(fmt::format(
                   "rank {} did not reach the all_reduce(sum) of bucket 3 at step 58 (last "
                   "completed: step 57, all_reduce(sum) of bucket 2; it waits in the "
-                  "all_reduce(max) of status vote at step 58)", skipper)),
+                  "all_reduce(max) of status vote at step 58)",
+                  skipper)),
               std::string::npos)
         << msg;
     for (int r = 0; r < skipper; ++r) {

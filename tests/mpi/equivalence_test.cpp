@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {
@@ -43,13 +43,14 @@ train:
   grad_clip: {}
   seed: 11
 ddp: {{first_bucket_mb: {}, bucket_mb: {}}}
-)", c.global_batch, c.micro_batch, c.grad_clip, c.bucket_mb, c.bucket_mb);
+)",
+                     c.global_batch, c.micro_batch, c.grad_clip, c.bucket_mb, c.bucket_mb);
 }
 
 struct Trained {
-  std::vector<at::Tensor> parameters;    // after the last step
-  std::vector<at::Tensor> step1_grads;   // the reduced gradients after step 1 (clipped)
-  double step1_grad_norm = 0;            // their global norm before clipping
+  std::vector<at::Tensor> parameters;   // after the last step
+  std::vector<at::Tensor> step1_grads;  // the reduced gradients after step 1 (clipped)
+  double step1_grad_norm = 0;           // their global norm before clipping
 };
 
 Trained train_parameters(ddp::Communicator& comm, const Case& c,
@@ -74,7 +75,6 @@ Trained train_parameters(ddp::Communicator& comm, const Case& c,
   for (const auto& p : model->parameters()) out.parameters.push_back(p.detach().clone());
   return out;
 }
-
 
 class Equivalence : public ::testing::TestWithParam<Case> {};
 
@@ -116,11 +116,11 @@ TEST_P(Equivalence, WorldMatchesSingleProcess) {
 
 INSTANTIATE_TEST_SUITE_P(
     GlobalBatches, Equivalence,
-    ::testing::Values(Case{12, "auto", 1.0},   // divides by 1, 2, 3
-                      Case{13, "auto", 1.0},   // divides by none
-                      Case{13, "2", 1.0},      // micro-batches with accumulation, uneven
-                      Case{7, "1", 0.05},      // one sample per micro-batch; clipping active
-                      Case{32, "5", 0.0},      // no clipping, ragged last micro-batch
+    ::testing::Values(Case{12, "auto", 1.0},  // divides by 1, 2, 3
+                      Case{13, "auto", 1.0},  // divides by none
+                      Case{13, "2", 1.0},     // micro-batches with accumulation, uneven
+                      Case{7, "1", 0.05},     // one sample per micro-batch; clipping active
+                      Case{32, "5", 0.0},     // no clipping, ragged last micro-batch
                       Case{13, "2", 1.0, 1.0 / 1024},  // 1 KB buckets: many, params split
                       Case{13, "2", 1.0, 65536}));     // one bucket for everything
 

@@ -9,11 +9,11 @@
 
 #include <fstream>
 
+#include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
 #include "config/config.h"
 #include "data/movielens.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
@@ -27,13 +27,13 @@ struct Trained {
 };
 
 Trained train_recommender(ddp::Communicator& comm, const std::string& data_path, int64_t steps) {
-  const auto config = config::parse_config(
-      fmt::format(R"(
+  const auto config = config::parse_config(fmt::format(R"(
 model: {{name: recommender, embedding_dim: 16, encoder_dim: 32, encoder_layers: 1, encoder_heads: 2, hidden_dim: 16, depth: 1}}
 data: {{dataset: movielens, path: {}, text_len: 24, negatives: 2}}
 train: {{device: cpu, global_batch_size: 6, steps: {}, lr: 0.01, warmup_steps: 1, seed: 4}}
-)", data_path, steps),
-      "evaluation.yaml");
+)",
+                                                       data_path, steps),
+                                           "evaluation.yaml");
   Trained t;
   t.dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);

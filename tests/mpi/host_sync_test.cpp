@@ -14,9 +14,9 @@
 #include <atomic>
 #include <string_view>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {
@@ -65,10 +65,11 @@ Trained make(ddp::Communicator& comm, const std::string& precision, const std::s
       "model: {name: mlp, hidden_dim: 32, depth: 2}\n"
       "data: {num_samples: 1000, input_dim: 8, num_classes: 4, teacher_hidden: 8, seed: 7}\n"
       "train: {device: cpu, global_batch_size: 13, micro_batch_size: 3, steps: 12, lr: 0.01,\n"
-      "        warmup_steps: 1, seed: 11, grad_clip: 0.05, precision: " + precision +
-          ", loss_scale: 1024, loss_scale_interval: 3" + extra + "}\n"
-      "memory: {check_every: 0}\n" +
-      (shard == "none" ? std::string() : "ddp: {shard: " + shard + ", bucket_mb: 0.002}\n"),
+      "        warmup_steps: 1, seed: 11, grad_clip: 0.05, precision: " +
+          precision + ", loss_scale: 1024, loss_scale_interval: 3" + extra +
+          "}\n"
+          "memory: {check_every: 0}\n" +
+          (shard == "none" ? std::string() : "ddp: {shard: " + shard + ", bucket_mb: 0.002}\n"),
       "host-sync.yaml");
 }
 
@@ -134,7 +135,7 @@ TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
     EXPECT_EQ(logged[i].loss_scale, e.loss_scale);
   }
   if (precision == "fp16") {
-    EXPECT_TRUE(every[5].skipped);  // every rank skipped step 6 ...
+    EXPECT_TRUE(every[5].skipped);                         // every rank skipped step 6 ...
     for (const auto& r : logged) EXPECT_FALSE(r.skipped);  // ... which no logged step was
     // 1024 grew after steps 3 (2048); 6 backed off (1024); 9 and 12 grew it again (4096).
     EXPECT_EQ(logged[2].loss_scale, 4096.0);

@@ -5,9 +5,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {
@@ -25,10 +25,10 @@ Run16 make(ddp::Communicator& comm, const std::string& extra) {
       "data: {num_samples: 1000, input_dim: 8, num_classes: 4, teacher_hidden: 8, seed: 7}\n"
       "train: {device: cpu, global_batch_size: 13, micro_batch_size: 3, steps: 10, lr: 0.01,\n"
       "        warmup_steps: 1, seed: 11, precision: fp16, loss_scale: 1024,\n"
-      "        loss_scale_interval: 3" + extra + "}\n",
+      "        loss_scale_interval: 3" +
+          extra + "}\n",
       "loss-scale.yaml");
 }
-
 
 TEST(LossScale, NonFiniteOnOneRankSkipsTheStepOnEveryRank) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
@@ -73,7 +73,8 @@ TEST(LossScale, TooManySkipsInARowEndEveryRankWithAMessage) {
     s.trainer->step(3);
     ADD_FAILURE() << "no error after 2 skipped steps in a row";
   } catch (const train::NonFiniteFatal& e) {
-    EXPECT_NE(std::string(e.what()).find("train.max_skipped_steps = 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.max_skipped_steps = 2"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -15,12 +15,12 @@
 
 #include <string>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "ddp/errors.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {
@@ -36,8 +36,8 @@ struct PlanCheck {
 PlanCheck estimate_and_measure(ddp::Communicator& comm, const std::string& config_file,
                                std::vector<std::string> overrides) {
   overrides.push_back("train.device=cpu");
-  const auto config = config::load_config(fmt::format("{}/configs/{}", TRAINER_SOURCE_DIR, config_file),
-                                            overrides);
+  const auto config =
+      config::load_config(fmt::format("{}/configs/{}", TRAINER_SOURCE_DIR, config_file), overrides);
   auto& guard = memory::CpuAllocatorGuard::instance();
   const int64_t base = guard.allocated_bytes();
   PlanCheck check;
@@ -45,11 +45,13 @@ PlanCheck estimate_and_measure(ddp::Communicator& comm, const std::string& confi
     const auto dataset = data::make_dataset(config.data);
     at::manual_seed(config.train.seed);
     auto model = models::create_model(config.model, dataset->shape());
-    train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
+    train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
+                           c10::Device(c10::kCPU));
     guard.reset_peak();  // the probe's own peak is not the run's
     for (int64_t s = 1; s <= 3; ++s) trainer.step(s);
     check.measured = (guard.peak_bytes() - base) / 1048576.0;
-    check.estimated = (trainer.memory_estimate().peak(trainer.plan().micro_batch) - base) / 1048576.0;
+    check.estimated =
+        (trainer.memory_estimate().peak(trainer.plan().micro_batch) - base) / 1048576.0;
     check.micro_batch = trainer.plan().micro_batch;
   }
   EXPECT_EQ(guard.allocated_bytes(), base) << "the run left tensors behind";
@@ -68,12 +70,14 @@ void expect_within_15_percent(const PlanCheck& c, const std::string& what) {
 
 TEST(MemoryPlan, MlpEstimateWithinFifteenPercent) {
   auto comm = trainer_test::runtime().world(std::chrono::seconds(120));
-  const PlanCheck whole = estimate_and_measure(*comm, "mlp.yaml", {"train.steps=30", "train.warmup_steps=2"});
+  const PlanCheck whole =
+      estimate_and_measure(*comm, "mlp.yaml", {"train.steps=30", "train.warmup_steps=2"});
   expect_within_15_percent(whole, "mlp, micro-batch auto");
   // Accumulation: four micro-batches per rank hold a quarter of the activations.
-  const PlanCheck quarter = estimate_and_measure(
-      *comm, "mlp.yaml",
-      {"train.steps=30", "train.warmup_steps=2", fmt::format("train.micro_batch_size={}", whole.micro_batch / 4)});
+  const PlanCheck quarter =
+      estimate_and_measure(*comm, "mlp.yaml",
+                           {"train.steps=30", "train.warmup_steps=2",
+                            fmt::format("train.micro_batch_size={}", whole.micro_batch / 4)});
   expect_within_15_percent(quarter, "mlp, a quarter micro-batch");
   EXPECT_LT(quarter.measured, whole.measured);
 }
@@ -118,8 +122,8 @@ TEST(MemoryPlan, LargeVocabularyShortContextEstimateWithinFifteenPercent) {
   auto comm = trainer_test::runtime().world(std::chrono::seconds(300));
   const PlanCheck c = estimate_and_measure(
       *comm, "gpt-tiny.yaml",
-      {"data.vocab_size=50257", "train.global_batch_size=96", "train.steps=3", "train.warmup_steps=1",
-       fmt::format("data.path={}/data/tokens-sample", TRAINER_SOURCE_DIR)});
+      {"data.vocab_size=50257", "train.global_batch_size=96", "train.steps=3",
+       "train.warmup_steps=1", fmt::format("data.path={}/data/tokens-sample", TRAINER_SOURCE_DIR)});
   EXPECT_GT(c.micro_batch, 16) << "the run's micro-batch must lie past the probe's";
   expect_within_15_percent(c, "gpt-tiny, vocabulary 50257, 64 positions");
 }
@@ -133,7 +137,9 @@ model: {{name: mlp, hidden_dim: {}, depth: {}}}
 data: {{num_samples: 512, input_dim: {}, num_classes: 4, teacher_hidden: 8, seed: 2}}
 train: {{device: cpu, global_batch_size: {}, steps: 4, lr: 0.01, warmup_steps: 1, seed: 9}}
 ddp: {{shard: {}}}
-)", hidden, depth, input_dim, global_batch, shard), "small.yaml")),
+)",
+                                                hidden, depth, input_dim, global_batch, shard),
+                                    "small.yaml")),
         dataset(data::make_dataset(config.data)),
         model(models::create_model(config.model, dataset->shape())) {}
   ~SmallRun() { memory::CpuAllocatorGuard::instance().set_budget(0); }
@@ -155,12 +161,13 @@ TEST(MemoryPlan, PersistentStateThatDoesNotFitOnOneRankStopsEveryRank) {
   // Room for a little, not for two moments per parameter.
   if (comm->rank() == victim) guard.set_budget(guard.allocated_bytes() + param_bytes / 2);
   try {
-    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset,
+                           c10::Device(c10::kCPU));
     FAIL() << "expected ddp::PlanError on every rank";
   } catch (const ddp::PlanError& e) {
-    EXPECT_THAT(e.what(), HasSubstr(fmt::format(
-        "rank {}: with ddp.shard: none the state kept for the whole run does not fit before step 1",
-        victim)));
+    EXPECT_THAT(e.what(), HasSubstr(fmt::format("rank {}: with ddp.shard: none the state kept for "
+                                                "the whole run does not fit before step 1",
+                                                victim)));
     EXPECT_THAT(e.what(), HasSubstr("memory.cpu_budget_mb"));
     EXPECT_THAT(e.what(), HasSubstr("none of the ddp.shard modes fits"));
     if (victim != 0) {
@@ -190,8 +197,9 @@ TEST(MemoryPlan, ReplicatedStateThatDoesNotFitNamesTheShardModeThatDoes) {
                                c10::Device(c10::kCPU));
         FAIL() << "expected ddp::PlanError on every rank";
       } catch (const ddp::PlanError& e) {
-        EXPECT_THAT(e.what(), HasSubstr("with ddp.shard: none the state kept for the whole run does "
-                                        "not fit before step 1"));
+        EXPECT_THAT(e.what(),
+                    HasSubstr("with ddp.shard: none the state kept for the whole run does "
+                              "not fit before step 1"));
         EXPECT_THAT(e.what(), HasSubstr("set ddp.shard: optimizer"));
       }
     } else {
@@ -212,20 +220,24 @@ TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
   SmallRun run(512, 64, 96);
   auto& guard = memory::CpuAllocatorGuard::instance();
   auto drop_gradients = [&] {
-    for (auto& p : run.model->parameters()) p.mutable_grad() = at::Tensor();  // the old buckets' views
+    for (auto& p : run.model->parameters())
+      p.mutable_grad() = at::Tensor();  // the old buckets' views
   };
   memory::MemoryEstimate free_run;
   {
-    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset,
+                           c10::Device(c10::kCPU));
     free_run = trainer.memory_estimate();
   }
   drop_gradients();
   ASSERT_GT(free_run.activation_per_sample, 0);
   guard.set_budget(free_run.peak(12));
   {
-    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset,
+                           c10::Device(c10::kCPU));
     const auto& e = trainer.memory_estimate();
-    EXPECT_NEAR(e.activation_per_sample, free_run.activation_per_sample, 0.1 * free_run.activation_per_sample);
+    EXPECT_NEAR(e.activation_per_sample, free_run.activation_per_sample,
+                0.1 * free_run.activation_per_sample);
     EXPECT_LE(e.peak(trainer.plan().micro_batch), free_run.peak(12));
     for (int64_t s = 1; s <= 2; ++s) trainer.step(s);
     EXPECT_EQ(trainer.fallbacks(), 0);
@@ -233,10 +245,12 @@ TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
   drop_gradients();
   guard.set_budget(free_run.peak(0) - free_run.activation_fixed / 2);
   try {
-    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset, c10::Device(c10::kCPU));
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, run.model, *run.dataset,
+                           c10::Device(c10::kCPU));
     FAIL() << "expected OutOfMemoryFatal on every rank";
   } catch (const memory::OutOfMemoryFatal& e) {
-    EXPECT_THAT(e.what(), HasSubstr("out of memory before step 1, allocating the loader's buffers and the activation probe"));
+    EXPECT_THAT(e.what(), HasSubstr("out of memory before step 1, allocating the loader's buffers "
+                                    "and the activation probe"));
     EXPECT_THAT(e.what(), HasSubstr(fmt::format("rank {}: CPU out of memory", comm->size() - 1)));
   }
   comm->barrier("after the probe");

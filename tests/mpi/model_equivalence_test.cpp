@@ -11,10 +11,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
 #include "config/config.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
@@ -68,18 +68,22 @@ void expect_world_matches_self(const std::string& yaml, double tolerance = 1e-5,
               grad_tolerance * reference.step1_grad_norm);
   const double err = relative_error(distributed.parameters, reference.parameters);
   EXPECT_LT(err, tolerance) << "world " << world->size();
-  EXPECT_GT(relative_error(reference.parameters, reference.initial), 1e-3) << "training moved nothing";
+  EXPECT_GT(relative_error(reference.parameters, reference.initial), 1e-3)
+      << "training moved nothing";
   ASSERT_EQ(distributed.validation.means.size(), reference.validation.means.size());
   EXPECT_EQ(distributed.validation.samples, reference.validation.samples);
   EXPECT_GT(reference.validation.samples, 0);
   for (size_t i = 0; i < reference.validation.means.size(); ++i) {
     const auto& [name, value] = reference.validation.means[i];
-    EXPECT_NEAR(distributed.validation.means[i].second, value, tolerance * std::abs(value) + 1e-9) << name;
+    EXPECT_NEAR(distributed.validation.means[i].second, value, tolerance * std::abs(value) + 1e-9)
+        << name;
   }
   if (world->rank() == 0) {
     fmt::print("world {}: step 1 gradients relative error {:.2e} (norm {:.6g}), parameters {:.2e}; "
-               "validation", world->size(), grad_err, distributed.step1_grad_norm, err);
-    for (const auto& [name, value] : distributed.validation.means) fmt::print(" {} {:.6f}", name, value);
+               "validation",
+               world->size(), grad_err, distributed.step1_grad_norm, err);
+    for (const auto& [name, value] : distributed.validation.means)
+      fmt::print(" {} {:.6f}", name, value);
     fmt::print(" over {} samples\n", distributed.validation.samples);
   }
 }
@@ -100,8 +104,8 @@ TEST(ModelEquivalence, GptOnTokenShards) {
   }
   expect_world_matches_self(
       "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}\n"
-      "data: {dataset: tokens, path: " + dir.path() + ", context: 16, vocab_size: 100, workers: 2}\n" +
-      kTrain);
+      "data: {dataset: tokens, path: " +
+      dir.path() + ", context: 16, vocab_size: 100, workers: 2}\n" + kTrain);
 }
 
 // bf16 autocast (train.precision: bf16): matmuls round to bf16 (8 bits of mantissa), and the
@@ -118,8 +122,10 @@ TEST(ModelEquivalence, GptOnTokenShardsInBf16) {
   }
   expect_world_matches_self(
       "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}\n"
-      "data: {dataset: tokens, path: " + dir.path() + ", context: 16, vocab_size: 100}\n" +
-      std::string(kTrain).replace(std::string(kTrain).find("seed: 11"), 8, "seed: 11, precision: bf16"),
+      "data: {dataset: tokens, path: " +
+          dir.path() + ", context: 16, vocab_size: 100}\n" +
+          std::string(kTrain).replace(std::string(kTrain).find("seed: 11"), 8,
+                                      "seed: 11, precision: bf16"),
       1e-2, 1e-2);
 }
 
@@ -136,10 +142,12 @@ std::string write_series(const test::TempDir& dir) {
 
 TEST(ModelEquivalence, LstmOnCsv) {
   test::TempDir dir;
-  expect_world_matches_self(
-      "model: {name: sequence, cell: lstm, hidden_dim: 16, num_layers: 2}\n"
-      "data: {dataset: csv, path: " + write_series(dir) + ", features: [temp, load], "
-      "targets: [load], window: 12, horizon: 2, val_fraction: 0.2}\n" + kTrain);
+  expect_world_matches_self("model: {name: sequence, cell: lstm, hidden_dim: 16, num_layers: 2}\n"
+                            "data: {dataset: csv, path: " +
+                            write_series(dir) +
+                            ", features: [temp, load], "
+                            "targets: [load], window: 12, horizon: 2, val_fraction: 0.2}\n" +
+                            kTrain);
 }
 
 // The attention's key bias has an exactly zero gradient (softmax ignores a constant added to
@@ -150,16 +158,20 @@ TEST(ModelEquivalence, TransformerOnCsv) {
   test::TempDir dir;
   expect_world_matches_self(
       "model: {name: sequence, cell: transformer, d_model: 16, heads: 2, num_layers: 2}\n"
-      "data: {dataset: csv, path: " + write_series(dir) + ", features: [temp, load], "
+      "data: {dataset: csv, path: " +
+      write_series(dir) +
+      ", features: [temp, load], "
       "targets: [load], window: 12, horizon: 2, val_fraction: 0.2}\n" +
-      std::string(kTrain).replace(std::string(kTrain).find("seed: 11"), 8, "seed: 11, eps: 1.0e-4"));
+      std::string(kTrain).replace(std::string(kTrain).find("seed: 11"), 8,
+                                  "seed: 11, eps: 1.0e-4"));
 }
 
 TEST(ModelEquivalence, CnnOnPngCrops) {
-  expect_world_matches_self(
-      "model: {name: cnn, base_channels: 8, num_blocks: 2, loss: l1}\n"
-      "data: {dataset: images, path: " TRAINER_SOURCE_DIR "/data/images-sample, patch_size: 16, "
-      "scale: 2, crops_per_image: 4, workers: 2}\n" + std::string(kTrain));
+  expect_world_matches_self("model: {name: cnn, base_channels: 8, num_blocks: 2, loss: l1}\n"
+                            "data: {dataset: images, path: " TRAINER_SOURCE_DIR
+                            "/data/images-sample, patch_size: 16, "
+                            "scale: 2, crops_per_image: 4, workers: 2}\n" +
+                            std::string(kTrain));
 }
 
 }  // namespace

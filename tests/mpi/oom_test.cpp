@@ -9,18 +9,18 @@
 
 #include <random>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {
 
-using trainer_test::relative_error;
 using ::testing::HasSubstr;
+using trainer_test::relative_error;
 
 struct TrainedRun {
   std::vector<at::Tensor> params;
@@ -28,13 +28,15 @@ struct TrainedRun {
   int64_t final_micro_batch = 0;
 };
 
-TrainedRun train(ddp::Communicator& comm, const std::string& inject, std::vector<std::string> overrides = {}) {
+TrainedRun train(ddp::Communicator& comm, const std::string& inject,
+                 std::vector<std::string> overrides = {}) {
   overrides.insert(overrides.begin(), "memory.inject_oom=" + inject);
   const auto config = config::parse_config(R"(
 model: {name: mlp, hidden_dim: 32, depth: 2}
 data: {num_samples: 4000, input_dim: 10, num_classes: 4, teacher_hidden: 8, seed: 2}
 train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2, seed: 9}
-)", "oom.yaml", overrides);
+)",
+                                           "oom.yaml", overrides);
   auto& guard = memory::CpuAllocatorGuard::instance();
   guard.set_injections(comm.rank(), memory::parse_injections(config.memory.inject_oom));
   guard.set_budget(static_cast<int64_t>(config.memory.cpu_budget_mb * 1048576.0));
@@ -47,7 +49,8 @@ train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());
-  train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
+  train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
+                         c10::Device(c10::kCPU));
   for (int64_t s = 1; s <= config.train.steps; ++s) trainer.step(s);
   TrainedRun run;
   for (const auto& p : model->parameters()) run.params.push_back(p.detach().clone());
@@ -55,7 +58,6 @@ train: {device: cpu, global_batch_size: 96, steps: 12, lr: 0.01, warmup_steps: 2
   run.final_micro_batch = trainer.plan().micro_batch;
   return run;
 }
-
 
 class Oom : public ::testing::Test {
  protected:
@@ -73,8 +75,8 @@ TEST_F(Oom, ShardedRunsFallBackTogetherAndMatch) {
   const int victim = comm_->size() > 1 ? 1 : 0;
   for (const char* mode : {"optimizer", "gradients"}) {
     for (const char* phase : {"forward", "backward"}) {
-      const TrainedRun run = train(*comm_, fmt::format("{}:5:{}", victim, phase),
-                                   {std::string("ddp.shard=") + mode});
+      const TrainedRun run =
+          train(*comm_, fmt::format("{}:5:{}", victim, phase), {std::string("ddp.shard=") + mode});
       EXPECT_EQ(run.fallbacks, 1) << mode << " " << phase;
       EXPECT_EQ(run.final_micro_batch, reference_->final_micro_batch / 2);
       EXPECT_LT(relative_error(run.params, reference_->params), 1e-5) << mode << " " << phase;
@@ -155,26 +157,32 @@ TEST_F(Oom, CpuBudgetExceededFallsBackAndMatches) {
   };
   auto [full, reference] = peak_of({wide, big_batch});
   const double half =
-      peak_of({wide, big_batch, fmt::format("train.micro_batch_size={}", reference.final_micro_batch / 2)}).first;
+      peak_of({wide, big_batch,
+               fmt::format("train.micro_batch_size={}", reference.final_micro_batch / 2)})
+          .first;
   ASSERT_LT(half, full);
   const double budget_mb = (guard.allocated_bytes() + (full + half) / 2) / 1048576.0;
   // The full micro-batch, given explicitly: the plan for `auto` would avoid the OOM (next test).
-  const TrainedRun run = train(*comm_, "", {wide, big_batch, fmt::format("memory.cpu_budget_mb={}", budget_mb),
-                                           fmt::format("train.micro_batch_size={}", reference.final_micro_batch)});
+  const TrainedRun run =
+      train(*comm_, "",
+            {wide, big_batch, fmt::format("memory.cpu_budget_mb={}", budget_mb),
+             fmt::format("train.micro_batch_size={}", reference.final_micro_batch)});
   EXPECT_EQ(run.fallbacks, 1);
   EXPECT_EQ(run.final_micro_batch, reference.final_micro_batch / 2);
   EXPECT_LT(relative_error(run.params, reference.params), 1e-5);
 
   // micro_batch_size auto under the same budget: the memory plan picks a micro-batch that fits
   // (the same on every rank), so no step runs out, and the result is the same.
-  const TrainedRun planned = train(*comm_, "", {wide, big_batch, fmt::format("memory.cpu_budget_mb={}", budget_mb)});
+  const TrainedRun planned =
+      train(*comm_, "", {wide, big_batch, fmt::format("memory.cpu_budget_mb={}", budget_mb)});
   EXPECT_EQ(planned.fallbacks, 0);
   EXPECT_LT(planned.final_micro_batch, reference.final_micro_batch);
   EXPECT_GE(planned.final_micro_batch, 1);
   at::Tensor micro = at::tensor({planned.final_micro_batch}, at::kLong);
   at::Tensor micro_max = micro.clone();
   comm_->all_reduce(micro_max, ddp::ReduceOp::kMax);
-  EXPECT_EQ(micro.item<int64_t>(), micro_max.item<int64_t>()) << "ranks disagree on the micro-batch";
+  EXPECT_EQ(micro.item<int64_t>(), micro_max.item<int64_t>())
+      << "ranks disagree on the micro-batch";
   EXPECT_LT(relative_error(planned.params, reference.params), 1e-5);
 }
 
@@ -200,19 +208,21 @@ namespace {
 // ran out of memory (cached and uncached give the same loss).
 std::vector<at::Tensor> train_recommender(ddp::Communicator& comm, const std::string& inject,
                                           bool* cached_at_end) {
-  const auto config = config::parse_config(
-      fmt::format(R"(
+  const auto config = config::parse_config(fmt::format(R"(
 model: {{name: recommender, embedding_dim: 16, encoder_dim: 32, encoder_layers: 1, encoder_heads: 2, hidden_dim: 16, depth: 1}}
 data: {{dataset: movielens, path: {}/data/movielens-sample, text_len: 24}}
 train: {{device: cpu, global_batch_size: 48, steps: 6, lr: 0.01, warmup_steps: 1, seed: 4}}
 memory: {{min_micro_batch: 48, inject_oom: "{}"}}
-)", TRAINER_SOURCE_DIR, inject),
-      "recommender.yaml");
-  memory::CpuAllocatorGuard::instance().set_injections(comm.rank(), memory::parse_injections(inject));
+)",
+                                                       TRAINER_SOURCE_DIR, inject),
+                                           "recommender.yaml");
+  memory::CpuAllocatorGuard::instance().set_injections(comm.rank(),
+                                                       memory::parse_injections(inject));
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());
-  train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
+  train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
+                         c10::Device(c10::kCPU));
   for (int64_t s = 1; s <= config.train.steps; ++s) trainer.step(s);
   memory::CpuAllocatorGuard::instance().set_injections(0, {});
   *cached_at_end = models::has_cache(*model);
@@ -228,7 +238,8 @@ TEST(OomRecommender, UncacheRungReleasesCachesOnEveryRankAndMatches) {
   EXPECT_TRUE(cached);
   // The floor (48) is the whole batch: halving is spent from the start, so the first failure
   // can only uncache.
-  const auto run = train_recommender(*comm, fmt::format("{}:3:backward", comm->size() - 1), &cached);
+  const auto run =
+      train_recommender(*comm, fmt::format("{}:3:backward", comm->size() - 1), &cached);
   EXPECT_FALSE(cached) << "rank " << comm->rank() << " kept its cache";
   EXPECT_LT(relative_error(run, reference), 1e-5);
 }

@@ -8,9 +8,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
 namespace {
@@ -26,7 +26,8 @@ Trained make(ddp::Communicator& comm, const std::string& reduce_dtype) {
       "data: {num_samples: 4096, input_dim: 32, num_classes: 8, teacher_hidden: 16, seed: 3}\n"
       "train: {device: cpu, global_batch_size: 64, micro_batch_size: 16, steps: 40, lr: 0.003,\n"
       "        warmup_steps: 2, seed: 5, grad_clip: 0}\n"
-      "ddp: {reduce_dtype: " + reduce_dtype + "}\n",
+      "ddp: {reduce_dtype: " +
+          reduce_dtype + "}\n",
       "reduce-dtype.yaml");
 }
 
@@ -60,8 +61,8 @@ TEST(ReduceDtype, Bf16BucketsHalveTheWireAndStayWithinBf16Rounding) {
     loss32 = fp32.trainer->step(s).loss;
     loss16 = bf16.trainer->step(s).loss;
   }
-  const double param_error = relative_error(copies(bf16.model->parameters()),
-                                            copies(fp32.model->parameters()));
+  const double param_error =
+      relative_error(copies(bf16.model->parameters()), copies(fp32.model->parameters()));
   const double loss_error = std::abs(loss16 - loss32) / loss32;
   EXPECT_LT(loss_error, 0.02);
   EXPECT_LT(param_error, 1e-2);

@@ -7,8 +7,8 @@
 
 #include <optional>
 
-#include "ddp/reducer.h"
 #include "common/mpi_test_env.h"
+#include "ddp/reducer.h"
 
 namespace {
 
@@ -23,7 +23,8 @@ TEST(ReducerMpi, ShapeMismatchNamesParameterAndRanks) {
   if (comm->size() < 2) GTEST_SKIP() << "needs 2 ranks";
   torch::nn::Linear a(8, comm->rank() == 1 ? 17 : 16);
   torch::nn::Linear b(16, 4);
-  ddp::NamedParameters params = {{"a.weight", a->weight}, {"a.bias", a->bias}, {"b.weight", b->weight}};
+  ddp::NamedParameters params = {
+      {"a.weight", a->weight}, {"a.bias", a->bias}, {"b.weight", b->weight}};
   try {
     ddp::verify_same_parameters(*comm, params);
     FAIL() << "expected ParameterError on every rank";
@@ -65,8 +66,10 @@ TEST(ReducerMpi, FindUnusedParametersSumsOnlyUsers) {
   torch::nn::Linear head(4, 1);
   for (auto& p : body->parameters()) p.data().fill_(0.1);
   for (auto& p : head->parameters()) p.data().fill_(0.2);
-  ddp::NamedParameters params = {{"body.weight", body->weight}, {"body.bias", body->bias},
-                                 {"head.weight", head->weight}, {"head.bias", head->bias}};
+  ddp::NamedParameters params = {{"body.weight", body->weight},
+                                 {"body.bias", body->bias},
+                                 {"head.weight", head->weight},
+                                 {"head.bias", head->bias}};
   ddp::Reducer reducer(params, *comm, {16, 16, /*find_unused=*/true});
   reducer.zero_grad();
   reducer.begin_micro_batch(true);
@@ -90,8 +93,10 @@ TEST(ReducerMpi, UnusedParameterWithoutTheFlagFailsOnEveryRank) {
   auto comm = world();
   torch::nn::Linear body(4, 4);
   torch::nn::Linear head(4, 1);
-  ddp::NamedParameters params = {{"body.weight", body->weight}, {"body.bias", body->bias},
-                                 {"head.weight", head->weight}, {"head.bias", head->bias}};
+  ddp::NamedParameters params = {{"body.weight", body->weight},
+                                 {"body.bias", body->bias},
+                                 {"head.weight", head->weight},
+                                 {"head.bias", head->bias}};
   ddp::Reducer reducer(params, *comm, {1 << 20, 1 << 20, false});
   reducer.begin_micro_batch(true);
   body(at::ones({2, 4})).sum().backward();
@@ -150,8 +155,9 @@ TEST_P(ReducerMpiHooks, AreRemovedWithTheReducer) {
   at::manual_seed(100 + comm.rank());
   const at::Tensor x = at::randn({3, 8});
   std::optional<ddp::Reducer> reducer;
-  reducer.emplace(params, comm, ddp::ReducerOptions{1 << 20, 1 << 20, false,
-                                                    c10::ScalarType::Undefined, GetParam()});
+  reducer.emplace(
+      params, comm,
+      ddp::ReducerOptions{1 << 20, 1 << 20, false, c10::ScalarType::Undefined, GetParam()});
   reducer->zero_grad();
   reducer->begin_micro_batch(true);
   const int before = comm.reductions;

@@ -7,10 +7,10 @@
 
 #include <unistd.h>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "ddp/gather.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 

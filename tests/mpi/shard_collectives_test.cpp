@@ -8,8 +8,8 @@
 #include <limits>
 #include <thread>
 
-#include "ddp/errors.h"
 #include "common/mpi_test_env.h"
+#include "ddp/errors.h"
 #include "train/loss_scaler.h"
 
 namespace {
@@ -26,7 +26,7 @@ TEST_P(ShardCollectivesReduceScatterDtype, EachRankGetsTheSumOfItsBlock) {
   auto comm = world();
   const at::ScalarType dtype = GetParam();
   const int64_t w = comm->size();
-  const int64_t n = 5;  // elements per block
+  const int64_t n = 5;                                 // elements per block
   const auto k = at::arange(1, w * n + 1, at::kLong);  // 1 .. W * n
   std::vector<ReduceOp> ops = {ReduceOp::kSum};
   if (at::isFloatingType(dtype)) ops.push_back(ReduceOp::kAvg);
@@ -45,8 +45,8 @@ TEST_P(ShardCollectivesReduceScatterDtype, EachRankGetsTheSumOfItsBlock) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ShardCollectivesReduceScatterDtype,
-                         ::testing::Values(at::kFloat, at::kDouble, at::kInt, at::kLong,
-                                           at::kHalf, at::kBFloat16));
+                         ::testing::Values(at::kFloat, at::kDouble, at::kInt, at::kLong, at::kHalf,
+                                           at::kBFloat16));
 
 TEST(ShardCollectives, AllGatherInPlaceFillsEveryBlockFromItsOwner) {
   auto comm = world();

@@ -20,11 +20,11 @@
 
 #include <cstdio>
 
+#include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
 #include "ddp/gather.h"
 #include "ddp/mpi_communicator.h"
 #include "memory/allocator_guard.h"
-#include "common/mpi_test_env.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -68,7 +68,8 @@ std::string mlp(int64_t global, const std::string& micro, double clip) {
       "data: {{num_samples: 2000, input_dim: 12, num_classes: 5, teacher_hidden: 16, seed: 7}}\n"
       "train: {{device: cpu, global_batch_size: {}, micro_batch_size: {}, steps: 20, lr: 0.01, "
       "warmup_steps: 3, grad_clip: {}, seed: 11}}\n"
-      "memory: {{check_every: 0}}\n", global, micro, clip);
+      "memory: {{check_every: 0}}\n",
+      global, micro, clip);
 }
 
 // gpt on token shards written into a directory that lives as long as the process.
@@ -83,7 +84,9 @@ std::string gpt_yaml() {
     written = true;
   }
   return "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}\n"
-         "data: {dataset: tokens, path: " + dir.path() + ", context: 16, vocab_size: 100}\n"
+         "data: {dataset: tokens, path: " +
+         dir.path() +
+         ", context: 16, vocab_size: 100}\n"
          "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 5, lr: 0.003, "
          "warmup_steps: 1, seed: 11, grad_clip: 1.0}\n"
          "memory: {check_every: 0}\n";
@@ -127,14 +130,17 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // 13 samples: uneven over 2 and 3 ranks; micro-batches of 2 accumulate; 1 KiB buckets
         // split parameters and leave bucket sizes that do not divide by the world size.
-        Case{"mlp_uneven_micro_1KiB", mlp(13, "2", 1.0), ", first_bucket_mb: 0.001, bucket_mb: 0.001", 20},
-        Case{"mlp_clipping_3KiB", mlp(7, "1", 0.05), ", first_bucket_mb: 0.001, bucket_mb: 0.003", 20},
+        Case{"mlp_uneven_micro_1KiB", mlp(13, "2", 1.0),
+             ", first_bucket_mb: 0.001, bucket_mb: 0.001", 20},
+        Case{"mlp_clipping_3KiB", mlp(7, "1", 0.05), ", first_bucket_mb: 0.001, bucket_mb: 0.003",
+             20},
         Case{"mlp_one_bucket", mlp(32, "5", 0.0), ", bucket_mb: 64", 20},
         Case{"gpt_2KiB", gpt_yaml(), ", first_bucket_mb: 0.002, bucket_mb: 0.002", 5},
         // fp16: rank 1 (or 0 alone) makes its gradient non-finite at step 3; every rank skips.
-        Case{"mlp_fp16_inject", std::string(mlp(13, "2", 1.0)).replace(
-                 mlp(13, "2", 1.0).find("seed: 11"), 8,
-                 "seed: 11, precision: fp16, loss_scale: 1024, inject_nonfinite: '1:3'"),
+        Case{"mlp_fp16_inject",
+             std::string(mlp(13, "2", 1.0))
+                 .replace(mlp(13, "2", 1.0).find("seed: 11"), 8,
+                          "seed: 11, precision: fp16, loss_scale: 1024, inject_nonfinite: '1:3'"),
              ", first_bucket_mb: 0.001, bucket_mb: 0.002", 8},
         // bf16 on the wire: the reduce-scatter sums bf16 as the all-reduce does, in another
         // order over 3 ranks, so the parameters agree to bf16's rounding only.
@@ -164,8 +170,9 @@ TEST(ShardMemory, OptimizerStateIsAboutOneNthAndZeroTwoKeepsLessGradient) {
   EXPECT_LT(zero2.gradients, none.gradients);
   if (world->rank() == 0) {
     fmt::print("world {}: optimizer state {} / {} / {} bytes, gradients {} / {} / {} bytes "
-               "(none / optimizer / gradients)\n", w, none.optimizer_state, zero1.optimizer_state,
-               zero2.optimizer_state, none.gradients, zero1.gradients, zero2.gradients);
+               "(none / optimizer / gradients)\n",
+               w, none.optimizer_state, zero1.optimizer_state, zero2.optimizer_state,
+               none.gradients, zero1.gradients, zero2.gradients);
   }
 }
 
@@ -215,8 +222,8 @@ TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   };
   const std::string ladder = "memory: {fallback: [shard_optimizer, halve_micro_batch]}\n";
   const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:"));  // ladder replaces it
-  const RungRun none = train_with_rung(*world, yaml + ladder + ddp("none"), c.steps, "",
-                                       dir + "/none.safetensors");
+  const RungRun none =
+      train_with_rung(*world, yaml + ladder + ddp("none"), c.steps, "", dir + "/none.safetensors");
   const RungRun from_start = train_with_rung(*world, yaml + ladder + ddp("optimizer"), c.steps, "",
                                              dir + "/from_start.safetensors");
   const RungRun switched = train_with_rung(*world, yaml + ladder + ddp("none"), c.steps,
@@ -233,7 +240,8 @@ TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   expect_same_on_every_rank(*world, switched.trained.params);
   for (size_t s = 0; s < none.trained.results.size(); ++s) {
     EXPECT_NEAR(switched.trained.results[s].grad_norm, from_start.trained.results[s].grad_norm,
-                1e-5 * from_start.trained.results[s].grad_norm) << "step " << s + 1;
+                1e-5 * from_start.trained.results[s].grad_norm)
+        << "step " << s + 1;
   }
   if (world->rank() == 0) {
     // Moments sliced, not reset: the checkpoint (the unsharded format) matches both, kind by kind
@@ -254,22 +262,24 @@ TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
         EXPECT_LT(relative_error(mine, theirs), 1e-6) << kind << " vs " << other;
       }
     }
-    for (const char* f : {"/none.safetensors", "/from_start.safetensors", "/switched.safetensors"}) {
+    for (const char* f :
+         {"/none.safetensors", "/from_start.safetensors", "/switched.safetensors"}) {
       ::unlink((dir + f).c_str());
     }
     ::rmdir(dir.c_str());
     fmt::print("{} world {}: shard_optimizer rung, relative error {:.2e} against sharded from the "
-               "start\n", c.name, world->size(),
+               "start\n",
+               c.name, world->size(),
                relative_error(switched.trained.params, from_start.trained.params));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, ShardOptimizerRung,
-    ::testing::Values(
-        Case{"mlp_uneven_micro_1KiB", mlp(13, "2", 1.0), ", first_bucket_mb: 0.001, bucket_mb: 0.001", 12},
-        Case{"gpt_2KiB", gpt_yaml(), ", first_bucket_mb: 0.002, bucket_mb: 0.002", 6}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Models, ShardOptimizerRung,
+                         ::testing::Values(Case{"mlp_uneven_micro_1KiB", mlp(13, "2", 1.0),
+                                                ", first_bucket_mb: 0.001, bucket_mb: 0.001", 12},
+                                           Case{"gpt_2KiB", gpt_yaml(),
+                                                ", first_bucket_mb: 0.002, bucket_mb: 0.002", 6}),
+                         [](const auto& info) { return info.param.name; });
 
 // Checkpoints across world sizes and modes. With W ranks, the first W - 1 form a smaller job.
 class ShardResume : public ::testing::Test {
@@ -284,7 +294,8 @@ class ShardResume : public ::testing::Test {
       smaller_ = std::make_unique<ddp::MpiCommunicator>(split, std::chrono::seconds(60));
       MPI_Comm_free(&split);
     }
-    dir_ = ddp::all_gather_strings(*world_, fmt::format("/tmp/trainer_shard_resume_{}", ::getpid()))[0];
+    dir_ = ddp::all_gather_strings(*world_,
+                                   fmt::format("/tmp/trainer_shard_resume_{}", ::getpid()))[0];
   }
   void TearDown() override {
     if (!world_ || world_->size() < 2) return;

@@ -12,10 +12,10 @@
 
 #include <optional>
 
+#include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "ddp/gather.h"
 #include "models/registry.h"
-#include "common/mpi_test_env.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -46,7 +46,8 @@ void expect_exact_continuation(bool checkpoint_activations) {
   const auto straight_params = train_until(*comm, yaml, 8, 1, "", straight);
   // The masks are really drawn: without dropout the same run ends elsewhere (else the equality
   // below would hold whatever the generators did).
-  const auto no_dropout = train_until(*comm, config_yaml(checkpoint_activations, 0.0), 8, 1, "", "");
+  const auto no_dropout =
+      train_until(*comm, config_yaml(checkpoint_activations, 0.0), 8, 1, "", "");
   ASSERT_EQ(no_dropout.size(), straight_params.size());
   bool dropout_mattered = false;
   for (size_t i = 0; i < no_dropout.size(); ++i) {

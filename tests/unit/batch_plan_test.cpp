@@ -17,7 +17,6 @@ using ddp::PlanError;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-
 TEST(BatchPlan, EvenSplit) {
   for (int r = 0; r < 4; ++r) {
     const BatchPlan p = BatchPlan::make(64, 4, r, 0);
@@ -73,7 +72,8 @@ TEST(BatchPlan, MicroBatchesSumToThePerRankSlice) {
       for (int64_t m : {1, 2, 3, 4, 7, 1000}) {
         for (int r = 0; r < w; ++r) {
           const BatchPlan p = BatchPlan::make(g, w, r, m);
-          const int64_t sum = std::accumulate(p.micro_sizes.begin(), p.micro_sizes.end(), int64_t{0});
+          const int64_t sum =
+              std::accumulate(p.micro_sizes.begin(), p.micro_sizes.end(), int64_t{0});
           ASSERT_EQ(sum, p.per_rank) << "G=" << g << " W=" << w << " r=" << r << " m=" << m;
           const int64_t micro = std::min(m, p.per_rank);
           ASSERT_EQ(p.micro_batch, micro);
@@ -132,7 +132,8 @@ TEST(BatchPlan, WorldLargerThanTheGlobalBatchIsAPlanError) {
     BatchPlan::make(3, 4, 0, 0);
     FAIL() << "a plan for 4 ranks and 3 samples was made";
   } catch (const PlanError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("train.global_batch_size = 3 is smaller than the world size 4"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("train.global_batch_size = 3 is smaller than the world size 4"));
   }
   EXPECT_NO_THROW(BatchPlan::make(4, 4, 3, 0));
 }

@@ -14,8 +14,8 @@ using launcher::bind_device;
 using launcher::DeviceBinding;
 using launcher::DeviceError;
 
-std::string device_error(const std::string& requested, int local_rank, int local_size,
-                         int visible, const std::string& cuda_visible) {
+std::string device_error(const std::string& requested, int local_rank, int local_size, int visible,
+                         const std::string& cuda_visible) {
   try {
     bind_device(requested, local_rank, local_size, visible, cuda_visible);
   } catch (const DeviceError& e) {
@@ -48,7 +48,8 @@ TEST(BindDevice, CudaWithoutGpusIsAnError) {
 
 TEST(BindDevice, MoreLocalRanksThanGpusIsAnError) {
   const std::string message = device_error("cuda", 3, 4, 2, "0,1");
-  EXPECT_THAT(message, HasSubstr("4 ranks were started on this node but only 2 GPU(s) are visible"));
+  EXPECT_THAT(message,
+              HasSubstr("4 ranks were started on this node but only 2 GPU(s) are visible"));
   EXPECT_THAT(message, HasSubstr("CUDA_VISIBLE_DEVICES=0,1"));
   EXPECT_THAT(message, HasSubstr("Start at most 2 rank(s) per node"));
 }

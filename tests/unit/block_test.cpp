@@ -140,7 +140,9 @@ TEST(Block, GroupedQueryEqualsMultiHeadWithRepeatedKeysAndValues) {
     const int64_t hd = 4, group = 3;
     const at::Tensor w = grouped.qkv().weight;
     const auto heads = [&](int64_t first, int64_t count) {  // rows of `count` heads, repeated
-      return w.narrow(0, first * hd, count * hd).view({count, hd, 20}).repeat_interleave(group, 0)
+      return w.narrow(0, first * hd, count * hd)
+          .view({count, hd, 20})
+          .repeat_interleave(group, 0)
           .reshape({-1, 20});
     };
     full.qkv().weight.copy_(at::cat({w.narrow(0, 0, 6 * hd), heads(6, 2), heads(8, 2)}, 0));

@@ -24,7 +24,8 @@ std::vector<std::vector<size_t>> members(const std::vector<BucketLayout>& bucket
 TEST(Buckets, ReverseOrderFirstBucketSmallRestLarger) {
   // 6 params of 100 floats (400 B). First cap 800 B (2 params), then 1200 B (3 params).
   const auto buckets = assign_buckets(std::vector<ParamMeta>(6, f32(100)), 800, 1200);
-  EXPECT_THAT(members(buckets), ElementsAre(ElementsAre(5, 4), ElementsAre(3, 2, 1), ElementsAre(0)));
+  EXPECT_THAT(members(buckets),
+              ElementsAre(ElementsAre(5, 4), ElementsAre(3, 2, 1), ElementsAre(0)));
   EXPECT_THAT(buckets[0].offsets, ElementsAre(0, 100));
   EXPECT_EQ(buckets[1].numel, 300);
   EXPECT_EQ(buckets[1].bytes(), 1200);

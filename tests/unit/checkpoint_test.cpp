@@ -7,10 +7,10 @@
 
 #include <fstream>
 
+#include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "models/capabilities.h"
 #include "models/registry.h"
-#include "common/temp_dir.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -72,7 +72,8 @@ TEST(Checkpoint, WhatIsWrittenIsWhatIsRead) {
   const auto b = resumed->named_parameters();
   for (const auto& item : a) EXPECT_TRUE(item.value().equal(*b.find(item.key()))) << item.key();
   const auto first = a.begin()->key();
-  EXPECT_TRUE(ckpt.tensors.at("adamw.exp_avg_sq." + first).equal(at::full_like(*a.find(first), 0.0625)));
+  EXPECT_TRUE(
+      ckpt.tensors.at("adamw.exp_avg_sq." + first).equal(at::full_like(*a.find(first), 0.0625)));
 }
 
 TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
@@ -94,8 +95,9 @@ TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
   shape.input_dim = 6;
   shape.num_classes = 3;
   auto deeper = models::create_model(deeper_options, shape);
-  EXPECT_THAT(error_of([&] { train::check_compatible(ckpt, *deeper); }),
-              HasSubstr("the model has 'param.hidden.2.weight' ([8, 8] Float), the checkpoint does not"));
+  EXPECT_THAT(
+      error_of([&] { train::check_compatible(ckpt, *deeper); }),
+      HasSubstr("the model has 'param.hidden.2.weight' ([8, 8] Float), the checkpoint does not"));
 }
 
 TEST(Checkpoint, MissingFilesAndOtherSafetensorsAreErrorsNamingTheFile) {
@@ -158,13 +160,16 @@ void damage(const std::string& path, int64_t offset, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-void truncate_to(const std::string& path, int64_t size) { ASSERT_EQ(::truncate(path.c_str(), size), 0); }
+void truncate_to(const std::string& path, int64_t size) {
+  ASSERT_EQ(::truncate(path.c_str(), size), 0);
+}
 
 TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName) {
   test::TempDir dir;
   auto model = mlp(8, 1);
   const std::string flipped = dir.file("step_000001.safetensors"),
-                    cut = dir.file("step_000002.safetensors"), empty = dir.file("step_000003.safetensors");
+                    cut = dir.file("step_000002.safetensors"),
+                    empty = dir.file("step_000003.safetensors");
   for (const auto& p : {flipped, cut, empty}) write(p, *model, 0.5, {1, 96, 42, 2, ""});
   EXPECT_NO_THROW(train::read_checkpoint(flipped));
   damage(flipped, -3, "\x7f");  // in the last tensor's data
@@ -178,7 +183,8 @@ TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName)
       EXPECT_THAT(e.what(), HasSubstr(p));
     }
   }
-  EXPECT_THAT(error_of([&] { train::read_checkpoint(flipped); }), HasSubstr("corrupt: the tensor data's checksum is crc32:"));
+  EXPECT_THAT(error_of([&] { train::read_checkpoint(flipped); }),
+              HasSubstr("corrupt: the tensor data's checksum is crc32:"));
 }
 
 TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
@@ -191,7 +197,8 @@ TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
   truncate_to(dir.file("step_000020.safetensors"), 100);
   std::vector<std::string> skipped;
   train::Checkpoint ckpt;
-  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt), dir.file("step_000010.safetensors"));
+  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt),
+            dir.file("step_000010.safetensors"));
   EXPECT_EQ(ckpt.meta.step, 10);
   EXPECT_THAT(skipped, ::testing::UnorderedElementsAre(HasSubstr("final.safetensors: corrupt"),
                                                        HasSubstr("step_000020.safetensors")));
@@ -200,14 +207,15 @@ TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
 TEST(CheckpointIntegrity, KeepLastDeletesOnlyOlderPeriodicCheckpoints) {
   test::TempDir dir;
   auto model = mlp(8, 1);
-  for (int s : {10, 20, 30, 40}) write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, {s, 96, 42, 2, ""});
+  for (int s : {10, 20, 30, 40})
+    write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, {s, 96, 42, 2, ""});
   write(dir.file("final.safetensors"), *model, 0.1, {40, 96, 42, 2, ""});
   write(dir.file("oom_step_000005.safetensors"), *model, 0.1, {4, 96, 42, 2, ""});
   const auto deleted = train::prune_checkpoints(dir.path(), 2);
   EXPECT_THAT(deleted, ::testing::UnorderedElementsAre(dir.file("step_000010.safetensors"),
                                                        dir.file("step_000020.safetensors")));
-  for (const char* kept : {"step_000030.safetensors", "step_000040.safetensors", "final.safetensors",
-                           "oom_step_000005.safetensors"}) {
+  for (const char* kept : {"step_000030.safetensors", "step_000040.safetensors",
+                           "final.safetensors", "oom_step_000005.safetensors"}) {
     EXPECT_EQ(::access(dir.file(kept).c_str(), F_OK), 0) << kept;
   }
   EXPECT_TRUE(train::prune_checkpoints(dir.path(), 0).empty());

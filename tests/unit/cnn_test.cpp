@@ -72,9 +72,15 @@ std::string construction_error(const CnnOptions& o) {
   return "";
 }
 
-TEST(CnnReference, Scale1L1MatchesPyTorch) { expect_reference(small(1, models::CnnLoss::kL1), 6, 5); }
-TEST(CnnReference, Scale2MseMatchesPyTorch) { expect_reference(small(2, models::CnnLoss::kMse), 5, 4); }
-TEST(CnnReference, Scale4L1MatchesPyTorch) { expect_reference(small(4, models::CnnLoss::kL1), 3, 4); }
+TEST(CnnReference, Scale1L1MatchesPyTorch) {
+  expect_reference(small(1, models::CnnLoss::kL1), 6, 5);
+}
+TEST(CnnReference, Scale2MseMatchesPyTorch) {
+  expect_reference(small(2, models::CnnLoss::kMse), 5, 4);
+}
+TEST(CnnReference, Scale4L1MatchesPyTorch) {
+  expect_reference(small(4, models::CnnLoss::kL1), 3, 4);
+}
 
 TEST(CnnShape, OutputIsInputTimesScale) {
   for (int64_t scale : {1, 2, 4}) {
@@ -125,8 +131,10 @@ TEST(CnnEval, PsnrOfAConstantOffsetOfPointOneIs20dB) {
     model.eval();
     set_constant_residual(model, 0.1);                        // output = input + 0.1
     const at::Tensor targets = at::rand({3, 3, 6, 5}) * 0.8;  // output stays inside [0, 1]
-    EXPECT_NEAR(eval_sum(model, targets, targets, "psnr"), 3 * 20.0, 1e-4) << static_cast<int>(loss);
-    EXPECT_NEAR(eval_sum(model, targets, targets, "loss"), 3 * (loss == models::CnnLoss::kL1 ? 0.1 : 0.01), 1e-6)
+    EXPECT_NEAR(eval_sum(model, targets, targets, "psnr"), 3 * 20.0, 1e-4)
+        << static_cast<int>(loss);
+    EXPECT_NEAR(eval_sum(model, targets, targets, "loss"),
+                3 * (loss == models::CnnLoss::kL1 ? 0.1 : 0.01), 1e-6)
         << static_cast<int>(loss);
   }
 }

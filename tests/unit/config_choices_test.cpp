@@ -20,7 +20,8 @@ using namespace config_test;
 std::vector<std::string> split(const std::string& text, const std::string& separator) {
   std::vector<std::string> parts;
   size_t start = 0;
-  for (size_t at; (at = text.find(separator, start)) != std::string::npos; start = at + separator.size()) {
+  for (size_t at; (at = text.find(separator, start)) != std::string::npos;
+       start = at + separator.size()) {
     parts.push_back(text.substr(start, at - start));
   }
   parts.push_back(text.substr(start));
@@ -34,7 +35,8 @@ std::string printed(const Config& config, const std::string& path) {
   std::string section, line;
   for (std::string l; std::getline(lines, l);) {
     if (!l.empty() && l[0] != ' ') section = l.substr(0, l.size() - 1);
-    if (section + "." + key == path && l.rfind("  " + key + ": ", 0) == 0) return l.substr(key.size() + 4);
+    if (section + "." + key == path && l.rfind("  " + key + ": ", 0) == 0)
+      return l.substr(key.size() + 4);
   }
   ADD_FAILURE() << path << " is not in the printed configuration";
   return "";
@@ -58,7 +60,9 @@ TEST(ConfigChoices, EveryNameRoundTripsThroughTheConfig) {
 }
 
 TEST(ConfigChoices, NamesReachTheEnumValuesTheyName) {
-  const auto with = [](const std::string& set) { return parse_config(kMinimal, "run.yaml", {set}); };
+  const auto with = [](const std::string& set) {
+    return parse_config(kMinimal, "run.yaml", {set});
+  };
   EXPECT_EQ(with("train.channels_last=on").train.channels_last, train::Switch::kOn);
   EXPECT_EQ(with("train.channels_last=off").train.channels_last, train::Switch::kOff);
   EXPECT_EQ(with("train.channels_last=auto").train.channels_last, train::Switch::kAuto);
@@ -71,9 +75,11 @@ TEST(ConfigChoices, NamesReachTheEnumValuesTheyName) {
   EXPECT_EQ(with("model.cell=transformer").model.cell, models::SequenceCell::kTransformer);
   EXPECT_EQ(with("model.loss=mse").model.loss, models::CnnLoss::kMse);
   EXPECT_EQ(with("memory.fallback=[uncache_embeddings, halve_micro_batch]").memory.fallback,
-            (std::vector<memory::Rung>{memory::Rung::kUncacheEmbeddings, memory::Rung::kHalveMicroBatch}));
-  EXPECT_EQ(with("memory.fallback=[shard_optimizer, halve_micro_batch]").memory.fallback,
-            (std::vector<memory::Rung>{memory::Rung::kShardOptimizer, memory::Rung::kHalveMicroBatch}));
+            (std::vector<memory::Rung>{memory::Rung::kUncacheEmbeddings,
+                                       memory::Rung::kHalveMicroBatch}));
+  EXPECT_EQ(
+      with("memory.fallback=[shard_optimizer, halve_micro_batch]").memory.fallback,
+      (std::vector<memory::Rung>{memory::Rung::kShardOptimizer, memory::Rung::kHalveMicroBatch}));
   EXPECT_TRUE(with("memory.fallback=[]").memory.fallback.empty());
 }
 
@@ -86,10 +92,9 @@ TEST(ConfigChoices, DefaultsComeFromTheSchema) {
   EXPECT_EQ(c.log.progress, train::ProgressSetting::kAuto);
   EXPECT_EQ(c.model.cell, models::SequenceCell::kLstm);
   EXPECT_EQ(c.model.loss, models::CnnLoss::kL1);
-  EXPECT_EQ(c.memory.fallback,
-            (std::vector<memory::Rung>{memory::Rung::kCheckpointActivations,
-                                       memory::Rung::kHalveMicroBatch,
-                                       memory::Rung::kUncacheEmbeddings}));
+  EXPECT_EQ(c.memory.fallback, (std::vector<memory::Rung>{memory::Rung::kCheckpointActivations,
+                                                          memory::Rung::kHalveMicroBatch,
+                                                          memory::Rung::kUncacheEmbeddings}));
   // The keys whose option structs used to repeat a default.
   EXPECT_EQ(c.data.text_len, 64);
   EXPECT_EQ(c.data.negatives, 8);
@@ -103,15 +108,17 @@ TEST(ConfigChoices, DefaultsComeFromTheSchema) {
 }
 
 TEST(ConfigChoices, AnUnknownNameNamesTheKeyAndTheChoices) {
-  EXPECT_EQ(config_error(kMinimal, {"train.channels_last=yes"}),
-            "--set train.channels_last=yes: train.channels_last: 'yes' is not one of: auto, on, off");
+  EXPECT_EQ(
+      config_error(kMinimal, {"train.channels_last=yes"}),
+      "--set train.channels_last=yes: train.channels_last: 'yes' is not one of: auto, on, off");
   EXPECT_EQ(config_error(kMinimal, {"ddp.reduce_dtype=fp16"}),
             "--set ddp.reduce_dtype=fp16: ddp.reduce_dtype: 'fp16' is not one of: fp32, bf16");
   EXPECT_EQ(config_error("model:\n  name: mlp\n  cell: gru\ntrain:\n  global_batch_size: 8\n"),
             "bad.yaml:3: model.cell: 'gru' is not one of: lstm, transformer");
-  EXPECT_EQ(config_error(kMinimal, {"memory.fallback=[halve_micro_batch, shrink]"}),
-            "--set memory.fallback=[halve_micro_batch, shrink]: memory.fallback: 'shrink' is not one "
-            "of: checkpoint_activations, halve_micro_batch, shard_optimizer, uncache_embeddings");
+  EXPECT_EQ(
+      config_error(kMinimal, {"memory.fallback=[halve_micro_batch, shrink]"}),
+      "--set memory.fallback=[halve_micro_batch, shrink]: memory.fallback: 'shrink' is not one "
+      "of: checkpoint_activations, halve_micro_batch, shard_optimizer, uncache_embeddings");
   EXPECT_EQ(config_error(kMinimal, {"memory.fallback=halve_micro_batch"}),
             "--set memory.fallback=halve_micro_batch: memory.fallback: expected a list like "
             "[checkpoint_activations], got 'halve_micro_batch'");

@@ -110,8 +110,8 @@ TEST(ConfigErrors, TopLevelThatIsNotAMapping) {
 
 // A required key given with a bad value is reported once, for its value, not also as missing.
 TEST(ConfigErrors, BadRequiredValueIsNotAlsoReportedMissing) {
-  const std::string message = config_error(
-      "model:\n  name: mlp\ntrain:\n  global_batch_size: lots\n");
+  const std::string message =
+      config_error("model:\n  name: mlp\ntrain:\n  global_batch_size: lots\n");
   expect_one_problem(message, "bad.yaml:4",
                      {"train.global_batch_size: expected an integer, got 'lots'"});
 }
@@ -119,8 +119,8 @@ TEST(ConfigErrors, BadRequiredValueIsNotAlsoReportedMissing) {
 // ---- ranges ----
 
 TEST(ConfigErrors, IntegerAboveItsRange) {
-  const std::string message = config_error(
-      "model:\n  name: mlp\n  depth: 300\ntrain:\n  global_batch_size: 64\n");
+  const std::string message =
+      config_error("model:\n  name: mlp\n  depth: 300\ntrain:\n  global_batch_size: 64\n");
   EXPECT_EQ(message, "bad.yaml:3: model.depth: 300 is out of range: must be in 0 .. 256");
 }
 
@@ -167,9 +167,12 @@ TEST(ConfigErrors, BadDeviceChoice) {
 }
 
 TEST(ConfigErrors, BadModelName) {
-  const std::string message = config_error(
-      "model:\n  name: nope\ntrain:\n  global_batch_size: 64\n");
-  EXPECT_THAT(message, HasSubstr("bad.yaml:2: model.name: 'nope' is not one of: cnn, gpt, mlp, recommender, sequence"));
+  const std::string message =
+      config_error("model:\n  name: nope\ntrain:\n  global_batch_size: 64\n");
+  EXPECT_THAT(
+      message,
+      HasSubstr(
+          "bad.yaml:2: model.name: 'nope' is not one of: cnn, gpt, mlp, recommender, sequence"));
 }
 
 // ---- required keys ----
@@ -199,8 +202,7 @@ TEST(ConfigErrors, EmptyFileReportsEveryRequiredKey) {
 
 TEST(ConfigErrors, KeyGivenTwice) {
   const std::string message = config_error(kMinimal + "  global_batch_size: 32\n");
-  EXPECT_EQ(message,
-            "bad.yaml:5: train.global_batch_size: given twice (first at bad.yaml:4)");
+  EXPECT_EQ(message, "bad.yaml:5: train.global_batch_size: given twice (first at bad.yaml:4)");
 }
 
 TEST(ConfigErrors, KeyGivenTwiceInARepeatedSection) {
@@ -225,8 +227,7 @@ TEST(ConfigErrors, BadIndentationIsInvalidYaml) {
 
 TEST(ConfigErrors, WarmupNotBelowSteps) {
   const std::string message = config_error(kMinimal + "  steps: 10\n  warmup_steps: 10\n");
-  EXPECT_EQ(message,
-            "bad.yaml:6: train.warmup_steps = 10 must be smaller than train.steps = 10");
+  EXPECT_EQ(message, "bad.yaml:6: train.warmup_steps = 10 must be smaller than train.steps = 10");
 }
 
 TEST(ConfigErrors, DefaultWarmupNotBelowStepsIsReportedAtSteps) {
@@ -237,9 +238,8 @@ TEST(ConfigErrors, DefaultWarmupNotBelowStepsIsReportedAtSteps) {
 
 TEST(ConfigErrors, WarmupRelationBrokenByAnOverride) {
   const std::string message = config_error(kMinimal, {"train.steps=8"});
-  EXPECT_EQ(message,
-            "--set train.steps=8: train.warmup_steps (default) = 10 must be smaller than "
-            "train.steps = 8");
+  EXPECT_EQ(message, "--set train.steps=8: train.warmup_steps (default) = 10 must be smaller than "
+                     "train.steps = 8");
 }
 
 // A rejected value is reported once; the relation is not checked against a value the user never
@@ -263,7 +263,8 @@ TEST(ConfigErrors, OverrideWithoutKey) {
 
 TEST(ConfigErrors, OverrideOfAnUnknownKey) {
   const std::string message = config_error(kMinimal, {"train.stpes=5"});
-  EXPECT_EQ(message, "--set train.stpes=5: unknown key 'train.stpes' (did you mean 'train.steps'?)");
+  EXPECT_EQ(message,
+            "--set train.stpes=5: unknown key 'train.stpes' (did you mean 'train.steps'?)");
 }
 
 TEST(ConfigErrors, OverrideWithABadValue) {
@@ -291,21 +292,21 @@ TEST(ConfigErrors, MicroBatchSizeZero) {
 
 TEST(ConfigErrors, MicroBatchSizeWord) {
   const std::string message = config_error(kMinimal + "  micro_batch_size: half\n");
-  EXPECT_EQ(message,
-            "bad.yaml:5: train.micro_batch_size: expected a positive integer or 'auto', got 'half'");
+  EXPECT_EQ(
+      message,
+      "bad.yaml:5: train.micro_batch_size: expected a positive integer or 'auto', got 'half'");
 }
 
 // ---- several at once ----
 
 TEST(ConfigErrors, SeveralProblemsAreListedTogetherInOrder) {
-  const std::string message = config_error(
-      kMinimal + "  steps: ten\n  lr: 0\n  devcie: cpu\n", {"log.every=0"});
-  EXPECT_EQ(message,
-            "4 problems in the configuration:\n"
-            "bad.yaml:5: train.steps: expected an integer, got 'ten'\n"
-            "bad.yaml:6: train.lr: 0 is out of range: must be in (0, 10]\n"
-            "bad.yaml:7: unknown key 'train.devcie' (did you mean 'train.device'?)\n"
-            "--set log.every=0: log.every: 0 is out of range: must be >= 1");
+  const std::string message =
+      config_error(kMinimal + "  steps: ten\n  lr: 0\n  devcie: cpu\n", {"log.every=0"});
+  EXPECT_EQ(message, "4 problems in the configuration:\n"
+                     "bad.yaml:5: train.steps: expected an integer, got 'ten'\n"
+                     "bad.yaml:6: train.lr: 0 is out of range: must be in (0, 10]\n"
+                     "bad.yaml:7: unknown key 'train.devcie' (did you mean 'train.device'?)\n"
+                     "--set log.every=0: log.every: 0 is out of range: must be >= 1");
 }
 
 // ---- load_config ----

@@ -54,7 +54,8 @@ TEST(Config, LoadConfigReadsTheFileAndNamesItInErrors) {
 
 #ifdef TRAINER_SOURCE_DIR
 TEST(Config, ShippedQuickstartConfigIsValid) {
-  const Config config = config::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/quickstart.yaml");
+  const Config config =
+      config::load_config(std::string(TRAINER_SOURCE_DIR) + "/configs/quickstart.yaml");
   EXPECT_EQ(config.model.name, "gpt");
   EXPECT_EQ(config.data.tokenizer, "bytes");
   EXPECT_GE(config.train.global_batch_size, 1);
@@ -134,9 +135,12 @@ TEST(Config, FileValuesAreRead) {
 }
 
 TEST(Config, MicroBatchSizeAutoIsZero) {
-  EXPECT_EQ(parse_config(kMinimal + "  micro_batch_size: auto\n", "run.yaml").train.micro_batch_size, 0);
-  EXPECT_EQ(parse_config(kMinimal + "  micro_batch_size: 8\n", "run.yaml").train.micro_batch_size, 8);
-  EXPECT_EQ(parse_config(kMinimal + "  micro_batch_size: 8\n", "run.yaml", {"train.micro_batch_size=auto"})
+  EXPECT_EQ(
+      parse_config(kMinimal + "  micro_batch_size: auto\n", "run.yaml").train.micro_batch_size, 0);
+  EXPECT_EQ(parse_config(kMinimal + "  micro_batch_size: 8\n", "run.yaml").train.micro_batch_size,
+            8);
+  EXPECT_EQ(parse_config(kMinimal + "  micro_batch_size: 8\n", "run.yaml",
+                         {"train.micro_batch_size=auto"})
                 .train.micro_batch_size,
             0);
 }
@@ -148,9 +152,9 @@ TEST(Config, WarmupBelowStepsIsAccepted) {
 }
 
 TEST(Config, OverridesWinOverTheFile) {
-  const Config c = parse_config(kMinimal + "  steps: 50\n  lr: 0.01\n", "run.yaml",
-                                {"train.steps=200", "train.lr=0.1", "train.lr=0.2",
-                                 "model.depth=4", "checkpoint.dir=out/x"});
+  const Config c = parse_config(
+      kMinimal + "  steps: 50\n  lr: 0.01\n", "run.yaml",
+      {"train.steps=200", "train.lr=0.1", "train.lr=0.2", "model.depth=4", "checkpoint.dir=out/x"});
   EXPECT_EQ(c.train.steps, 200);
   EXPECT_DOUBLE_EQ(c.train.lr, 0.2);  // the last --set of a key wins
   EXPECT_EQ(c.model.depth, 4);
@@ -185,8 +189,8 @@ TEST(Config, OverridesAloneCanSupplyRequiredKeys) {
 }
 
 TEST(Config, OverrideWithAnEmptyValueClearsAString) {
-  const Config c = parse_config(kMinimal + "checkpoint:\n  dir: runs/a\n", "run.yaml",
-                                {"checkpoint.dir="});
+  const Config c =
+      parse_config(kMinimal + "checkpoint:\n  dir: runs/a\n", "run.yaml", {"checkpoint.dir="});
   EXPECT_EQ(c.checkpoint.dir, "");
 }
 
@@ -225,14 +229,14 @@ void expect_same_config(const Config& a, const Config& b) {
 }
 
 TEST(Config, YamlDumpRoundTrips) {
-  const Config original = parse_config(
-      kMinimal + "  micro_batch_size: 5\n  steps: 77\n  lr: 0.0003\n  eps: 1.5e-9\n"
-                 "  seed: 9223372036854775807\n  threads: 3\n"
-                 "data:\n  label_noise: 0.1\n  num_samples: 1099511627776\n"
-                 "ddp:\n  backend: mpi\n  timeout_s: 12.75\n"
-                 "checkpoint:\n  dir: /tmp/ckpt/run-1\n  every: 3\n"
-                 "log:\n  level: warn\n",
-      "run.yaml");
+  const Config original =
+      parse_config(kMinimal + "  micro_batch_size: 5\n  steps: 77\n  lr: 0.0003\n  eps: 1.5e-9\n"
+                              "  seed: 9223372036854775807\n  threads: 3\n"
+                              "data:\n  label_noise: 0.1\n  num_samples: 1099511627776\n"
+                              "ddp:\n  backend: mpi\n  timeout_s: 12.75\n"
+                              "checkpoint:\n  dir: /tmp/ckpt/run-1\n  every: 3\n"
+                              "log:\n  level: warn\n",
+                   "run.yaml");
   const std::string dumped = config::config_to_yaml(original);
   const Config again = parse_config(dumped, "dump.yaml");
   expect_same_config(original, again);
@@ -266,34 +270,115 @@ TEST(Config, YamlDumpRoundTripsStringsThatNeedQuoting) {
   }
 }
 
-const std::vector<std::string> kEveryKey = {
-    "model.name", "model.hidden_dim", "model.depth", "model.embedding_dim", "model.encoder_dim",
-    "model.encoder_layers", "model.encoder_heads", "model.text_len", "model.encoder_weights",
-    "model.preset", "model.num_layers", "model.heads", "model.d_model", "model.context",
-    "model.dropout", "model.init_from", "model.checkpoint_activations", "model.cell", "model.base_channels",
-    "model.num_blocks", "model.loss",
-    "data.dataset", "data.path", "data.val_path", "data.context", "data.vocab_size", "data.tokenizer",
-    "data.features", "data.targets", "data.window", "data.horizon", "data.val_fraction",
-    "data.patch_size", "data.scale", "data.noise_std", "data.crops_per_image", "data.workers",
-    "data.prefetch", "data.inject_read_delay_ms", "data.text_len", "data.negatives",
-    "data.num_samples", "data.input_dim", "data.num_classes", "data.teacher_hidden",
-    "data.label_noise", "data.seed",
-    "train.device", "train.global_batch_size", "train.micro_batch_size", "train.steps",
-    "train.lr", "train.min_lr_ratio", "train.warmup_steps", "train.weight_decay", "train.beta1",
-    "train.beta2", "train.eps", "train.grad_clip", "train.seed", "train.threads", "train.eval_every",
-    "train.precision", "train.loss_scale", "train.loss_scale_growth", "train.loss_scale_backoff",
-    "train.loss_scale_interval", "train.max_skipped_steps", "train.inject_nonfinite", "train.tf32", "train.cudnn_benchmark",
-    "train.channels_last", "train.cuda_graphs", "train.peak_tflops",
-    "train.sample_every", "train.sample_prompt", "train.sample_tokens", "train.sample_temperature",
-    "train.sample_top_k", "train.eval_samples",
-    "ddp.backend", "ddp.timeout_s", "ddp.first_bucket_mb", "ddp.bucket_mb",
-    "ddp.find_unused_parameters", "ddp.reduce_dtype", "ddp.shard", "ddp.mpi_progress", "ddp.mpi_poll_us",
-    "memory.fallback", "memory.min_micro_batch", "memory.fraction", "memory.cpu_budget_mb",
-    "memory.inject_oom", "memory.check_every", "memory.target_fraction",
-    "memory.high_watermark",
-    "checkpoint.dir", "checkpoint.every", "checkpoint.keep_last", "checkpoint.resume",
-    "log.level", "log.every", "log.metrics", "log.progress", "log.tensorboard", "log.profile",
-    "log.profile_from", "log.profile_steps"};
+const std::vector<std::string> kEveryKey = {"model.name",
+                                            "model.hidden_dim",
+                                            "model.depth",
+                                            "model.embedding_dim",
+                                            "model.encoder_dim",
+                                            "model.encoder_layers",
+                                            "model.encoder_heads",
+                                            "model.text_len",
+                                            "model.encoder_weights",
+                                            "model.preset",
+                                            "model.num_layers",
+                                            "model.heads",
+                                            "model.d_model",
+                                            "model.context",
+                                            "model.dropout",
+                                            "model.init_from",
+                                            "model.checkpoint_activations",
+                                            "model.cell",
+                                            "model.base_channels",
+                                            "model.num_blocks",
+                                            "model.loss",
+                                            "data.dataset",
+                                            "data.path",
+                                            "data.val_path",
+                                            "data.context",
+                                            "data.vocab_size",
+                                            "data.tokenizer",
+                                            "data.features",
+                                            "data.targets",
+                                            "data.window",
+                                            "data.horizon",
+                                            "data.val_fraction",
+                                            "data.patch_size",
+                                            "data.scale",
+                                            "data.noise_std",
+                                            "data.crops_per_image",
+                                            "data.workers",
+                                            "data.prefetch",
+                                            "data.inject_read_delay_ms",
+                                            "data.text_len",
+                                            "data.negatives",
+                                            "data.num_samples",
+                                            "data.input_dim",
+                                            "data.num_classes",
+                                            "data.teacher_hidden",
+                                            "data.label_noise",
+                                            "data.seed",
+                                            "train.device",
+                                            "train.global_batch_size",
+                                            "train.micro_batch_size",
+                                            "train.steps",
+                                            "train.lr",
+                                            "train.min_lr_ratio",
+                                            "train.warmup_steps",
+                                            "train.weight_decay",
+                                            "train.beta1",
+                                            "train.beta2",
+                                            "train.eps",
+                                            "train.grad_clip",
+                                            "train.seed",
+                                            "train.threads",
+                                            "train.eval_every",
+                                            "train.precision",
+                                            "train.loss_scale",
+                                            "train.loss_scale_growth",
+                                            "train.loss_scale_backoff",
+                                            "train.loss_scale_interval",
+                                            "train.max_skipped_steps",
+                                            "train.inject_nonfinite",
+                                            "train.tf32",
+                                            "train.cudnn_benchmark",
+                                            "train.channels_last",
+                                            "train.cuda_graphs",
+                                            "train.peak_tflops",
+                                            "train.sample_every",
+                                            "train.sample_prompt",
+                                            "train.sample_tokens",
+                                            "train.sample_temperature",
+                                            "train.sample_top_k",
+                                            "train.eval_samples",
+                                            "ddp.backend",
+                                            "ddp.timeout_s",
+                                            "ddp.first_bucket_mb",
+                                            "ddp.bucket_mb",
+                                            "ddp.find_unused_parameters",
+                                            "ddp.reduce_dtype",
+                                            "ddp.shard",
+                                            "ddp.mpi_progress",
+                                            "ddp.mpi_poll_us",
+                                            "memory.fallback",
+                                            "memory.min_micro_batch",
+                                            "memory.fraction",
+                                            "memory.cpu_budget_mb",
+                                            "memory.inject_oom",
+                                            "memory.check_every",
+                                            "memory.target_fraction",
+                                            "memory.high_watermark",
+                                            "checkpoint.dir",
+                                            "checkpoint.every",
+                                            "checkpoint.keep_last",
+                                            "checkpoint.resume",
+                                            "log.level",
+                                            "log.every",
+                                            "log.metrics",
+                                            "log.progress",
+                                            "log.tensorboard",
+                                            "log.profile",
+                                            "log.profile_from",
+                                            "log.profile_steps"};
 
 TEST(Config, SchemaDeclaresExactlyTheKnownKeys) {
   std::vector<std::string> paths;
@@ -329,7 +414,8 @@ TEST(Config, ReferenceListsEveryKey) {
   EXPECT_THAT(line_of("train.lr"), HasSubstr("(0, 10]"));
   EXPECT_THAT(line_of("train.micro_batch_size"), HasSubstr(">= 1 or auto"));
   EXPECT_THAT(line_of("train.device"), HasSubstr("auto | cpu | cuda"));
-  EXPECT_THAT(line_of("memory.fallback"), HasSubstr("[checkpoint_activations, halve_micro_batch, uncache_embeddings]"));
+  EXPECT_THAT(line_of("memory.fallback"),
+              HasSubstr("[checkpoint_activations, halve_micro_batch, uncache_embeddings]"));
 }
 
 }  // namespace

@@ -20,15 +20,15 @@ using ::testing::Not;
 using ::testing::StartsWith;
 
 // The smallest valid file: lines 1-4. Tests append lines from 5 on.
-inline const std::string kMinimal =
-    "model:\n"                     // 1
-    "  name: mlp\n"                // 2
-    "train:\n"                     // 3
-    "  global_batch_size: 64\n";   // 4
+inline const std::string kMinimal = "model:\n"                    // 1
+                                    "  name: mlp\n"               // 2
+                                    "train:\n"                    // 3
+                                    "  global_batch_size: 64\n";  // 4
 
 // The message of the ConfigError parse_config throws for `yaml`; "" and a failure when it throws
 // none (or throws something else).
-inline std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+inline std::string config_error(const std::string& yaml,
+                                const std::vector<std::string>& overrides = {}) {
   try {
     parse_config(yaml, "bad.yaml", overrides);
   } catch (const ConfigError& e) {
@@ -43,7 +43,7 @@ inline std::string config_error(const std::string& yaml, const std::vector<std::
 
 // `message` reports exactly one problem, found at `location`, and contains every fragment.
 inline void expect_one_problem(const std::string& message, const std::string& location,
-                        const std::vector<std::string>& fragments) {
+                               const std::vector<std::string>& fragments) {
   EXPECT_THAT(message, StartsWith(location + ": "));
   EXPECT_THAT(message, Not(HasSubstr("problems in the configuration")));
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;

@@ -11,9 +11,9 @@
 #include <functional>
 #include <thread>
 
+#include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/readers.h"
-#include "common/temp_dir.h"
 
 namespace {
 
@@ -71,14 +71,16 @@ TEST(CsvSeries, WindowsAndNormalisationFromTheTrainingRows) {
   const auto b = ds->get(at::tensor({2}, at::kLong));
   EXPECT_EQ(b.inputs.sizes(), (std::vector<int64_t>{1, 3, 2}));
   EXPECT_EQ(b.targets.sizes(), (std::vector<int64_t>{1, 2, 1}));
-  EXPECT_NEAR(b.inputs[0][0][0].item<double>(), (2 - mean) / std, 1e-5);   // a at row 2
-  EXPECT_NEAR(b.inputs[0][2][1].item<double>(), (4 - mean) / std, 1e-5);   // b (scaled by 10 both ways)
+  EXPECT_NEAR(b.inputs[0][0][0].item<double>(), (2 - mean) / std, 1e-5);  // a at row 2
+  EXPECT_NEAR(b.inputs[0][2][1].item<double>(), (4 - mean) / std,
+              1e-5);  // b (scaled by 10 both ways)
   EXPECT_NEAR(b.targets[0][1][0].item<double>(), (6 - mean) / std, 1e-5);  // b at row 6
   // Validation: rows 20..24 hold one window of 3 + 2, normalised with the training statistics.
   const auto val = ds->validation();
   ASSERT_NE(val, nullptr);
   EXPECT_EQ(val->size(), 1);
-  EXPECT_NEAR(val->get(at::tensor({0}, at::kLong)).targets[0][1][0].item<double>(), (24 - mean) / std, 1e-5);
+  EXPECT_NEAR(val->get(at::tensor({0}, at::kLong)).targets[0][1][0].item<double>(),
+              (24 - mean) / std, 1e-5);
 }
 
 TEST(CsvSeries, NamedFeaturesAndAValidationWindow) {
@@ -92,8 +94,10 @@ TEST(CsvSeries, NamedFeaturesAndAValidationWindow) {
   EXPECT_EQ(val->size(), 8 - 5 + 1);
   // The first validation window starts at row 32, normalised with rows 0..31's statistics.
   const double mean = 15.5, std = std::sqrt((32.0 * 32.0 - 1.0) / 12.0);
-  EXPECT_NEAR(val->get(at::tensor({0}, at::kLong)).inputs[0][0][0].item<double>(), (32 - mean) / std, 1e-5);
-  EXPECT_NEAR(val->get(at::tensor({0}, at::kLong)).targets[0][0][0].item<double>(), (35 - mean) / std, 1e-5);
+  EXPECT_NEAR(val->get(at::tensor({0}, at::kLong)).inputs[0][0][0].item<double>(),
+              (32 - mean) / std, 1e-5);
+  EXPECT_NEAR(val->get(at::tensor({0}, at::kLong)).targets[0][0][0].item<double>(),
+              (35 - mean) / std, 1e-5);
 }
 
 TEST(CsvSeries, ConcurrentReadsEqualSequentialOnes) {
@@ -115,8 +119,9 @@ TEST(CsvSeries, MalformedFilesAreNamed) {
   test::TempDir dir;
   const std::string path = write_csv(dir, 30, "2024, 7x, 70", 12);
   auto o = options(path);
-  EXPECT_THAT(error_of([&] { data::make_csv_dataset(o); }),
-              HasSubstr(path + ":14: column 'a': '7x' is not a number"));  // line 14: header + 12 rows + 1
+  EXPECT_THAT(
+      error_of([&] { data::make_csv_dataset(o); }),
+      HasSubstr(path + ":14: column 'a': '7x' is not a number"));  // line 14: header + 12 rows + 1
   test::TempDir dir2;
   o = options(write_csv(dir2, 30));
   o.features = {"a", "c"};
@@ -128,11 +133,15 @@ TEST(CsvSeries, MalformedFilesAreNamed) {
   o = options(write_csv(dir2, 6));
   o.val_fraction = 0;
   o.window = 8;
-  EXPECT_THAT(error_of([&] { data::make_csv_dataset(o); }),
-              HasSubstr("s.csv: the training split has 6 rows, fewer than data.window + data.horizon = 10"));
+  EXPECT_THAT(
+      error_of([&] { data::make_csv_dataset(o); }),
+      HasSubstr(
+          "s.csv: the training split has 6 rows, fewer than data.window + data.horizon = 10"));
   o = options(write_csv(dir2, 20));  // 4 validation rows: no window of 5
-  EXPECT_THAT(error_of([&] { data::make_csv_dataset(o); }),
-              HasSubstr("s.csv: the validation split has 4 rows, fewer than data.window + data.horizon = 5"));
+  EXPECT_THAT(
+      error_of([&] { data::make_csv_dataset(o); }),
+      HasSubstr(
+          "s.csv: the validation split has 4 rows, fewer than data.window + data.horizon = 5"));
   const std::string ragged = write_csv(dir2, 30, "2024, 5", 3);
   EXPECT_THAT(error_of([&] { data::make_csv_dataset(options(ragged)); }),
               HasSubstr(ragged + ":5: 2 values, the header names 3 columns"));

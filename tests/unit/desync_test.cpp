@@ -39,12 +39,12 @@ const OpRecord kBucket19 = op(117, 57, OpKind::kAllReduceSum, "bucket 19");
 const OpRecord kBucket2 = op(119, 58, OpKind::kAllReduceSum, "bucket 2");
 
 TEST(Desync, NamesTheRankThatDidNotReachTheCollective) {
-  const RankState mine = rank_state(0, op(125, 58, OpKind::kAllReduceSum, "bucket 0"), kBucket2,
-                                    kBucket3);
+  const RankState mine =
+      rank_state(0, op(125, 58, OpKind::kAllReduceSum, "bucket 0"), kBucket2, kBucket3);
   std::vector<std::optional<RankState>> answers(3);
   // Rank 1 completed step 57 and waits in the next status vote, on the control communicator.
-  answers[1] = rank_state(1, kBucket19, kBucket19,
-                          op(41, 58, OpKind::kAllReduceMax, "status vote"), /*tracker=*/0);
+  answers[1] = rank_state(1, kBucket19, kBucket19, op(41, 58, OpKind::kAllReduceMax, "status vote"),
+                          /*tracker=*/0);
   answers[2] = rank_state(2, op(125, 58, OpKind::kAllReduceSum, "bucket 0"), kBucket2, kBucket3);
   EXPECT_EQ(ddp::desync::verdict(mine, answers, 5.0),
             "desync check, answers from rank(s) 0, 1, 2 of 3 within 5 s:\n"

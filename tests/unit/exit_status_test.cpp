@@ -46,7 +46,9 @@ std::function<void()> raise(const char* what = "the message") {
 }
 
 std::function<void()> raise_c10_oom() {
-  return [] { TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 2 GiB"); };
+  return [] {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 2 GiB");
+  };
 }
 
 std::function<void()> raise_c10_error() {
@@ -55,10 +57,10 @@ std::function<void()> raise_c10_error() {
 
 TEST(ExitStatus, StartupUserMistakesExit2WithTheirMessage) {
   const auto rules = launcher::startup_rules();
-  for (const auto& thrower :
-       {raise<config::ConfigError>(), raise<launcher::LaunchError>(), raise<launcher::DeviceError>(),
-        raise<ddp::PlanError>(), raise<train::CheckpointError>(), raise<train::CheckpointDamaged>(),
-        raise<std::invalid_argument>(), raise<data::DataError>()}) {
+  for (const auto& thrower : {raise<config::ConfigError>(), raise<launcher::LaunchError>(),
+                              raise<launcher::DeviceError>(), raise<ddp::PlanError>(),
+                              raise<train::CheckpointError>(), raise<train::CheckpointDamaged>(),
+                              raise<std::invalid_argument>(), raise<data::DataError>()}) {
     const auto s = status_of(rules, thrower);
     ASSERT_TRUE(s);
     EXPECT_EQ(s->code, launcher::kExitUsage);
@@ -72,7 +74,8 @@ TEST(ExitStatus, StartupOutOfMemoryExits4) {
   EXPECT_EQ(agreed->code, launcher::kExitOutOfMemory);
   EXPECT_EQ(agreed->message, "the message");
   // LibTorch's: what was being done, the first line of its message (no backtrace), what to do.
-  const auto torch = status_of(rules, raise_c10_oom(), "loading the data set and building the model");
+  const auto torch =
+      status_of(rules, raise_c10_oom(), "loading the data set and building the model");
   EXPECT_EQ(torch->code, launcher::kExitOutOfMemory);
   EXPECT_THAT(torch->message,
               StartsWith("out of memory loading the data set and building the model: CUDA out of "

@@ -153,7 +153,8 @@ TEST(FallbackLadder, EmptyLadderIsSpent) {
 
 TEST(FallbackLadder, EachRungKindIsOneObjectEvenListedTwice) {
   FallbackLadder ladder({Rung::kUncacheEmbeddings, Rung::kHalveMicroBatch, Rung::kUncacheEmbeddings,
-                         Rung::kHalveMicroBatch}, 4, 2, /*has_cache=*/true);
+                         Rung::kHalveMicroBatch},
+                        4, 2, /*has_cache=*/true);
   EXPECT_EQ(ladder.next()->rung, Rung::kUncacheEmbeddings);
   EXPECT_EQ(ladder.next()->new_micro_batch, 2);
   EXPECT_FALSE(ladder.next()) << "the caches are gone and the micro-batch is at the floor";

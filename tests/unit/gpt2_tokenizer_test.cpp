@@ -12,8 +12,8 @@
 #include <sstream>
 #include <string>
 
-#include "data/errors.h"
 #include "common/temp_dir.h"
+#include "data/errors.h"
 
 namespace {
 

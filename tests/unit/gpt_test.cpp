@@ -147,8 +147,8 @@ TEST(GptShape, ParameterNamesAreGpt2sWithOneTiedEmbedding) {
   for (int i = 0; i < 2; ++i) {
     for (const char* name :
          {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-          "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}) {
+          "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight",
+          "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"}) {
       expected.push_back("h." + std::to_string(i) + "." + name);
     }
   }
@@ -184,16 +184,16 @@ TEST(GptShape, LogitsHaveThePaddedWidthAndPaddedRowsGetNoGradient) {
 
 TEST(GptShape, PresetsHaveTheirDimensions) {
   const GptOptions gpt2 = models::gpt_preset("gpt2");
-  EXPECT_EQ(std::vector<int64_t>({gpt2.num_layers, gpt2.heads, gpt2.d_model, gpt2.context,
-                                  gpt2.vocab_size}),
+  EXPECT_EQ(std::vector<int64_t>(
+                {gpt2.num_layers, gpt2.heads, gpt2.d_model, gpt2.context, gpt2.vocab_size}),
             std::vector<int64_t>({12, 12, 768, 1024, 50257}));
   const GptOptions medium = models::gpt_preset("gpt2-medium");
   EXPECT_EQ(std::vector<int64_t>({medium.num_layers, medium.heads, medium.d_model, medium.context,
                                   medium.vocab_size}),
             std::vector<int64_t>({24, 16, 1024, 1024, 50257}));
   const GptOptions tiny = models::gpt_preset("tiny");
-  EXPECT_EQ(std::vector<int64_t>({tiny.num_layers, tiny.heads, tiny.d_model, tiny.context,
-                                  tiny.vocab_size}),
+  EXPECT_EQ(std::vector<int64_t>(
+                {tiny.num_layers, tiny.heads, tiny.d_model, tiny.context, tiny.vocab_size}),
             std::vector<int64_t>({2, 4, 64, 64, 256}));
   EXPECT_EQ(models::gpt_preset_names(), (std::vector<std::string>{"gpt2", "gpt2-medium", "tiny"}));
   Gpt model(tiny);

@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "models/gpt/generate.h"
 #include "models/gpt/gpt.h"
 #include "models/registry.h"
-#include "common/temp_dir.h"
 
 namespace {
 
@@ -73,8 +73,9 @@ class HfGpt2 : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     made_ = run_script(fmt::format("make {} --vocab {} --layers {} --heads {} --width {} "
-                                   "--positions {} --seed 3", dir_->path(), kVocab, kLayers,
-                                   kHeads, kWidth, kPositions), *dir_);
+                                   "--positions {} --seed 3",
+                                   dir_->path(), kVocab, kLayers, kHeads, kWidth, kPositions),
+                       *dir_);
     if (made_) expected_ = io::read_safetensors(dir_->file("expected.safetensors"));
   }
   static void TearDownTestSuite() {
@@ -154,7 +155,8 @@ TEST_F(HfGpt2, KvCacheEqualsRecomputing) {
   const at::Tensor full = gpt->forward(tokens);
   models::KvCache cache;
   std::vector<at::Tensor> parts;
-  for (const auto& [start, len] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 1}, {6, 10}, {16, 16}}) {
+  for (const auto& [start, len] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 1}, {6, 10}, {16, 16}}) {
     parts.push_back(gpt->forward_cached(tokens.narrow(1, start, len), cache));
   }
   EXPECT_EQ(cache.length(), kPositions);
@@ -180,7 +182,8 @@ TEST_F(HfGpt2, ExportLoadsInTransformersWithTheSameLogits) {
   const at::Tensor inputs = at::randint(0, kVocab, {2, 24}, at::kLong);
   io::write_safetensors(out.file("inputs.safetensors"), {{"inputs", inputs}});
   ASSERT_TRUE(run_script(fmt::format("logits {} {} {}", out.path(), out.file("inputs.safetensors"),
-                                     out.file("hf_logits.safetensors")), out));
+                                     out.file("hf_logits.safetensors")),
+                         out));
   const at::Tensor theirs = io::read_safetensors(out.file("hf_logits.safetensors")).at("logits");
   gpt.eval();
   at::NoGradGuard no_grad;

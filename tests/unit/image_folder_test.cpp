@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/image_folder.h"
 #include "data/readers.h"
-#include "common/temp_dir.h"
 
 namespace {
 
@@ -56,7 +56,9 @@ void write_coordinate_png(const std::string& path, int width, int height) {
 }
 
 void write_flat_png(const std::string& path, int width, int height, uint8_t value) {
-  write_png(path, width, height, [value](int, int) { return std::array<uint8_t, 3>{value, value, value}; });
+  write_png(path, width, height, [value](int, int) {
+    return std::array<uint8_t, 3>{value, value, value};
+  });
 }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
@@ -202,7 +204,8 @@ TEST(ImageFolder, GreyImagesBecomeRgb) {
   image.width = 40;
   image.height = 30;
   image.format = PNG_FORMAT_GRAY;
-  ASSERT_NE(png_image_write_to_file(&image, dir.file("g.png").c_str(), 0, grey.data(), 0, nullptr), 0);
+  ASSERT_NE(png_image_write_to_file(&image, dir.file("g.png").c_str(), 0, grey.data(), 0, nullptr),
+            0);
   auto ds = data::make_image_dataset(options(dir.path(), 16));
   const data::Batch b = ds->get(all_indices(*ds));
   EXPECT_TRUE(at::equal(b.targets.select(1, 0), b.targets.select(1, 1)));
@@ -220,8 +223,8 @@ TEST(ImageFolder, ValidationSplitFromValFraction) {
   auto ds = data::make_image_dataset(o);
   const auto* images = dynamic_cast<const ImageFolderDataset*>(ds.get());
   ASSERT_NE(images, nullptr);
-  EXPECT_EQ(images->files(), (std::vector<std::string>{dir.file("a.png"), dir.file("b.png"),
-                                                       dir.file("c.png")}));
+  EXPECT_EQ(images->files(),
+            (std::vector<std::string>{dir.file("a.png"), dir.file("b.png"), dir.file("c.png")}));
   EXPECT_EQ(ds->size(), 3 * 8);
   auto val = ds->validation();
   ASSERT_NE(val, nullptr);
@@ -233,7 +236,8 @@ TEST(ImageFolder, ValidationSplitFromValFraction) {
   // Deterministic validation crops, from their own seed stream.
   EXPECT_TRUE(at::equal(val->get(all_indices(*val)).targets, val->get(all_indices(*val)).targets));
   int differs = 0;
-  for (int64_t i = 0; i < val->size(); ++i) differs += val_images->crop_origin(i) != images->crop_origin(i);
+  for (int64_t i = 0; i < val->size(); ++i)
+    differs += val_images->crop_origin(i) != images->crop_origin(i);
   EXPECT_GT(differs, 0);
 
   o.val_fraction = 0.01;  // rounds to 0, held out anyway: at least one file
@@ -273,12 +277,14 @@ TEST(ImageFolder, ErrorsNameTheFileOrKey) {
     std::string junk;
     for (int k = 0; k < 200; ++k) junk.push_back(static_cast<char>((k * 131 + 7) & 0xff));
     write_bytes(dir.file("x.png"), junk);
-    const std::string message = error_of([&] { data::make_image_dataset(options(dir.path(), 16)); });
+    const std::string message =
+        error_of([&] { data::make_image_dataset(options(dir.path(), 16)); });
     EXPECT_NE(message.find(dir.file("x.png")), std::string::npos) << message;
   }
   {
     test::TempDir dir;
-    const std::string message = error_of([&] { data::make_image_dataset(options(dir.path(), 16)); });
+    const std::string message =
+        error_of([&] { data::make_image_dataset(options(dir.path(), 16)); });
     EXPECT_NE(message.find(dir.path()), std::string::npos) << message;
     EXPECT_NE(message.find("no .png"), std::string::npos) << message;
   }
@@ -292,7 +298,8 @@ TEST(ImageFolder, ErrorsNameTheFileOrKey) {
     test::TempDir dir;
     write_coordinate_png(dir.file("a.png"), 64, 64);
     write_coordinate_png(dir.file("small.png"), 64, 20);
-    const std::string message = error_of([&] { data::make_image_dataset(options(dir.path(), 32)); });
+    const std::string message =
+        error_of([&] { data::make_image_dataset(options(dir.path(), 32)); });
     EXPECT_NE(message.find(dir.file("small.png")), std::string::npos) << message;
     EXPECT_NE(message.find("data.patch_size"), std::string::npos) << message;
   }
@@ -313,7 +320,8 @@ TEST(ImageFolder, FileBrokenAfterOpenIsADataErrorInGet) {
   auto ds = data::make_image_dataset(options(dir.path(), 16));
   write_bytes(dir.file("b.png"), "\x89PNG\r\n\x1a\n truncated");
   EXPECT_NO_THROW(ds->get(at::tensor(std::vector<int64_t>{0}, at::kLong)));
-  const std::string message = error_of([&] { ds->get(at::tensor(std::vector<int64_t>{9}, at::kLong)); });
+  const std::string message =
+      error_of([&] { ds->get(at::tensor(std::vector<int64_t>{9}, at::kLong)); });
   EXPECT_NE(message.find(dir.file("b.png")), std::string::npos) << message;
 }
 

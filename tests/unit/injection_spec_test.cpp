@@ -25,7 +25,8 @@ TEST(InjectionSpec, ParsesEntries) {
 }
 
 TEST(InjectionSpec, BadEntriesNameTheKeyAndTheEntry) {
-  for (const std::string bad : {"1:5", "x:5:forward", "1:5:sideways", "1:-2:forward", "1:5:forward:often"}) {
+  for (const std::string bad :
+       {"1:5", "x:5:forward", "1:5:sideways", "1:-2:forward", "1:5:forward:often"}) {
     try {
       memory::parse_injections(bad);
       ADD_FAILURE() << "accepted " << bad;

@@ -63,20 +63,20 @@ TEST(LaunchResolve, WithoutLauncherVariablesMpiAloneDecides) {
 }
 
 TEST(LaunchResolve, MpirunVariablesMatchingMpi) {
-  const LaunchInfo info = resolve_launch(
-      topology(3, 4, 1, 2), fake_env({{"OMPI_COMM_WORLD_RANK", "3"},
-                                      {"OMPI_COMM_WORLD_SIZE", "4"},
-                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  const LaunchInfo info =
+      resolve_launch(topology(3, 4, 1, 2), fake_env({{"OMPI_COMM_WORLD_RANK", "3"},
+                                                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
   expect_launch(info, "mpirun", 3, 4, 1, 2);
 }
 
 TEST(LaunchResolve, MpirunVariablesDisagreeingWithMpi) {
-  const std::string message = launch_error(
-      topology(0, 1, 0, 1), {{"OMPI_COMM_WORLD_RANK", "1"},
-                             {"OMPI_COMM_WORLD_SIZE", "2"},
-                             {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
-                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+  const std::string message =
+      launch_error(topology(0, 1, 0, 1), {{"OMPI_COMM_WORLD_RANK", "1"},
+                                          {"OMPI_COMM_WORLD_SIZE", "2"},
+                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
   EXPECT_THAT(message, HasSubstr("mpirun and MPI disagree about this process (host node7)"));
   EXPECT_THAT(message, HasSubstr("\n  OMPI_COMM_WORLD_SIZE=2 but MPI says world size = 1"));
   EXPECT_THAT(message, HasSubstr("\n  OMPI_COMM_WORLD_RANK=1 but MPI says rank = 0"));
@@ -87,51 +87,49 @@ TEST(LaunchResolve, MpirunVariablesDisagreeingWithMpi) {
 }
 
 TEST(LaunchResolve, MpirunLocalSizeDisagreeing) {
-  const std::string message = launch_error(
-      topology(1, 2, 1, 2), {{"OMPI_COMM_WORLD_RANK", "1"},
-                             {"OMPI_COMM_WORLD_SIZE", "2"},
-                             {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
-                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
-  EXPECT_THAT(message, HasSubstr("OMPI_COMM_WORLD_LOCAL_SIZE=1 but MPI says ranks on this node = 2"));
+  const std::string message =
+      launch_error(topology(1, 2, 1, 2), {{"OMPI_COMM_WORLD_RANK", "1"},
+                                          {"OMPI_COMM_WORLD_SIZE", "2"},
+                                          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+  EXPECT_THAT(message,
+              HasSubstr("OMPI_COMM_WORLD_LOCAL_SIZE=1 but MPI says ranks on this node = 2"));
   EXPECT_THAT(message, HasSubstr("OMPI_COMM_WORLD_LOCAL_RANK=0 but MPI says local rank = 1"));
   EXPECT_THAT(message, Not(HasSubstr("world size")));
 }
 
 TEST(LaunchResolve, SrunVariablesMatchingMpi) {
-  const LaunchInfo info = resolve_launch(
-      topology(2, 3, 0, 1), fake_env({{"SLURM_PROCID", "2"},
-                                      {"SLURM_STEP_ID", "0"},
-                                      {"SLURM_NTASKS", "3"},
-                                      {"SLURM_LOCALID", "0"}}));
+  const LaunchInfo info = resolve_launch(topology(2, 3, 0, 1), fake_env({{"SLURM_PROCID", "2"},
+                                                                         {"SLURM_STEP_ID", "0"},
+                                                                         {"SLURM_NTASKS", "3"},
+                                                                         {"SLURM_LOCALID", "0"}}));
   expect_launch(info, "srun", 2, 3, 0, 1);
 }
 
 TEST(LaunchResolve, SrunWithTheOlderStepIdName) {
-  const LaunchInfo info = resolve_launch(
-      topology(1, 2, 1, 2), fake_env({{"SLURM_PROCID", "1"},
-                                      {"SLURM_STEPID", "4"},
-                                      {"SLURM_NTASKS", "2"},
-                                      {"SLURM_LOCALID", "1"}}));
+  const LaunchInfo info = resolve_launch(topology(1, 2, 1, 2), fake_env({{"SLURM_PROCID", "1"},
+                                                                         {"SLURM_STEPID", "4"},
+                                                                         {"SLURM_NTASKS", "2"},
+                                                                         {"SLURM_LOCALID", "1"}}));
   expect_launch(info, "srun", 1, 2, 1, 2);
 }
 
 TEST(LaunchResolve, SrunStepTaskCountTakesPrecedenceOverTheAllocation) {
   // A 2-task step inside an 8-task allocation.
-  const LaunchInfo info = resolve_launch(
-      topology(0, 2, 0, 2), fake_env({{"SLURM_PROCID", "0"},
-                                      {"SLURM_STEP_ID", "1"},
-                                      {"SLURM_NTASKS", "8"},
-                                      {"SLURM_STEP_NUM_TASKS", "2"},
-                                      {"SLURM_LOCALID", "0"}}));
+  const LaunchInfo info =
+      resolve_launch(topology(0, 2, 0, 2), fake_env({{"SLURM_PROCID", "0"},
+                                                     {"SLURM_STEP_ID", "1"},
+                                                     {"SLURM_NTASKS", "8"},
+                                                     {"SLURM_STEP_NUM_TASKS", "2"},
+                                                     {"SLURM_LOCALID", "0"}}));
   expect_launch(info, "srun", 0, 2, 0, 2);
 }
 
 TEST(LaunchResolve, SrunWithoutPmixSeesAWorldOfOne) {
-  const std::string message = launch_error(
-      topology(0, 1, 0, 1), {{"SLURM_PROCID", "2"},
-                             {"SLURM_STEP_ID", "0"},
-                             {"SLURM_NTASKS", "3"},
-                             {"SLURM_LOCALID", "2"}});
+  const std::string message = launch_error(topology(0, 1, 0, 1), {{"SLURM_PROCID", "2"},
+                                                                  {"SLURM_STEP_ID", "0"},
+                                                                  {"SLURM_NTASKS", "3"},
+                                                                  {"SLURM_LOCALID", "2"}});
   EXPECT_THAT(message, HasSubstr("srun and MPI disagree"));
   EXPECT_THAT(message, HasSubstr("SLURM_NTASKS=3 but MPI says world size = 1"));
   EXPECT_THAT(message, HasSubstr("SLURM_PROCID=2 but MPI says rank = 0"));
@@ -155,49 +153,58 @@ TEST(LaunchBeforeMpi, SrunWithoutPmixIsStoppedBeforeMpiInit) {
   const std::string message = before_mpi_error({{"SLURM_PROCID", "1"}, {"SLURM_STEP_ID", "0"}});
   EXPECT_THAT(message, HasSubstr("started by srun without --mpi=pmix (SLURM_PROCID=1)"));
   EXPECT_THAT(message, HasSubstr("Run 'srun --mpi=pmix ...'"));
-  EXPECT_THAT(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "3"}, {"SLURM_MPI_TYPE", "pmi2"},
+  EXPECT_THAT(before_mpi_error({{"SLURM_PROCID", "0"},
+                                {"SLURM_STEP_ID", "3"},
+                                {"SLURM_MPI_TYPE", "pmi2"},
                                 {"PMI_RANK", "0"}}),
               HasSubstr("started by srun with --mpi=pmi2"));
-  EXPECT_THAT(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEPID", "3"}, {"SLURM_MPI_TYPE", "none"}}),
-              HasSubstr("without --mpi=pmix"));
+  EXPECT_THAT(
+      before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEPID", "3"}, {"SLURM_MPI_TYPE", "none"}}),
+      HasSubstr("without --mpi=pmix"));
 }
 
 TEST(LaunchBeforeMpi, PmixMpirunAndBatchScriptsPass) {
-  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "2"}, {"SLURM_STEP_ID", "0"}, {"PMIX_RANK", "2"},
-                              {"SLURM_MPI_TYPE", "pmix"}}), "");
-  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"OMPI_COMM_WORLD_RANK", "1"}}), "");
-  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "99"}}), "");  // the batch script
+  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "2"},
+                              {"SLURM_STEP_ID", "0"},
+                              {"PMIX_RANK", "2"},
+                              {"SLURM_MPI_TYPE", "pmix"}}),
+            "");
+  EXPECT_EQ(before_mpi_error(
+                {{"SLURM_PROCID", "0"}, {"SLURM_STEP_ID", "0"}, {"OMPI_COMM_WORLD_RANK", "1"}}),
+            "");
+  EXPECT_EQ(before_mpi_error({{"SLURM_PROCID", "0"}, {"SLURM_JOB_ID", "99"}}),
+            "");  // the batch script
   EXPECT_EQ(before_mpi_error({}), "");
 }
 
 TEST(LaunchResolve, BatchScriptWithoutSrunIsNoLauncher) {
   // sbatch sets SLURM_PROCID for the batch script itself, but no step: the trainer was run bare.
   const LaunchInfo info = resolve_launch(
-      topology(0, 1, 0, 1), fake_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"},
-                                      {"SLURM_JOB_ID", "99"}}));
+      topology(0, 1, 0, 1),
+      fake_env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_JOB_ID", "99"}}));
   expect_launch(info, "none", 0, 1, 0, 1);
 }
 
 TEST(LaunchResolve, MpirunInsideAnSbatchAllocationIsMpirun) {
   // The SLURM_* of the batch step would disagree; Open MPI's variables win.
-  const LaunchInfo info = resolve_launch(
-      topology(1, 2, 1, 2), fake_env({{"OMPI_COMM_WORLD_RANK", "1"},
-                                      {"OMPI_COMM_WORLD_SIZE", "2"},
-                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                                      {"SLURM_PROCID", "0"},
-                                      {"SLURM_STEP_ID", "0"},
-                                      {"SLURM_NTASKS", "4"},
-                                      {"SLURM_LOCALID", "0"}}));
+  const LaunchInfo info =
+      resolve_launch(topology(1, 2, 1, 2), fake_env({{"OMPI_COMM_WORLD_RANK", "1"},
+                                                     {"OMPI_COMM_WORLD_SIZE", "2"},
+                                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                                     {"SLURM_PROCID", "0"},
+                                                     {"SLURM_STEP_ID", "0"},
+                                                     {"SLURM_NTASKS", "4"},
+                                                     {"SLURM_LOCALID", "0"}}));
   expect_launch(info, "mpirun", 1, 2, 1, 2);
 }
 
 TEST(LaunchResolve, MpichVariablesMatchingMpi) {
-  const LaunchInfo info = resolve_launch(
-      topology(1, 2, 1, 2), fake_env({{"PMI_RANK", "1"},
-                                      {"PMI_SIZE", "2"},
-                                      {"MPI_LOCALRANKID", "1"},
-                                      {"MPI_LOCALNRANKS", "2"}}));
+  const LaunchInfo info =
+      resolve_launch(topology(1, 2, 1, 2), fake_env({{"PMI_RANK", "1"},
+                                                     {"PMI_SIZE", "2"},
+                                                     {"MPI_LOCALRANKID", "1"},
+                                                     {"MPI_LOCALNRANKS", "2"}}));
   expect_launch(info, "mpiexec (MPICH)", 1, 2, 1, 2);
 }
 
@@ -217,16 +224,13 @@ TEST(LaunchResolve, NonIntegerVariable) {
   EXPECT_EQ(launch_error(topology(0, 1, 0, 1),
                          {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1x"}}),
             "the launcher variable OMPI_COMM_WORLD_SIZE='1x' is not a non-negative integer");
-  EXPECT_EQ(launch_error(topology(0, 1, 0, 1),
-                         {{"SLURM_PROCID", "-1"}, {"SLURM_STEP_ID", "0"}}),
+  EXPECT_EQ(launch_error(topology(0, 1, 0, 1), {{"SLURM_PROCID", "-1"}, {"SLURM_STEP_ID", "0"}}),
             "the launcher variable SLURM_PROCID='-1' is not a non-negative integer");
   EXPECT_EQ(launch_error(topology(0, 1, 0, 1), {{"PMI_RANK", ""}}),
             "the launcher variable PMI_RANK='' is not a non-negative integer");
 }
 
-TEST(LaunchRank, ZeroWithoutALauncher) {
-  EXPECT_EQ(launcher::launcher_rank(fake_env({})), 0);
-}
+TEST(LaunchRank, ZeroWithoutALauncher) { EXPECT_EQ(launcher::launcher_rank(fake_env({})), 0); }
 
 TEST(LaunchRank, ReadsEachLauncher) {
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"OMPI_COMM_WORLD_RANK", "3"}})), 3);
@@ -235,9 +239,8 @@ TEST(LaunchRank, ReadsEachLauncher) {
 }
 
 TEST(LaunchRank, OpenMpiWinsOverSlurm) {
-  EXPECT_EQ(launcher::launcher_rank(
-                fake_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"SLURM_PROCID", "0"}})),
-            1);
+  EXPECT_EQ(
+      launcher::launcher_rank(fake_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"SLURM_PROCID", "0"}})), 1);
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"PMI_RANK", "4"}, {"SLURM_PROCID", "0"}})), 4);
 }
 

@@ -19,9 +19,8 @@ namespace {
 // region near 0 (where tanh's 1 - e cancels) and a dense normal sample.
 at::Tensor probe_points() {
   at::manual_seed(7);
-  const float edges[] = {-1e4f, -100.0f, -20.0f, -9.0f, -5.5f, -3.0f, -1.0f, -1e-3f, -1e-7f,
-                         0.0f,  1e-7f,   1e-3f,  0.5f,  1.0f,  3.0f,  5.5f,  9.0f,  20.0f,
-                         100.0f, 1e4f};
+  const float edges[] = {-1e4f, -100.0f, -20.0f, -9.0f, -5.5f, -3.0f, -1.0f, -1e-3f, -1e-7f, 0.0f,
+                         1e-7f, 1e-3f,   0.5f,   1.0f,  3.0f,  5.5f,  9.0f,  20.0f,  100.0f, 1e4f};
   return at::cat({at::tensor(at::ArrayRef<float>(edges)), at::linspace(-12, 12, 24001),
                   at::randn({100000}) * 3});
 }
@@ -52,7 +51,8 @@ void expect_as_accurate_as_aten(models::GeluApprox approx, const char* name) {
   const at::Tensor y = models::gelu(x.clone().requires_grad_(true), approx);
   ASSERT_NE(y.grad_fn(), nullptr);
   EXPECT_NE(y.grad_fn()->name().find("FusedGelu"), std::string::npos) << y.grad_fn()->name();
-  const Errors ours = errors(x, name, [&](const at::Tensor& in) { return models::gelu(in, approx); });
+  const Errors ours =
+      errors(x, name, [&](const at::Tensor& in) { return models::gelu(in, approx); });
   const Errors aten = errors(x, name, [&](const at::Tensor& in) { return at::gelu(in, name); });
   std::printf("gelu(%s) against double: value %.2e (at::gelu float %.2e), slope %.2e (%.2e)\n",
               name, ours.value, aten.value, ours.slope, aten.slope);
@@ -81,7 +81,8 @@ TEST(LayersFusedGelu, NanPropagatesAndOtherTensorsFallBackToAten) {
   const at::Tensor d = at::randn({64}, at::kDouble);
   EXPECT_TRUE(at::equal(models::gelu(d, models::GeluApprox::kNone), at::gelu(d)));
   const at::Tensor strided = at::randn({8, 8}).t();
-  EXPECT_TRUE(at::equal(models::gelu(strided, models::GeluApprox::kTanh), at::gelu(strided, "tanh")));
+  EXPECT_TRUE(
+      at::equal(models::gelu(strided, models::GeluApprox::kTanh), at::gelu(strided, "tanh")));
 }
 
 TEST(LayersLinear, MatchesTheModuleForTwoAndThreeDimensionalInputs) {

@@ -61,8 +61,8 @@ void expect_close(const Result& a, const Result& b, double tolerance) {
 }
 
 TEST(LinearCrossEntropy, ChunkRowsSpreadRowsEvenly) {
-  EXPECT_EQ(models::linear_cross_entropy_chunk_rows(37, 64, 5), 5);    // 8 chunks: 7 x 5 + 2
-  EXPECT_EQ(models::linear_cross_entropy_chunk_rows(36, 64, 7), 6);    // 6 chunks of 6
+  EXPECT_EQ(models::linear_cross_entropy_chunk_rows(37, 64, 5), 5);     // 8 chunks: 7 x 5 + 2
+  EXPECT_EQ(models::linear_cross_entropy_chunk_rows(36, 64, 7), 6);     // 6 chunks of 6
   EXPECT_EQ(models::linear_cross_entropy_chunk_rows(10, 64, 100), 10);  // one chunk
   // Default: 256 MiB of fp32 logits. GPT-2's 16 x 1024 positions over 50,304 columns: 13 chunks.
   EXPECT_EQ(models::linear_cross_entropy_chunk_rows(16384, 50304), 1261);

@@ -120,7 +120,8 @@ TEST(Loader, ASlowReaderWithEnoughWorkersLeavesTheStepUnblocked) {
   auto run = [&](int64_t workers) {
     CountingDataset ds(1 << 20);
     Sampler sampler;
-    data::Loader loader(ds, std::ref(sampler), {.workers = workers, .prefetch = 8, .read_delay_ms = kDelayMs});
+    data::Loader loader(ds, std::ref(sampler),
+                        {.workers = workers, .prefetch = 8, .read_delay_ms = kDelayMs});
     loader.get(0);  // the first read cannot be hidden
     const double before = loader.waited_s();
     for (int64_t s = 1; s < kSteps; ++s) {

@@ -29,10 +29,15 @@ TEST(MemoryTable, OneRowPerRankAndWarnings) {
   std::vector<std::string> warnings;
   const std::string table = memory::format_memory_table(ranks, "memory at step 5", 0.92, &warnings);
   EXPECT_THAT(table, HasSubstr("memory at step 5 (MiB)"));
-  EXPECT_THAT(table, HasSubstr("     1      950    950       n/a    400       410        50      1000   n/a   95%"));
+  EXPECT_THAT(
+      table,
+      HasSubstr(
+          "     1      950    950       n/a    400       410        50      1000   n/a   95%"));
   ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_THAT(warnings[0], HasSubstr("rank 1 uses 95% of its memory, above memory.high_watermark = 92%"));
-  EXPECT_THAT(warnings[1], HasSubstr("rank 1 peaks at 950 MiB of tensors, far above the median rank's 110 MiB"));
+  EXPECT_THAT(warnings[0],
+              HasSubstr("rank 1 uses 95% of its memory, above memory.high_watermark = 92%"));
+  EXPECT_THAT(warnings[1],
+              HasSubstr("rank 1 peaks at 950 MiB of tensors, far above the median rank's 110 MiB"));
 }
 
 TEST(MemoryTable, RoundTripsThroughTheGatherVector) {

@@ -9,8 +9,8 @@
 #include <set>
 #include <string>
 
-#include "data/movielens.h"
 #include "common/temp_dir.h"
+#include "data/movielens.h"
 
 namespace {
 
@@ -23,10 +23,9 @@ using ::testing::HasSubstr;
 const std::string kSample = std::string(TRAINER_SOURCE_DIR) + "/data/movielens-sample";
 
 // Movies listed out of id order; ids with gaps.
-const std::string kMovies =
-    "30::Gamma (1999)::Drama\n"          // 1 -> item 2
-    "10::Alpha (1990)::Action|Comedy\n"  // 2 -> item 0
-    "20::Beta (1995)::Horror\n";         // 3 -> item 1
+const std::string kMovies = "30::Gamma (1999)::Drama\n"          // 1 -> item 2
+                            "10::Alpha (1990)::Action|Comedy\n"  // 2 -> item 0
+                            "20::Beta (1995)::Horror\n";         // 3 -> item 1
 // Users 3 -> 0, 5 -> 1, 7 -> 2.
 const std::string kRatings =
     "7::10::5::100\n"  // 1  user 2, item 0

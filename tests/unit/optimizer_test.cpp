@@ -16,7 +16,8 @@ namespace {
 std::vector<at::Tensor> make_params(uint64_t seed) {
   at::manual_seed(seed);
   std::vector<at::Tensor> params;
-  for (auto shape : {std::vector<int64_t>{7, 5}, std::vector<int64_t>{5}, std::vector<int64_t>{64, 33}}) {
+  for (auto shape :
+       {std::vector<int64_t>{7, 5}, std::vector<int64_t>{5}, std::vector<int64_t>{64, 33}}) {
     params.push_back(at::randn(shape).set_requires_grad(true));
   }
   return params;
@@ -35,14 +36,17 @@ TEST(OptimizerFusedAdamW, MatchesLibTorchAdamWStepByStep) {
   auto reference = make_params(3);
   const train::AdamWHyper h{0.9, 0.95, 1e-8, 0.1};
   train::FusedAdamW fused(ours, h);
-  torch::optim::AdamW adamw(
-      reference, torch::optim::AdamWOptions(1e-2).betas({h.beta1, h.beta2}).eps(h.eps).weight_decay(h.weight_decay));
+  torch::optim::AdamW adamw(reference, torch::optim::AdamWOptions(1e-2)
+                                           .betas({h.beta1, h.beta2})
+                                           .eps(h.eps)
+                                           .weight_decay(h.weight_decay));
   for (int s = 0; s < 8; ++s) {
     const double lr = 1e-2 * (1.0 - 0.1 * s);  // a schedule: the rate changes every step
     set_grads(ours, s);
     set_grads(reference, s);
     fused.step(lr);
-    for (auto& group : adamw.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    for (auto& group : adamw.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
     adamw.step();
     for (size_t i = 0; i < ours.size(); ++i) {
       const double err = (ours[i] - reference[i]).abs().max().item<double>();

@@ -14,8 +14,8 @@
 #include "data/movielens.h"
 #include "fake_communicator.h"
 #include "models/capabilities.h"
-#include "models/registry.h"
 #include "models/recommender.h"
+#include "models/registry.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
@@ -36,8 +36,11 @@ TEST(RankingMetrics, HitRateAndNdcgInClosedForm) {
 
   const auto all = ranking_metrics_from_ranks(ranks, 51);
   EXPECT_DOUBLE_EQ(all.hit_rate, 1.0);
-  EXPECT_NEAR(all.ndcg, (1.0 + 1.0 / std::log2(3.0) + 1.0 / std::log2(11.0) +
-                         1.0 / std::log2(12.0) + 1.0 / std::log2(52.0)) / 5, 1e-12);
+  EXPECT_NEAR(all.ndcg,
+              (1.0 + 1.0 / std::log2(3.0) + 1.0 / std::log2(11.0) + 1.0 / std::log2(12.0) +
+               1.0 / std::log2(52.0)) /
+                  5,
+              1e-12);
 }
 
 TEST(RankingMetrics, NoUsersGivesZerosAndKMustBePositive) {
@@ -49,21 +52,21 @@ TEST(RankingMetrics, NoUsersGivesZerosAndKMustBePositive) {
 }
 
 TEST(RankingMetrics, HeldOutRankSkipsTrainingItemsButNotItself) {
-  const at::Tensor scores = at::tensor({0.5f, 0.9f, 0.1f, 0.7f,    // row 0: held-out item 0
-                                        0.3f, 0.2f, 0.8f, 0.1f})   // row 1: held-out item 1
+  const at::Tensor scores = at::tensor({0.5f, 0.9f, 0.1f, 0.7f,   // row 0: held-out item 0
+                                        0.3f, 0.2f, 0.8f, 0.1f})  // row 1: held-out item 1
                                 .view({2, 4});
   const at::Tensor before = scores.clone();
   const at::Tensor held = at::tensor({0, 1}, at::kLong);
   // Nothing masked: row 0 has 0.9 and 0.7 above 0.5; row 1 has 0.3 and 0.8 above 0.2.
   const at::Tensor none = at::empty({0}, at::kLong);
-  EXPECT_TRUE(at::equal(train::held_out_ranks(scores, held, none, none),
-                        at::tensor({2, 2}, at::kLong)));
+  EXPECT_TRUE(
+      at::equal(train::held_out_ranks(scores, held, none, none), at::tensor({2, 2}, at::kLong)));
   // Row 0 saw item 1 (0.9, masked); row 1 saw items 2 (0.8, masked) and 1, its held-out item,
   // which still competes with its own score.
   const at::Tensor rows = at::tensor({0, 1, 1}, at::kLong);
   const at::Tensor items = at::tensor({1, 2, 1}, at::kLong);
-  EXPECT_TRUE(at::equal(train::held_out_ranks(scores, held, rows, items),
-                        at::tensor({1, 1}, at::kLong)));
+  EXPECT_TRUE(
+      at::equal(train::held_out_ranks(scores, held, rows, items), at::tensor({1, 1}, at::kLong)));
   EXPECT_TRUE(at::equal(scores, before));  // scores untouched
 }
 
@@ -91,9 +94,9 @@ class PlainModel : public models::Model {
 class TableScorer final : public PlainModel, public models::ItemScorer {
  public:
   at::Tensor score_all(const at::Tensor& users) override {
-    const at::Tensor table = at::tensor({0.1f, 0.5f, 0.3f, 0.9f, 0.2f,    // user 0
-                                         0.8f, 0.7f, 0.6f, 0.5f, 0.4f,    // user 1
-                                         0.2f, 0.4f, 0.6f, 0.8f, 0.1f})   // user 2
+    const at::Tensor table = at::tensor({0.1f, 0.5f, 0.3f, 0.9f, 0.2f,   // user 0
+                                         0.8f, 0.7f, 0.6f, 0.5f, 0.4f,   // user 1
+                                         0.2f, 0.4f, 0.6f, 0.8f, 0.1f})  // user 2
                                  .view({3, 5});
     return table.index_select(0, users);
   }
@@ -145,7 +148,8 @@ std::shared_ptr<models::Model> small_recommender(const data::MovieLensDataset& d
 }
 
 TEST(RankingMetrics, EvaluateRankingMatchesABruteForceLoop) {
-  const data::MovieLensDataset ds(std::string(TRAINER_SOURCE_DIR) + "/data/movielens-sample", 24, 1);
+  const data::MovieLensDataset ds(std::string(TRAINER_SOURCE_DIR) + "/data/movielens-sample", 24,
+                                  1);
   auto model = small_recommender(ds);
   auto& rec = dynamic_cast<models::Recommender&>(*model);
 
@@ -189,7 +193,8 @@ TEST(RankingMetrics, OtherDatasetsAreNotEvaluated) {
   o.num_classes = 2;
   o.teacher_hidden = 4;
   const auto synthetic = data::make_dataset(o);
-  const data::MovieLensDataset ml(std::string(TRAINER_SOURCE_DIR) + "/data/movielens-sample", 24, 1);
+  const data::MovieLensDataset ml(std::string(TRAINER_SOURCE_DIR) + "/data/movielens-sample", 24,
+                                  1);
   auto model = small_recommender(ml);
   trainer_test::FakeCommunicator comm;
   const auto m = train::evaluate_ranking(comm, *model, *synthetic, 10);

@@ -11,12 +11,12 @@
 #include <set>
 #include <string>
 
+#include "common/temp_dir.h"
 #include "data/movielens.h"
 #include "io/safetensors.h"
 #include "models/recommender.h"
 #include "models/registry.h"
 #include "reference_harness.h"
-#include "common/temp_dir.h"
 
 namespace {
 
@@ -270,7 +270,8 @@ TEST(RecommenderReference, LossAndEveryGradientMatchPyTorch) {
     at::NoGradGuard no_grad;
     for (const auto& b : m->named_buffers()) {
       if (b.key() == "item_cache") continue;  // the twin computes the metadata itself
-      if (at::isFloatingType(b.value().scalar_type())) b.value().add_(at::randn_like(b.value()) * 0.05);
+      if (at::isFloatingType(b.value().scalar_type()))
+        b.value().add_(at::randn_like(b.value()) * 0.05);
       frozen[b.key()] = b.value();
     }
   }

@@ -10,9 +10,9 @@
 
 namespace {
 
-using trainer_test::Net;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using trainer_test::Net;
 
 // The gradient all-reduces posted (the start-up parameter check uses collectives too).
 std::vector<std::string> bucket_ops(const trainer_test::FakeCommunicator& comm) {

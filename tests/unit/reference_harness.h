@@ -23,9 +23,9 @@
 #include <map>
 #include <string>
 
+#include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "models/model.h"
-#include "common/temp_dir.h"
 
 namespace test {
 
@@ -89,7 +89,8 @@ inline void expect_matches_reference(models::Model& model, const at::Tensor& inp
   // reference norm is below 1e-6 of the largest must be as small here, to 1e-5 of the largest.
   double largest = 0;
   for (const auto& [key, t] : ref) {
-    if (key.rfind("grad.", 0) == 0) largest = std::max(largest, t.to(at::kDouble).norm().item<double>());
+    if (key.rfind("grad.", 0) == 0)
+      largest = std::max(largest, t.to(at::kDouble).norm().item<double>());
   }
   for (const auto& item : model.named_parameters()) {
     const std::string key = "grad." + item.key();
@@ -104,8 +105,8 @@ inline void expect_matches_reference(models::Model& model, const at::Tensor& inp
     if (error >= worst) worst = error, worst_name = item.key();
     EXPECT_LT(error, tolerance) << "gradient of " << item.key();
   }
-  std::printf("%s: loss relative error %.1e, worst gradient %.1e (%s)\n", script.c_str(), loss_error,
-              worst, worst_name.c_str());
+  std::printf("%s: loss relative error %.1e, worst gradient %.1e (%s)\n", script.c_str(),
+              loss_error, worst, worst_name.c_str());
 }
 
 }  // namespace test

@@ -53,7 +53,8 @@ int count(const trainer_test::FakeCommunicator& comm, const std::string& kind) {
 // The unsharded reference: bucket b's reduced buffer (world x the local gradient).
 std::vector<at::Tensor> reduced_unsharded(Net& source, const at::Tensor& x, int world) {
   Net twin;
-  for (size_t i = 0; i < 6; ++i) twin.named()[i].second.data().copy_(source.named()[i].second.data());
+  for (size_t i = 0; i < 6; ++i)
+    twin.named()[i].second.data().copy_(source.named()[i].second.data());
   trainer_test::FakeCommunicator comm(world);
   ddp::Reducer reducer(twin.named(), comm, {100, 300, false});
   reducer.zero_grad();
@@ -74,7 +75,8 @@ TEST_P(ShardedReducer, ReduceScattersPaddedBucketsIntoThisRanksBlock) {
   const at::Tensor x = at::randn({5, 8});
   const auto reference = reduced_unsharded(net, x, world);
   trainer_test::FakeCommunicator comm(world, rank);
-  ddp::Reducer reducer(net.named(), comm, {100, 300, false, c10::ScalarType::Undefined, GetParam()});
+  ddp::Reducer reducer(net.named(), comm,
+                       {100, 300, false, c10::ScalarType::Undefined, GetParam()});
   ASSERT_GE(reducer.layout().size(), 3u);
   // The parameters kept their values and became views into one padded flat buffer per bucket.
   const auto after = net.values();
@@ -107,7 +109,8 @@ TEST_P(ShardedReducer, ReduceScattersPaddedBucketsIntoThisRanksBlock) {
 
   reducer.gather_parameters();
   int gathers = 0;
-  for (const auto& op : comm.ops) gathers += op.kind == "all_gather" && op.what.rfind("parameters of bucket", 0) == 0;
+  for (const auto& op : comm.ops)
+    gathers += op.kind == "all_gather" && op.what.rfind("parameters of bucket", 0) == 0;
   EXPECT_EQ(gathers, static_cast<int>(reducer.layout().size()));
 }
 
@@ -134,7 +137,8 @@ TEST_P(ShardedReducer, AccumulatesMicroBatchesThenReducesOnce) {
   Net twin;
   for (size_t i = 0; i < 6; ++i) twin.named()[i].second.data().copy_(net.named()[i].second.data());
   trainer_test::FakeCommunicator comm(world, rank);
-  ddp::Reducer reducer(net.named(), comm, {100, 300, false, c10::ScalarType::Undefined, GetParam()});
+  ddp::Reducer reducer(net.named(), comm,
+                       {100, 300, false, c10::ScalarType::Undefined, GetParam()});
   reducer.zero_grad();
   reducer.begin_micro_batch(false);
   net.loss(x1).backward();
@@ -153,8 +157,9 @@ TEST_P(ShardedReducer, AccumulatesMicroBatchesThenReducesOnce) {
       const at::Tensor g = twin.named()[layout.params[j]].second.grad().reshape(-1);
       flat.narrow(0, layout.offsets[j], g.numel()).copy_(g);
     }
-    EXPECT_TRUE(at::allclose(reducer.reduced_gradients()[b], flat.narrow(0, s.begin, s.size) * world,
-                             1e-5, 1e-7)) << "bucket " << b;
+    EXPECT_TRUE(at::allclose(reducer.reduced_gradients()[b],
+                             flat.narrow(0, s.begin, s.size) * world, 1e-5, 1e-7))
+        << "bucket " << b;
   }
 }
 
@@ -162,7 +167,8 @@ TEST_P(ShardedReducer, AbandonPostsEveryBucketEvenBeforeAnyGradient) {
   // The OOM protocol: a rank that failed before backward still posts every reduce-scatter.
   Net net;
   trainer_test::FakeCommunicator comm(3, 2);
-  ddp::Reducer reducer(net.named(), comm, {100, 300, false, c10::ScalarType::Undefined, GetParam()});
+  ddp::Reducer reducer(net.named(), comm,
+                       {100, 300, false, c10::ScalarType::Undefined, GetParam()});
   reducer.zero_grad();
   reducer.abandon();
   EXPECT_EQ(count(comm, "reduce_scatter"), static_cast<int>(reducer.layout().size()));
@@ -173,7 +179,8 @@ TEST_P(ShardedReducer, MomentsRoundTripThroughFullPerParameterTensors) {
   // all-gather copies this rank's block into every block) puts them back where they came from.
   Net net;
   trainer_test::FakeCommunicator comm(3, 1);
-  ddp::Reducer reducer(net.named(), comm, {100, 300, false, c10::ScalarType::Undefined, GetParam()});
+  ddp::Reducer reducer(net.named(), comm,
+                       {100, 300, false, c10::ScalarType::Undefined, GetParam()});
   std::vector<at::Tensor> full;
   for (auto& [name, p] : net.named()) full.push_back(at::randn(p.sizes()));
   std::vector<at::Tensor> blocks;
@@ -188,7 +195,8 @@ TEST_P(ShardedReducer, MomentsRoundTripThroughFullPerParameterTensors) {
       const size_t k = layout.params[j];
       const auto [first, last] = s.owned(layout.offsets[j], full[k].numel());
       const int64_t from = first - layout.offsets[j], n = last - first;
-      EXPECT_TRUE(at::equal(back[k].reshape(-1).narrow(0, from, n), full[k].reshape(-1).narrow(0, from, n)))
+      EXPECT_TRUE(
+          at::equal(back[k].reshape(-1).narrow(0, from, n), full[k].reshape(-1).narrow(0, from, n)))
           << "parameter " << k;
     }
   }
@@ -200,7 +208,8 @@ TEST_P(ShardedReducer, MomentsRoundTripThroughFullPerParameterTensors) {
 TEST(ShardFootprint, MatchesTheReducerAndTheOptimizer) {
   for (const int world : {1, 3}) {
     for (const auto wire : {c10::ScalarType::Undefined, at::kBFloat16}) {
-      for (const ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+      for (const ShardMode mode :
+           {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
         Net net;
         trainer_test::FakeCommunicator comm(world, world - 1);
         ddp::Reducer reducer(net.named(), comm, {100, 300, false, wire, mode});
@@ -227,8 +236,8 @@ TEST(ShardInPlace, EqualsShardedFromTheStart) {
   const auto before = a.values();
   trainer_test::FakeCommunicator ca(3, 1), cb(3, 1);
   ddp::Reducer switched(a.named(), ca, {100, 300, false});
-  ddp::Reducer from_start(b.named(), cb, {100, 300, false, c10::ScalarType::Undefined,
-                                          ShardMode::kOptimizer});
+  ddp::Reducer from_start(b.named(), cb,
+                          {100, 300, false, c10::ScalarType::Undefined, ShardMode::kOptimizer});
   std::vector<at::Tensor> full;
   for (auto& [name, p] : a.named()) full.push_back(at::randn(p.sizes()));
   const auto sliced = switched.blocks_of(full);
@@ -270,8 +279,8 @@ TEST(ShardedOptimizer, FusedAdamWOverFlatBlocksEqualsPerParameter) {
   for (size_t i = 0; i < 6; ++i) b.named()[i].second.data().copy_(a.named()[i].second.data());
   trainer_test::FakeCommunicator ca, cb;
   ddp::Reducer none(a.named(), ca, {100, 300, false});
-  ddp::Reducer sharded(b.named(), cb, {100, 300, false, c10::ScalarType::Undefined,
-                                       ShardMode::kOptimizer});
+  ddp::Reducer sharded(b.named(), cb,
+                       {100, 300, false, c10::ScalarType::Undefined, ShardMode::kOptimizer});
   std::vector<at::Tensor> pa;
   for (auto& [n, p] : a.named()) pa.push_back(p);
   train::FusedAdamW oa(pa, {});

@@ -106,7 +106,8 @@ TEST(TensorBoard, ADirectoryThatCannotBeCreatedNamesTheKey) {
     train::check_tensorboard_dir(dir.file("file") + "/tb");
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    const std::string expected = "log.tensorboard = '" + dir.file("file") + "/tb': cannot create it";
+    const std::string expected =
+        "log.tensorboard = '" + dir.file("file") + "/tb': cannot create it";
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
 }

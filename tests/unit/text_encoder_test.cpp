@@ -9,9 +9,9 @@
 #include <cmath>
 #include <string>
 
+#include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "models/text_encoder.h"
-#include "common/temp_dir.h"
 
 namespace {
 

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/readers.h"
-#include "common/temp_dir.h"
 
 namespace {
 

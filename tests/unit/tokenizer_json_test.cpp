@@ -14,9 +14,9 @@
 #include <sstream>
 #include <string>
 
+#include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/tokenizer.h"
-#include "common/temp_dir.h"
 
 namespace {
 

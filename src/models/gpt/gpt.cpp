@@ -112,8 +112,8 @@ Gpt::Gpt(const GptOptions& o)
   const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(o.num_layers));
   l.blocks = add_blocks(*this, "h", o.num_layers, gpt_block(o),
                         [residual_std](Block& block) { init_gpt2(block, residual_std); });
-  l.ln_f = register_module("ln_f", torch::nn::LayerNorm(
-                                       torch::nn::LayerNormOptions({d}).eps(kLayerNormEps)));
+  l.ln_f = register_module(
+      "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kLayerNormEps)));
   at::NoGradGuard no_grad;
   l.wte->weight.normal_(0.0, kInitStd);
   l.wpe->weight.normal_(0.0, kInitStd);
@@ -127,8 +127,8 @@ at::Tensor Gpt::forward(const at::Tensor& tokens) {
 
 at::Tensor Gpt::hidden(const at::Tensor& tokens) {
   require(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
-          fmt::format("tokens must be int64 [n, T], got {} {}",
-                      c10::toString(tokens.scalar_type()), tokens.sizes()));
+          fmt::format("tokens must be int64 [n, T], got {} {}", c10::toString(tokens.scalar_type()),
+                      tokens.sizes()));
   const int64_t t = tokens.size(1);
   require(t >= 1 && t <= options_.context,
           fmt::format("samples of {} tokens; 1 to model.context = {} are allowed", t,
@@ -142,8 +142,8 @@ at::Tensor Gpt::hidden(const at::Tensor& tokens) {
 
 at::Tensor Gpt::forward_cached(const at::Tensor& tokens, KvCache& cache) {
   require(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
-          fmt::format("tokens must be int64 [n, T], got {} {}",
-                      c10::toString(tokens.scalar_type()), tokens.sizes()));
+          fmt::format("tokens must be int64 [n, T], got {} {}", c10::toString(tokens.scalar_type()),
+                      tokens.sizes()));
   Layers& l = *layers_;
   if (cache.keys.empty()) {
     cache.keys.resize(l.blocks.size());
@@ -155,7 +155,8 @@ at::Tensor Gpt::forward_cached(const at::Tensor& tokens, KvCache& cache) {
           fmt::format("{} cached + {} new positions; model.context = {} are allowed", past, t,
                       options_.context));
   // The position embedding continues where the cache ends.
-  at::Tensor x = l.wte->forward(tokens) + l.wpe->forward(at::arange(past, past + t, tokens.options()));
+  at::Tensor x =
+      l.wte->forward(tokens) + l.wpe->forward(at::arange(past, past + t, tokens.options()));
   return at::linear(l.ln_f->forward(run_blocks_cached(l.blocks, x, cache)), l.wte->weight);
 }
 
@@ -167,12 +168,12 @@ at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   // [positions, vocab] logits are never whole. The padded rows of wte are masked out there.
   const at::Tensor h = hidden(tokens);
   return linear_cross_entropy(h.reshape({-1, options_.d_model}), layers_->wte->weight,
-                              targets.reshape({-1}), options_.vocab_size,
-                              options_.loss_chunk_rows);
+                              targets.reshape({-1}), options_.vocab_size, options_.loss_chunk_rows);
 }
 
 int64_t Gpt::loss_chunk_rows(int64_t rows) const {
-  return linear_cross_entropy_chunk_rows(rows, options_.padded_vocab_size, options_.loss_chunk_rows);
+  return linear_cross_entropy_chunk_rows(rows, options_.padded_vocab_size,
+                                         options_.loss_chunk_rows);
 }
 
 void Gpt::set_loss_chunk_rows(int64_t rows) {

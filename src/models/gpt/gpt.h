@@ -2,8 +2,8 @@
 //
 //   tokens [n, T] -> wte(tokens) + wpe(0..T-1) -> dropout
 //     -> num_layers x Block (models/block.h's defaults):  x = x + attn(ln_1(x));  x += mlp(ln_2(x))
-//          attn: qkv = Linear(C, 3C) -> heads -> causal scaled_dot_product_attention -> Linear(C, C)
-//          mlp:  Linear(C, 4C) -> GELU (tanh approximation) -> Linear(4C, C)
+//          attn: qkv = Linear(C, 3C) -> heads -> causal scaled_dot_product_attention -> Linear(C,
+//          C) mlp:  Linear(C, 4C) -> GELU (tanh approximation) -> Linear(4C, C)
 //     -> ln_f -> logits = x @ wte^T (the output projection is tied to the token embedding)
 //   loss: mean next-token cross-entropy over every position, on the first vocab_size logits
 //         (the padded rows of wte are never a target and never predicted), computed by
@@ -45,8 +45,8 @@ struct GptOptions {
   int64_t d_model = 0;
   double dropout = 0.0;
   bool checkpoint_activations = false;
-  int64_t loss_chunk_rows = 0;    // positions per chunk of the output layer in loss()
-                                  // (0: linear_cross_entropy's default, 256 MiB of fp32 logits)
+  int64_t loss_chunk_rows = 0;  // positions per chunk of the output layer in loss()
+                                // (0: linear_cross_entropy's default, 256 MiB of fp32 logits)
 };
 
 // The preset's dimensions: gpt2 (124M: 12 layers, 12 heads, 768 wide, 1024 positions, vocab
@@ -88,7 +88,7 @@ class Gpt final : public Model, public ActivationCheckpointing, public ChunkedLo
   // ln_f's output [n, T, d_model]: everything before the output projection.
   at::Tensor hidden(const at::Tensor& tokens);
 
-  GptOptions options_;  // padded_vocab_size resolved
+  GptOptions options_;          // padded_vocab_size resolved
   int64_t own_chunk_rows_ = 0;  // loss_chunk_rows as constructed (set_loss_chunk_rows(0))
   std::unique_ptr<Layers> layers_;
 };

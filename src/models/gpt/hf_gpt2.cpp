@@ -37,7 +37,8 @@ std::invalid_argument init_error(const std::string& what) {
 
 // GPT-2's Conv1D weights ([in, out]), by Gpt's name.
 bool is_conv1d_weight(const std::string& name) {
-  static const std::regex conv(R"(h\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight)");
+  static const std::regex conv(
+      R"(h\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight)");
   return std::regex_match(name, conv);
 }
 
@@ -57,8 +58,8 @@ void check_architecture(const json& c, const std::string& file) {
   if (c.contains("model_type") && c["model_type"] != "gpt2") {
     throw bad("model_type", "not a GPT-2 (model_type gpt2)");
   }
-  if (c.contains("activation_function") &&
-      c["activation_function"] != "gelu_new" && c["activation_function"] != "gelu_pytorch_tanh") {
+  if (c.contains("activation_function") && c["activation_function"] != "gelu_new" &&
+      c["activation_function"] != "gelu_pytorch_tanh") {
     throw bad("activation_function", "gpt uses GELU with the tanh approximation (gelu_new)");
   }
   if (c.contains("layer_norm_epsilon") && c["layer_norm_epsilon"].is_number() &&
@@ -83,7 +84,8 @@ void check_architecture(const json& c, const std::string& file) {
 int64_t config_int(const json& c, const char* key, const std::string& file) {
   if (!c.contains(key)) return 0;
   if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0) {
-    throw init_error(fmt::format("{}: {} = {} is not a positive integer", file, key, c[key].dump()));
+    throw init_error(
+        fmt::format("{}: {} = {} is not a positive integer", file, key, c[key].dump()));
   }
   return c[key].get<int64_t>();
 }
@@ -99,9 +101,11 @@ void read_config_json(const std::string& file, Gpt2Dims& dims) {
   }
   if (!c.is_object()) throw init_error(fmt::format("{}: not a JSON object", file));
   check_architecture(c, file);
-  const std::pair<const char*, int64_t*> keys[] = {
-      {"n_layer", &dims.num_layers}, {"n_head", &dims.heads}, {"n_embd", &dims.d_model},
-      {"n_positions", &dims.context}, {"vocab_size", &dims.vocab_size}};
+  const std::pair<const char*, int64_t*> keys[] = {{"n_layer", &dims.num_layers},
+                                                   {"n_head", &dims.heads},
+                                                   {"n_embd", &dims.d_model},
+                                                   {"n_positions", &dims.context},
+                                                   {"vocab_size", &dims.vocab_size}};
   for (const auto& [key, field] : keys) {
     if (const int64_t v = config_int(c, key, file); v > 0) *field = v;
   }
@@ -118,7 +122,8 @@ std::string locate_init_file(const std::string& path, GptInit& init) {
     if (!fs::exists(init.file, ec)) {
       throw init_error(fmt::format(
           "{}: the directory holds no model.safetensors (a Hugging Face GPT-2 saved with "
-          "save_pretrained(dir, safe_serialization=True))", path));
+          "save_pretrained(dir, safe_serialization=True))",
+          path));
     }
   } else {
     init.file = path;
@@ -181,10 +186,12 @@ void infer_init_dims(GptInit& init, const at::Tensor& lm_head, bool checkpoint) 
   };
   const at::Tensor& wte = need("wte.weight", 2);
   const at::Tensor& wpe = need("wpe.weight", 2);
-  if (lm_head.defined() && (lm_head.sizes() != wte.sizes() || !at::equal(lm_head.to(at::kFloat), wte))) {
+  if (lm_head.defined() &&
+      (lm_head.sizes() != wte.sizes() || !at::equal(lm_head.to(at::kFloat), wte))) {
     throw init_error(fmt::format(
         "{}: lm_head.weight {} is not wte.weight {}: an untied output layer, which gpt (tied to "
-        "the token embedding) cannot hold", init.file, shape_of(lm_head), shape_of(wte)));
+        "the token embedding) cannot hold",
+        init.file, shape_of(lm_head), shape_of(wte)));
   }
   Gpt2Dims& d = init.dims;
   d.d_model = wte.size(1);
@@ -228,8 +235,8 @@ void apply_init_dims(const GptInit& init, const Gpt2Dims& set, GptOptions& o) {
   for (const auto& dim : dims) {
     if (dim.file == 0) continue;
     if (dim.set != 0 && dim.set != dim.file) {
-      throw init_error(fmt::format("{} has {} {}, the config has {} = {}", from, dim.what,
-                                   dim.file, dim.key, dim.set));
+      throw init_error(fmt::format("{} has {} {}, the config has {} = {}", from, dim.what, dim.file,
+                                   dim.key, dim.set));
     }
     *dim.field = dim.file;
   }
@@ -261,10 +268,12 @@ void load_gpt_init(const GptInit& init, Gpt& model) {
     const bool unpadded_wte = name == "wte.weight" && w.dim() == 2 && w.size(0) == o.vocab_size &&
                               w.size(1) == mine.size(1);
     if (!unpadded_wte && w.sizes() != mine.sizes()) {
-      throw init_error(fmt::format(
-          "{}: {} has shape {}{} but the model's is {} ({})", init.file, name, shape_of(w),
-          is_conv1d_weight(name) && init.kind != "trainer checkpoint" ? " (after the Conv1D transpose)" : "",
-          shape_of(mine), config));
+      throw init_error(fmt::format("{}: {} has shape {}{} but the model's is {} ({})", init.file,
+                                   name, shape_of(w),
+                                   is_conv1d_weight(name) && init.kind != "trainer checkpoint"
+                                       ? " (after the Conv1D transpose)"
+                                       : "",
+                                   shape_of(mine), config));
     }
     copies.emplace_back(mine, w);
   }
@@ -333,7 +342,8 @@ std::string hf_gpt2_config_json(const Gpt& model) {
 void export_hf_gpt2(Gpt& model, const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error(fmt::format("cannot create the directory {}: {}", dir, ec.message()));
+  if (ec)
+    throw std::runtime_error(fmt::format("cannot create the directory {}: {}", dir, ec.message()));
   const std::string config = (fs::path(dir) / "config.json").string();
   std::ofstream out(config);
   out << hf_gpt2_config_json(model);

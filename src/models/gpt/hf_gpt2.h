@@ -36,17 +36,17 @@ struct Gpt2Dims {
   int64_t num_layers = 0;
   int64_t heads = 0;
   int64_t d_model = 0;
-  int64_t context = 0;     // positions (n_positions, rows of wpe)
-  int64_t vocab_size = 0;  // Hugging Face: the real vocabulary; checkpoint: 0 (see padded_vocab)
+  int64_t context = 0;       // positions (n_positions, rows of wpe)
+  int64_t vocab_size = 0;    // Hugging Face: the real vocabulary; checkpoint: 0 (see padded_vocab)
   int64_t padded_vocab = 0;  // checkpoint: rows of wte (padded); Hugging Face: 0
 };
 
 // What model.init_from holds.
 struct GptInit {
-  std::string path;    // as given
-  std::string file;    // the safetensors file read
-  std::string kind;    // "Hugging Face GPT-2" or "trainer checkpoint"
-  Gpt2Dims dims;       // from config.json where present, else from the tensors' shapes
+  std::string path;  // as given
+  std::string file;  // the safetensors file read
+  std::string kind;  // "Hugging Face GPT-2" or "trainer checkpoint"
+  Gpt2Dims dims;     // from config.json where present, else from the tensors' shapes
   std::map<std::string, at::Tensor> weights;  // by Gpt's names, Linear layout, float32, CPU
 };
 

@@ -20,13 +20,15 @@ MetricsFile::MetricsFile(const std::string& path, int64_t keep_through) : path_(
       const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (record.is_discarded() || !record.is_object()) continue;
       const auto step = record.find("step");
-      if (step != record.end() && step->is_number_integer() && step->get<int64_t>() > keep_through) continue;
+      if (step != record.end() && step->is_number_integer() && step->get<int64_t>() > keep_through)
+        continue;
       kept.push_back(line);
     }
   }
   out_.open(path, std::ios::out | std::ios::trunc);
   if (!out_) {
-    throw std::runtime_error(fmt::format("log.metrics: cannot write {}: {}", path, std::strerror(errno)));
+    throw std::runtime_error(
+        fmt::format("log.metrics: cannot write {}: {}", path, std::strerror(errno)));
   }
   for (const auto& line : kept) out_ << line << '\n';
   out_.flush();

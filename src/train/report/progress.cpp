@@ -26,8 +26,8 @@
 namespace train {
 namespace {
 
-constexpr double kRedrawS = 0.1;   // the bar's refresh interval (tqdm's default too)
-constexpr double kWindowS = 1.0;   // samples/s on the bar: over the last window this long
+constexpr double kRedrawS = 0.1;  // the bar's refresh interval (tqdm's default too)
+constexpr double kWindowS = 1.0;  // samples/s on the bar: over the last window this long
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -62,9 +62,9 @@ namespace {
 // Note [Log lines above the bar]
 // barkeep's thread redraws the bar in place ("\r\033[K" and the bar) on stderr (bar_stream()),
 // every 0.1 s; rank 0's spdlog lines go to stdout. On one terminal a line would land on the bar's
-// line and the next redraw would wipe half of it. So while the bar is up, each sink of the default logger
-// is wrapped (AboveBarSink): under one mutex with the bar's frames, it clears the bar's line,
-// lets the real sink write and flush the line, and draws the last frame again below it. The
+// line and the next redraw would wipe half of it. So while the bar is up, each sink of the default
+// logger is wrapped (AboveBarSink): under one mutex with the bar's frames, it clears the bar's
+// line, lets the real sink write and flush the line, and draws the last frame again below it. The
 // lines scroll above the bar and the bar stays on the bottom line (tqdm.write does the same).
 // The step lines stay: they are the run's history in the scroll-back. barkeep writes a frame in
 // pieces and then flushes; FrameBuffer collects the pieces and hands over whole frames, so a line
@@ -195,7 +195,8 @@ class StatusText final : public barkeep::BaseDisplay {
 // on stderr would be reordered against the lines on stdout. There (log.progress: bar) the bar
 // takes the lines' stream.
 std::FILE* bar_stream() {
-  struct stat out {}, err {};
+  struct stat out {
+  }, err{};
   if (isatty(STDOUT_FILENO) == 1 && fstat(STDOUT_FILENO, &out) == 0 &&
       fstat(STDERR_FILENO, &err) == 0 && (out.st_dev != err.st_dev || out.st_ino != err.st_ino)) {
     return stdout;
@@ -212,14 +213,14 @@ struct Progress::Bar {
     // so the bar does not shift as digits are added.
     const std::string format =
         fmt::format("{{value:>{}}}/{{total}} {{bar}}", fmt::format("{}", total).size());
-    auto bar = barkeep::ProgressBar(&shared->done, barkeep::ProgressBarConfig<int64_t>{
-                                                       .out = &out,
-                                                       .total = total,
-                                                       .format = format,
-                                                       .style = barkeep::Blocks,
-                                                       .interval = kRedrawS,
-                                                       .no_tty = false,  // drawn in place
-                                                       .show = false});
+    auto bar = barkeep::ProgressBar(
+        &shared->done, barkeep::ProgressBarConfig<int64_t>{.out = &out,
+                                                           .total = total,
+                                                           .format = format,
+                                                           .style = barkeep::Blocks,
+                                                           .interval = kRedrawS,
+                                                           .no_tty = false,  // drawn in place
+                                                           .show = false});
     display = barkeep::Composite({bar, std::make_shared<StatusText>(&out, shared)}, "");
     logger = spdlog::default_logger();
     sinks = logger->sinks();
