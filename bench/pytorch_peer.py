@@ -52,8 +52,8 @@ class Gpt(nn.Module):
         self.wte, self.wpe = nn.Embedding(padded, d), nn.Embedding(context, d)
         self.h = nn.ModuleList(Block(d, heads, True, 0.0) for _ in range(layers))
         self.ln_f = nn.LayerNorm(d)
-        # GPT-2's initialisation, as the trainer's (src/models/gpt/gpt.cpp): N(0, 0.02), the residual
-        # output projections scaled by 1 / sqrt(2 layers), zero biases.
+        # GPT-2's initialisation, as the trainer's (src/models/gpt/gpt.cpp): N(0, 0.02), the
+        # residual output projections scaled by 1 / sqrt(2 layers), zero biases.
         for name, p in self.named_parameters():
             if name.endswith("bias"):
                 nn.init.zeros_(p)

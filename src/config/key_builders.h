@@ -29,7 +29,10 @@ template <class T>
 using Access = T& (*)(Config&);
 
 // FIELD(section.key): the accessor of that field of Config.
+// (clang-format 14 would write `Config & c` here.)
+// clang-format off
 #define FIELD(member) [](Config& c) -> auto& { return c.member; }
+// clang-format on
 
 inline constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -51,8 +54,7 @@ KeyDef real(std::string path, Access<double> access, std::string def, double lo,
 KeyDef boolean(std::string path, Access<bool> access, std::string def, std::string description);
 
 // A string, written back quoted where YAML needs it (spaces, '#', ':', '~', ...).
-KeyDef text(std::string path, Access<std::string> access, std::string def,
-            std::string description);
+KeyDef text(std::string path, Access<std::string> access, std::string def, std::string description);
 
 // A string checked by `validate` (which throws std::invalid_argument with the reason).
 KeyDef checked_text(std::string path, Access<std::string> access, std::string description,
@@ -89,14 +91,17 @@ KeyDef enum_choice(std::string path, Get access, std::string def,
                    const std::array<const char*, N>& names, std::string description) {
   using E = FieldType<Get>;
   const std::vector<std::string> options(names.begin(), names.end());
-  return {std::move(path), "choice", std::move(def), fmt::format("{}", fmt::join(options, " | ")),
-          std::move(description), false,
-          [=](Config& c, const YAML::Node& n) {
-            access(c) = static_cast<E>(choice_index(n, options));
-          },
-          [=](const Config& c) {
-            return options.at(static_cast<size_t>(access(const_cast<Config&>(c))));
-          }};
+  return {
+      std::move(path),
+      "choice",
+      std::move(def),
+      fmt::format("{}", fmt::join(options, " | ")),
+      std::move(description),
+      false,
+      [=](Config& c, const YAML::Node& n) { access(c) = static_cast<E>(choice_index(n, options)); },
+      [=](const Config& c) {
+        return options.at(static_cast<size_t>(access(const_cast<Config&>(c))));
+      }};
 }
 
 // A list of closed choices, e.g. [halve_micro_batch, uncache_embeddings], stored as enums like
@@ -106,8 +111,12 @@ KeyDef enum_list(std::string path, Get access, std::string def,
                  const std::array<const char*, N>& names, std::string description) {
   using E = typename FieldType<Get>::value_type;
   const std::vector<std::string> options(names.begin(), names.end());
-  return {std::move(path), "list", std::move(def), fmt::format("of: {}", fmt::join(options, ", ")),
-          std::move(description), false,
+  return {std::move(path),
+          "list",
+          std::move(def),
+          fmt::format("of: {}", fmt::join(options, ", ")),
+          std::move(description),
+          false,
           [=](Config& c, const YAML::Node& n) {
             if (!n.IsSequence()) {
               throw ValueError(

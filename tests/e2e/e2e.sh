@@ -84,18 +84,19 @@ case $case_name in
     # configs/quickstart.yaml as it ships, from a directory like the clone's (its data.path and
     # checkpoint.dir are relative), 200 of its 600 steps on one process; then --generate from its
     # checkpoint, as scripts/quickstart.sh does.
-    ln -s "$src/data" "$work/data" && cd "$work" || fail "cannot set up $work"
+    if ! { ln -s "$src/data" "$work/data" && cd "$work"; }; then fail "cannot set up $work"; fi
     run "$trainer" --config "$src/configs/quickstart.yaml" --set train.steps=200
     expect_rc 0; expect_grep "1 rank\(s\)"; expect_grep "sample at step 200: The parser"
     expect_grep "eval step 200: loss"; loss_drops
-    [ -f runs/quickstart/final.safetensors ] && [ -f runs/quickstart/metrics.jsonl ] ||
+    if ! [[ -f runs/quickstart/final.safetensors && -f runs/quickstart/metrics.jsonl ]]; then
       fail "no runs/quickstart/final.safetensors or metrics.jsonl: $(ls -R runs)"
+    fi
     run "$trainer" --config "$src/configs/quickstart.yaml" --generate "The parser" --max-new-tokens 20
     expect_rc 0; expect_grep "^The parser" ;;
   quickstart_np2)
     # The quick start's training run itself (scripts/quickstart.sh, README section 1): all 600
     # steps on 2 ranks; the loss ends below 2 (the README says about 1.6).
-    ln -s "$src/data" "$work/data" && cd "$work" || fail "cannot set up $work"
+    if ! { ln -s "$src/data" "$work/data" && cd "$work"; }; then fail "cannot set up $work"; fi
     run mpirun -np 2 "$trainer" --config "$src/configs/quickstart.yaml"
     expect_rc 0; expect_grep "\[0/2\]"; expect_grep "2 rank\(s\)"; loss_drops
     expect_grep "sample at step 600: The parser"; expect_grep "eval step 600: loss"

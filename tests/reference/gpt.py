@@ -1,6 +1,6 @@
-"""PyTorch reference for the `gpt` model (Gpt), written from the definition in src/models/gpt/gpt.h in
-plain tensor ops: the q/k/v split, causal mask, softmax and GELU (tanh) formula are spelled out
-(no nn.MultiheadAttention, no scaled_dot_product_attention, no nn.GELU).
+"""PyTorch reference for the `gpt` model (Gpt), written from the definition in
+src/models/gpt/gpt.h in plain tensor ops: the q/k/v split, causal mask, softmax and GELU (tanh)
+formula are spelled out (no nn.MultiheadAttention, no scaled_dot_product_attention, no nn.GELU).
 
 usage: python gpt.py IN.safetensors OUT.safetensors
 
