@@ -11,7 +11,7 @@ when its micro-batch holds the whole slice), with AdamW and gradient clipping at
     peer: <model> ranks <W> steps <S> samples/s <X> loss <first> -> <last>
 
 measured over the steps after the first (as the trainer's "done:" line is).
-The models follow the trainer's definitions (src/models/gpt/gpt.h, sequence.h) with PyTorch's own
+The models follow the trainer's definitions (src/models/gpt/gpt.h, llama/llama.h, sequence.h) with PyTorch's own
 fast paths (F.scaled_dot_product_attention, nn.LSTM, fused AdamW where available)."""
 import argparse
 import os
@@ -66,6 +66,61 @@ class Gpt(nn.Module):
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits[..., : self.vocab].reshape(-1, self.vocab), targets.reshape(-1))
+
+
+def rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d, heads, kv_heads, hidden, eps):
+        super().__init__()
+        self.hd, self.heads, self.kv = d // heads, heads, kv_heads
+        self.norm_1, self.norm_2 = nn.RMSNorm(d, eps=eps), nn.RMSNorm(d, eps=eps)
+        self.qkv = nn.Linear(d, (heads + 2 * kv_heads) * self.hd, bias=False)
+        self.proj = nn.Linear(heads * self.hd, d, bias=False)
+        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        n, t, _ = x.shape
+        q, k, v = self.qkv(self.norm_1(x)).split([self.heads * self.hd, self.kv * self.hd, self.kv * self.hd], 2)
+        q = rotary(q.view(n, t, self.heads, self.hd).transpose(1, 2), cos, sin)
+        k = rotary(k.view(n, t, self.kv, self.hd).transpose(1, 2), cos, sin)
+        v = v.view(n, t, self.kv, self.hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.heads)
+        x = x + self.proj(y.transpose(1, 2).reshape(n, t, self.heads * self.hd))
+        h = self.norm_2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    """The trainer's llama (src/models/llama/llama.h): RMSNorm, rotary, SwiGLU, grouped-query
+    attention, no biases, the output layer tied to the embedding."""
+
+    def __init__(self, vocab, layers, heads, kv_heads, d, hidden, theta=10000.0, eps=1e-5):
+        super().__init__()
+        self.vocab = vocab
+        self.embed = nn.Embedding((vocab + 63) // 64 * 64, d)
+        self.layers = nn.ModuleList(LlamaBlock(d, heads, kv_heads, hidden, eps) for _ in range(layers))
+        self.norm = nn.RMSNorm(d, eps=eps)
+        hd = d // heads
+        self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, hd, 2).float() / hd), persistent=False)
+        for p in self.parameters():  # transformers' Llama initialisation, as the trainer's
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, tokens, targets):  # the loss (DDP wraps forward)
+        t = tokens.shape[1]
+        angles = torch.outer(torch.arange(t, device=tokens.device, dtype=torch.float32), self.inv_freq)
+        angles = torch.cat([angles, angles], dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        x = self.embed(tokens)
+        for b in self.layers:
+            x = b(x, cos, sin)
+        logits = self.norm(x) @ self.embed.weight.t()
         return F.cross_entropy(logits[..., : self.vocab].reshape(-1, self.vocab), targets.reshape(-1))
 
 
@@ -141,7 +196,7 @@ def series_batches(path, features, targets, window, horizon, n, seed):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", choices=["gpt", "lstm", "mlp"])
+    p.add_argument("model", choices=["gpt", "llama", "lstm", "mlp"])
     p.add_argument("--data", default="", help="gpt: a directory of token shards; lstm: a CSV file")
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--steps", type=int, default=50)
@@ -159,6 +214,9 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-model", type=int, default=64)
+    # llama (and the gpt keys above)
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--intermediate", type=int, default=688)
     # mlp (random inputs: speed only)
     p.add_argument("--inputs", type=int, default=64)
     p.add_argument("--hidden-dim", type=int, default=512)
@@ -185,6 +243,9 @@ def main():
     per_rank = a.global_batch // world + (1 if rank < a.global_batch % world else 0)
     if a.model == "gpt":
         model = Gpt(a.vocab, a.context, a.layers, a.heads, a.d_model)
+        batches = token_batches(a.data, a.context, per_rank, 1000 + rank)
+    elif a.model == "llama":
+        model = Llama(a.vocab, a.layers, a.heads, a.kv_heads, a.d_model, a.intermediate)
         batches = token_batches(a.data, a.context, per_rank, 1000 + rank)
     elif a.model == "mlp":
         model = Mlp(a.inputs, a.hidden_dim, a.depth, a.classes)
@@ -240,7 +301,7 @@ def main():
     elapsed = time.perf_counter() - start
     if rank == 0:
         sps = (a.steps - 1) * a.global_batch / elapsed
-        tokens = f" {sps * a.context:.0f} tokens/s" if a.model == "gpt" else ""
+        tokens = f" {sps * a.context:.0f} tokens/s" if a.model in ("gpt", "llama") else ""
         print(f"peer: {a.model} ranks {world} steps {a.steps} samples/s {sps:.1f}{tokens} "
               f"loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
     dist.destroy_process_group()

@@ -1,0 +1,100 @@
+// Rotary embeddings (models/rope.h): the frequencies against the closed form in double precision,
+// Llama 3.1's scaling band by band (Meta's apply_scaling), the rotation's defining properties
+// (norm kept; the product of a rotated query and key depends only on their distance), and the
+// option checks.
+#include "models/rope.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Rope, FrequenciesAreThetaPowers) {
+  models::RopeOptions o;
+  o.theta = 500.0;
+  const at::Tensor f = models::rope_frequencies(12, o);
+  ASSERT_EQ(f.sizes(), (std::vector<int64_t>{6}));
+  for (int64_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(f[i].item<double>(), std::pow(500.0, -2.0 * i / 12.0), 1e-6) << i;
+  }
+}
+
+// Each frequency falls in one of Meta's three bands; the expected values are spelled here.
+TEST(Rope, Llama3ScalingKeepsShortSlowsLongAndBlendsBetween) {
+  models::RopeOptions o;
+  o.theta = 500.0;
+  o.scaling = "llama3";
+  o.factor = 8.0;
+  o.low_freq_factor = 1.0;
+  o.high_freq_factor = 4.0;
+  o.original_context = 16;  // wavelengths below 4 kept, above 16 slowed, between blended
+  o.theta = 10.0;           // wavelengths 2 pi 10^(2i/8): 6.28, 19.9, 62.8, 199
+  const at::Tensor f = models::rope_frequencies(8, o);
+  const auto plain = [](int64_t i) { return std::pow(10.0, -2.0 * i / 8.0); };
+  // i = 0: wavelength 6.28 is between 4 and 16: s = (16 / 6.28 - 1) / 3.
+  const double w0 = 2 * std::numbers::pi / plain(0), s = (16.0 / w0 - 1.0) / 3.0;
+  EXPECT_NEAR(f[0].item<double>(), s * plain(0) + (1 - s) * plain(0) / 8.0, 1e-6);
+  for (int64_t i = 1; i < 4; ++i) EXPECT_NEAR(f[i].item<double>(), plain(i) / 8.0, 1e-7) << i;
+  o.original_context = 4;  // now every wavelength above 1 and 4: all slowed but ...
+  o.theta = 1.5;           // wavelengths 6.28 .. 8.8: above 4, all slowed
+  const at::Tensor g = models::rope_frequencies(8, o);
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(g[i].item<double>(), std::pow(1.5, -2.0 * i / 8.0) / 8.0, 1e-7) << i;
+  }
+  o.original_context = 1000;  // all short: kept
+  const at::Tensor h = models::rope_frequencies(8, o);
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_NEAR(h[i].item<double>(), std::pow(1.5, -2.0 * i / 8.0), 1e-7) << i;
+  }
+}
+
+TEST(Rope, RotationKeepsNormsAndDependsOnDistanceOnly) {
+  models::RopeOptions o;
+  const int64_t hd = 16, steps = 10;
+  const at::Tensor f = models::rope_frequencies(hd, o);
+  const auto tables = models::rope_tables(f, 0, steps, at::kCPU);
+  ASSERT_EQ(tables.cos.sizes(), (std::vector<int64_t>{steps, hd}));
+  at::manual_seed(0);
+  const at::Tensor q = at::randn({hd}, at::kDouble), k = at::randn({hd}, at::kDouble);
+  const at::Tensor qs = models::apply_rope(q.expand({steps, hd}).to(at::kFloat), tables);
+  const at::Tensor ks = models::apply_rope(k.expand({steps, hd}).to(at::kFloat), tables);
+  EXPECT_TRUE(at::allclose(qs.norm(2, -1), q.norm().to(at::kFloat).expand({steps}), 1e-5, 1e-5));
+  // <rot(q, t), rot(k, t - 3)> is the same for every t >= 3.
+  const at::Tensor dots = (qs.narrow(0, 3, steps - 3) * ks.narrow(0, 0, steps - 3)).sum(-1);
+  EXPECT_LT((dots - dots[0]).abs().max().item<double>(), 1e-4);
+  // Position 0 is the identity; an offset table equals the rows of the whole one.
+  EXPECT_TRUE(at::allclose(qs[0], q.to(at::kFloat)));
+  const auto later = models::rope_tables(f, 4, 3, at::kCPU);
+  EXPECT_TRUE(at::equal(later.cos, tables.cos.narrow(0, 4, 3)));
+  // The pairs are (i, i + hd / 2): rotating e_0 at position 1 moves it into e_{hd/2}.
+  const at::Tensor e0 = at::zeros({1, hd});
+  e0[0][0] = 1.0f;
+  const at::Tensor r = models::apply_rope(e0, models::rope_tables(f, 1, 1, at::kCPU))[0];
+  EXPECT_NEAR(r[0].item<double>(), std::cos(1.0), 1e-6);
+  EXPECT_NEAR(r[hd / 2].item<double>(), std::sin(1.0), 1e-6);
+}
+
+TEST(Rope, BadOptionsNameTheKey) {
+  models::RopeOptions o;
+  o.theta = 0.5;
+  EXPECT_THAT([&] { models::check_rope_options(o); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("model.rope_theta")));
+  o = {};
+  o.scaling = "yarn";
+  EXPECT_THAT([&] { models::check_rope_options(o); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("unknown rope scaling 'yarn'")));
+  o = {};
+  o.scaling = "llama3";
+  o.high_freq_factor = 0.5;
+  EXPECT_THAT([&] { models::check_rope_options(o); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("model.rope_high_freq_factor")));
+  EXPECT_THROW(models::rope_frequencies(7, {}), std::invalid_argument);
+}
+
+}  // namespace
