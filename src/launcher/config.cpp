@@ -200,6 +200,17 @@ class Loader {
     }
   }
 
+  // After every value is in: the keys left at their default take the named model's own default
+  // where the schema gives one (KeyDef::model_defaults).
+  void set_model_defaults(Config& config) {
+    for (const auto& k : schema::keys()) {
+      if (origin_[k.path] != "default") continue;
+      for (const auto& [model, text] : k.model_defaults) {
+        if (model == config.model.name) k.set(config, YAML::Load(text));
+      }
+    }
+  }
+
   void throw_if_errors() const {
     if (errors_.empty()) return;
     std::string message = fmt::format("{}", fmt::join(errors_, "\n"));
@@ -224,6 +235,7 @@ Config build(const YAML::Node& root, const std::string& source,
   loader.set_defaults(config);
   loader.apply_document(config, root);
   for (const auto& o : overrides) loader.apply_override(config, o);
+  loader.set_model_defaults(config);
   loader.check_required(source);
   loader.check_relations(config);
   loader.throw_if_errors();

@@ -63,6 +63,12 @@ T& field(Access<T> access, const Config& c) {
   return access(const_cast<Config&>(c));
 }
 
+// `k` with defaults of its own for some models (KeyDef::model_defaults).
+KeyDef for_models(KeyDef k, std::vector<std::pair<std::string, std::string>> defaults) {
+  k.model_defaults = std::move(defaults);
+  return k;
+}
+
 KeyDef integer(std::string path, Access<int64_t> access, std::string def, int64_t lo, int64_t hi,
                std::string description) {
   const bool required = def.empty();
@@ -289,9 +295,9 @@ std::vector<KeyDef> declare() {
       integer("model.text_len", FIELD(model.text_len), "0", 0, 1 << 16, "recommender: text encoder positions (0: data.text_len)"),
       text("model.encoder_weights", FIELD(model.encoder_weights), "", "recommender: safetensors file with the text encoder's weights (empty: seeded random)"),
       choice("model.preset", FIELD(model.preset), "gpt2", models::gpt_preset_names(), "gpt: dimensions to start from; each of model.num_layers, heads, d_model overrides its own"),
-      integer("model.num_layers", FIELD(model.num_layers), "0", 0, 1024, "gpt: transformer blocks; sequence: LSTM layers or transformer blocks (0: the preset's; sequence: 2)"),
-      integer("model.heads", FIELD(model.heads), "0", 0, 1024, "gpt, sequence transformer: attention heads, dividing model.d_model (0: the preset's; sequence: 4)"),
-      integer("model.d_model", FIELD(model.d_model), "0", 0, 1 << 16, "gpt, sequence transformer: width (0: the preset's; sequence: 64)"),
+      for_models(integer("model.num_layers", FIELD(model.num_layers), "0", 0, 1024, "gpt: transformer blocks (0: the preset's); sequence: LSTM layers or transformer blocks (default 2)"), {{"sequence", "2"}}),
+      for_models(integer("model.heads", FIELD(model.heads), "0", 0, 1024, "gpt, sequence transformer: attention heads, dividing model.d_model (gpt 0: the preset's; sequence default 4)"), {{"sequence", "4"}}),
+      for_models(integer("model.d_model", FIELD(model.d_model), "0", 0, 1 << 16, "gpt, sequence transformer: width (gpt 0: the preset's; sequence default 64)"), {{"sequence", "64"}}),
       integer("model.context", FIELD(model.context), "0", 0, 1 << 20, "gpt: positions the model holds (0: data.context)"),
       real("model.dropout", FIELD(model.dropout), "0.0", 0.0, 1.0, false, true, "gpt, sequence: dropout probability"),
       text("model.init_from", FIELD(model.init_from), "", "gpt: start from these weights: a Hugging Face GPT-2 directory (config.json + model.safetensors), a model.safetensors file, or a trainer checkpoint (weights only: a fresh optimizer at step 1); its dimensions replace the preset's, keys set here must agree; ignored when resuming from a checkpoint"),

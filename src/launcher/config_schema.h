@@ -6,6 +6,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "launcher/config.h"
@@ -29,6 +30,9 @@ struct KeyDef {
   std::function<void(Config&, const YAML::Node&)> set;
   // The current value as YAML text.
   std::function<std::string(const Config&)> get;
+  // A model's own default for this key (model.name -> YAML text), used in place of
+  // default_text when the config names that model and does not set the key.
+  std::vector<std::pair<std::string, std::string>> model_defaults{};
 };
 
 // Every key, in the order of the reference table and --print-config.

@@ -52,7 +52,7 @@ const std::map<std::string, Factory>& builtin() {
        }},
       {"gpt", [](const ModelOptions& o, const core::Shape& s) {
          require_data(s.vocab_size > 0 && s.context > 0, "gpt", "token data (data.dataset: tokens)");
-         GptOptions g = gpt_preset(o.preset.empty() ? "gpt2" : o.preset);
+         GptOptions g = gpt_preset(o.preset);  // the schema's default: gpt2
          g.vocab_size = s.vocab_size;
          g.padded_vocab_size = 0;  // rounded up to a multiple of 64
          g.num_layers = or_else(o.num_layers, g.num_layers);
@@ -90,9 +90,9 @@ const std::map<std::string, Factory>& builtin() {
          q.horizon = s.horizon;
          q.targets = s.targets;
          q.hidden_dim = o.hidden_dim;
-         q.num_layers = or_else(o.num_layers, 2);
-         q.d_model = or_else(o.d_model, 64);
-         q.heads = or_else(o.heads, 4);
+         q.num_layers = o.num_layers;  // the schema's sequence defaults when not set
+         q.d_model = o.d_model;
+         q.heads = o.heads;
          q.dropout = o.dropout;
          return std::make_shared<SequenceForecaster>(q);
        }},

@@ -158,6 +158,26 @@ TEST(Config, OverridesWinOverTheFile) {
   EXPECT_EQ(c.train.global_batch_size, 64);
 }
 
+// The sequence model's own defaults for the keys it shares with gpt come from the schema; a key
+// the file or an override sets wins, and gpt keeps "0: the preset's".
+TEST(Config, ModelDefaultsDependOnTheModel) {
+  const std::vector<std::string> train = {"train.global_batch_size=8"};
+  auto with = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), train.begin(), train.end());
+    return parse_config("", "--set", sets);
+  };
+  const Config sequence = with({"model.name=sequence"});
+  EXPECT_EQ(sequence.model.num_layers, 2);
+  EXPECT_EQ(sequence.model.heads, 4);
+  EXPECT_EQ(sequence.model.d_model, 64);
+  const Config gpt = with({"model.name=gpt"});
+  EXPECT_EQ(gpt.model.num_layers, 0);
+  EXPECT_EQ(gpt.model.d_model, 0);
+  const Config set = with({"model.name=sequence", "model.num_layers=3"});
+  EXPECT_EQ(set.model.num_layers, 3);
+  EXPECT_EQ(set.model.heads, 4);
+}
+
 TEST(Config, OverridesAloneCanSupplyRequiredKeys) {
   const Config c = parse_config("", "--set", {"model.name=mlp", "train.global_batch_size=12"});
   EXPECT_EQ(c.model.name, "mlp");

@@ -101,16 +101,12 @@ void read_config_json(const std::string& file, Gpt2Dims& dims) {
   }
 }
 
-}  // namespace
-
-GptInit read_gpt_init(const std::string& path) {
-  GptInit init;
-  init.path = path;
+// Sets init.file from `path` (a directory or a file); returns the config.json beside it, or "".
+std::string locate_init_file(const std::string& path, GptInit& init) {
   std::error_code ec;
   if (path.empty() || !fs::exists(path, ec)) {
     throw init_error(fmt::format("{}: no such file or directory", path));
   }
-  std::string config_file;
   if (fs::is_directory(path, ec)) {
     init.file = (fs::path(path) / "model.safetensors").string();
     if (!fs::exists(init.file, ec)) {
@@ -122,8 +118,12 @@ GptInit read_gpt_init(const std::string& path) {
     init.file = path;
   }
   const fs::path beside = fs::path(init.file).parent_path() / "config.json";
-  if (fs::exists(beside, ec)) config_file = beside.string();
+  return fs::exists(beside, ec) ? beside.string() : std::string();
+}
 
+// Fills init.weights (Gpt's names, Linear layout, float32) and init.kind from init.file; a
+// Hugging Face lm_head goes to `lm_head`. Returns whether the file is a trainer checkpoint.
+bool read_init_weights(GptInit& init, at::Tensor& lm_head) {
   std::map<std::string, at::Tensor> file;
   try {
     file = read_safetensors(init.file);
@@ -133,8 +133,6 @@ GptInit read_gpt_init(const std::string& path) {
   const bool checkpoint = std::any_of(file.begin(), file.end(), [](const auto& kv) {
     return kv.first.rfind(kCheckpointParam, 0) == 0;
   });
-  at::Tensor lm_head;
-  std::vector<std::string> unknown;
   for (auto& [key, tensor] : file) {
     std::string name = key;
     if (checkpoint) {
@@ -158,7 +156,11 @@ GptInit read_gpt_init(const std::string& path) {
     init.weights.emplace(name, w);
   }
   init.kind = checkpoint ? "trainer checkpoint" : "Hugging Face GPT-2";
+  return checkpoint;
+}
 
+// init.dims from the tensors' shapes (a tied lm_head checked against wte).
+void infer_init_dims(GptInit& init, const at::Tensor& lm_head, bool checkpoint) {
   const auto need = [&](const std::string& name, int64_t dims) -> const at::Tensor& {
     auto it = init.weights.find(name);
     if (it == init.weights.end()) {
@@ -189,7 +191,18 @@ GptInit read_gpt_init(const std::string& path) {
     if (std::regex_match(name, m, block)) blocks.insert(std::stoll(m[1]));
   }
   d.num_layers = static_cast<int64_t>(blocks.size());
-  if (!checkpoint && !config_file.empty()) read_config_json(config_file, d);
+}
+
+}  // namespace
+
+GptInit read_gpt_init(const std::string& path) {
+  GptInit init;
+  init.path = path;
+  const std::string config_file = locate_init_file(path, init);
+  at::Tensor lm_head;
+  const bool checkpoint = read_init_weights(init, lm_head);
+  infer_init_dims(init, lm_head, checkpoint);
+  if (!checkpoint && !config_file.empty()) read_config_json(config_file, init.dims);
   return init;
 }
 
