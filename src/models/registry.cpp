@@ -12,6 +12,8 @@
 #include "models/cnn.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
+#include "models/llama/llama_options.h"
+#include "models/llama/make_llama.h"
 #include "models/mlp.h"
 #include "models/recommender.h"
 #include "models/sequence.h"
@@ -72,7 +74,17 @@ const std::map<std::string, Factory>& builtin() {
          }
          g.dropout = o.dropout;
          g.checkpoint_activations = o.checkpoint_activations;
-         auto gpt = std::make_shared<Gpt>(g);
+         std::shared_ptr<Gpt> gpt;
+         try {
+           gpt = std::make_shared<Gpt>(g);
+         } catch (const std::invalid_argument& e) {
+           if (!init) throw;
+           // The dimensions came from the file: say which (Gpt names only the model keys).
+           throw std::invalid_argument(fmt::format(
+               "model.init_from: {}: {} (the file gives {} blocks, {} heads, {} wide, {} positions)",
+               init->config_file.empty() ? init->file : init->config_file, e.what(),
+               g.num_layers, g.heads, g.d_model, g.context));
+         }
          if (init) {
            load_gpt_init(*init, *gpt);
            spdlog::info("model.init_from: weights of {} {} ({} blocks, {} heads, {} wide, {} "
@@ -80,6 +92,9 @@ const std::map<std::string, Factory>& builtin() {
                         g.context);
          }
          return gpt;
+       }},
+      {"llama", [](const ModelOptions& o, const core::Shape& s) -> std::shared_ptr<Model> {
+         return make_llama(o, s);
        }},
       {"sequence", [](const ModelOptions& o, const core::Shape& s) {
          require_data(s.window > 0 && s.features > 0, "sequence", "time-series data (data.dataset: csv)");
@@ -115,6 +130,13 @@ const std::map<std::string, Factory>& builtin() {
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : builtin()) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (auto& n : gpt_preset_names()) names.push_back(n);
+  for (auto& n : llama_preset_names()) names.push_back(n);
   return names;
 }
 

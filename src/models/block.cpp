@@ -1,0 +1,252 @@
+#include "models/block.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/nn/init.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include <cmath>
+#include <optional>
+#include <stdexcept>
+
+#include "models/activation_checkpoint.h"
+
+namespace models {
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("block: " + message);
+}
+
+// The sizes left at 0 in `o`, resolved, and every size checked.
+BlockOptions resolved(BlockOptions o) {
+  require(o.d_model > 0 && o.heads > 0,
+          fmt::format("d_model ({}) and heads ({}) must be positive", o.d_model, o.heads));
+  if (o.head_dim == 0) {
+    require(o.d_model % o.heads == 0,
+            fmt::format("heads ({}) must divide d_model ({})", o.heads, o.d_model));
+    o.head_dim = o.d_model / o.heads;
+  }
+  if (o.kv_heads == 0) o.kv_heads = o.heads;
+  if (o.mlp_hidden == 0) o.mlp_hidden = 4 * o.d_model;
+  require(o.head_dim > 0 && o.mlp_hidden > 0,
+          fmt::format("head_dim ({}) and mlp_hidden ({}) must be positive", o.head_dim,
+                      o.mlp_hidden));
+  require(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
+          fmt::format("kv_heads ({}) must divide heads ({})", o.kv_heads, o.heads));
+  return o;
+}
+
+}  // namespace
+
+Rotary::Rotary(at::Tensor inv_freq) : inv_freq_(inv_freq.to(at::kFloat).contiguous()) {
+  require(inv_freq_.dim() == 1, "rotary: inv_freq must be one-dimensional");
+}
+
+std::pair<at::Tensor, at::Tensor> Rotary::apply(const at::Tensor& q, const at::Tensor& k,
+                                                int64_t offset) const {
+  const int64_t half = inv_freq_.size(0), t = q.size(2);
+  require(q.size(-1) == 2 * half && k.size(-1) == 2 * half,
+          fmt::format("rotary: head_dim {} needs {} frequencies, got {}", q.size(-1),
+                      q.size(-1) / 2, half));
+  const at::Tensor f = inv_freq_.to(q.device());
+  const at::Tensor angles = at::outer(at::arange(offset, offset + t, f.options()), f);
+  const at::Tensor both = at::cat({angles, angles}, -1);  // [T, head_dim]
+  const at::Tensor cos = both.cos().to(q.scalar_type()), sin = both.sin().to(q.scalar_type());
+  const auto rotate = [&](const at::Tensor& z) {
+    const at::Tensor rotated = at::cat({-z.narrow(-1, half, half), z.narrow(-1, 0, half)}, -1);
+    return z * cos + rotated * sin;
+  };
+  return {rotate(q), rotate(k)};
+}
+
+at::Tensor rotary_inv_freq(int64_t head_dim, double theta) {
+  require(head_dim > 0 && head_dim % 2 == 0,
+          fmt::format("rotary: head_dim must be positive and even, got {}", head_dim));
+  const at::Tensor exponents = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / head_dim;
+  return at::pow(theta, exponents).reciprocal();
+}
+
+Norm::Norm(int64_t dim, NormKind kind, double eps, bool frozen)
+    : dim_(dim), kind_(kind), eps_(eps) {
+  const auto add = [&](const char* name, at::Tensor value) {
+    return frozen ? register_buffer(name, std::move(value)) : register_parameter(name, value);
+  };
+  weight = add("weight", at::ones({dim}));
+  if (kind == NormKind::kLayerNorm) bias = add("bias", at::zeros({dim}));
+}
+
+at::Tensor Norm::forward(const at::Tensor& x) const {
+  if (kind_ == NormKind::kRmsNorm) return at::rms_norm(x, {dim_}, weight, eps_);
+  return at::layer_norm(x, {dim_}, weight, bias, eps_);
+}
+
+Projection::Projection(int64_t in, int64_t out, bool with_bias, WeightLayout layout, bool frozen)
+    : layout_(layout) {
+  const std::vector<int64_t> shape = layout == WeightLayout::kOutIn ? std::vector<int64_t>{out, in}
+                                                                    : std::vector<int64_t>{in, out};
+  if (frozen) {
+    weight = register_buffer("weight", at::zeros(shape));
+    if (with_bias) bias = register_buffer("bias", at::zeros({out}));
+    return;
+  }
+  weight = register_parameter("weight", at::empty(shape));
+  if (with_bias) bias = register_parameter("bias", at::empty({out}));
+  // torch::nn::Linear's reset_parameters, draw for draw (the same random stream).
+  at::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(layout == WeightLayout::kOutIn ? weight : weight.t(),
+                                    std::sqrt(5.0));
+  if (with_bias) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    torch::nn::init::uniform_(bias, -bound, bound);
+  }
+}
+
+at::Tensor Projection::forward(const at::Tensor& x) const {
+  if (layout_ == WeightLayout::kOutIn) return at::linear(x, weight, bias);  // bias in the GEMM
+  const at::Tensor y = at::matmul(x, weight);
+  return bias.defined() ? y + bias : y;
+}
+
+Block::Block(const BlockOptions& options) : options_(resolved(options)) {
+  const BlockOptions& o = options_;
+  const BlockNames& names = o.names;
+  const int64_t d = o.d_model, inner = o.heads * o.head_dim;
+  const auto projection = [&](int64_t in, int64_t out, bool with_bias) {
+    return std::make_shared<Projection>(in, out, with_bias, o.layout, o.frozen);
+  };
+  norm_1_ = register_module(names.norm_1, std::make_shared<Norm>(d, o.norm, o.norm_eps, o.frozen));
+  auto attn = register_module(names.attn, std::make_shared<torch::nn::Module>());
+  const int64_t kv_inner = o.kv_heads * o.head_dim;
+  if (o.fused_qkv) {
+    qkv_ = attn->register_module(names.qkv, projection(d, inner + 2 * kv_inner, o.attn_bias));
+  } else {
+    q_ = attn->register_module(names.q, projection(d, inner, o.attn_bias));
+    k_ = attn->register_module(names.k, projection(d, kv_inner, o.attn_bias));
+    v_ = attn->register_module(names.v, projection(d, kv_inner, o.attn_bias));
+  }
+  attn_out_ = attn->register_module(names.attn_out, projection(inner, d, o.attn_bias));
+  norm_2_ = register_module(names.norm_2, std::make_shared<Norm>(d, o.norm, o.norm_eps, o.frozen));
+  auto mlp = register_module(names.mlp, std::make_shared<torch::nn::Module>());
+  if (o.mlp == MlpKind::kSwiGlu) {
+    gate_ = mlp->register_module(names.gate, projection(d, o.mlp_hidden, o.mlp_bias));
+  }
+  up_ = mlp->register_module(names.up, projection(d, o.mlp_hidden, o.mlp_bias));
+  mlp_out_ = mlp->register_module(names.mlp_out, projection(o.mlp_hidden, d, o.mlp_bias));
+}
+
+at::Tensor Block::forward(const at::Tensor& x, const BlockCall& call) const {
+  const double p = call.dropout;
+  const at::Tensor h = x + at::dropout(attention(norm_1_->forward(x), call), p, p > 0);
+  return h + at::dropout(mlp(norm_2_->forward(h)), p, p > 0);
+}
+
+at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
+  const BlockOptions& o = options_;
+  const int64_t n = x.size(0), t = x.size(1), hd = o.head_dim;
+  const auto split_heads = [&](const at::Tensor& z, int64_t heads) {
+    return z.view({n, t, heads, hd}).transpose(1, 2);  // [n, heads, T, head_dim]
+  };
+  std::vector<at::Tensor> qkv;
+  if (o.fused_qkv) {
+    qkv = qkv_->forward(x).split_with_sizes({o.heads * hd, o.kv_heads * hd, o.kv_heads * hd}, -1);
+  } else {
+    qkv = {q_->forward(x), k_->forward(x), v_->forward(x)};
+  }
+  at::Tensor q = split_heads(qkv[0], o.heads);
+  at::Tensor k = split_heads(qkv[1], o.kv_heads), v = split_heads(qkv[2], o.kv_heads);
+  const bool cached = call.past_keys != nullptr;
+  const int64_t past = cached && call.past_keys->defined() ? call.past_keys->size(2) : 0;
+  if (o.position) std::tie(q, k) = o.position->apply(q, k, past);
+  std::optional<at::Tensor> mask;
+  bool causal = o.causal;
+  if (call.mask != nullptr) {
+    require(!cached, "a mask and a KV cache together are not supported");
+    mask = *call.mask;
+    causal = false;
+  }
+  if (cached) {
+    if (past > 0) {
+      k = at::cat({*call.past_keys, k}, 2);
+      v = at::cat({*call.past_values, v}, 2);
+      // is_causal aligns the mask to the top left, which is wrong once keys outnumber queries:
+      // query i (position past + i) sees keys 0 .. past + i.
+      if (causal && t > 1) mask = at::ones({t, past + t}, x.options().dtype(at::kBool)).tril(past);
+      causal = false;
+    }
+    *call.past_keys = k;
+    *call.past_values = v;
+  }
+  const at::Tensor a = at::scaled_dot_product_attention(q, k, v, mask, call.dropout, causal,
+                                                        std::nullopt, o.kv_heads != o.heads);
+  return attn_out_->forward(a.transpose(1, 2).reshape({n, t, o.heads * hd}));
+}
+
+at::Tensor Block::mlp(const at::Tensor& x) const {
+  if (options_.mlp == MlpKind::kSwiGlu) {
+    return mlp_out_->forward(at::silu(gate_->forward(x)) * up_->forward(x));
+  }
+  const at::Tensor u = up_->forward(x);
+  const at::Tensor g = options_.fused_gelu
+                           ? gelu(u, options_.gelu)
+                           : at::gelu(u, options_.gelu == GeluApprox::kTanh ? "tanh" : "none");
+  return mlp_out_->forward(g);
+}
+
+std::vector<std::shared_ptr<Block>> add_blocks(torch::nn::Module& owner, const std::string& name,
+                                               int64_t count, const BlockOptions& options,
+                                               const std::function<void(Block&)>& each) {
+  auto list = owner.register_module(name, torch::nn::ModuleList());
+  std::vector<std::shared_ptr<Block>> blocks;
+  for (int64_t i = 0; i < count; ++i) {
+    auto block = std::make_shared<Block>(options);
+    if (each) each(*block);
+    list->push_back(block);
+    blocks.push_back(std::move(block));
+  }
+  return blocks;
+}
+
+at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x, double p,
+                      bool checkpointed, const at::Tensor* mask) {
+  BlockCall call;
+  call.dropout = p;
+  call.mask = mask;
+  // Only when a graph is being recorded: evaluation (no grad) has no activations to keep.
+  if (!checkpointed || !at::GradMode::is_enabled()) {
+    for (const auto& block : blocks) x = block->forward(x, call);
+    return x;
+  }
+  // The mask travels by value: backward recomputes the block after this frame is gone.
+  const at::Tensor kept = mask != nullptr ? *mask : at::Tensor();
+  for (const auto& block : blocks) {
+    x = checkpoint(
+        [block, p, kept](const at::Tensor& in) {
+          BlockCall c;
+          c.dropout = p;
+          c.mask = kept.defined() ? &kept : nullptr;
+          return block->forward(in, c);
+        },
+        x);
+  }
+  return x;
+}
+
+at::Tensor run_blocks_cached(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x,
+                             KvCache& cache) {
+  if (cache.keys.empty()) {
+    cache.keys.resize(blocks.size());
+    cache.values.resize(blocks.size());
+  }
+  require(cache.keys.size() == blocks.size() && cache.values.size() == blocks.size(),
+          "a KV cache of another model");
+  BlockCall call;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    call.past_keys = &cache.keys[i];
+    call.past_values = &cache.values[i];
+    x = blocks[i]->forward(x, call);
+  }
+  return x;
+}
+
+}  // namespace models
