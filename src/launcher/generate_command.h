@@ -3,15 +3,17 @@
 //   trainer --config C --generate "PROMPT" [--max-new-tokens N] [--temperature T] [--top-k K]
 //           [--seed S]      writes PROMPT and its continuation to stdout
 //   trainer --config C --export-hf DIR
-//                           writes DIR/config.json and DIR/model.safetensors (models/gpt/hf_gpt2.h)
+//           [--max-shard-size 5GB]
+//                           writes DIR/config.json and DIR/model.safetensors (models/gpt/hf_gpt2.h,
+//                           models/llama/hf_llama.h: llama's in shards above the size)
 //
 // Both run in one process, without MPI (under mpirun, rank 0 works and the others exit 0), on
 // the weights the config names, in this order: the checkpoint file checkpoint.resume names; the
 // newest checkpoint in checkpoint.dir that verifies (whatever checkpoint.resume says); the
 // weights of model.init_from. With none of them, --generate samples from the untrained model
 // (saying so) and --export-hf refuses. The model is built as training builds it, from the config
-// (data.vocab_size, data.context for its shape; no data is read). A user mistake (a non-gpt
-// model, a checkpoint that does not fit, no weights to export, a bad option) is a message and exit
+// (data.vocab_size, data.context for its shape; no data is read). A user mistake (not a
+// language model, a checkpoint that does not fit, no weights to export, a bad option) is a message and exit
 // code 2.
 #pragma once
 
@@ -40,7 +42,7 @@ struct GenerateArgs {
 int run_generate(const std::string& config_path, const std::vector<std::string>& overrides,
                  const GenerateArgs& args);
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const std::string& dir);
+                  const std::string& dir, const std::string& max_shard_size = "5GB");
 
 // data.tokenizer, with auto resolved by data.vocab_size (bytes up to 256, gpt2 at 50257).
 // Throws std::invalid_argument naming the key when auto cannot choose or the tokenizer's ids do

@@ -33,6 +33,20 @@ void require_data(bool ok, const std::string& model, const char* what) {
   }
 }
 
+// Gpt(g), naming model.init_from's file when the dimensions it gave do not fit (Gpt names only
+// the model keys).
+std::shared_ptr<Gpt> build_gpt(const GptOptions& g, const std::optional<GptInit>& init) {
+  try {
+    return std::make_shared<Gpt>(g);
+  } catch (const std::invalid_argument& e) {
+    if (!init) throw;
+    throw std::invalid_argument(fmt::format(
+        "model.init_from: {}: {} (the file gives {} blocks, {} heads, {} wide, {} positions)",
+        init->config_file.empty() ? init->file : init->config_file, e.what(), g.num_layers,
+        g.heads, g.d_model, g.context));
+  }
+}
+
 const std::map<std::string, Factory>& builtin() {
   static const std::map<std::string, Factory> models = {
       {"mlp", [](const ModelOptions& o, const core::Shape& s) {
@@ -74,17 +88,7 @@ const std::map<std::string, Factory>& builtin() {
          }
          g.dropout = o.dropout;
          g.checkpoint_activations = o.checkpoint_activations;
-         std::shared_ptr<Gpt> gpt;
-         try {
-           gpt = std::make_shared<Gpt>(g);
-         } catch (const std::invalid_argument& e) {
-           if (!init) throw;
-           // The dimensions came from the file: say which (Gpt names only the model keys).
-           throw std::invalid_argument(fmt::format(
-               "model.init_from: {}: {} (the file gives {} blocks, {} heads, {} wide, {} positions)",
-               init->config_file.empty() ? init->file : init->config_file, e.what(),
-               g.num_layers, g.heads, g.d_model, g.context));
-         }
+         auto gpt = build_gpt(g, init);
          if (init) {
            load_gpt_init(*init, *gpt);
            spdlog::info("model.init_from: weights of {} {} ({} blocks, {} heads, {} wide, {} "
@@ -94,8 +98,7 @@ const std::map<std::string, Factory>& builtin() {
          return gpt;
        }},
       {"llama", [](const ModelOptions& o, const core::Shape& s) -> std::shared_ptr<Model> {
-         return make_llama(o, s);
-       }},
+         return make_llama(o, s); }},
       {"sequence", [](const ModelOptions& o, const core::Shape& s) {
          require_data(s.window > 0 && s.features > 0, "sequence", "time-series data (data.dataset: csv)");
          SequenceOptions q;

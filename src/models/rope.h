@@ -1,4 +1,4 @@
-// Rotary position embeddings (RoPE), as Llama uses them, with Llama 3.1's frequency scaling.
+// The frequencies of Llama's rotary position embeddings (RoPE), with Llama 3.1's scaling.
 //
 // Frequencies: head_dim / 2 of them, f_i = theta^(-2i / head_dim). With the `llama3` scaling
 // (the rope_scaling / rope_parameters of Llama 3.1 and 3.2 configs), each wavelength
@@ -7,13 +7,9 @@
 // between blends the two, s f_i + (1 - s) f_i / factor with s = (L / w_i - low_freq_factor) /
 // (high_freq_factor - low_freq_factor) (Meta's apply_scaling).
 //
-// Rotation: position t turns the pair (x_i, x_{i + head_dim / 2}) of every head by the angle
-// t f_i: the first half of a head pairs with its second half (the Hugging Face layout of the
-// q_proj / k_proj weights, not the interleaved pairs of Meta's original checkpoints).
-//
-// Contract: the tables are float32, computed as transformers computes them (angles t * f_i in
-// float32, then cos and sin), so that logits match its own to rounding; apply_rope computes in
-// the dtype of x (the tables are cast to it).
+// The rotation itself is the block's (models/block.h, Rotary: the first half of a head pairs with
+// its second half, the Hugging Face layout); this file gives it the frequencies. They are float32
+// and computed as transformers computes them, so that logits match its own to rounding.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,16 +35,5 @@ void check_rope_options(const RopeOptions& options, const std::string& prefix = 
 
 // f_i, float32 [head_dim / 2] on the CPU (head_dim even).
 at::Tensor rope_frequencies(int64_t head_dim, const RopeOptions& options);
-
-// cos and sin of the angles of positions start .. start + length - 1: each [length, head_dim]
-// (frequency i at columns i and i + head_dim / 2), float32, on `device`.
-struct RopeTables {
-  at::Tensor cos, sin;
-};
-RopeTables rope_tables(const at::Tensor& frequencies, int64_t start, int64_t length,
-                       c10::Device device);
-
-// x [..., T, head_dim] rotated by the tables of its T positions ([T, head_dim]).
-at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables);
 
 }  // namespace models

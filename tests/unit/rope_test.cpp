@@ -1,7 +1,5 @@
-// Rotary embeddings (models/rope.h): the frequencies against the closed form in double precision,
-// Llama 3.1's scaling band by band (Meta's apply_scaling), the rotation's defining properties
-// (norm kept; the product of a rotated query and key depends only on their distance), and the
-// option checks.
+// Rotary frequencies (models/rope.h): against the closed form in double precision, Llama 3.1's
+// scaling band by band (Meta's apply_scaling), and the option checks.
 #include "models/rope.h"
 
 #include <ATen/ATen.h>
@@ -52,32 +50,6 @@ TEST(Rope, Llama3ScalingKeepsShortSlowsLongAndBlendsBetween) {
   for (int64_t i = 0; i < 4; ++i) {
     EXPECT_NEAR(h[i].item<double>(), std::pow(1.5, -2.0 * i / 8.0), 1e-7) << i;
   }
-}
-
-TEST(Rope, RotationKeepsNormsAndDependsOnDistanceOnly) {
-  models::RopeOptions o;
-  const int64_t hd = 16, steps = 10;
-  const at::Tensor f = models::rope_frequencies(hd, o);
-  const auto tables = models::rope_tables(f, 0, steps, at::kCPU);
-  ASSERT_EQ(tables.cos.sizes(), (std::vector<int64_t>{steps, hd}));
-  at::manual_seed(0);
-  const at::Tensor q = at::randn({hd}, at::kDouble), k = at::randn({hd}, at::kDouble);
-  const at::Tensor qs = models::apply_rope(q.expand({steps, hd}).to(at::kFloat), tables);
-  const at::Tensor ks = models::apply_rope(k.expand({steps, hd}).to(at::kFloat), tables);
-  EXPECT_TRUE(at::allclose(qs.norm(2, -1), q.norm().to(at::kFloat).expand({steps}), 1e-5, 1e-5));
-  // <rot(q, t), rot(k, t - 3)> is the same for every t >= 3.
-  const at::Tensor dots = (qs.narrow(0, 3, steps - 3) * ks.narrow(0, 0, steps - 3)).sum(-1);
-  EXPECT_LT((dots - dots[0]).abs().max().item<double>(), 1e-4);
-  // Position 0 is the identity; an offset table equals the rows of the whole one.
-  EXPECT_TRUE(at::allclose(qs[0], q.to(at::kFloat)));
-  const auto later = models::rope_tables(f, 4, 3, at::kCPU);
-  EXPECT_TRUE(at::equal(later.cos, tables.cos.narrow(0, 4, 3)));
-  // The pairs are (i, i + hd / 2): rotating e_0 at position 1 moves it into e_{hd/2}.
-  const at::Tensor e0 = at::zeros({1, hd});
-  e0[0][0] = 1.0f;
-  const at::Tensor r = models::apply_rope(e0, models::rope_tables(f, 1, 1, at::kCPU))[0];
-  EXPECT_NEAR(r[0].item<double>(), std::cos(1.0), 1e-6);
-  EXPECT_NEAR(r[hd / 2].item<double>(), std::sin(1.0), 1e-6);
 }
 
 TEST(Rope, BadOptionsNameTheKey) {

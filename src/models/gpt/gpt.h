@@ -30,7 +30,8 @@
 #include <string>
 #include <vector>
 
-#include "models/model.h"
+#include "models/block.h"  // KvCache
+#include "models/language_model.h"
 
 namespace models {
 
@@ -53,14 +54,7 @@ struct GptOptions {
 GptOptions gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 
-// Keys and values of the positions decoded so far, one pair per block, each
-// [n, heads, positions, d_model / heads] (Gpt::forward_cached fills it). Empty: no positions.
-struct KvCache {
-  std::vector<at::Tensor> keys, values;
-  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
-};
-
-class Gpt final : public Model {
+class Gpt final : public LanguageModel {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options (heads not
   // dividing d_model, a zero dimension).
@@ -72,7 +66,9 @@ class Gpt final : public Model {
   // positions cache.length() .. cache.length() + t - 1, attending to the cached positions, which
   // `cache` is then extended by. The same logits forward() gives for the whole sequence (up to
   // rounding). Needs cache.length() + t <= context; no dropout (call it in eval mode).
-  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache);
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) override;
+  int64_t vocab_size() const override { return options_.vocab_size; }
+  int64_t context() const override { return options_.context; }
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
   bool set_checkpoint_activations(bool on) override;
   bool checkpoint_activations() const override { return options_.checkpoint_activations; }
