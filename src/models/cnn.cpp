@@ -74,13 +74,12 @@ RestorationCnn::RestorationCnn(const CnnOptions& o)
   l.tail = register_module("tail", conv3x3(b, o.channels));
 }
 
-bool RestorationCnn::set_channels_last(bool on) {
+void RestorationCnn::set_channels_last(bool on) {
   format_ = on ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   at::NoGradGuard no_grad;
   for (auto& p : parameters()) {
     if (p.dim() == 4) p.set_data(p.data().contiguous(format_));
   }
-  return true;
 }
 
 at::Tensor RestorationCnn::forward(const at::Tensor& raw_inputs) {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 
+#include "models/capabilities.h"
 #include "models/model.h"
 
 namespace models {
@@ -36,7 +37,7 @@ struct CnnOptions {
   CnnLoss loss{};  // l1 | mse
 };
 
-class RestorationCnn final : public Model {
+class RestorationCnn final : public Model, public ChannelsLast {
  public:
   // Throws std::invalid_argument naming the model or data key for inconsistent options.
   explicit RestorationCnn(const CnnOptions& options);
@@ -45,7 +46,7 @@ class RestorationCnn final : public Model {
   std::vector<std::pair<std::string, at::Tensor>> eval_sums(const at::Tensor& inputs,
                                                             const at::Tensor& targets) override;
   const CnnOptions& options() const { return options_; }
-  bool set_channels_last(bool on) override;
+  void set_channels_last(bool on) override;
 
  private:
   // The convolutions, typed (defined in cnn.cpp so this header stays free of the conv headers).

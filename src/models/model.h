@@ -7,7 +7,6 @@
 
 #include <array>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,22 +64,14 @@ struct ModelOptions {
   CnnLoss loss{};  // cnn: l1 | mse
 };
 
+// What every model has. Capabilities only some models have (embedding caches, item scores,
+// activation checkpointing, channels-last, a chunked loss) are interfaces of their own in
+// models/capabilities.h, which a model derives from besides Model.
 class Model : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
   // Mean loss over the batch.
   virtual at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) = 0;
-  // Embedding caches (the OOM fallback's last rung): build_cache() allocates them, on the model's
-  // device, before the first step; uncache() releases them for good (the model then computes
-  // what they held on the fly) and returns false when there was nothing left to release.
-  // Models without caches keep these no-ops.
-  virtual void build_cache() {}
-  virtual bool uncache() { return false; }
-  // Whether there is a cache that uncache() would release.
-  virtual bool has_cache() const { return false; }
-  // Names (as in named_buffers()) of the buffers that hold caches: derived state, left out of
-  // checkpoints and rebuilt by build_cache().
-  virtual std::vector<std::string> cache_buffer_names() const { return {}; }
 
   // Evaluation on held-out data: named sums over the batch's samples, as 0-dim double tensors on
   // the model's device (e.g. {"loss", sum of per-sample losses}, {"psnr", sum of per-image PSNR}).
@@ -90,38 +81,11 @@ class Model : public torch::nn::Module {
                                                                     const at::Tensor& targets) {
     return {{"loss", loss(inputs, targets).to(at::kDouble).mul(inputs.size(0))}};
   }
-  // Ranking evaluation (train/evaluation.h, on data with a data::RankingTask): whether the model
-  // scores users against items, and those scores: `users` int64 [u] on the model's device gives
-  // float [u, num_items], without gradient. Models that score items override both.
-  virtual bool scores_items() const { return false; }
-  virtual at::Tensor score_all(const at::Tensor& users) {
-    throw std::logic_error("Model::score_all: this model does not score items");
-  }
 
-  // Activation checkpointing (the memory.fallback rung checkpoint_activations): when on, the
-  // model keeps only each block's input in forward and recomputes the block in backward. Returns
-  // false, changing nothing, for models that cannot do it.
-  virtual bool set_checkpoint_activations(bool on) { return false; }
   // Floating-point operations of forward + backward per token for a sample of `positions`
   // tokens (token models; PaLM's estimate, appendix B: 6N + 12 L d T), for tokens/s and MFU in the
   // log. 0: not a token model, or no estimate.
   virtual double flops_per_token(int64_t positions) const { return 0; }
-  virtual bool checkpoint_activations() const { return false; }
-  // Channels-last (NHWC) memory format for models that convolve (train.channels_last): when on,
-  // the 4-D weights are stored channels-last and inputs are converted on entry, which cuDNN's
-  // tensor-core convolutions want. Call before gradients are attached (the Trainer does it
-  // before building the Reducer). Returns false, changing nothing, for other models.
-  virtual bool set_channels_last(bool on) { return false; }
-
-  // The memory plan's probe (memory/estimator.h): a loss computed over chunks of rows (the
-  // output layer over a large vocabulary, models/gpt/linear_cross_entropy.h) holds its
-  // vocabulary-wide tensors for one chunk at a time, so that part stops growing once a micro-batch
-  // fills a chunk. loss_rows: the rows the loss takes for the batch `inputs` (0: not chunked);
-  // loss_chunk_rows: the rows per chunk it uses for `rows` rows; set_loss_chunk_rows: caps the
-  // chunk at `rows` (0: the model's own), for the probe only.
-  virtual int64_t loss_rows(const at::Tensor& inputs) const { return 0; }
-  virtual int64_t loss_chunk_rows(int64_t rows) const { return 0; }
-  virtual void set_loss_chunk_rows(int64_t rows) {}
 };
 
 }  // namespace models

@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 
+#include "models/capabilities.h"
 #include "models/model.h"
 #include "models/text_encoder.h"
 
@@ -47,7 +48,7 @@ struct RecommenderOptions {
   std::string encoder_weights;  // safetensors file for the encoder; empty: seeded random weights
 };
 
-class Recommender final : public Model {
+class Recommender final : public Model, public EmbeddingCache, public ItemScorer {
  public:
   // item_text: int64 [num_items, L] (any device; copied), bytes 0..255 padded with
   // TextEncoder::kPadId. Throws std::invalid_argument for sizes or texts that do not fit
@@ -70,7 +71,6 @@ class Recommender final : public Model {
   // Scores of `users` (int64 [u], model's device) against every item, [u, num_items], without
   // gradient (the ranking evaluation's hook, Model::score_all). Uses the cache when it is built,
   // else encodes items in chunks.
-  bool scores_items() const override { return true; }
   at::Tensor score_all(const at::Tensor& users) override;
 
   bool cached() const { return cached_; }

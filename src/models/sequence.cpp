@@ -1,11 +1,11 @@
 #include "models/sequence.h"
 
+#include "models/block.h"
 #include "models/layers.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/modules/rnn.h>
@@ -28,19 +28,29 @@ void require_positive(const char* key, int64_t value) {
   require(value > 0, fmt::format("{} must be positive, got {}", key, value));
 }
 
+// The encoder block: GPT-2's, without the causal mask and with exact (erf) GELU, named
+// blocks.{i}.{ln_1, attn.qkv, attn.proj, ln_2, mlp.fc, mlp.proj}.
+BlockOptions encoder_block(const SequenceOptions& o) {
+  BlockOptions b;
+  b.d_model = o.d_model;
+  b.heads = o.heads;
+  b.norm_eps = kLayerNormEps;
+  b.causal = false;
+  b.gelu = GeluApprox::kNone;
+  b.names.qkv = "qkv";
+  b.names.attn_out = "proj";
+  b.names.up = "fc";
+  b.names.mlp_out = "proj";
+  return b;
+}
+
 }  // namespace
 
 struct SequenceForecaster::Layers {
-  // One pre-LayerNorm encoder block (registered as blocks.{i}.ln_1, .attn.qkv, .attn.proj, ...).
-  struct Block {
-    torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
-    torch::nn::Linear qkv{nullptr}, attn_proj{nullptr}, fc{nullptr}, mlp_proj{nullptr};
-  };
-
   torch::nn::LSTM lstm{nullptr};       // cell lstm
   torch::nn::Linear in_proj{nullptr};  // cell transformer, down to ln_f
   at::Tensor pos;
-  std::vector<Block> blocks;
+  std::vector<std::shared_ptr<Block>> blocks;  // also registered as blocks.{i}
   torch::nn::LayerNorm ln_f{nullptr};
   torch::nn::Linear head{nullptr};
 };
@@ -73,32 +83,14 @@ SequenceForecaster::SequenceForecaster(const SequenceOptions& o)
     require(o.d_model % o.heads == 0,
             fmt::format("model.heads ({}) must divide model.d_model ({})", o.heads, o.d_model));
     const int64_t d = o.d_model;
-    const auto layer_norm = [d] {
-      return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kLayerNormEps));
-    };
     l.in_proj = register_module("in_proj", torch::nn::Linear(o.features, d));
     {
       at::NoGradGuard no_grad;
       l.pos = register_parameter("pos", at::empty({o.window, d}).normal_(0.0, kPosInitStd));
     }
-    auto blocks = register_module("blocks", torch::nn::ModuleList());
-    for (int64_t i = 0; i < o.num_layers; ++i) {
-      auto block = std::make_shared<torch::nn::Module>();
-      auto attn = std::make_shared<torch::nn::Module>();
-      auto mlp = std::make_shared<torch::nn::Module>();
-      Layers::Block b;
-      b.ln_1 = block->register_module("ln_1", layer_norm());
-      block->register_module("attn", attn);
-      b.qkv = attn->register_module("qkv", torch::nn::Linear(d, 3 * d));
-      b.attn_proj = attn->register_module("proj", torch::nn::Linear(d, d));
-      b.ln_2 = block->register_module("ln_2", layer_norm());
-      block->register_module("mlp", mlp);
-      b.fc = mlp->register_module("fc", torch::nn::Linear(d, 4 * d));
-      b.mlp_proj = mlp->register_module("proj", torch::nn::Linear(4 * d, d));
-      blocks->push_back(block);
-      l.blocks.push_back(std::move(b));
-    }
-    l.ln_f = register_module("ln_f", layer_norm());
+    l.blocks = add_blocks(*this, "blocks", o.num_layers, encoder_block(o));
+    l.ln_f = register_module(
+        "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kLayerNormEps)));
     width = d;
   }
   l.head = register_module("head", torch::nn::Linear(width, o.horizon * o.targets));
@@ -121,8 +113,7 @@ at::Tensor SequenceForecaster::encode_lstm(const at::Tensor& inputs) {
 
 at::Tensor SequenceForecaster::encode_transformer(const at::Tensor& inputs) {
   Layers& l = *layers_;
-  const int64_t n = inputs.size(0), len = inputs.size(1);
-  const int64_t d = options_.d_model, heads = options_.heads;
+  const int64_t len = inputs.size(1);
   if (len == 0 || len > options_.window) {
     throw std::invalid_argument(
         fmt::format("sequence: transformer inputs have {} steps; 1 to data.window = {} are allowed",
@@ -132,18 +123,7 @@ at::Tensor SequenceForecaster::encode_transformer(const at::Tensor& inputs) {
   const double p = train ? options_.dropout : 0.0;
   at::Tensor x = linear(l.in_proj, inputs) + l.pos.narrow(0, 0, len);
   x = at::dropout(x, p, train);
-  const auto split_heads = [&](const at::Tensor& t) {
-    return t.view({n, len, heads, d / heads}).transpose(1, 2);  // [n, heads, T, d / heads]
-  };
-  for (Layers::Block& b : l.blocks) {
-    const auto qkv = linear(b.qkv, b.ln_1->forward(x)).split(d, -1);
-    const at::Tensor a = at::scaled_dot_product_attention(split_heads(qkv[0]), split_heads(qkv[1]),
-                                                          split_heads(qkv[2]), /*attn_mask=*/{}, p,
-                                                          /*is_causal=*/false);
-    x = x + at::dropout(linear(b.attn_proj, a.transpose(1, 2).reshape({n, len, d})), p, train);
-    const at::Tensor h = gelu(linear(b.fc, b.ln_2->forward(x)), GeluApprox::kNone);  // exact (erf)
-    x = x + at::dropout(linear(b.mlp_proj, h), p, train);
-  }
+  x = run_blocks(l.blocks, x, p, /*checkpointed=*/false);
   return l.ln_f->forward(x).select(1, -1);
 }
 

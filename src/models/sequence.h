@@ -6,7 +6,7 @@
 //   -> the last step's output h [n, hidden_dim] -> head Linear(hidden_dim, horizon * targets)
 // cell = transformer (pre-LayerNorm encoder, no causal mask: the whole window is the input):
 //   x -> in_proj Linear(F, d_model) + pos (learned [W, d_model]) -> dropout
-//   -> num_layers x Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
+//   -> num_layers x Block (models/block.h): x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
 //        attn: Linear(d, 3d) -> heads -> scaled_dot_product_attention -> Linear(d, d)
 //        mlp:  Linear(d, 4d) -> GELU (exact, erf) -> Linear(4d, d)
 //   -> ln_f -> the last position [n, d_model] -> head Linear(d_model, horizon * targets)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "models/block.h"
 #include "models/safetensors.h"
 
 namespace models {
@@ -21,6 +22,20 @@ void check_positive(const char* what, int64_t value) {
     throw std::invalid_argument(
         fmt::format("text encoder: {} must be positive, got {}", what, value));
   }
+}
+
+// GPT-2's block as stored in GPT-2's files: frozen, weights [in, out] applied as x @ w + b, and
+// at::gelu (the encoder predates the fused GELU; its features stay what they were).
+BlockOptions frozen_block(const TextEncoderOptions& o) {
+  BlockOptions b;
+  b.d_model = o.dim;
+  b.heads = o.heads;
+  b.norm_eps = kLayerNormEps;
+  b.fused_gelu = false;
+  b.causal = false;  // the forward's mask is causal and masks padding
+  b.layout = WeightLayout::kInOut;
+  b.frozen = true;
+  return b;
 }
 
 // x @ w + b with w stored [in, out] (GPT-2's Conv1D layout).
@@ -51,23 +66,13 @@ TextEncoder::TextEncoder(const TextEncoderOptions& o) : options_(o) {
   const double residual_std = kInitStd / std::sqrt(2.0 * double(o.layers));
   wte_ = add("wte.weight", normal({kVocab, d}, kInitStd));
   wpe_ = add("wpe.weight", normal({o.max_len, d}, kInitStd));
-  for (int64_t i = 0; i < o.layers; ++i) {
-    const std::string p = fmt::format("h.{}.", i);
-    Block b;
-    b.ln_1_w = add(p + "ln_1.weight", at::ones({d}, f32));
-    b.ln_1_b = add(p + "ln_1.bias", at::zeros({d}, f32));
-    b.attn_w = add(p + "attn.c_attn.weight", normal({d, 3 * d}, kInitStd));
-    b.attn_b = add(p + "attn.c_attn.bias", at::zeros({3 * d}, f32));
-    b.attn_proj_w = add(p + "attn.c_proj.weight", normal({d, d}, residual_std));
-    b.attn_proj_b = add(p + "attn.c_proj.bias", at::zeros({d}, f32));
-    b.ln_2_w = add(p + "ln_2.weight", at::ones({d}, f32));
-    b.ln_2_b = add(p + "ln_2.bias", at::zeros({d}, f32));
-    b.fc_w = add(p + "mlp.c_fc.weight", normal({d, 4 * d}, kInitStd));
-    b.fc_b = add(p + "mlp.c_fc.bias", at::zeros({4 * d}, f32));
-    b.mlp_proj_w = add(p + "mlp.c_proj.weight", normal({4 * d, d}, residual_std));
-    b.mlp_proj_b = add(p + "mlp.c_proj.bias", at::zeros({d}, f32));
-    blocks_.push_back(std::move(b));
-  }
+  blocks_ = add_blocks(*this, "h", o.layers, frozen_block(o), [&](Block& b) {
+    // Drawn per block in GPT-2's order; norms 1 and 0, biases 0 as the block built them.
+    b.qkv().weight.normal_(0.0, kInitStd, gen);
+    b.attn_out().weight.normal_(0.0, residual_std, gen);
+    b.up().weight.normal_(0.0, kInitStd, gen);
+    b.mlp_out().weight.normal_(0.0, residual_std, gen);
+  });
   ln_f_w_ = add("ln_f.weight", at::ones({d}, f32));
   ln_f_b_ = add("ln_f.bias", at::zeros({d}, f32));
   // The final LayerNorm gives unit-variance features; 1/sqrt(dim) keeps them near unit scale.
@@ -104,7 +109,6 @@ at::Tensor TextEncoder::forward(const at::Tensor& tokens) const {
   if (n == 0 || len == 0) return proj_b_.expand({n, options_.out_dim}).clone();
 
   const int64_t d = options_.dim;
-  const int64_t heads = options_.heads;
   const auto on = tokens.options();
   at::Tensor x = at::embedding(wte_, tokens) + at::embedding(wpe_, at::arange(len, on));
 
@@ -116,18 +120,7 @@ at::Tensor TextEncoder::forward(const at::Tensor& tokens) const {
       ((at::ones({len, len}, bools).tril() & real.unsqueeze(1)) | at::eye(len, bools))
           .unsqueeze(1);  // [n, 1, L, L], broadcast over heads
 
-  for (const Block& b : blocks_) {
-    const at::Tensor h = at::layer_norm(x, {d}, b.ln_1_w, b.ln_1_b, kLayerNormEps);
-    const auto qkv = affine(h, b.attn_w, b.attn_b).split(d, -1);
-    const auto split_heads = [&](const at::Tensor& t) {
-      return t.view({n, len, heads, d / heads}).transpose(1, 2);
-    };
-    const at::Tensor a = at::scaled_dot_product_attention(split_heads(qkv[0]), split_heads(qkv[1]),
-                                                          split_heads(qkv[2]), mask);
-    x = x + affine(a.transpose(1, 2).reshape({n, len, d}), b.attn_proj_w, b.attn_proj_b);
-    const at::Tensor m = at::layer_norm(x, {d}, b.ln_2_w, b.ln_2_b, kLayerNormEps);
-    x = x + affine(at::gelu(affine(m, b.fc_w, b.fc_b), "tanh"), b.mlp_proj_w, b.mlp_proj_b);
-  }
+  x = run_blocks(blocks_, x, 0.0, /*checkpointed=*/false, &mask);
   x = at::layer_norm(x, {d}, ln_f_w_, ln_f_b_, kLayerNormEps);
 
   const at::Tensor w = real.unsqueeze(-1).to(x.scalar_type());  // [n, L, 1]

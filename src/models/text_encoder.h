@@ -7,10 +7,10 @@
 // bias. Rows are encoded independently, so a text's vector does not depend on what else is in
 // the batch (the recommender's cached and uncached modes rely on it).
 //
-// Architecture (GPT-2): token + learned position embeddings; `layers` pre-LayerNorm blocks of
-// causal multi-head self-attention and a 4x GELU (tanh) MLP, each with a residual; a final
-// LayerNorm. Padding keys are masked out as well, so padding anywhere gives the same result as
-// padding at the end.
+// Architecture (GPT-2): token + learned position embeddings; `layers` pre-LayerNorm blocks
+// (models/block.h: frozen, Conv1D layout, at::gelu) of causal multi-head self-attention and a 4x
+// GELU (tanh) MLP, each with a residual; a final LayerNorm. Padding keys are masked out as
+// well, so padding anywhere gives the same result as padding at the end.
 //
 // Frozen: every weight is registered as a *buffer*, not a parameter. `.to(device)` moves them,
 // `save()` writes them and `named_buffers()` lists them, but `parameters()` of this module (and
@@ -37,10 +37,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace models {
+
+class Block;
 
 struct TextEncoderOptions {
   int64_t dim = 64;
@@ -75,11 +78,6 @@ class TextEncoder final : public torch::nn::Module {
   const TextEncoderOptions& options() const { return options_; }
 
  private:
-  struct Block {
-    at::Tensor ln_1_w, ln_1_b, attn_w, attn_b, attn_proj_w, attn_proj_b;
-    at::Tensor ln_2_w, ln_2_b, fc_w, fc_b, mlp_proj_w, mlp_proj_b;
-  };
-
   // Registers `value` as a buffer under the dotted `name`, creating the submodules on the way, so
   // named_buffers() reports the GPT-2 names. Returns a handle sharing the buffer's storage.
   at::Tensor add(const std::string& name, at::Tensor value);
@@ -87,7 +85,7 @@ class TextEncoder final : public torch::nn::Module {
   TextEncoderOptions options_;
   std::map<std::string, std::shared_ptr<torch::nn::Module>> holders_;
   at::Tensor wte_, wpe_, ln_f_w_, ln_f_b_, proj_w_, proj_b_;
-  std::vector<Block> blocks_;
+  std::vector<std::shared_ptr<Block>> blocks_;  // registered as h.{i}
 };
 
 }  // namespace models

@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "models/capabilities.h"
 #include "models/safetensors.h"
 
 namespace train {
@@ -31,7 +32,8 @@ constexpr const char* kFormat = "trainer-checkpoint-1";
 std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : model.named_parameters()) out.emplace_back("param." + item.key(), item.value());
-  const auto caches = model.cache_buffer_names();
+  const auto* cache = models::as<models::EmbeddingCache>(model);
+  const auto caches = cache != nullptr ? cache->cache_buffer_names() : std::vector<std::string>{};
   for (const auto& item : model.named_buffers()) {
     if (std::find(caches.begin(), caches.end(), item.key()) == caches.end()) {
       out.emplace_back("buffer." + item.key(), item.value());

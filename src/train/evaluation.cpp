@@ -9,6 +9,8 @@
 #include <optional>
 #include <stdexcept>
 
+#include "models/capabilities.h"
+
 namespace train {
 namespace {
 
@@ -57,7 +59,8 @@ namespace {
 // scores items.
 RankingMetrics evaluate_task(ddp::Communicator& control, models::Model& model,
                              const data::RankingTask& task, int64_t k) {
-  if (!model.scores_items()) return {};
+  auto* scorer = models::as<models::ItemScorer>(model);
+  if (scorer == nullptr) return {};
   if (k < 1) throw std::invalid_argument(fmt::format("ranking metrics: k must be >= 1, got {}", k));
   at::NoGradGuard no_grad;
 
@@ -91,7 +94,7 @@ RankingMetrics evaluate_task(ddp::Communicator& control, models::Model& model,
     const at::Tensor seen_items = inter_items.masked_select(seen);
     row_of_user.index_put_({users}, -1);
 
-    const at::Tensor scores = model.score_all(users.to(device));
+    const at::Tensor scores = scorer->score_all(users.to(device));
     const at::Tensor ranks = held_out_ranks(scores, items, seen_rows, seen_items);
     sums.narrow(0, 0, 2).add_(metric_sums(ranks, k));
     sums[2] += static_cast<double>(rows);

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "memory/allocator_guard.h"
+#include "models/capabilities.h"
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "train/checkpoint.h"
@@ -68,7 +69,9 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
     // Before the Reducer makes the gradients views with the parameters' strides.
     const Switch cl = options_.train.channels_last;
     if (cl == Switch::kOn || (cl == Switch::kAuto && device_.is_cuda())) {
-      const bool applied = model_->set_channels_last(true);
+      auto* channels_last = models::as<models::ChannelsLast>(*model_);
+      if (channels_last != nullptr) channels_last->set_channels_last(true);
+      const bool applied = channels_last != nullptr;
       if (control_.rank() == 0 && applied) {
         spdlog::info("channels-last (NHWC) convolution weights and activations (train.channels_last "
                      "= {})", kSwitchNames.at(static_cast<size_t>(cl)));
@@ -83,7 +86,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
       return bytes;
     };
     estimate_.parameters = state_bytes();
-    model_->build_cache();
+    if (auto* cache = models::as<models::EmbeddingCache>(*model_)) cache->build_cache();
     estimate_.caches = state_bytes() - estimate_.parameters;
     estimate_.other = std::max<int64_t>(
         0, memory::sample_memory(device_).tensor_bytes - estimate_.parameters - estimate_.caches);
@@ -130,10 +133,10 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control,
   broadcast_model();
   choose_micro_batch();
   // A model that can checkpoint activations (and does not already) offers that rung.
-  const bool can_checkpoint =
-      !model_->checkpoint_activations() && model_->set_checkpoint_activations(false);
+  const bool can_checkpoint = models::as<models::ActivationCheckpointing>(*model_) != nullptr &&
+                              !models::checkpoints_activations(*model_);
   ladder_ = memory::FallbackLadder(options_.memory.fallback, micro_batch_,
-                                   options_.memory.min_micro_batch, model_->has_cache(),
+                                   options_.memory.min_micro_batch, models::has_cache(*model_),
                                    can_checkpoint,
                                    /*can_shard=*/!reducer_->sharded() && control_.size() > 1);
   // The loader reads this rank's slice of each step; the slice (offset, size) never changes with
@@ -186,7 +189,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     step_loss_.zero_();
     const bool inject = injects_nonfinite(step);
     const bool graphed = graphs_->use_for_step(
-        model_->checkpoint_activations()
+        models::checkpoints_activations(*model_)
             ? "activation checkpointing is on (it saves and restores the RNG state on the host)"
         : inject ? "train.inject_nonfinite changes this step"
         : shard_ == ddp::ShardMode::kGradients

@@ -10,6 +10,7 @@
 #include "ddp/errors.h"
 #include "ddp/gather.h"
 #include "memory/allocator_guard.h"
+#include "models/capabilities.h"
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "train/error_text.h"
@@ -147,31 +148,33 @@ void Trainer::probe_activations() {
     }
     return memory::sample_memory(device_).tensor_peak_bytes - base;
   };
-  // A chunked loss (Model::loss_rows): its chunk stops growing once full, so the straight line
+  // A chunked loss (models::ChunkedLoss): its chunk stops growing once full, so the straight line
   // through two sizes below one chunk would overestimate larger micro-batches. A third probe, the
   // first size again with chunks of half its rows, measures the chunk's bytes per row.
-  const int64_t rows_per_sample = model_->loss_rows(batch.inputs.narrow(0, 0, 1));
+  auto* chunked = models::as<models::ChunkedLoss>(*model_);
+  const int64_t rows_per_sample =
+      chunked != nullptr ? chunked->loss_rows(batch.inputs.narrow(0, 0, 1)) : 0;
   estimate_.loss_rows_per_sample = rows_per_sample;
-  estimate_.loss_chunk_rows = rows_per_sample > 0 ? model_->loss_chunk_rows(int64_t{1} << 40) : 0;
+  estimate_.loss_chunk_rows = rows_per_sample > 0 ? chunked->loss_chunk_rows(int64_t{1} << 40) : 0;
   for (int64_t most = std::min<int64_t>(plan_.per_rank, 16);; most /= 2) {
     const int64_t b1 = std::max<int64_t>(1, most / 2);
     const int64_t b2 = most >= 2 ? 2 * b1 : 1;
     try {
       const int64_t peak1 = peak_at(b1);
       const int64_t peak2 = b2 > b1 ? peak_at(b2) : peak1;
-      const int64_t x1 = model_->loss_chunk_rows(b1 * rows_per_sample);
+      const int64_t x1 = rows_per_sample > 0 ? chunked->loss_chunk_rows(b1 * rows_per_sample) : 0;
       if (rows_per_sample > 0 && x1 >= 2) {
-        const int64_t x2 = model_->loss_chunk_rows(b2 * rows_per_sample);
-        model_->set_loss_chunk_rows(x1 / 2);
-        const int64_t x3 = model_->loss_chunk_rows(b1 * rows_per_sample);
+        const int64_t x2 = chunked->loss_chunk_rows(b2 * rows_per_sample);
+        chunked->set_loss_chunk_rows(x1 / 2);
+        const int64_t x3 = chunked->loss_chunk_rows(b1 * rows_per_sample);
         int64_t peak3 = 0;
         try {
           peak3 = peak_at(b1);
         } catch (...) {
-          model_->set_loss_chunk_rows(0);
+          chunked->set_loss_chunk_rows(0);
           throw;
         }
-        model_->set_loss_chunk_rows(0);
+        chunked->set_loss_chunk_rows(0);
         memory::fit_activations_chunked(b1, peak1, x1, b2, peak2, x2, peak3, x3, &estimate_);
       } else {
         estimate_.activation_per_chunk_row = 0;
@@ -282,7 +285,7 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
                    plan_.micro_batch);
     }
   } else if (action->rung == memory::Rung::kCheckpointActivations) {
-    model_->set_checkpoint_activations(true);
+    models::as<models::ActivationCheckpointing>(*model_)->set_checkpoint_activations(true);
     if (control_.rank() == 0) {
       spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: each block is now "
                    "recomputed in backward instead of keeping its activations; micro-batch {} "
@@ -291,7 +294,7 @@ void Trainer::fall_back(int64_t step, const std::string& my_failure) {
                    memory::to_string(action->rung), plan_.micro_batch);
     }
   } else {
-    model_->uncache();
+    models::as<models::EmbeddingCache>(*model_)->uncache();
     if (control_.rank() == 0) {
       spdlog::warn("step {}: out of memory on {} rank(s): {}. Fallback {}: embedding caches "
                    "released, embeddings now computed per micro-batch; retrying the step.",

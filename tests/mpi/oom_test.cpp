@@ -12,6 +12,7 @@
 #include "launcher/config.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
+#include "models/capabilities.h"
 #include "models/registry.h"
 #include "mpi_test_env.h"
 #include "train/trainer.h"
@@ -214,7 +215,7 @@ memory: {{min_micro_batch: 48, inject_oom: "{}"}}
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset, c10::Device(c10::kCPU));
   for (int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   memory::CpuAllocatorGuard::instance().set_injections(0, {});
-  *cached_at_end = model->has_cache();
+  *cached_at_end = models::has_cache(*model);
   std::vector<at::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;

@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+#include "models/capabilities.h"
 #include "models/registry.h"
 #include "models/safetensors.h"
 #include "temp_dir.h"
@@ -135,8 +136,8 @@ TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
   shape.num_items = 7;
   shape.item_text = at::randint(1, 200, {7, 6}, at::kLong);
   auto cached = models::create_model(o, shape);
-  cached->build_cache();
-  ASSERT_TRUE(cached->has_cache());
+  models::as<models::EmbeddingCache>(*cached)->build_cache();
+  ASSERT_TRUE(models::has_cache(*cached));
   const std::string path = dir.file("final.safetensors");
   write(path, *cached, 0, {1, 8, 1, 1, ""});
   const auto ckpt = train::read_checkpoint(path);

@@ -13,6 +13,7 @@
 
 #include "data/movielens.h"
 #include "fake_communicator.h"
+#include "models/capabilities.h"
 #include "models/registry.h"
 #include "models/recommender.h"
 #include "train/evaluation.h"
@@ -79,13 +80,16 @@ class TaskOnly final : public data::Dataset {
   }
 };
 
-// A model that scores items from a fixed table (or, without `scores_items`, does not).
-class TableScorer final : public models::Model {
+// A model that does not score items.
+class PlainModel : public models::Model {
  public:
-  explicit TableScorer(bool scores) : scores_(scores) {}
   at::Tensor forward(const at::Tensor& inputs) override { return inputs; }
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor&) override { return inputs.sum(); }
-  bool scores_items() const override { return scores_; }
+};
+
+// A model that scores items from a fixed table.
+class TableScorer final : public PlainModel, public models::ItemScorer {
+ public:
   at::Tensor score_all(const at::Tensor& users) override {
     const at::Tensor table = at::tensor({0.1f, 0.5f, 0.3f, 0.9f, 0.2f,    // user 0
                                          0.8f, 0.7f, 0.6f, 0.5f, 0.4f,    // user 1
@@ -93,9 +97,6 @@ class TableScorer final : public models::Model {
                                  .view({3, 5});
     return table.index_select(0, users);
   }
-
- private:
-  bool scores_;
 };
 
 TEST(RankingMetrics, EvaluateRankingThroughTheDatasetAndModelHooks) {
@@ -104,7 +105,7 @@ TEST(RankingMetrics, EvaluateRankingThroughTheDatasetAndModelHooks) {
   // item 1 masked (its own held-out item 0 still competes): rank 2.
   // HR@3 = 2/3; NDCG@3 = (1 / log2(2) + 1 / log2(4)) / 3 = 0.5.
   const TaskOnly data;
-  TableScorer model(/*scores=*/true);
+  TableScorer model;
   trainer_test::FakeCommunicator comm;
   const auto m = train::evaluate_ranking(comm, model, data, 3);
   EXPECT_EQ(m.users, 3);
@@ -121,7 +122,7 @@ TEST(RankingMetrics, EvaluateRankingThroughTheDatasetAndModelHooks) {
   EXPECT_DOUBLE_EQ(logged.means[0].second, 1.0);  // every held-out item ranks in the top 10
 
   // A model that does not score items is not evaluated, and nothing is communicated.
-  TableScorer other(/*scores=*/false);
+  PlainModel other;
   trainer_test::FakeCommunicator quiet;
   EXPECT_EQ(train::evaluate_ranking(quiet, other, data, 3).users, 0);
   EXPECT_EQ(train::evaluate_and_log(quiet, other, data, 1, 8, 0).samples, 0);
@@ -139,7 +140,7 @@ std::shared_ptr<models::Model> small_recommender(const data::MovieLensDataset& d
   o.encoder_heads = 2;
   at::manual_seed(5);
   auto model = models::create_model(o, ds.shape());
-  model->build_cache();
+  models::as<models::EmbeddingCache>(*model)->build_cache();
   return model;
 }
 

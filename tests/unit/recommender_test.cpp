@@ -303,12 +303,14 @@ TEST(Recommender, RegistryBuildsItFromAMovieLensDataset) {
   shape.item_text = ds.item_text();
   auto model = models::create_model(o, shape);
   ASSERT_TRUE(models::has_model("recommender"));
-  model->build_cache();
+  auto* cache = models::as<models::EmbeddingCache>(*model);
+  ASSERT_NE(cache, nullptr);
+  cache->build_cache();
   const auto b = ds.get(at::arange(64, at::kLong));
   const double loss = model->loss(b.inputs, b.targets).item<double>();
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_NEAR(loss, std::log(2.0), 0.2);
-  EXPECT_TRUE(model->uncache());
+  EXPECT_TRUE(cache->uncache());
 
   core::Shape no_text = shape;
   no_text.item_text = at::Tensor();

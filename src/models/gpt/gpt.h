@@ -1,7 +1,7 @@
 // Gpt: a decoder-only transformer language model in the shape of GPT-2.
 //
 //   tokens [n, T] -> wte(tokens) + wpe(0..T-1) -> dropout
-//     -> num_layers x Block:  x = x + attn(ln_1(x));  x = x + mlp(ln_2(x))
+//     -> num_layers x Block (models/block.h's defaults):  x = x + attn(ln_1(x));  x += mlp(ln_2(x))
 //          attn: qkv = Linear(C, 3C) -> heads -> causal scaled_dot_product_attention -> Linear(C, C)
 //          mlp:  Linear(C, 4C) -> GELU (tanh approximation) -> Linear(4C, C)
 //     -> ln_f -> logits = x @ wte^T (the output projection is tied to the token embedding)
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "models/block.h"  // KvCache
+#include "models/capabilities.h"
 #include "models/language_model.h"
 
 namespace models {
@@ -54,7 +55,7 @@ struct GptOptions {
 GptOptions gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 
-class Gpt final : public LanguageModel {
+class Gpt final : public LanguageModel, public ActivationCheckpointing, public ChunkedLoss {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options (heads not
   // dividing d_model, a zero dimension).
@@ -70,7 +71,7 @@ class Gpt final : public LanguageModel {
   int64_t vocab_size() const override { return options_.vocab_size; }
   int64_t context() const override { return options_.context; }
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
-  bool set_checkpoint_activations(bool on) override;
+  void set_checkpoint_activations(bool on) override { options_.checkpoint_activations = on; }
   bool checkpoint_activations() const override { return options_.checkpoint_activations; }
   // 6 N + 12 L d T: N the parameters less the position embedding (nanoGPT's count; wte counts,
   // as it is also the output projection). The recomputation of checkpointing is not counted.

@@ -161,11 +161,6 @@ void Llama::set_loss_chunk_rows(int64_t rows) {
   options_.loss_chunk_rows = rows > 0 ? rows : own_chunk_rows_;
 }
 
-bool Llama::set_checkpoint_activations(bool on) {
-  options_.checkpoint_activations = on;
-  return true;
-}
-
 double Llama::flops_per_token(int64_t positions) const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.numel();

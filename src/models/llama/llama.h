@@ -33,12 +33,13 @@
 #include <memory>
 #include <vector>
 
+#include "models/capabilities.h"
 #include "models/language_model.h"
 #include "models/llama/llama_options.h"
 
 namespace models {
 
-class Llama final : public LanguageModel {
+class Llama final : public LanguageModel, public ActivationCheckpointing, public ChunkedLoss {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options
   // (check_llama_options).
@@ -48,7 +49,7 @@ class Llama final : public LanguageModel {
   at::Tensor forward(const at::Tensor& tokens) override;
   at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) override;
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
-  bool set_checkpoint_activations(bool on) override;
+  void set_checkpoint_activations(bool on) override { options_.checkpoint_activations = on; }
   bool checkpoint_activations() const override { return options_.checkpoint_activations; }
   // 6 N + 12 L (heads head_dim) T; N counts embed_tokens only when it is also the output layer.
   double flops_per_token(int64_t positions) const override;

@@ -1,0 +1,95 @@
+// Capabilities only some models have, each a small interface a model opts into by deriving from
+// it besides Model (class Gpt final : public Model, public ChunkedLoss, ...). The loop finds them
+// with as<Capability>(model), which is null for a model without it; Model itself keeps only what
+// every model has (forward, loss, eval_sums, flops_per_token).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+
+namespace models {
+
+// The capability `C` of `model`, or null when the model does not have it.
+template <class C>
+C* as(Model& model) {
+  return dynamic_cast<C*>(&model);
+}
+template <class C>
+const C* as(const Model& model) {
+  return dynamic_cast<const C*>(&model);
+}
+
+// Embedding caches (the OOM fallback's last rung, uncache_embeddings): build_cache() allocates
+// them, on the model's device, before the first step; uncache() releases them for good (the
+// model then computes what they held on the fly) and returns false when there was nothing left
+// to release.
+class EmbeddingCache {
+ public:
+  virtual ~EmbeddingCache() = default;
+  virtual void build_cache() = 0;
+  virtual bool uncache() = 0;
+  // Whether there is a cache that uncache() would release.
+  virtual bool has_cache() const = 0;
+  // Names (as in named_buffers()) of the buffers that hold caches: derived state, left out of
+  // checkpoints and rebuilt by build_cache().
+  virtual std::vector<std::string> cache_buffer_names() const = 0;
+};
+
+// Ranking evaluation (train/evaluation.h, on data with a data::RankingTask): `users` int64 [u] on
+// the model's device gives float [u, num_items] scores, without gradient.
+class ItemScorer {
+ public:
+  virtual ~ItemScorer() = default;
+  virtual at::Tensor score_all(const at::Tensor& users) = 0;
+};
+
+// Activation checkpointing (the memory.fallback rung checkpoint_activations): when on, the model
+// keeps only each block's input in forward and recomputes the block in backward
+// (models/activation_checkpoint.h).
+class ActivationCheckpointing {
+ public:
+  virtual ~ActivationCheckpointing() = default;
+  virtual void set_checkpoint_activations(bool on) = 0;
+  virtual bool checkpoint_activations() const = 0;
+};
+
+// Channels-last (NHWC) memory format for models that convolve (train.channels_last): when on, the
+// 4-D weights are stored channels-last and inputs are converted on entry, which cuDNN's
+// tensor-core convolutions want. Call before gradients are attached (the Trainer does it before
+// building the Reducer).
+class ChannelsLast {
+ public:
+  virtual ~ChannelsLast() = default;
+  virtual void set_channels_last(bool on) = 0;
+};
+
+// The memory plan's probe (memory/estimator.h): a loss computed over chunks of rows (the output
+// layer over a large vocabulary, models/gpt/linear_cross_entropy.h) holds its vocabulary-wide
+// tensors for one chunk at a time, so that part stops growing once a micro-batch fills a chunk.
+// loss_rows: the rows the loss takes for the batch `inputs`; loss_chunk_rows: the rows per chunk
+// it uses for `rows` rows; set_loss_chunk_rows: caps the chunk at `rows` (0: the model's own),
+// for the probe only.
+class ChunkedLoss {
+ public:
+  virtual ~ChunkedLoss() = default;
+  virtual int64_t loss_rows(const at::Tensor& inputs) const = 0;
+  virtual int64_t loss_chunk_rows(int64_t rows) const = 0;
+  virtual void set_loss_chunk_rows(int64_t rows) = 0;
+};
+
+// The questions the loop asks of any model, false for a model without the capability.
+inline bool has_cache(const Model& model) {
+  const auto* c = as<EmbeddingCache>(model);
+  return c != nullptr && c->has_cache();
+}
+inline bool checkpoints_activations(const Model& model) {
+  const auto* c = as<ActivationCheckpointing>(model);
+  return c != nullptr && c->checkpoint_activations();
+}
+
+}  // namespace models
