@@ -9,9 +9,11 @@
 # of 50,257 (where the output layer and the loss are most of the step), the 3.2M-parameter GPT
 # of 4 blocks, 256 wide, 4 heads, context 128, global batch 16 (gpt-3m: bytes; gpt-3m-bpe: the
 # same text in GPT-2's BPE, vocabulary 50,257, where tiktoken's GPT-2 ranks are cached) and the
+# Llama of the same size (llama-3m: configs/llama-tiny.yaml, 4 blocks, 256 wide, 8 heads over 4
+# kv heads, SwiGLU 688, rotary, context 128, global batch 16), and the
 # LSTM forecaster (configs/sequence-lstm.yaml) at 1 and 2 ranks, in fp32 and bf16 (the
 # trainer's train.precision, the peer's torch.autocast), or the precisions in $PRECISIONS;
-# $MODELS picks rows (default: mlp gpt gpt-50k gpt-3m gpt-3m-bpe lstm; $BPE_STEPS steps for
+# $MODELS picks rows (default: mlp gpt gpt-50k gpt-3m gpt-3m-bpe llama-3m lstm; $BPE_STEPS steps for
 # gpt-3m-bpe, default STEPS). Each pair runs
 # $REPEATS times (default 3), alternating (trainer, peer, trainer, peer, ...), so that a noisy
 # neighbour hurts both sides alike; the table shows the median of each side, the ratio of the
@@ -76,7 +78,9 @@ gpt50k_t="$gpt_t;--set;data.vocab_size=50257"
 gpt50k_p="${gpt_p/--vocab;256/--vocab;50257}"
 gpt3m_t="$gpt_t;--set;model.num_layers=4;--set;model.d_model=256;--set;model.heads=4;--set;data.context=128"
 gpt3m_p="gpt;--data;data/tokens-sample;--context;128;--vocab;256;--layers;4;--heads;4;--d-model;256"
-models=" ${MODELS:-mlp gpt gpt-50k gpt-3m gpt-3m-bpe lstm} "
+llama_t="configs/llama-tiny.yaml;--set;train.micro_batch_size=1000000;--set;train.sample_every=0"
+llama_p="llama;--data;data/tokens-sample;--context;128;--vocab;256;--layers;4;--heads;8;--kv-heads;4;--d-model;256;--intermediate;688"
+models=" ${MODELS:-mlp gpt gpt-50k gpt-3m gpt-3m-bpe llama-3m lstm} "
 wanted() { [[ $models == *" $1 "* ]]; }
 # GPT-2 BPE tokens of the sample text (data/tokens-sample holds its bytes, one per uint16 token),
 # written by scripts/tokenize_text.py when tiktoken's GPT-2 ranks are cached.
@@ -109,6 +113,9 @@ for precision in ${PRECISIONS:-fp32 bf16}; do
         "$gpt3m_t;--set;data.path=$bpe;--set;data.vocab_size=50257" "$gpt3m_bpe_p"
     done
     steps=$all_steps
+  fi
+  if wanted llama-3m; then
+    for np in 1 2; do row "llama 3.0M (4x256, 8/4 heads, ctx 128)" "$precision" "$np" 16 "$llama_t" "$llama_p"; done
   fi
   if wanted lstm; then for np in 1 2; do row "lstm (sequence)" "$precision" "$np" 64 "$lstm_t" "$lstm_p"; done; fi
 done

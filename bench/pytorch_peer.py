@@ -11,8 +11,9 @@ when its micro-batch holds the whole slice), with AdamW and gradient clipping at
     peer: <model> ranks <W> steps <S> samples/s <X> loss <first> -> <last>
 
 measured over the steps after the first (as the trainer's "done:" line is).
-The models follow the trainer's definitions (src/models/gpt/gpt.h, sequence.h) with PyTorch's own
-fast paths (F.scaled_dot_product_attention, nn.LSTM, fused AdamW where available)."""
+The models follow the trainer's definitions (src/models/gpt/gpt.h, llama/llama.h, sequence.h)
+with PyTorch's own fast paths (F.scaled_dot_product_attention, nn.LSTM, fused AdamW where available)."""
+
 import argparse
 import itertools
 import os
@@ -37,8 +38,9 @@ class Block(nn.Module):
         n, t, d = x.shape
         q, k, v = self.qkv(self.ln_1(x)).split(d, dim=2)
         q, k, v = (z.view(n, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=self.causal, dropout_p=self.dropout if self.training else 0.0
+        )
         x = x + self.proj(y.transpose(1, 2).reshape(n, t, d))
         approx = "tanh" if self.causal else "none"
         return x + self.out(F.gelu(self.fc(self.ln_2(x)), approximate=approx))
@@ -67,8 +69,76 @@ class Gpt(nn.Module):
         for b in self.h:
             x = b(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits[..., : self.vocab].reshape(-1, self.vocab),
-                               targets.reshape(-1))
+        return F.cross_entropy(
+            logits[..., : self.vocab].reshape(-1, self.vocab), targets.reshape(-1)
+        )
+
+
+def rotary(x, cos, sin):
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d, heads, kv_heads, hidden, eps):
+        super().__init__()
+        self.hd, self.heads, self.kv = d // heads, heads, kv_heads
+        self.norm_1, self.norm_2 = nn.RMSNorm(d, eps=eps), nn.RMSNorm(d, eps=eps)
+        self.qkv = nn.Linear(d, (heads + 2 * kv_heads) * self.hd, bias=False)
+        self.proj = nn.Linear(heads * self.hd, d, bias=False)
+        self.gate, self.up = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        n, t, _ = x.shape
+        q, k, v = self.qkv(self.norm_1(x)).split(
+            [self.heads * self.hd, self.kv * self.hd, self.kv * self.hd], 2
+        )
+        q = rotary(q.view(n, t, self.heads, self.hd).transpose(1, 2), cos, sin)
+        k = rotary(k.view(n, t, self.kv, self.hd).transpose(1, 2), cos, sin)
+        v = v.view(n, t, self.kv, self.hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.kv != self.heads
+        )
+        x = x + self.proj(y.transpose(1, 2).reshape(n, t, self.heads * self.hd))
+        h = self.norm_2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    """The trainer's llama (src/models/llama/llama.h): RMSNorm, rotary, SwiGLU, grouped-query
+    attention, no biases, the output layer tied to the embedding."""
+
+    def __init__(self, vocab, layers, heads, kv_heads, d, hidden, theta=10000.0, eps=1e-5):
+        super().__init__()
+        self.vocab = vocab
+        self.embed = nn.Embedding((vocab + 63) // 64 * 64, d)
+        self.layers = nn.ModuleList(
+            LlamaBlock(d, heads, kv_heads, hidden, eps) for _ in range(layers)
+        )
+        self.norm = nn.RMSNorm(d, eps=eps)
+        hd = d // heads
+        self.register_buffer(
+            "inv_freq", 1.0 / theta ** (torch.arange(0, hd, 2).float() / hd), persistent=False
+        )
+        for p in self.parameters():  # transformers' Llama initialisation, as the trainer's
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, tokens, targets):  # the loss (DDP wraps forward)
+        t = tokens.shape[1]
+        angles = torch.outer(
+            torch.arange(t, device=tokens.device, dtype=torch.float32), self.inv_freq
+        )
+        angles = torch.cat([angles, angles], dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        x = self.embed(tokens)
+        for b in self.layers:
+            x = b(x, cos, sin)
+        logits = self.norm(x) @ self.embed.weight.t()
+        return F.cross_entropy(
+            logits[..., : self.vocab].reshape(-1, self.vocab), targets.reshape(-1)
+        )
 
 
 class Lstm(nn.Module):
@@ -104,8 +174,9 @@ def synthetic_batches(inputs, classes, n, seed):
 
 
 def token_batches(path, context, n, seed):
-    files = sorted(os.path.join(path, f) for f in os.listdir(path)
-                   if f.endswith(".bin") and "val" not in f)
+    files = sorted(
+        os.path.join(path, f) for f in os.listdir(path) if f.endswith(".bin") and "val" not in f
+    )
     data = []
     for f in files:
         raw = np.memmap(f, dtype=np.uint16, mode="r")
@@ -118,52 +189,68 @@ def token_batches(path, context, n, seed):
         for i in range(n):
             d = data[rng.integers(len(data))]
             s = rng.integers(0, len(d) - context - 1)
-            out[i] = d[s:s + context + 1]
+            out[i] = d[s : s + context + 1]
         t = torch.from_numpy(out)
         yield t[:, :-1], t[:, 1:]
 
 
 def series_batches(path, features, targets, window, horizon, n, seed):
     import csv
+
     with open(path) as f:
         rows = list(csv.reader(f))
     header = rows[0]
     cols = [header.index(c) for c in features]
     tcols = [header.index(c) for c in targets]
-    values = np.array([[float(r[c]) for c in cols + tcols] for r in rows[1:] if r],
-                      dtype=np.float32)
+    values = np.array(
+        [[float(r[c]) for c in cols + tcols] for r in rows[1:] if r], dtype=np.float32
+    )
     values = (values - values.mean(0)) / (values.std(0) + 1e-8)
-    x_all, y_all = torch.from_numpy(values[:, : len(cols)]), torch.from_numpy(values[:, len(cols):])
+    x_all, y_all = (
+        torch.from_numpy(values[:, : len(cols)]),
+        torch.from_numpy(values[:, len(cols) :]),
+    )
     rng = np.random.default_rng(seed)
     while True:
         starts = rng.integers(0, len(values) - window - horizon, size=n)
-        x = torch.stack([x_all[s:s + window] for s in starts])
-        y = torch.stack([y_all[s + window:s + window + horizon] for s in starts])
+        x = torch.stack([x_all[s : s + window] for s in starts])
+        y = torch.stack([y_all[s + window : s + window + horizon] for s in starts])
         yield x, y
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", choices=["gpt", "lstm", "mlp"])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("model", choices=["gpt", "llama", "lstm", "mlp"])
     p.add_argument("--data", default="", help="gpt: a directory of token shards; lstm: a CSV file")
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--threads", type=int, default=0, help="0: cores / ranks")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="bf16: forward and loss under torch.autocast, as the trainer's "
-                        "train.precision")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="bf16: forward and loss under torch.autocast, as the trainer's train.precision",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--trace", default="", help="directory for a torch.profiler trace of steps 3-7 "
-                   "(trace_rank<R>.json, the phases named as the trainer's log.profile trace)")
+    p.add_argument(
+        "--trace",
+        default="",
+        help="directory for a torch.profiler trace of steps 3-7 "
+        "(trace_rank<R>.json, the phases named as the trainer's log.profile trace)",
+    )
     # gpt
     p.add_argument("--context", type=int, default=64)
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--d-model", type=int, default=64)
+    # llama (and the gpt keys above)
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--intermediate", type=int, default=688)
     # mlp (random inputs: speed only)
     p.add_argument("--inputs", type=int, default=64)
     p.add_argument("--hidden-dim", type=int, default=512)
@@ -185,21 +272,38 @@ def main():
     os.environ.setdefault("MASTER_PORT", "29533")
     torch.set_num_threads(a.threads or max(1, os.cpu_count() // local))
     device = torch.device(a.device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world
+    )
     torch.manual_seed(1234)
     per_rank = a.global_batch // world + (1 if rank < a.global_batch % world else 0)
     if a.model == "gpt":
         model = Gpt(a.vocab, a.context, a.layers, a.heads, a.d_model)
         batches = token_batches(a.data, a.context, per_rank, 1000 + rank)
+    elif a.model == "llama":
+        model = Llama(a.vocab, a.layers, a.heads, a.kv_heads, a.d_model, a.intermediate)
+        batches = token_batches(a.data, a.context, per_rank, 1000 + rank)
     elif a.model == "mlp":
         model = Mlp(a.inputs, a.hidden_dim, a.depth, a.classes)
         batches = synthetic_batches(a.inputs, a.classes, per_rank, 1000 + rank)
     else:
-        model = Lstm(len(a.features.split(",")), a.hidden, a.lstm_layers, a.horizon,
-                     len(a.targets.split(",")), 0.0)
-        batches = series_batches(a.data, a.features.split(","), a.targets.split(","), a.window,
-                                 a.horizon, per_rank, 1000 + rank)
+        model = Lstm(
+            len(a.features.split(",")),
+            a.hidden,
+            a.lstm_layers,
+            a.horizon,
+            len(a.targets.split(",")),
+            0.0,
+        )
+        batches = series_batches(
+            a.data,
+            a.features.split(","),
+            a.targets.split(","),
+            a.window,
+            a.horizon,
+            per_rank,
+            1000 + rank,
+        )
     model.to(device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # the trainer's train.tf32 auto on Ampere+
@@ -223,8 +327,10 @@ def main():
         with phase("step/data"):
             x, y = next(batches)
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with phase("step/forward"), torch.autocast(device.type, dtype=torch.bfloat16,
-                                                   enabled=a.precision == "bf16"):
+        with (
+            phase("step/forward"),
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.precision == "bf16"),
+        ):
             loss = ddp(x, y)  # DDP averages the gradients over ranks
         with phase("step/zero_grad"):
             opt.zero_grad(set_to_none=False)
@@ -246,9 +352,12 @@ def main():
     elapsed = time.perf_counter() - start
     if rank == 0:
         sps = (a.steps - 1) * a.global_batch / elapsed
-        tokens = f" {sps * a.context:.0f} tokens/s" if a.model == "gpt" else ""
-        print(f"peer: {a.model} ranks {world} steps {a.steps} samples/s {sps:.1f}{tokens} "
-              f"loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+        tokens = f" {sps * a.context:.0f} tokens/s" if a.model in ("gpt", "llama") else ""
+        print(
+            f"peer: {a.model} ranks {world} steps {a.steps} samples/s {sps:.1f}{tokens} "
+            f"loss {losses[0]:.4f} -> {losses[-1]:.4f}",
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

@@ -6,7 +6,10 @@
 
 namespace config::schema {
 
-std::vector<KeyDef> model_keys() {
+namespace {
+
+// The keys every model reads, or gpt and the sequence model share.
+std::vector<KeyDef> common_keys() {
   return {
       choice("model.name", FIELD(model.name), "", models::model_names(),
              "model to train, from the model zoo"),
@@ -25,9 +28,11 @@ std::vector<KeyDef> model_keys() {
               "recommender: text encoder positions (0: data.text_len)"),
       text("model.encoder_weights", FIELD(model.encoder_weights), "",
            "recommender: safetensors file with the text encoder's weights (empty: seeded random)"),
-      choice("model.preset", FIELD(model.preset), "gpt2", models::gpt_preset_names(),
-             "gpt: dimensions to start from; each of model.num_layers, heads, d_model overrides "
-             "its own"),
+      for_models(choice("model.preset", FIELD(model.preset), "gpt2", models::preset_names(),
+                        "gpt, llama: dimensions to start from (llama's default: llama-tiny); each "
+                        "of model.num_layers, heads, d_model (llama: kv_heads, head_dim, "
+                        "intermediate_size, rope_*, rms_norm_eps) overrides its own"),
+                 {{"llama", "llama-tiny"}}),
       for_models(integer("model.num_layers", FIELD(model.num_layers), "0", 0, 1024,
                          "gpt: transformer blocks (0: the preset's); sequence: LSTM layers or "
                          "transformer blocks (default 2)"),
@@ -46,11 +51,59 @@ std::vector<KeyDef> model_keys() {
            "gpt, sequence: dropout probability"),
       text("model.init_from", FIELD(model.init_from), "",
            "gpt: start from these weights: a Hugging Face GPT-2 directory (config.json + "
-           "model.safetensors), a model.safetensors file, or a trainer checkpoint (weights only: "
-           "a fresh optimizer at step 1); its dimensions replace the preset's, keys set here "
-           "must agree; ignored when resuming from a checkpoint"),
+           "model.safetensors), a model.safetensors file, or a trainer checkpoint (weights only: a "
+           "fresh optimizer at step 1); llama: a Hugging Face Llama directory (config.json + "
+           "model.safetensors, or a sharded model.safetensors.index.json and its shards); its "
+           "dimensions replace the preset's, keys set here must agree; ignored when resuming from "
+           "a checkpoint"),
       boolean("model.checkpoint_activations", FIELD(model.checkpoint_activations), "false",
-              "gpt: recompute each block in backward instead of keeping its activations"),
+              "gpt: recompute each block in backward instead of keeping its activations")};
+}
+
+// llama's own keys (models::LlamaOptions through ModelOptions).
+std::vector<KeyDef> llama_keys() {
+  return {
+      integer("model.kv_heads", FIELD(model.kv_heads), "0", 0, 1024,
+              "llama: key/value heads, dividing model.heads (fewer: grouped-query attention; 0: "
+              "the preset's)"),
+      integer("model.head_dim", FIELD(model.head_dim), "0", 0, 1 << 12,
+              "llama: width of each attention head, even (0: the preset's, else model.d_model / "
+              "model.heads)"),
+      integer("model.intermediate_size", FIELD(model.intermediate_size), "0", 0, 1 << 20,
+              "llama: hidden size of the SwiGLU MLP (0: the preset's)"),
+      real("model.rms_norm_eps", FIELD(model.rms_norm_eps), "0.0", 0.0, 1.0, false, true,
+           "llama: RMSNorm epsilon (0: the preset's, 1e-5)"),
+      real("model.rope_theta", FIELD(model.rope_theta), "0.0", 0.0, kInf, false, true,
+           "llama: rotary embedding base (0: the preset's: 10000, llama-3.2-1b 500000)"),
+      choice("model.rope_scaling", FIELD(model.rope_scaling), "auto", {"auto", "none", "llama3"},
+             "llama: rotary frequency scaling (llama3: Llama 3.1's, with model.rope_factor, "
+             "rope_low_freq_factor, rope_high_freq_factor, rope_original_context; auto: the "
+             "preset's)"),
+      real("model.rope_factor", FIELD(model.rope_factor), "0.0", 0.0, kInf, false, true,
+           "llama, rope_scaling llama3: how much long wavelengths are slowed (0: the preset's, "
+           "else 8)"),
+      real("model.rope_low_freq_factor", FIELD(model.rope_low_freq_factor), "0.0", 0.0, kInf, false,
+           true,
+           "llama, rope_scaling llama3: wavelengths above rope_original_context / this are slowed "
+           "(0: the preset's, else 1)"),
+      real("model.rope_high_freq_factor", FIELD(model.rope_high_freq_factor), "0.0", 0.0, kInf,
+           false, true,
+           "llama, rope_scaling llama3: wavelengths below rope_original_context / this are kept "
+           "(0: the preset's, else 4)"),
+      integer("model.rope_original_context", FIELD(model.rope_original_context), "0", 0, 1 << 24,
+              "llama, rope_scaling llama3: the context the model was first trained at (0: the "
+              "preset's, else 8192)"),
+      boolean("model.attention_bias", FIELD(model.attention_bias), "false",
+              "llama: biases on the query/key/value and output projections"),
+      boolean("model.mlp_bias", FIELD(model.mlp_bias), "false",
+              "llama: biases on the MLP's projections"),
+      boolean("model.tie_embeddings", FIELD(model.tie_embeddings), "true",
+              "llama: the output layer is the token embedding (false: a separate lm_head)")};
+}
+
+// The sequence model's and the CNN's keys.
+std::vector<KeyDef> other_keys() {
+  return {
       enum_choice("model.cell", FIELD(model.cell), "lstm", models::kSequenceCellNames,
                   "sequence: the encoder over the window"),
       integer("model.base_channels", FIELD(model.base_channels), "64", 1, 4096,
@@ -58,6 +111,16 @@ std::vector<KeyDef> model_keys() {
       integer("model.num_blocks", FIELD(model.num_blocks), "8", 0, 1024, "cnn: residual blocks"),
       enum_choice("model.loss", FIELD(model.loss), "l1", models::kCnnLossNames,
                   "cnn: loss against the clean image")};
+}
+
+}  // namespace
+
+std::vector<KeyDef> model_keys() {
+  std::vector<KeyDef> keys = common_keys();
+  for (auto* part : {&llama_keys, &other_keys}) {
+    for (auto& k : part()) keys.push_back(std::move(k));
+  }
+  return keys;
 }
 
 }  // namespace config::schema

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "config/config.h"
+#include "io/safetensors_shards.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
@@ -18,6 +19,9 @@
 #include "models/gpt/generate.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
+#include "models/language_model.h"
+#include "models/llama/hf_llama.h"
+#include "models/llama/llama.h"
 #include "models/registry.h"
 
 namespace launcher {
@@ -30,24 +34,25 @@ void say(const std::string& line) {
 
 // A model and where its weights came from.
 struct Loaded {
-  std::shared_ptr<models::Gpt> model;
+  std::shared_ptr<models::LanguageModel> model;
   std::string weights;  // "" when untrained
 };
 
 // The model as training builds it, with the weights the config names (generate_command.h).
 // Throws what create_model and the checkpoint reader throw.
 Loaded load_model(const config::Config& config, const char* command) {
-  if (config.model.name != "gpt") {
-    throw std::invalid_argument(
-        fmt::format("{} needs a language model (model.name: gpt); this config has model.name: {}",
-                    command, config.model.name));
+  if (config.model.name != "gpt" && config.model.name != "llama") {
+    throw std::invalid_argument(fmt::format(
+        "{} needs a language model (model.name: gpt or llama); this config has model.name: {}",
+        command, config.model.name));
   }
   core::Shape shape;
   shape.vocab_size = config.data.vocab_size;
   shape.context = config.data.context;
   at::manual_seed(config.train.seed);  // untrained weights: the ones training would start from
   Loaded out;
-  out.model = std::dynamic_pointer_cast<models::Gpt>(models::create_model(config.model, shape));
+  out.model =
+      std::dynamic_pointer_cast<models::LanguageModel>(models::create_model(config.model, shape));
   if (const auto found = select_resume(config.checkpoint, *out.model, ResumeFor::kWeights)) {
     out.weights = fmt::format("checkpoint {} ({} steps done)", found->path, found->meta.step);
   } else if (!config.model.init_from.empty()) {
@@ -117,10 +122,10 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
     if (prompt.empty() && tokenizer->end_of_text()) prompt.push_back(*tokenizer->end_of_text());
     if (prompt.empty()) throw std::invalid_argument("--generate: the prompt is empty");
     const auto ids = models::generate(*loaded.model, prompt, o);
-    const int64_t room = loaded.model->options().context - static_cast<int64_t>(prompt.size());
+    const int64_t room = loaded.model->context() - static_cast<int64_t>(prompt.size());
     if (args.max_new_tokens > room) {
       say(fmt::format("the model holds {} positions: {} new tokens after the prompt's {}",
-                      loaded.model->options().context, room, prompt.size()));
+                      loaded.model->context(), room, prompt.size()));
     }
     // The prompt as given, then the continuation's text (an end-of-text id is not spelled).
     std::vector<int64_t> spelled = ids;
@@ -132,7 +137,7 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
 }
 
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const std::string& dir) {
+                  const std::string& dir, const std::string& max_shard_size) {
   if (other_rank()) return kExitOk;
   return guarded("in --export-hf", [&] {
     const config::Config config = config::load_config(config_path, overrides);
@@ -145,7 +150,21 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
                       config.checkpoint.dir.empty() ? "not set" : config.checkpoint.dir,
                       config.checkpoint.resume.empty() ? "" : config.checkpoint.resume));
     }
-    models::export_hf_gpt2(*loaded.model, dir);
+    int64_t max_shard_bytes = 0;
+    try {
+      max_shard_bytes = io::parse_shard_size(max_shard_size);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("--max-shard-size: {}", e.what()));
+    }
+    if (auto* llama = dynamic_cast<models::Llama*>(loaded.model.get())) {
+      const auto files = models::export_hf_llama(*llama, llama->options(), dir, max_shard_bytes);
+      say(fmt::format("wrote {}/config.json and {} weight file{} from {} (load with "
+                      "transformers.LlamaForCausalLM.from_pretrained(\"{}\"))",
+                      dir, files.size() == 1 ? 1 : files.size() - 1, files.size() == 1 ? "" : "s",
+                      loaded.weights, dir));
+      return kExitOk;
+    }
+    models::export_hf_gpt2(dynamic_cast<models::Gpt&>(*loaded.model), dir);
     say(fmt::format("wrote {}/config.json and {}/model.safetensors from {} (load with "
                     "transformers.GPT2LMHeadModel.from_pretrained(\"{}\"))",
                     dir, dir, loaded.weights, dir));

@@ -3,7 +3,9 @@
 //   trainer --config C --generate "PROMPT" [--max-new-tokens N] [--temperature T] [--top-k K]
 //           [--seed S]      writes PROMPT and its continuation to stdout
 //   trainer --config C --export-hf DIR
-//                           writes DIR/config.json and DIR/model.safetensors (models/gpt/hf_gpt2.h)
+//           [--max-shard-size 5GB]
+//                           writes DIR/config.json and DIR/model.safetensors (models/gpt/hf_gpt2.h,
+//                           models/llama/hf_llama.h: llama's in shards above the size)
 //
 // Both run in one process, without MPI (under mpirun, rank 0 works and the others exit 0), on
 // the weights the config names, in this order: the checkpoint file checkpoint.resume names; the
@@ -13,8 +15,8 @@
 // built as training builds it, from the config (data.vocab_size, data.context for its shape; no
 // data is read), under the config's memory limits (memory.cpu_budget_mb, memory.fraction).
 // Errors end the command through the start-up table of launcher/exit_status.h: a user mistake (a
-// non-gpt model, a checkpoint that does not fit, no weights to export, a bad option) exits 2 and
-// out of memory 4, each with its message.
+// model that is not a language model, a checkpoint that does not fit, no weights to export, a bad
+// option) exits 2 and out of memory 4, each with its message.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +41,6 @@ struct GenerateArgs {
 int run_generate(const std::string& config_path, const std::vector<std::string>& overrides,
                  const GenerateArgs& args);
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const std::string& dir);
+                  const std::string& dir, const std::string& max_shard_size = "5GB");
 
 }  // namespace launcher

@@ -37,7 +37,8 @@ struct CommandLine {
   bool help_config = false;
   bool generate = false;  // --generate PROMPT (launcher/generate_command.h)
   GenerateArgs generate_args;
-  std::string export_hf;  // --export-hf DIR
+  std::string export_hf;               // --export-hf DIR
+  std::string max_shard_size = "5GB";  // --max-shard-size (llama's --export-hf)
 };
 
 int parse_command_line(int argc, char** argv, CommandLine& cli) {
@@ -63,10 +64,14 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
       ->check(CLI::NonNegativeNumber)
       ->needs(generate);
   app.add_option("--seed", g.seed, "--generate: sampling seed")->needs(generate);
-  app.add_option("--export-hf", cli.export_hf,
-                 "write the config's weights as a Hugging Face GPT-2 (config.json, "
-                 "model.safetensors) to DIR, exit")
-      ->excludes(generate);
+  auto* export_hf = app.add_option("--export-hf", cli.export_hf,
+                                   "write the config's weights as a Hugging Face GPT-2 or Llama "
+                                   "(config.json, model.safetensors) to DIR, exit")
+                        ->excludes(generate);
+  app.add_option("--max-shard-size", cli.max_shard_size,
+                 "--export-hf: llama weights above this go to shards and an index, as "
+                 "save_pretrained (5GB, 500MB, 2GiB, bytes)")
+      ->needs(export_hf);
   app.set_version_flag("--version", fmt::format("trainer 0.1.0 (LibTorch {})", TORCH_VERSION));
   const bool speaks = launcher_rank(process_environment()) == 0;
   try {
@@ -104,7 +109,8 @@ int run(int argc, char** argv) {
   }
   // One process, no MPI: the language-model commands (under mpirun, rank 0 alone works).
   if (cli.generate) return run_generate(cli.config_path, cli.overrides, cli.generate_args);
-  if (!cli.export_hf.empty()) return run_export_hf(cli.config_path, cli.overrides, cli.export_hf);
+  if (!cli.export_hf.empty())
+    return run_export_hf(cli.config_path, cli.overrides, cli.export_hf, cli.max_shard_size);
   try {
     check_launch_before_mpi(process_environment());
   } catch (const LaunchError& e) {

@@ -42,6 +42,20 @@ struct ModelOptions {
   double dropout = 0.0;    // gpt, sequence: dropout probability
   bool checkpoint_activations = false;  // gpt: recompute each block in backward
   std::string init_from;  // gpt: weights to start from (models/gpt/hf_gpt2.h); empty: initialised
+  // llama (models/llama/llama.h); 0 or "auto": the preset's (with model.init_from: the file's)
+  int64_t kv_heads = 0;           // key/value heads, dividing heads
+  int64_t head_dim = 0;           // per head
+  int64_t intermediate_size = 0;  // the SwiGLU MLP's hidden size
+  double rms_norm_eps = 0.0;
+  double rope_theta = 0.0;
+  std::string rope_scaling;  // auto | none | llama3
+  double rope_factor = 0.0;  // llama3 scaling: models/rope.h
+  double rope_low_freq_factor = 0.0;
+  double rope_high_freq_factor = 0.0;
+  int64_t rope_original_context = 0;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  bool tie_embeddings = true;
   // sequence
   SequenceCell cell{};  // lstm | transformer
   // cnn

@@ -12,6 +12,8 @@
 #include "models/cnn.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
+#include "models/llama/llama_options.h"
+#include "models/llama/make_llama.h"
 #include "models/mlp.h"
 #include "models/recommender.h"
 #include "models/sequence.h"
@@ -28,6 +30,20 @@ void require_data(bool ok, const std::string& model, const char* what) {
   if (!ok) {
     throw std::invalid_argument(
         fmt::format("model.name: {} needs {} (data.dataset gives none)", model, what));
+  }
+}
+
+// Gpt(g), naming model.init_from's file when the dimensions it gave do not fit (Gpt names only
+// the model keys).
+std::shared_ptr<Gpt> build_gpt(const GptOptions& g, const std::optional<GptInit>& init) {
+  try {
+    return std::make_shared<Gpt>(g);
+  } catch (const std::invalid_argument& e) {
+    if (!init) throw;
+    throw std::invalid_argument(fmt::format(
+        "model.init_from: {}: {} (the file gives {} blocks, {} heads, {} wide, {} positions)",
+        init->config_file.empty() ? init->file : init->config_file, e.what(), g.num_layers, g.heads,
+        g.d_model, g.context));
   }
 }
 
@@ -72,7 +88,7 @@ std::shared_ptr<Model> make_gpt(const ModelOptions& o, const core::Shape& s) {
   }
   g.dropout = o.dropout;
   g.checkpoint_activations = o.checkpoint_activations;
-  auto gpt = std::make_shared<Gpt>(g);
+  auto gpt = build_gpt(g, init);
   if (init) {
     load_gpt_init(*init, *gpt);
     spdlog::info("model.init_from: weights of {} {} ({} blocks, {} heads, {} wide, {} "
@@ -80,6 +96,10 @@ std::shared_ptr<Model> make_gpt(const ModelOptions& o, const core::Shape& s) {
                  init->kind, init->file, g.num_layers, g.heads, g.d_model, g.context);
   }
   return gpt;
+}
+
+std::shared_ptr<Model> make_llama_model(const ModelOptions& o, const core::Shape& s) {
+  return make_llama(o, s);
 }
 
 std::shared_ptr<Model> make_sequence(const ModelOptions& o, const core::Shape& s) {
@@ -111,9 +131,8 @@ std::shared_ptr<Model> make_cnn(const ModelOptions& o, const core::Shape& s) {
 
 const std::map<std::string, Factory>& builtin() {
   static const std::map<std::string, Factory> models = {
-      {"mlp", make_mlp}, {"recommender", make_recommender},
-      {"gpt", make_gpt}, {"sequence", make_sequence},
-      {"cnn", make_cnn},
+      {"mlp", make_mlp},           {"recommender", make_recommender}, {"gpt", make_gpt},
+      {"llama", make_llama_model}, {"sequence", make_sequence},       {"cnn", make_cnn},
   };
   return models;
 }
@@ -123,6 +142,13 @@ const std::map<std::string, Factory>& builtin() {
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const auto& [name, factory] : builtin()) names.push_back(name);
+  return names;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (auto& n : gpt_preset_names()) names.push_back(n);
+  for (auto& n : llama_preset_names()) names.push_back(n);
   return names;
 }
 

@@ -12,6 +12,8 @@ namespace models {
 
 std::vector<std::string> model_names();
 bool has_model(const std::string& name);
+// model.preset's choices: gpt's presets, then llama's.
+std::vector<std::string> preset_names();
 // The model `options` names, sized for the data `shape` describes (data::Dataset::shape()).
 // Throws std::invalid_argument naming the known models when `options.name` is unknown, and naming
 // the data it needs when `shape` lacks it.

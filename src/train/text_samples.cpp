@@ -51,7 +51,8 @@ std::function<std::string()> make_text_sampler(std::shared_ptr<models::Model> mo
   const int64_t context = models::generation_context(*model);
   if (context == 0) {
     throw std::invalid_argument(fmt::format(
-        "train.sample_every: samples need a language model (model.name: gpt), not {}", model_name));
+        "train.sample_every: samples need a language model (model.name: gpt or llama), not {}",
+        model_name));
   }
   std::vector<int64_t> prompt = tokenizer->encode(options.sample_prompt);
   if (prompt.empty()) prompt = prompt_from_data(dataset);

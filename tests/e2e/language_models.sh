@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of the language-model features as a user runs them: model.init_from with a
 # Hugging Face GPT-2 (fine-tuning under mpirun), --export-hf, --generate, train.sample_every, and
-# their errors and exit codes. The Hugging Face side is `transformers` (tests/hf/hf_gpt2.py,
-# offline, random models).
+# their errors; the same for a Hugging Face Llama and configs/llama-tiny.yaml. The Hugging Face
+# side is `transformers` (tests/hf/hf_gpt2.py, hf_llama.py, offline, random models).
 #   language_models.sh CASE TRAINER SOURCE_DIR
 set -uo pipefail
 case_name=$1 trainer=$2 src=$3
@@ -10,6 +10,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source "$src/tests/case_lib.sh"
 py() { "$TRAINER_PYTHON" "$src/tests/hf/hf_gpt2.py" "$@"; }
+pyllama() { "$TRAINER_PYTHON" "$src/tests/hf/hf_llama.py" "$@"; }
 
 # The first and last loss of the 'done:' line.
 losses() {
@@ -21,6 +22,8 @@ losses() {
 
 tiny=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
   --set train.device=cpu --set log.every=5 --set train.warmup_steps=0)
+llama=(--config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample"
+  --set train.device=cpu --set log.every=5 --set train.warmup_steps=0 --set data.context=32)
 
 # One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
 # list from these labels (trainer_script_cases).
@@ -141,7 +144,7 @@ case $case_name in
     expect_rc 2; expect_grep "--export-hf: no weights to export: no checkpoint in checkpoint.dir \($work/empty\)"
     [ ! -e "$work/out/model.safetensors" ] || fail "wrote a model anyway"
     run "$trainer" --config "$src/configs/mlp.yaml" --export-hf "$work/out"
-    expect_rc 2; expect_grep "--export-hf needs a language model \(model.name: gpt\); this config has model.name: mlp"
+    expect_rc 2; expect_grep "--export-hf needs a language model \(model.name: gpt or llama\); this config has model.name: mlp"
     # data.tokenizer: auto cannot choose for 300 ids.
     run "$trainer" "${tiny[@]}" --set data.vocab_size=300 --generate "x"
     expect_rc 2; expect_grep "data.tokenizer: auto knows no encoding with data.vocab_size = 300" ;;
@@ -186,6 +189,37 @@ PY
     expect_rc 0; expect_grep "weights: model.init_from $work/hf"; expect_grep "^<\|endoftext\|>x"
     run "$trainer" "${lm[@]}" --set model.init_from="$work/hf" --set data.vocab_size=1000 --generate "x"
     expect_rc 2; expect_grep "data.tokenizer: $work/hf/tokenizer.json ids go up to $((vocab - 1)), above data.vocab_size = 1000" ;;
+  llama_generate_greedy)
+    # A byte-level Hugging Face Llama (6 heads over 2 kv heads, untied, llama3 rope scaling) through
+    # model.init_from: --generate --temperature 0 writes what transformers' generate(do_sample=False)
+    # writes, byte for byte. Then --export-hf in shards (--max-shard-size) that from_pretrained
+    # loads with no key missing or unexpected.
+    pyllama make "$work/hf" --vocab 256 --layers 2 --heads 6 --kv-heads 2 --width 48 \
+      --intermediate 96 --positions 64 --untied --rope-scaling --seed 5 >/dev/null 2>&1 \
+      || fail "could not make the transformers model"
+    pyllama greedy "$work/hf" "Hello, wor" 24 >"$work/expected.txt" || fail "transformers' greedy failed"
+    run "$trainer" "${llama[@]}" --set model.init_from="$work/hf" --generate "Hello, wor" \
+      --temperature 0 --max-new-tokens 24
+    expect_rc 0; expect_grep "weights: model.init_from $work/hf"
+    grep -av "^trainer: " "$out" | cmp - "$work/expected.txt" \
+      || fail "generated $(grep -av '^trainer: ' "$out" | od -c | head -3), transformers $(od -c "$work/expected.txt" | head -3)"
+    run "$trainer" "${llama[@]}" --set model.init_from="$work/hf" --export-hf "$work/out" --max-shard-size 50KB
+    expect_rc 0; expect_grep "wrote $work/out/config.json and [0-9]+ weight files from model.init_from"
+    [ -s "$work/out/model.safetensors.index.json" ] || fail "no index: $(ls "$work/out")"
+    "$TRAINER_PYTHON" -c "import torch; from safetensors.torch import save_file; save_file({'inputs': torch.arange(64).view(2, 32)}, '$work/in.safetensors')"
+    run pyllama logits "$work/out" "$work/in.safetensors" "$work/logits.safetensors"
+    expect_rc 0
+    run "$trainer" "${llama[@]}" --set model.init_from="$work/hf" --export-hf "$work/out2" --max-shard-size 5parsecs
+    expect_rc 2; expect_grep "--max-shard-size: '5parsecs' is not a size" ;;
+  llama_tiny_np2)
+    # configs/llama-tiny.yaml on 2 CPU ranks (shortened): the loss falls and a sample is written.
+    run mpirun -np 2 "$trainer" --config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample" \
+      --set train.device=cpu --set train.steps=30 --set train.sample_every=30 --set train.eval_every=30 \
+      --set train.sample_tokens=24 --set log.every=10
+    expect_rc 0; expect_grep "sample at step 30: "
+    losses
+    awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.8 * f) }' || fail "loss did not fall: $first -> $last"
+    grep "sample at step 30" "$out" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

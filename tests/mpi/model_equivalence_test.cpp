@@ -108,6 +108,27 @@ TEST(ModelEquivalence, GptOnTokenShards) {
       dir.path() + ", context: 16, vocab_size: 100, workers: 2}\n" + kTrain);
 }
 
+// llama: grouped-query attention (6 heads over 2 kv heads of 6), rotary with the llama3 scaling,
+// SwiGLU, an untied output layer.
+TEST(ModelEquivalence, LlamaOnTokenShards) {
+  test::TempDir dir;
+  for (const char* name : {"train_000.bin", "val_000.bin"}) {
+    const int64_t n = std::string(name) == "val_000.bin" ? 700 : 6000;
+    const at::Tensor tokens = (at::arange(n, at::kLong) * 7919 % 97).to(at::kShort);
+    FILE* f = std::fopen((dir.path() + "/" + name).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(tokens.data_ptr(), 2, n, f);
+    std::fclose(f);
+  }
+  const std::string model =
+      "model: {name: llama, preset: llama-tiny, num_layers: 2, d_model: 36, heads: 6, "
+      "kv_heads: 2, intermediate_size: 40, tie_embeddings: false, rope_scaling: llama3, "
+      "rope_original_context: 8}\n"
+      "data: {dataset: tokens, path: " +
+      dir.path() + ", context: 16, vocab_size: 100, workers: 2}\n";
+  expect_world_matches_self(model + kTrain);
+}
+
 // bf16 autocast (train.precision: bf16): matmuls round to bf16 (8 bits of mantissa), and the
 // kernels may block a micro-batch of 2 differently from one of 3, so W ranks match one process
 // to bf16's tolerance rather than fp32's.

@@ -14,7 +14,7 @@ namespace {
 // Puts the model in eval mode for its lifetime, then back into the mode it found.
 class EvalScope {
  public:
-  explicit EvalScope(Gpt& model) : model_(model), was_training_(model.is_training()) {
+  explicit EvalScope(LanguageModel& model) : model_(model), was_training_(model.is_training()) {
     model_.eval();
   }
   ~EvalScope() { model_.train(was_training_); }
@@ -22,7 +22,7 @@ class EvalScope {
   EvalScope& operator=(const EvalScope&) = delete;
 
  private:
-  Gpt& model_;
+  LanguageModel& model_;
   bool was_training_;
 };
 
@@ -39,19 +39,19 @@ int64_t pick(at::Tensor logits, const SamplingOptions& o, at::Generator& gen) {
 
 }  // namespace
 
-std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt,
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& o) {
-  const GptOptions& g = model.options();
+  const int64_t context = model.context(), vocab = model.vocab_size();
   if (prompt.empty()) throw std::invalid_argument("generate: the prompt has no tokens");
-  if (static_cast<int64_t>(prompt.size()) >= g.context) {
+  if (static_cast<int64_t>(prompt.size()) >= context) {
     throw std::invalid_argument(fmt::format(
         "generate: the prompt has {} tokens and fills model.context = {}: nothing can follow it",
-        prompt.size(), g.context));
+        prompt.size(), context));
   }
   for (const int64_t id : prompt) {
-    if (id < 0 || id >= g.vocab_size) {
+    if (id < 0 || id >= vocab) {
       throw std::invalid_argument(
-          fmt::format("generate: prompt id {} is not below the vocabulary ({})", id, g.vocab_size));
+          fmt::format("generate: prompt id {} is not below the vocabulary ({})", id, vocab));
     }
   }
   if (o.max_new_tokens < 0 || !(o.temperature >= 0.0) || o.top_k < 0) {
@@ -63,7 +63,7 @@ std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt,
   EvalScope eval(model);
   const auto on = model.parameters().at(0).options().dtype(at::kLong);
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-  const int64_t room = g.context - static_cast<int64_t>(prompt.size());
+  const int64_t room = context - static_cast<int64_t>(prompt.size());
   const int64_t budget = std::min(o.max_new_tokens, room);
 
   std::vector<int64_t> sequence = prompt, out;
@@ -77,7 +77,7 @@ std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt,
     } else {
       logits = model.forward(at::tensor(sequence, on).view({1, -1}));
     }
-    const at::Tensor last = logits[0][-1].narrow(0, 0, g.vocab_size).to(at::kCPU, at::kFloat);
+    const at::Tensor last = logits[0][-1].narrow(0, 0, vocab).to(at::kCPU, at::kFloat);
     const int64_t next = pick(last, o, gen);
     out.push_back(next);
     sequence.push_back(next);
@@ -87,15 +87,15 @@ std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt,
 }
 
 int64_t generation_context(const Model& model) {
-  const auto* gpt = dynamic_cast<const Gpt*>(&model);
-  return gpt != nullptr ? gpt->options().context : 0;
+  const auto* lm = dynamic_cast<const LanguageModel*>(&model);
+  return lm != nullptr ? lm->context() : 0;
 }
 
 std::vector<int64_t> generate(Model& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options) {
-  auto* gpt = dynamic_cast<Gpt*>(&model);
-  if (gpt == nullptr) throw std::invalid_argument("generate: this model does not generate text");
-  return generate(*gpt, prompt, options);
+  auto* lm = dynamic_cast<LanguageModel*>(&model);
+  if (lm == nullptr) throw std::invalid_argument("generate: this model does not generate text");
+  return generate(*lm, prompt, options);
 }
 
 }  // namespace models

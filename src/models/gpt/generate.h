@@ -1,6 +1,7 @@
-// Text generation with a Gpt: autoregressive sampling of new token ids after a prompt, with a
-// KV cache (Gpt::forward_cached: each new token runs through the model alone, attending to the
-// cached keys and values of the positions before it).
+// Text generation with a language model (gpt, llama: models/language_model.h): autoregressive
+// sampling of new token ids after a prompt, with a KV cache (Gpt::forward_cached: each new token
+// runs through the model alone, attending to the cached keys and values of the positions before
+// it).
 //
 // Contract: runs under no-grad in eval mode and puts the model's training mode back; draws its
 // random numbers from a generator of its own, seeded from options.seed, so it never moves the
@@ -14,7 +15,7 @@
 #include <optional>
 #include <vector>
 
-#include "models/gpt/gpt.h"
+#include "models/language_model.h"
 
 namespace models {
 
@@ -29,7 +30,7 @@ struct SamplingOptions {
 
 // The new ids after `prompt` (ids below the model's vocab_size; at least one). Throws
 // std::invalid_argument for an empty or too long prompt, an id out of range or bad options.
-std::vector<int64_t> generate(Gpt& model, const std::vector<int64_t>& prompt,
+std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& prompt,
                               const SamplingOptions& options);
 
 // For callers that know a model only by the Model interface (train.sample_every's sampler,

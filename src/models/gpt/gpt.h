@@ -32,7 +32,7 @@
 
 #include "models/block.h"  // KvCache
 #include "models/capabilities.h"
-#include "models/model.h"
+#include "models/language_model.h"
 
 namespace models {
 
@@ -55,7 +55,7 @@ struct GptOptions {
 GptOptions gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 
-class Gpt final : public Model, public ActivationCheckpointing, public ChunkedLoss {
+class Gpt final : public LanguageModel, public ActivationCheckpointing, public ChunkedLoss {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options (heads not
   // dividing d_model, a zero dimension).
@@ -67,7 +67,9 @@ class Gpt final : public Model, public ActivationCheckpointing, public ChunkedLo
   // positions cache.length() .. cache.length() + t - 1, attending to the cached positions, which
   // `cache` is then extended by. The same logits forward() gives for the whole sequence (up to
   // rounding). Needs cache.length() + t <= context; no dropout (call it in eval mode).
-  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache);
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) override;
+  int64_t vocab_size() const override { return options_.vocab_size; }
+  int64_t context() const override { return options_.context; }
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
   void set_checkpoint_activations(bool on) override { options_.checkpoint_activations = on; }
   bool checkpoint_activations() const override { return options_.checkpoint_activations; }

@@ -215,7 +215,10 @@ GptInit read_gpt_init(const std::string& path) {
   at::Tensor lm_head;
   const bool checkpoint = read_init_weights(init, lm_head);
   infer_init_dims(init, lm_head, checkpoint);
-  if (!checkpoint && !config_file.empty()) read_config_json(config_file, init.dims);
+  if (!checkpoint && !config_file.empty()) {
+    read_config_json(config_file, init.dims);
+    init.config_file = config_file;
+  }
   return init;
 }
 

@@ -43,10 +43,11 @@ struct Gpt2Dims {
 
 // What model.init_from holds.
 struct GptInit {
-  std::string path;  // as given
-  std::string file;  // the safetensors file read
-  std::string kind;  // "Hugging Face GPT-2" or "trainer checkpoint"
-  Gpt2Dims dims;     // from config.json where present, else from the tensors' shapes
+  std::string path;         // as given
+  std::string file;         // the safetensors file read
+  std::string config_file;  // the config.json read beside it ("" without one)
+  std::string kind;         // "Hugging Face GPT-2" or "trainer checkpoint"
+  Gpt2Dims dims;            // from config.json where present, else from the tensors' shapes
   std::map<std::string, at::Tensor> weights;  // by Gpt's names, Linear layout, float32, CPU
 };
 

@@ -1,0 +1,408 @@
+#include "models/llama/hf_llama.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <stdexcept>
+
+#include "io/safetensors.h"
+#include "io/safetensors_shards.h"
+
+namespace models {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kPrefix = "model.";
+const std::string kLmHead = "lm_head.weight";
+const std::string kEmbed = "embed_tokens.weight";
+
+std::invalid_argument init_error(const std::string& what) {
+  return std::invalid_argument("model.init_from: " + what);
+}
+
+// config.json's values, each read once with a message naming the file and the key.
+class ConfigReader {
+ public:
+  ConfigReader(json c, std::string file) : c_(std::move(c)), file_(std::move(file)) {}
+
+  std::invalid_argument bad(const std::string& key, const std::string& why) const {
+    const json* v = find(key);
+    return init_error(fmt::format("{}: {} = {}: {}", file_, key, v ? v->dump() : "(absent)", why));
+  }
+  const json* find(const std::string& key) const {
+    return c_.contains(key) && !c_[key].is_null() ? &c_[key] : nullptr;
+  }
+  // A positive integer; `fallback` when absent or null (0: the key is required).
+  int64_t integer(const std::string& key, int64_t fallback = 0) const {
+    const json* v = find(key);
+    if (!v) {
+      if (fallback == 0) throw bad(key, "missing; a Llama config.json has it");
+      return fallback;
+    }
+    if (!v->is_number_integer() || v->get<int64_t>() <= 0) throw bad(key, "not a positive integer");
+    return v->get<int64_t>();
+  }
+  double number(const std::string& key, double fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_number()) throw bad(key, "not a number");
+    return v->get<double>();
+  }
+  bool flag(const std::string& key, bool fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) throw bad(key, "not true or false");
+    return v->get<bool>();
+  }
+  const json& raw() const { return c_; }
+  const std::string& file() const { return file_; }
+
+ private:
+  json c_;
+  std::string file_;
+};
+
+// rope_scaling (transformers 4) or rope_parameters (transformers 5: the theta inside it too).
+void read_rope(const ConfigReader& r, RopeOptions& rope) {
+  rope.theta = r.number("rope_theta", 10000.0);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const json* p = r.find(key);
+    if (!p) continue;
+    if (!p->is_object()) throw r.bad(key, "not an object");
+    const ConfigReader s(*p, r.file() + " " + key);
+    rope.theta = s.number("rope_theta", rope.theta);
+    const json* type = s.find("rope_type") ? s.find("rope_type") : s.find("type");
+    const std::string name = type && type->is_string() ? type->get<std::string>() : "default";
+    if (name == "default") continue;
+    if (name != "llama3") {
+      throw r.bad(key, fmt::format("rope type '{}': llama knows default and llama3", name));
+    }
+    rope.scaling = "llama3";
+    rope.factor = s.number("factor", rope.factor);
+    rope.low_freq_factor = s.number("low_freq_factor", rope.low_freq_factor);
+    rope.high_freq_factor = s.number("high_freq_factor", rope.high_freq_factor);
+    rope.original_context = s.integer("original_max_position_embeddings");
+    if (s.number("partial_rotary_factor", 1.0) != 1.0) {
+      throw r.bad(key, "partial_rotary_factor: llama rotates whole heads");
+    }
+  }
+}
+
+ConfigReader open_config(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) throw init_error(fmt::format("{}: cannot be read", file));
+  json c;
+  try {
+    c = json::parse(in);
+  } catch (const json::exception& e) {
+    throw init_error(fmt::format("{}: not valid JSON: {}", file, e.what()));
+  }
+  if (!c.is_object()) throw init_error(fmt::format("{}: not a JSON object", file));
+  return ConfigReader(std::move(c), file);
+}
+
+std::string shape_of(const at::Tensor& t) { return fmt::format("{}", t.sizes()); }
+
+// Llama's fused projection holds q_proj's rows, then k_proj's, then v_proj's (llama.h).
+const char* const kQkv[] = {"q_proj", "k_proj", "v_proj"};
+
+// layers.N.self_attn.{q,k,v}_proj.{weight,bias} -> layers.N.self_attn.qkv_proj.*, in place.
+void fuse_qkv(std::map<std::string, at::Tensor>& w, const std::string& where) {
+  static const std::regex q(R"((layers\.\d+\.self_attn\.)q_proj\.(weight|bias))");
+  std::vector<std::pair<std::string, std::string>> found;  // (prefix, weight|bias)
+  for (const auto& [name, t] : w) {
+    std::smatch m;
+    if (std::regex_match(name, m, q)) found.emplace_back(m[1], m[2]);
+  }
+  for (const auto& [prefix, what] : found) {
+    std::vector<at::Tensor> parts;
+    for (const char* proj : kQkv) {
+      auto it = w.find(prefix + proj + "." + what);
+      if (it == w.end()) {
+        throw init_error(fmt::format("{}: model.{}q_proj.{} but no model.{}{}.{}", where, prefix,
+                                     what, prefix, proj, what));
+      }
+      parts.push_back(it->second);
+      w.erase(it);
+    }
+    if (parts[0].dim() != parts[1].dim() ||
+        (parts[0].dim() == 2 && parts[0].size(1) != parts[1].size(1))) {
+      throw init_error(fmt::format("{}: model.{}q_proj.{} {} and k_proj {} do not fit together",
+                                   where, prefix, what, shape_of(parts[0]), shape_of(parts[1])));
+    }
+    w.emplace(prefix + "qkv_proj." + what, at::cat(parts, 0));
+  }
+}
+
+// The other way: qkv_proj.* -> q_proj, k_proj, v_proj, as Hugging Face names them.
+void split_qkv(const std::string& name, const at::Tensor& t, const LlamaOptions& o,
+               std::map<std::string, at::Tensor>& out) {
+  const int64_t hd = o.resolved_head_dim(), kv = o.resolved_kv_heads() * hd;
+  const auto parts = t.split_with_sizes({o.heads * hd, kv, kv}, 0);
+  const size_t at = name.find("qkv_proj");
+  for (size_t i = 0; i < 3; ++i) {
+    std::string hf = name;
+    hf.replace(at, 8, kQkv[i]);
+    out.emplace(kPrefix + hf, parts[i].contiguous().clone());
+  }
+}
+
+// The file's tensors by Llama's names (float32), lm_head dropped where it is the tied embedding.
+std::map<std::string, at::Tensor> model_weights(std::map<std::string, at::Tensor> file,
+                                                const LlamaOptions& o, const std::string& where) {
+  static const std::regex rotary(
+      R"((model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq|model\.rotary_emb\.inv_freq)");
+  std::map<std::string, at::Tensor> out;
+  for (auto& [key, tensor] : file) {
+    if (std::regex_match(key, rotary)) continue;
+    if (!at::isFloatingType(tensor.scalar_type())) {
+      throw init_error(fmt::format("{}: tensor '{}' has dtype {}; a floating dtype is needed",
+                                   where, key, c10::toString(tensor.scalar_type())));
+    }
+    const std::string name = key.rfind(kPrefix, 0) == 0 ? key.substr(kPrefix.size()) : key;
+    out.emplace(name, tensor.to(at::kFloat));
+  }
+  fuse_qkv(out, where);
+  auto head = out.find(kLmHead);
+  if (o.tie_embeddings && head != out.end()) {
+    auto embed = out.find(kEmbed);
+    if (embed == out.end() || !at::equal(head->second, embed->second)) {
+      throw init_error(fmt::format(
+          "{}: lm_head.weight differs from model.embed_tokens.weight, but config.json has "
+          "tie_word_embeddings true",
+          where));
+    }
+    out.erase(head);
+  }
+  return out;
+}
+
+}  // namespace
+
+LlamaOptions read_llama_config(const std::string& file) {
+  const ConfigReader r = open_config(file);
+  if (const json* t = r.find("model_type"); t && *t != "llama") {
+    throw r.bad("model_type", "not a Llama (model_type llama)");
+  }
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    if (const json* a = r.find(key); a && *a != "silu")
+      throw r.bad(key, "llama's MLP is SwiGLU (silu)");
+  }
+  LlamaOptions o;
+  o.d_model = r.integer("hidden_size");
+  o.intermediate = r.integer("intermediate_size");
+  o.num_layers = r.integer("num_hidden_layers");
+  o.heads = r.integer("num_attention_heads");
+  o.kv_heads = r.integer("num_key_value_heads", o.heads);
+  o.head_dim = r.integer("head_dim", o.d_model % o.heads == 0 ? o.d_model / o.heads : -1);
+  if (o.head_dim < 0) o.head_dim = 0;  // check_llama_options says heads must divide d_model
+  o.context = r.integer("max_position_embeddings", 2048);
+  o.vocab_size = r.integer("vocab_size");
+  o.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
+  read_rope(r, o.rope);
+  o.attention_bias = r.flag("attention_bias", false);
+  o.mlp_bias = r.flag("mlp_bias", false);
+  o.tie_embeddings = r.flag("tie_word_embeddings", false);  // LlamaConfig's default
+  try {
+    check_llama_options(o);
+  } catch (const std::invalid_argument& e) {
+    throw init_error(fmt::format(
+        "{}: {} (from the file's hidden_size {}, num_attention_heads {}, num_key_value_heads {}, "
+        "head_dim {}, rope_theta {}, rms_norm_eps {})",
+        file, e.what(), o.d_model, o.heads, o.kv_heads, o.head_dim, o.rope.theta, o.rms_norm_eps));
+  }
+  return o;
+}
+
+LlamaInit read_llama_init(const std::string& path) {
+  LlamaInit init;
+  init.path = path;
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) {
+    throw init_error(fmt::format("{}: no such file or directory", path));
+  }
+  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
+  init.config_file = (dir / "config.json").string();
+  if (!fs::exists(init.config_file, ec)) {
+    throw init_error(fmt::format("{}: no config.json beside the weights (a Llama's architecture "
+                                 "comes from it)",
+                                 path));
+  }
+  init.options = read_llama_config(init.config_file);
+  std::map<std::string, at::Tensor> file;
+  try {
+    if (fs::is_directory(path, ec)) {
+      init.files = io::safetensors_files(path);
+      if (init.files.empty()) {
+        throw init_error(fmt::format("{}: the directory holds neither {} nor {}", path,
+                                     kSafetensorsFile, kSafetensorsIndex));
+      }
+      file = io::read_safetensors_dir(path);
+    } else {
+      init.files = {path};
+      file = io::read_safetensors(path);
+    }
+  } catch (const SafetensorsError& e) {
+    throw init_error(e.what());
+  }
+  init.weights =
+      model_weights(std::move(file), init.options, fmt::format("{}", fmt::join(init.files, ", ")));
+  return init;
+}
+
+void apply_llama_init(const LlamaInit& init, const LlamaDimsSet& set, LlamaOptions& o) {
+  const LlamaOptions& f = init.options;
+  const struct {
+    const char* key;
+    const char* file_key;
+    int64_t set, file;
+  } dims[] = {
+      {"model.num_layers", "num_hidden_layers", set.num_layers, f.num_layers},
+      {"model.heads", "num_attention_heads", set.heads, f.heads},
+      {"model.kv_heads", "num_key_value_heads", set.kv_heads, f.resolved_kv_heads()},
+      {"model.head_dim", "head_dim", set.head_dim, f.resolved_head_dim()},
+      {"model.d_model", "hidden_size", set.d_model, f.d_model},
+      {"model.intermediate_size", "intermediate_size", set.intermediate, f.intermediate},
+  };
+  for (const auto& d : dims) {
+    if (d.set != 0 && d.set != d.file) {
+      throw init_error(fmt::format("{} has {} {}, the config has {} = {}", init.config_file,
+                                   d.file_key, d.file, d.key, d.set));
+    }
+  }
+  if (f.vocab_size != o.vocab_size) {
+    throw init_error(fmt::format("{} has vocab_size {}, the config has data.vocab_size = {}",
+                                 init.config_file, f.vocab_size, o.vocab_size));
+  }
+  LlamaOptions merged = f;
+  merged.padded_vocab_size = 0;
+  merged.context = o.context > 0 ? o.context : f.context;
+  merged.dropout = o.dropout;
+  merged.checkpoint_activations = o.checkpoint_activations;
+  merged.loss_chunk_rows = o.loss_chunk_rows;
+  o = merged;
+}
+
+void load_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& o) {
+  const std::string where = fmt::format("{}", fmt::join(init.files, ", "));
+  const std::string config = fmt::format(
+      "{} blocks, d_model {}, heads {} over {} kv heads of {}, intermediate {}, vocab {}",
+      o.num_layers, o.d_model, o.heads, o.resolved_kv_heads(), o.resolved_head_dim(),
+      o.intermediate, o.vocab_size);
+  std::set<std::string> used;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // checked first, then copied
+  for (const auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    const at::Tensor& mine = item.value();
+    auto it = init.weights.find(name);
+    if (it == init.weights.end()) {
+      throw init_error(fmt::format("{}: no tensor '{}{}' for the model's {} {} ({})", where,
+                                   name == kLmHead ? "" : kPrefix, name, name, shape_of(mine),
+                                   config));
+    }
+    used.insert(name);
+    const at::Tensor& w = it->second;
+    const bool vocab_rows = (name == kEmbed || name == kLmHead) && w.dim() == 2 &&
+                            w.size(0) == o.vocab_size && w.size(1) == mine.size(1);
+    if (!vocab_rows && w.sizes() != mine.sizes()) {
+      throw init_error(fmt::format("{}: {} has shape {} but the model's is {} ({})", where, name,
+                                   shape_of(w), shape_of(mine), config));
+    }
+    copies.emplace_back(mine, w);
+  }
+  std::vector<std::string> extra;
+  for (const auto& [name, w] : init.weights) {
+    if (!used.count(name)) extra.push_back(name);
+  }
+  if (!extra.empty()) {
+    throw init_error(fmt::format("{}: tensors the model ({}) does not have: {}", where, config,
+                                 fmt::join(extra, ", ")));
+  }
+  at::NoGradGuard no_grad;
+  for (auto& [mine, w] : copies) {
+    mine.narrow(0, 0, w.size(0)).copy_(w);
+    if (w.size(0) < mine.size(0)) mine.narrow(0, w.size(0), mine.size(0) - w.size(0)).zero_();
+  }
+}
+
+std::map<std::string, at::Tensor> hf_llama_tensors(torch::nn::Module& model,
+                                                   const LlamaOptions& o) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : model.named_parameters()) {
+    at::Tensor w = item.value().detach().to(at::kCPU, at::kFloat);
+    if (item.key() == kEmbed || item.key() == kLmHead) w = w.narrow(0, 0, o.vocab_size);
+    if (item.key().find(".qkv_proj.") != std::string::npos) {
+      split_qkv(item.key(), w, o, out);
+      continue;
+    }
+    out.emplace(item.key() == kLmHead ? kLmHead : kPrefix + item.key(), w.contiguous().clone());
+  }
+  return out;
+}
+
+std::string hf_llama_config_json(const LlamaOptions& o) {
+  json c = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", o.d_model},
+      {"intermediate_size", o.intermediate},
+      {"num_hidden_layers", o.num_layers},
+      {"num_attention_heads", o.heads},
+      {"num_key_value_heads", o.resolved_kv_heads()},
+      {"head_dim", o.resolved_head_dim()},
+      {"max_position_embeddings", o.context},
+      {"vocab_size", o.vocab_size},
+      {"hidden_act", "silu"},
+      {"rms_norm_eps", o.rms_norm_eps},
+      {"rope_theta", o.rope.theta},
+      {"rope_scaling", nullptr},
+      {"attention_bias", o.attention_bias},
+      {"attention_dropout", 0.0},
+      {"mlp_bias", o.mlp_bias},
+      {"tie_word_embeddings", o.tie_embeddings},
+      {"initializer_range", 0.02},
+      {"pretraining_tp", 1},
+      {"use_cache", true},
+      {"bos_token_id", nullptr},
+      {"eos_token_id", nullptr},
+      {"torch_dtype", "float32"},
+  };
+  if (o.rope.scaling == "llama3") {
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", o.rope.factor},
+                         {"low_freq_factor", o.rope.low_freq_factor},
+                         {"high_freq_factor", o.rope.high_freq_factor},
+                         {"original_max_position_embeddings", o.rope.original_context}};
+  }
+  return c.dump(2) + "\n";
+}
+
+std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& o,
+                                         const std::string& dir, int64_t max_shard_bytes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw std::runtime_error(fmt::format("cannot create the directory {}: {}", dir, ec.message()));
+  const std::string config = (fs::path(dir) / "config.json").string();
+  std::ofstream out(config);
+  out << hf_llama_config_json(o);
+  out.close();
+  if (!out) throw std::runtime_error(fmt::format("cannot write {}", config));
+  try {
+    // transformers reads the "format" metadata of a safetensors file to know its framework.
+    return io::write_safetensors_dir(dir, hf_llama_tensors(model, o), max_shard_bytes,
+                                     {{"format", "pt"}});
+  } catch (const SafetensorsError& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+}  // namespace models

@@ -1,0 +1,82 @@
+// Hugging Face Llama weights in and out of Llama: model.init_from and `trainer --export-hf`.
+//
+// Hugging Face's layout (LlamaForCausalLM.save_pretrained): a directory with config.json and
+// model.safetensors, or, above the maximum shard size, model-0000k-of-0000N.safetensors shards
+// and model.safetensors.index.json (io/safetensors_shards.h). Its keys are Llama's parameter
+// names with a "model." prefix, but for lm_head.weight:
+//   model.embed_tokens.weight [vocab, d]  model.layers.N.self_attn.q_proj.weight [heads*hd, d]
+//   ... model.layers.N.mlp.down_proj.weight [d, intermediate]  model.norm.weight [d]
+//   lm_head.weight [vocab, d] (untied models; a tied one may carry it, equal to embed_tokens)
+// Linear weights are [out, in] on both sides: nothing is transposed. The rotary inv_freq buffers
+// some older files carry are not weights and are passed over.
+//
+// config.json gives the architecture (hidden_size, intermediate_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, head_dim, max_position_embeddings, vocab_size,
+// rms_norm_eps, rope_theta, rope_scaling or transformers 5's rope_parameters, attention_bias,
+// mlp_bias, tie_word_embeddings); a value Llama cannot take (an unknown rope type, an activation
+// other than silu) or options that do not fit together are std::invalid_argument naming the file.
+//
+// The vocabulary: as for GPT-2 (models/hf_gpt2.h), the file's rows first and zero padded rows;
+// writing drops them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/llama/llama_options.h"
+
+namespace models {
+
+// What model.init_from holds.
+struct LlamaInit {
+  std::string path;                // as given
+  std::string config_file;         // its config.json
+  std::vector<std::string> files;  // the safetensors files read
+  LlamaOptions options;            // config.json's architecture (no padded vocabulary, dropout)
+  std::map<std::string, at::Tensor> weights;  // by Llama's names, float32, CPU
+};
+
+// The architecture of a Llama config.json. Throws std::invalid_argument naming
+// "model.init_from: FILE" and the key for a missing, mistyped or unsupported value.
+LlamaOptions read_llama_config(const std::string& file);
+
+// Reads `path`: a directory (config.json + model.safetensors or a sharded index), or a
+// model.safetensors file with a config.json beside it. Throws std::invalid_argument naming
+// model.init_from and the file.
+LlamaInit read_llama_init(const std::string& path);
+
+// The dimension keys the config sets (0: not set) that must agree with the file's.
+struct LlamaDimsSet {
+  int64_t num_layers = 0, heads = 0, kv_heads = 0, head_dim = 0, d_model = 0, intermediate = 0;
+};
+
+// `options` with the file's architecture (dropout, checkpointing, chunking and context kept
+// where set): a dimension the config sets that differs from the file's, and a data.vocab_size
+// other than the file's, are std::invalid_argument naming the key, the file and both values;
+// options that the model cannot take are std::invalid_argument naming config.json.
+void apply_llama_init(const LlamaInit& init, const LlamaDimsSet& set, LlamaOptions& options);
+
+// Copies init.weights into `model` (Llama's named parameters, under no-grad), padding the
+// vocabulary rows with zeros. Throws std::invalid_argument naming the file and both shapes for
+// a tensor of another shape, and for a missing or extra tensor.
+void load_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& options);
+
+// The model's tensors by their Hugging Face names, without the padded rows, float32, CPU.
+std::map<std::string, at::Tensor> hf_llama_tensors(torch::nn::Module& model,
+                                                   const LlamaOptions& options);
+
+// config.json for the model (LlamaForCausalLM; dropout 0; rope_theta and rope_scaling as the
+// Llama 3.2 files spell them).
+std::string hf_llama_config_json(const LlamaOptions& options);
+
+// Writes `dir`/config.json and the weights, sharded above max_shard_bytes. Returns the weight
+// files written. Throws std::runtime_error naming a file that cannot be written.
+std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& options,
+                                         const std::string& dir, int64_t max_shard_bytes);
+
+}  // namespace models

@@ -1,0 +1,94 @@
+#include "models/llama/llama_options.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+
+namespace models {
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t num_layers, d_model, heads, kv_heads, intermediate, vocab_size, context;
+  double rope_theta;
+  bool llama3_scaling;
+};
+constexpr Preset kPresets[] = {
+    {"llama-tiny", 4, 256, 8, 4, 688, 256, 256, 10000.0, false},
+    {"smollm-135m", 30, 576, 9, 3, 1536, 49152, 2048, 10000.0, false},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true},
+};
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("llama: " + message);
+}
+
+}  // namespace
+
+LlamaOptions llama_preset(const std::string& name) {
+  for (const Preset& p : kPresets) {
+    if (name != p.name) continue;
+    LlamaOptions o;
+    o.num_layers = p.num_layers;
+    o.d_model = p.d_model;
+    o.heads = p.heads;
+    o.kv_heads = p.kv_heads;
+    o.intermediate = p.intermediate;
+    o.vocab_size = p.vocab_size;
+    o.context = p.context;
+    o.rope.theta = p.rope_theta;
+    if (p.llama3_scaling) {  // Llama 3.2's config.json
+      o.rope.scaling = "llama3";
+      o.rope.factor = 32.0;
+      o.rope.low_freq_factor = 1.0;
+      o.rope.high_freq_factor = 4.0;
+      o.rope.original_context = 8192;
+    }
+    return o;
+  }
+  throw std::invalid_argument(fmt::format("model.preset: unknown llama preset '{}'; known: {}",
+                                          name, fmt::join(llama_preset_names(), ", ")));
+}
+
+std::vector<std::string> llama_preset_names() {
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+void check_llama_options(const LlamaOptions& o) {
+  const std::pair<const char*, int64_t> positive[] = {
+      {"model.num_layers", o.num_layers}, {"model.d_model", o.d_model},
+      {"model.heads", o.heads},           {"model.intermediate_size", o.intermediate},
+      {"model.context", o.context},       {"data.vocab_size", o.vocab_size}};
+  for (const auto& [key, value] : positive) {
+    require(value > 0, fmt::format("{} must be positive, got {}", key, value));
+  }
+  require(o.kv_heads >= 0 && o.head_dim >= 0,
+          fmt::format("model.kv_heads ({}) and model.head_dim ({}) must not be negative",
+                      o.kv_heads, o.head_dim));
+  require(o.heads % o.resolved_kv_heads() == 0,
+          fmt::format("model.kv_heads ({}) must divide model.heads ({})", o.kv_heads, o.heads));
+  require(o.head_dim > 0 || o.d_model % o.heads == 0,
+          fmt::format("model.heads ({}) must divide model.d_model ({}) when model.head_dim is not "
+                      "set",
+                      o.heads, o.d_model));
+  require(o.resolved_head_dim() % 2 == 0,
+          fmt::format("the head size ({}) must be even for the rotary embedding",
+                      o.resolved_head_dim()));
+  require(o.rms_norm_eps > 0.0,
+          fmt::format("model.rms_norm_eps must be positive, got {}", o.rms_norm_eps));
+  require(o.dropout >= 0.0 && o.dropout < 1.0,
+          fmt::format("model.dropout must be in [0, 1), got {}", o.dropout));
+  require(o.padded_vocab_size == 0 || o.padded_vocab_size >= o.vocab_size,
+          fmt::format("padded_vocab_size ({}) must be at least data.vocab_size ({})",
+                      o.padded_vocab_size, o.vocab_size));
+  try {
+    check_rope_options(o.rope);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("llama: ") + e.what());
+  }
+}
+
+}  // namespace models

@@ -1,0 +1,77 @@
+#include "models/llama/make_llama.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <optional>
+#include <stdexcept>
+
+#include "models/llama/hf_llama.h"
+
+namespace models {
+namespace {
+
+int64_t or_else(int64_t value, int64_t fallback) { return value > 0 ? value : fallback; }
+double or_else(double value, double fallback) { return value > 0.0 ? value : fallback; }
+
+// The preset with the keys the config sets (> 0, or a rope_scaling other than auto) over it.
+LlamaOptions from_keys(const ModelOptions& o) {
+  LlamaOptions l = llama_preset(o.preset.empty() ? "llama-tiny" : o.preset);
+  l.num_layers = or_else(o.num_layers, l.num_layers);
+  l.heads = or_else(o.heads, l.heads);
+  l.d_model = or_else(o.d_model, l.d_model);
+  l.kv_heads = or_else(o.kv_heads, l.kv_heads);
+  l.head_dim = or_else(o.head_dim, l.head_dim);
+  l.intermediate = or_else(o.intermediate_size, l.intermediate);
+  l.rms_norm_eps = or_else(o.rms_norm_eps, l.rms_norm_eps);
+  RopeOptions& r = l.rope;
+  r.theta = or_else(o.rope_theta, r.theta);
+  if (!o.rope_scaling.empty() && o.rope_scaling != "auto") r.scaling = o.rope_scaling;
+  r.factor = or_else(o.rope_factor, r.factor);
+  r.low_freq_factor = or_else(o.rope_low_freq_factor, r.low_freq_factor);
+  r.high_freq_factor = or_else(o.rope_high_freq_factor, r.high_freq_factor);
+  r.original_context = or_else(o.rope_original_context, r.original_context);
+  l.attention_bias = o.attention_bias;
+  l.mlp_bias = o.mlp_bias;
+  l.tie_embeddings = o.tie_embeddings;
+  return l;
+}
+
+}  // namespace
+
+std::shared_ptr<Llama> make_llama(const ModelOptions& o, const core::Shape& s) {
+  if (s.vocab_size <= 0 || s.context <= 0) {
+    throw std::invalid_argument(
+        "model.name: llama needs token data (data.dataset: tokens) (data.dataset gives none)");
+  }
+  LlamaOptions l = from_keys(o);
+  l.vocab_size = s.vocab_size;
+  l.context = o.context;  // 0: the file's (model.init_from), else the data's
+  l.dropout = o.dropout;
+  l.checkpoint_activations = o.checkpoint_activations;
+  std::optional<LlamaInit> init;
+  if (!o.init_from.empty()) {
+    // The file's architecture wins over the preset's; dimension keys set here must agree.
+    init = read_llama_init(o.init_from);
+    apply_llama_init(
+        *init, {o.num_layers, o.heads, o.kv_heads, o.head_dim, o.d_model, o.intermediate_size}, l);
+  }
+  if (l.context == 0) l.context = s.context;
+  if (s.context > l.context) {
+    throw std::invalid_argument(fmt::format(
+        "data.context = {} is longer than model.context = {} (the positions the model sees)",
+        s.context, l.context));
+  }
+  auto llama = std::make_shared<Llama>(l);
+  if (init) {
+    load_llama_init(*init, *llama, llama->options());
+    const LlamaOptions& m = llama->options();
+    spdlog::info("model.init_from: Hugging Face Llama {} ({} blocks, {} wide, {} heads over {} kv "
+                 "heads of {}, MLP {}, {} positions)",
+                 init->path, m.num_layers, m.d_model, m.heads, m.kv_heads, m.head_dim,
+                 m.intermediate, m.context);
+  }
+  return llama;
+}
+
+}  // namespace models

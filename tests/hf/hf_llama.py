@@ -1,0 +1,163 @@
+"""Hugging Face `transformers` side of the Llama import/export tests (tests/unit/hf_llama_test.cpp,
+tests/e2e). Offline: nothing is downloaded; models are random.
+
+usage:
+  hf_llama.py make DIR --vocab V --layers L --heads H --kv-heads K --width D --intermediate I
+                       --positions P [--head-dim HD] [--untied] [--rope-scaling] [--bias]
+                       [--theta T] [--max-shard-size S] [--seed S]
+      A random LlamaForCausalLM saved with save_pretrained (config.json and model.safetensors,
+      or shards and model.safetensors.index.json above S), and DIR/expected.safetensors:
+      `inputs` int64 [2, P/2], their `logits` [2, P/2, V], `prompt` int64 [1, 5] and `greedy`,
+      generate(do_sample=False)'s new ids after it (P/2 of them).
+  hf_llama.py logits DIR IN OUT
+      Loads DIR with LlamaForCausalLM.from_pretrained (failing on missing, unexpected or
+      mismatched keys) and writes the logits of IN's `inputs` to OUT as `logits`.
+  hf_llama.py greedy DIR PROMPT N
+      Prints PROMPT and the bytes generate(do_sample=False) adds to its UTF-8 bytes (a byte-level
+      model), N new ids, to stdout.
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+
+hf_logging.disable_progress_bar()
+
+
+def load(directory):
+    model, info = LlamaForCausalLM.from_pretrained(directory, output_loading_info=True)
+    bad = {
+        k: v
+        for k, v in info.items()
+        if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")
+    }
+    if bad:
+        sys.exit(f"{directory}: from_pretrained: {bad}")
+    return model.eval()
+
+
+def make(a):
+    torch.manual_seed(a.seed)
+    scaling = None
+    if a.rope_scaling:
+        scaling = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8,
+        }
+    # A wider initialisation than 0.02 gives peaked logits, so greedy choices are not decided by
+    # rounding.
+    config = LlamaConfig(
+        vocab_size=a.vocab,
+        hidden_size=a.width,
+        intermediate_size=a.intermediate,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.kv_heads,
+        head_dim=a.head_dim,
+        max_position_embeddings=a.positions,
+        rope_theta=a.theta,
+        rope_scaling=scaling,
+        tie_word_embeddings=not a.untied,
+        attention_bias=a.bias,
+        mlp_bias=a.bias,
+        rms_norm_eps=1e-5,
+        initializer_range=0.1,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # norms and biases away from 1 and 0, as after training
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight") or name.endswith(".bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(a.dir, safe_serialization=True, max_shard_size=a.max_shard_size)
+    steps = a.positions // 2
+    g = torch.Generator().manual_seed(a.seed + 1)
+    inputs = torch.randint(0, a.vocab, (2, steps), generator=g)
+    prompt = torch.randint(0, a.vocab, (1, 5), generator=g)
+    with torch.no_grad():
+        logits = model(inputs).logits
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            do_sample=False,
+            max_new_tokens=steps,
+            min_new_tokens=steps,
+            pad_token_id=0,
+        )
+    save_file(
+        {
+            "inputs": inputs,
+            "logits": logits.contiguous(),
+            "prompt": prompt,
+            "greedy": out[0, prompt.shape[1] :].contiguous(),
+        },
+        os.path.join(a.dir, "expected.safetensors"),
+    )
+
+
+def logits(a):
+    model = load(a.dir)
+    inputs = load_file(a.inp)["inputs"].long()
+    with torch.no_grad():
+        save_file({"logits": model(inputs).logits.contiguous()}, a.out)
+
+
+def greedy(a):
+    model = load(a.dir)
+    prompt = torch.tensor([list(a.prompt.encode())])
+    with torch.no_grad():
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            do_sample=False,
+            max_new_tokens=a.n,
+            min_new_tokens=a.n,
+            pad_token_id=0,
+        )
+    sys.stdout.buffer.write(a.prompt.encode() + bytes(out[0, prompt.shape[1] :].tolist()) + b"\n")
+
+
+def main():
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("dir")
+    for key in ("vocab", "layers", "heads", "kv-heads", "width", "intermediate", "positions"):
+        m.add_argument("--" + key, type=int, required=True)
+    m.add_argument("--head-dim", type=int, default=None)
+    m.add_argument("--theta", type=float, default=10000.0)
+    m.add_argument("--untied", action="store_true")
+    m.add_argument("--rope-scaling", action="store_true")
+    m.add_argument("--bias", action="store_true")
+    m.add_argument("--max-shard-size", default="5GB")
+    m.add_argument("--seed", type=int, default=0)
+    lg = sub.add_parser("logits")
+    lg.add_argument("dir")
+    lg.add_argument("inp")
+    lg.add_argument("out")
+    gr = sub.add_parser("greedy")
+    gr.add_argument("dir")
+    gr.add_argument("prompt")
+    gr.add_argument("n", type=int)
+    a = p.parse_args()
+    {"make": make, "logits": logits, "greedy": greedy}[a.command](a)
+
+
+if __name__ == "__main__":
+    main()
