@@ -12,7 +12,8 @@ when its micro-batch holds the whole slice), with AdamW and gradient clipping at
 
 measured over the steps after the first (as the trainer's "done:" line is).
 The models follow the trainer's definitions (src/models/gpt/gpt.h, llama/llama.h, sequence.h)
-with PyTorch's own fast paths (F.scaled_dot_product_attention, nn.LSTM, fused AdamW where available)."""
+with PyTorch's own fast paths (F.scaled_dot_product_attention, nn.LSTM, fused AdamW where
+available)."""
 
 import argparse
 import itertools
