@@ -237,7 +237,7 @@ TEST(SafetensorsShards, SizesAndABrokenIndex) {
   EXPECT_TRUE(at::equal(back.at("b"), t.at("b")));
   std::filesystem::remove(files[1]);
   EXPECT_THAT([&] { io::read_safetensors_dir(dir.path()); },
-              ::testing::ThrowsMessage<models::SafetensorsError>(HasSubstr(files[1])));
+              ::testing::ThrowsMessage<io::SafetensorsError>(HasSubstr(files[1])));
 }
 
 }  // namespace

@@ -243,14 +243,14 @@ LlamaInit read_llama_init(const std::string& path) {
       init.files = io::safetensors_files(path);
       if (init.files.empty()) {
         throw init_error(fmt::format("{}: the directory holds neither {} nor {}", path,
-                                     kSafetensorsFile, kSafetensorsIndex));
+                                     io::kSafetensorsFile, io::kSafetensorsIndex));
       }
       file = io::read_safetensors_dir(path);
     } else {
       init.files = {path};
       file = io::read_safetensors(path);
     }
-  } catch (const SafetensorsError& e) {
+  } catch (const io::SafetensorsError& e) {
     throw init_error(e.what());
   }
   init.weights =
@@ -400,7 +400,7 @@ std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOp
     // transformers reads the "format" metadata of a safetensors file to know its framework.
     return io::write_safetensors_dir(dir, hf_llama_tensors(model, o), max_shard_bytes,
                                      {{"format", "pt"}});
-  } catch (const SafetensorsError& e) {
+  } catch (const io::SafetensorsError& e) {
     throw std::runtime_error(e.what());
   }
 }
