@@ -100,7 +100,7 @@ TEST(TextSamples, ErrorsNameTheirKeys) {
     FAIL() << "no error for a model that does not generate text";
   } catch (const std::invalid_argument& e) {
     EXPECT_THAT(e.what(), HasSubstr("train.sample_every: samples need a language model "
-                                    "(model.name: gpt), not mlp"));
+                                    "(model.name: gpt or llama), not mlp"));
   }
   auto options = sampling(0.8, 200);
   options.sample_prompt = std::string(16, 'x');
