@@ -16,6 +16,7 @@
 
 #include "io/checkpoint_keys.h"
 #include "io/safetensors.h"
+#include "models/hf_config.h"
 
 namespace models {
 
@@ -30,10 +31,6 @@ using nlohmann::json;
 
 const std::string kPrefix = "transformer.";
 const std::string kCheckpointParam(io::kParamKeyPrefix);
-
-std::invalid_argument init_error(const std::string& what) {
-  return std::invalid_argument("model.init_from: " + what);
-}
 
 // GPT-2's Conv1D weights ([in, out]), by Gpt's name.
 bool is_conv1d_weight(const std::string& name) {
@@ -91,15 +88,7 @@ int64_t config_int(const json& c, const char* key, const std::string& file) {
 }
 
 void read_config_json(const std::string& file, Gpt2Dims& dims) {
-  std::ifstream in(file);
-  if (!in) throw init_error(fmt::format("{}: cannot be read", file));
-  json c;
-  try {
-    c = json::parse(in);
-  } catch (const json::exception& e) {
-    throw init_error(fmt::format("{}: not valid JSON: {}", file, e.what()));
-  }
-  if (!c.is_object()) throw init_error(fmt::format("{}: not a JSON object", file));
+  json c = read_hf_config(file);
   check_architecture(c, file);
   const std::pair<const char*, int64_t*> keys[] = {{"n_layer", &dims.num_layers},
                                                    {"n_head", &dims.heads},

@@ -13,6 +13,7 @@
 
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
+#include "models/hf_config.h"
 
 namespace models {
 namespace {
@@ -23,10 +24,6 @@ using nlohmann::json;
 const std::string kPrefix = "model.";
 const std::string kLmHead = "lm_head.weight";
 const std::string kEmbed = "embed_tokens.weight";
-
-std::invalid_argument init_error(const std::string& what) {
-  return std::invalid_argument("model.init_from: " + what);
-}
 
 // config.json's values, each read once with a message naming the file and the key.
 class ConfigReader {
@@ -97,15 +94,7 @@ void read_rope(const ConfigReader& r, RopeOptions& rope) {
 }
 
 ConfigReader open_config(const std::string& file) {
-  std::ifstream in(file);
-  if (!in) throw init_error(fmt::format("{}: cannot be read", file));
-  json c;
-  try {
-    c = json::parse(in);
-  } catch (const json::exception& e) {
-    throw init_error(fmt::format("{}: not valid JSON: {}", file, e.what()));
-  }
-  if (!c.is_object()) throw init_error(fmt::format("{}: not a JSON object", file));
+  json c = read_hf_config(file);
   return ConfigReader(std::move(c), file);
 }
 
