@@ -20,6 +20,18 @@ losses() {
   last=$(sed -E 's/.*loss ([0-9.]+) -> ([0-9.]+).*/\2/' <<<"$line")
 }
 
+# Step 1's loss (the 'done:' line's first) equals REFERENCE within 1e-3 relative, and the last is
+# below 0.7 of the first; prints both. (The global batch is every window of the shard, so step 1's
+# loss is the reference model's mean loss over the shard.)
+expect_imported_then_falls() {
+  local ref=$1
+  losses
+  awk -v a="$first" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-3 * b) }' \
+    || fail "step 1 loss $first, the Hugging Face model's mean loss over the shard is $ref"
+  awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.7 * f) }' || fail "loss did not fall: $first -> $last"
+  echo "step 1 loss $first = transformers' $ref; then $last"
+}
+
 tiny=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample"
   --set train.device=cpu --set log.every=5 --set train.warmup_steps=0)
 llama=(--config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample"
@@ -46,12 +58,7 @@ case $case_name in
       --set checkpoint.dir="$work/ckpt" --set log.every=10
     expect_rc 0
     expect_grep "model.init_from: weights of Hugging Face GPT-2 $work/hf/model.safetensors \(2 blocks, 4 heads, 64 wide, 64 positions\)"
-    losses
-    ref=${expected%% *}
-    awk -v a="$first" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-3 * b) }' \
-      || fail "step 1 loss $first, the Hugging Face model's mean loss over the shard is $ref"
-    awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.7 * f) }' || fail "loss did not fall: $first -> $last"
-    echo "step 1 loss $first = transformers' $ref; after 30 steps $last"
+    expect_imported_then_falls "${expected%% *}"
     # Resuming ignores init_from, saying so.
     run mpirun -np 2 "$trainer" --config "$src/configs/gpt2.yaml" --set model.init_from="$work/hf" \
       --set data.path="$work/shards" --set data.context=32 --set model.context=64 --set train.device=cpu \
@@ -211,6 +218,46 @@ PY
     expect_rc 0
     run "$trainer" "${llama[@]}" --set model.init_from="$work/hf" --export-hf "$work/out2" --max-shard-size 5parsecs
     expect_rc 2; expect_grep "--max-shard-size: '5parsecs' is not a size" ;;
+  llama_hf_tokenizer_finetune_np2)
+    # A user's Llama pipeline end to end: a byte-level BPE tokenizer.json (trained offline with
+    # `tokenizers`: tests/unit/bpe_reference.py's llama3-pattern) tokenizes a JSONL corpus with
+    # scripts/tokenize_text.py --tokenizer; a random Hugging Face LlamaForCausalLM of that
+    # vocabulary (grouped-query attention, untied) with the tokenizer.json beside its weights is
+    # fine-tuned on 2 ranks through model.init_from (data.tokenizer left at auto). The global batch
+    # is every window of the shard, so step 1's loss is transformers' mean loss over the shard: the
+    # weights and the ids arrived. The loss falls, and --generate prints text through the C++
+    # tokenizer.
+    "$TRAINER_PYTHON" "$src/tests/unit/bpe_reference.py" "$work/ref" >"$out" 2>&1 || fail "bpe_reference.py failed"
+    "$TRAINER_PYTHON" - "$src/tests/unit" "$work/docs.jsonl" <<'PY' || fail "could not write the corpus"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from bpe_reference import DOCS
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    for d in DOCS * 4:
+        f.write(json.dumps({"text": d}) + "\n")
+PY
+    run "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" "$work/docs.jsonl" "$work/shards" \
+      --tokenizer "$work/ref/llama3-pattern/tokenizer.json"
+    expect_rc 0; expect_grep "of uint16 -> $work/shards; "
+    vocab=$(sed -nE 's/.*data.vocab_size: ([0-9]+),.*/\1/p' "$out")
+    [ -n "$vocab" ] || fail "tokenize_text.py printed no data.vocab_size"
+    pyllama make "$work/hf" --vocab "$vocab" --layers 2 --heads 4 --kv-heads 2 --width 64 \
+      --intermediate 128 --positions 64 --untied --seed 3 >/dev/null 2>&1 \
+      || fail "could not make the transformers model"
+    cp "$work/ref/llama3-pattern/tokenizer.json" "$work/hf/"
+    expected=$(pyllama loss "$work/hf" "$work/shards/train_000000.bin" 32) || fail "reference loss: $expected"
+    windows=$(sed -E 's/.* over ([0-9]+) windows/\1/' <<<"$expected")
+    lm=(--config "$src/configs/llama-tiny.yaml" --set model.init_from="$work/hf" --set data.path="$work/shards"
+      --set data.vocab_size="$vocab" --set data.context=32 --set train.device=cpu --set train.warmup_steps=2
+      --set train.global_batch_size="$windows" --set train.lr=0.003 --set train.eval_every=30
+      --set train.eval_samples=8 --set train.sample_every=0 --set checkpoint.dir="$work/ckpt" --set log.every=10)
+    run mpirun -np 2 "$trainer" "${lm[@]}" --set train.steps=30
+    expect_rc 0
+    expect_grep "model.init_from: Hugging Face Llama $work/hf \(2 blocks, 64 wide, 4 heads over 2 kv heads"
+    expect_imported_then_falls "${expected%% *}"
+    run "$trainer" "${lm[@]}" --generate "The quick brown" --max-new-tokens 12 --temperature 0
+    expect_rc 0; expect_grep "weights: .*$work/ckpt/final.safetensors"; expect_grep "^The quick brown"
+    grep "^The quick brown" "$out" ;;
   llama_tiny_np2)
     # configs/llama-tiny.yaml on 2 CPU ranks (shortened): the loss falls and a sample is written.
     run mpirun -np 2 "$trainer" --config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample" \

@@ -36,6 +36,9 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shard_loss import shard_loss  # noqa: E402
+
 hf_logging.disable_progress_bar()
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
@@ -88,15 +91,8 @@ def greedy(a):
 
 
 def loss(a):
-    model = load(a.dir)
-    tokens = torch.from_numpy(np.fromfile(a.shard, dtype=np.uint16).astype(np.int64))
-    c = a.context
-    windows = torch.stack([tokens[k * c:k * c + c + 1] for k in range((len(tokens) - 1) // c)])
-    with torch.no_grad():
-        out = model(windows[:, :-1]).logits
-        value = torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
-                                                  windows[:, 1:].reshape(-1))
-    print(f"{value.item():.6f} over {len(windows)} windows")
+    value, windows = shard_loss(load(a.dir), a.shard, a.context)
+    print(f"{value:.6f} over {windows} windows")
 
 
 def shard(a):

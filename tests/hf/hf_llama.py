@@ -15,6 +15,10 @@ usage:
   hf_llama.py greedy DIR PROMPT N
       Prints PROMPT and the bytes generate(do_sample=False) adds to its UTF-8 bytes (a byte-level
       model), N new ids, to stdout.
+  hf_llama.py loss DIR SHARD CONTEXT
+      The mean next-token loss of DIR's model over every window of CONTEXT + 1 tokens of SHARD
+      (windows k * CONTEXT ..., as the trainer's token dataset cuts them), uint16 ids with or
+      without llm.c's 256-int32 header; prints "LOSS over N windows".
 """
 
 import argparse
@@ -29,6 +33,9 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shard_loss import shard_loss  # noqa: E402
 
 hf_logging.disable_progress_bar()
 
@@ -131,6 +138,11 @@ def greedy(a):
     sys.stdout.buffer.write(a.prompt.encode() + bytes(out[0, prompt.shape[1] :].tolist()) + b"\n")
 
 
+def loss(a):
+    value, windows = shard_loss(load(a.dir), a.shard, a.context)
+    print(f"{value:.6f} over {windows} windows")
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -155,8 +167,12 @@ def main():
     gr.add_argument("dir")
     gr.add_argument("prompt")
     gr.add_argument("n", type=int)
+    ls = sub.add_parser("loss")
+    ls.add_argument("dir")
+    ls.add_argument("shard")
+    ls.add_argument("context", type=int)
     a = p.parse_args()
-    {"make": make, "logits": logits, "greedy": greedy}[a.command](a)
+    {"make": make, "logits": logits, "greedy": greedy, "loss": loss}[a.command](a)
 
 
 if __name__ == "__main__":
