@@ -634,7 +634,7 @@ tags = set(acc.Tags()["scalars"])
 print("tags:", sorted(tags))
 expected = {"train/loss", "train/lr", "train/grad_norm", "train/samples_per_s", "train/tokens_per_s",
             "train/micro_batch", "train/fallbacks", "train/skipped_steps", "memory/rank_0_mib",
-            "memory/rank_1_mib", "eval/loss"}
+            "memory/rank_1_mib", "eval/loss", "eval/bpb"}
 if expected - tags:
     sys.exit(f"missing scalars: {sorted(expected - tags)}")
 records = [json.loads(line) for line in open(sys.argv[2])]
@@ -652,6 +652,7 @@ same("train/lr", "step", lambda r: r["lr"])
 same("train/tokens_per_s", "step", lambda r: r["tokens_per_s"])
 same("memory/rank_1_mib", "step", lambda r: r["memory_peak_mib"][1])
 same("eval/loss", "eval", lambda r: r["loss"])
+same("eval/bpb", "eval", lambda r: r["bpb"])
 PY
       expect_rc 0; cat "$out"
       expect_grep "train/loss steps: \[1, 10, 20, 21, 30, 40\]"
