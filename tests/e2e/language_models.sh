@@ -279,6 +279,7 @@ PY
     for np in 1 3; do
       run mpirun -np $np "$trainer" "${evalrun[@]}" "${tasks[@]}" --set checkpoint.dir="$work/ckpt" --evaluate
       expect_rc 0; expect_grep "evaluating checkpoint $work/ckpt/final.safetensors \(4 steps done\)"
+      expect_no_grep "continuing at step"; expect_no_grep "step +5/"
       while read -r line; do
         expect_grep "eval step 4: ${line/, acc_norm/ \(.*\), acc_norm}"
       done <"$work/expected.txt"
