@@ -98,6 +98,11 @@ void load_eval_inputs(Startup& s) {
   for (const std::string& path : tasks) {
     s.eval_inputs.tasks.push_back(
         data::read_choice_task(path, tokenizer.get(), lm->vocab_size(), lm->context()));
+    if (s.rank == 0 && path.ends_with(".bin") && tokenizer && tokenizer->name() != "gpt2") {
+      spdlog::warn("eval.tasks: {} holds GPT-2 ids (llm.c's format), and this run's tokenizer is "
+                   "{}: its scores mean something only if the model reads GPT-2 ids",
+                   path, tokenizer->name());
+    }
   }
   if (tokenizer) s.eval_inputs.token_bytes = token_bytes(*tokenizer, lm->vocab_size());
 }
