@@ -276,6 +276,9 @@ if abs(tb - want) > 1e-6 or abs(acc.Scalars("eval/bpb")[-1].value - rec["bpb"]) 
 print("metrics.jsonl and TensorBoard:", {k: rec[k] for k in ("randbin", "words", "bpb")})
 PY
     expect_rc 0; cat "$out"
+    # scripts/plot_metrics.py draws the tasks' fractions among the validation metrics.
+    run "$TRAINER_PYTHON" "$src/scripts/plot_metrics.py" "$work/ckpt/metrics.jsonl" -o "$work/plots"
+    expect_rc 0; [ -s "$work/plots/eval.png" ] || fail "plot_metrics.py drew no eval.png"
     for np in 1 3; do
       run mpirun -np $np "$trainer" "${evalrun[@]}" "${tasks[@]}" --set checkpoint.dir="$work/ckpt" --evaluate
       expect_rc 0; expect_grep "evaluating checkpoint $work/ckpt/final.safetensors \(4 steps done\)"
