@@ -4,7 +4,8 @@
     scripts/plot_metrics.py runs/x/metrics.jsonl [-o DIR]       (default DIR: beside the file)
 
 Writes DIR/loss.png (training loss and the validation loss), DIR/eval.png (the other validation
-metrics: PSNR, HR@10, ... when there are any), DIR/lr.png, DIR/throughput.png (samples/s and
+metrics: PSNR, HR@10, bits per byte, each eval.tasks task's acc and acc_norm, ... when there
+are any), DIR/lr.png, DIR/throughput.png (samples/s and
 tokens/s) and DIR/memory.png (each rank's peak tensor memory), with steps where a memory fallback
 was taken (or an fp16 step was skipped) marked on every figure. Needs matplotlib (installed in
 the project's virtualenv by scripts/bootstrap.sh)."""
@@ -30,6 +31,13 @@ def read(path):
                 record = json.loads(line)
             except json.JSONDecodeError as e:
                 sys.exit(f"plot_metrics.py: {path}:{number}: not JSON ({e.msg})")
+            if record.get("type") == "eval":
+                # a task of eval.tasks: {"acc": A, "acc_norm": B, "examples": N} -> fractions
+                for name, value in list(record.items()):
+                    if isinstance(value, dict) and value.get("examples"):
+                        del record[name]
+                        for k in ("acc", "acc_norm"):
+                            record[f"{name} {k}"] = value[k] / value["examples"]
             (evals if record.get("type") == "eval" else steps).append(record)
     if not steps and not evals:
         sys.exit(f"plot_metrics.py: {path}: no records")

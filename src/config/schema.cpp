@@ -9,8 +9,8 @@ namespace config::schema {
 const std::vector<KeyDef>& keys() {
   static const std::vector<KeyDef> table = [] {
     std::vector<KeyDef> all;
-    for (const auto& section : {model_keys(), data_keys(), train_keys(), ddp_keys(), memory_keys(),
-                                checkpoint_keys(), log_keys()}) {
+    for (const auto& section : {model_keys(), data_keys(), train_keys(), eval_keys(), ddp_keys(),
+                                memory_keys(), checkpoint_keys(), log_keys()}) {
       all.insert(all.end(), section.begin(), section.end());
     }
     return all;

@@ -111,6 +111,12 @@ std::vector<KeyDef> train_keys() {
   return keys;
 }
 
+std::vector<KeyDef> eval_keys() {
+  return {text_list("eval.tasks", FIELD(train.eval_tasks), "[]",
+                    "multiple-choice task files (llm.c's HellaSwag .bin, or JSON Lines) evaluated "
+                    "every train.eval_every steps and at the end; gpt and llama only")};
+}
+
 std::vector<KeyDef> checkpoint_keys() {
   return {
       text("checkpoint.dir", FIELD(checkpoint.dir), "", "directory for checkpoints (empty: none)"),

@@ -80,7 +80,8 @@ void log_banner(const Startup& s) {
     spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
                  config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
   }
-  if (s.checkpoint) log_resume(*s.checkpoint, config.train);
+  if (s.checkpoint && !s.weights_only)
+    log_resume(*s.checkpoint, config.train);  // --evaluate says its own
 }
 
 }  // namespace launcher

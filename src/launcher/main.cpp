@@ -24,6 +24,7 @@
 #include "launcher/startup.h"
 #include "launcher/stop_policy.h"
 #include "memory/process_memory.h"
+#include "train/evaluation.h"
 #include "train/report/run_report.h"
 
 namespace launcher {
@@ -39,6 +40,7 @@ struct CommandLine {
   GenerateArgs generate_args;
   std::string export_hf;               // --export-hf DIR
   std::string max_shard_size = "5GB";  // --max-shard-size (llama's --export-hf)
+  bool evaluate = false;               // --evaluate: the evaluations only, then exit
 };
 
 int parse_command_line(int argc, char** argv, CommandLine& cli) {
@@ -68,6 +70,11 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
                                    "write the config's weights as a Hugging Face GPT-2 or Llama "
                                    "(config.json, model.safetensors) to DIR, exit")
                         ->excludes(generate);
+  app.add_flag("--evaluate", cli.evaluate,
+               "run only the evaluations (validation loss and bits per byte, eval.tasks) on the "
+               "weights --generate would use, on one process or under mpirun, and exit")
+      ->excludes(generate)
+      ->excludes(export_hf);
   app.add_option("--max-shard-size", cli.max_shard_size,
                  "--export-hf: llama weights above this go to shards and an index, as "
                  "save_pretrained (5GB, 500MB, 2GiB, bytes)")
@@ -158,8 +165,32 @@ int train_until_done(Startup& s) {
                              s.config.train.steps);
 }
 
+// --evaluate: the evaluation a run does at train.eval_every, once, on the weights --generate
+// would use (checkpoint.resume, the newest checkpoint in checkpoint.dir, model.init_from). Every
+// rank evaluates its slice; rank 0 prints the lines.
+int evaluate_only(Startup& s) {
+  if (s.rank == 0) {
+    spdlog::info("evaluating {}",
+                 s.checkpoint ? fmt::format("checkpoint {} ({} steps done)", s.checkpoint->path,
+                                            s.checkpoint->meta.step)
+                 : !s.config.model.init_from.empty()
+                     ? fmt::format("model.init_from {}", s.config.model.init_from)
+                     : std::string("the untrained model (no checkpoint, no model.init_from)"));
+  }
+  train::Trainer& t = *s.trainer;
+  const train::ValidationMetrics m =
+      train::evaluate_and_log(t.control(), t.model(), t.dataset(), t.start_step(),
+                              t.plan().micro_batch, s.config.train.eval_samples, t.eval_inputs());
+  if (s.rank == 0 && m.samples == 0 && m.tasks.empty()) {
+    spdlog::warn("--evaluate: nothing to evaluate (no validation split, no eval.tasks)");
+  }
+  s.control->barrier("shutdown");
+  return kExitOk;
+}
+
 int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   Startup s;
+  s.weights_only = cli.evaluate;
   if (const int code = read_configuration(mpi, cli.config_path, cli.overrides, s);
       code != kExitOk) {
     return code;
@@ -175,6 +206,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     spdlog::info("dry run: nothing trained");
     return kExitOk;
   }
+  if (cli.evaluate) return evaluate_only(s);
   return train_until_done(s);
 }
 

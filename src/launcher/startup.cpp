@@ -1,11 +1,13 @@
 #include "launcher/startup.h"
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>
 #include <thread>
 
+#include "data/choice_tasks.h"
 #include "data/tokenizer.h"
 #include "ddp/backend.h"
 #include "ddp/batch_plan.h"
@@ -16,6 +18,8 @@
 #include "launcher/generate_command.h"
 #include "launcher/logging.h"
 #include "launcher/resume.h"
+#include "models/capabilities.h"
+#include "models/language_model.h"
 #include "models/registry.h"
 #include "train/precision.h"
 #include "train/report/metrics.h"
@@ -58,6 +62,51 @@ void bind_rank(Startup& s) {
   at::set_num_threads(s.threads);
 }
 
+// The bytes each id of `tokenizer` stands for, int64 [vocab] (bits per byte); ids it does not
+// spell count 0.
+at::Tensor token_bytes(const data::Tokenizer& tokenizer, int64_t vocab) {
+  at::Tensor bytes = at::zeros({vocab}, at::kLong);
+  auto b = bytes.accessor<int64_t, 1>();
+  const int64_t spelled = std::min(vocab, tokenizer.vocab_size());
+  for (int64_t id = 0; id < spelled; ++id) {
+    b[id] = static_cast<int64_t>(tokenizer.decode({id}).size());
+  }
+  return bytes;
+}
+
+// eval.tasks (read and checked on every rank alike) and the token bytes of bits per byte, for
+// language models on token data.
+void load_eval_inputs(Startup& s) {
+  const config::Config& config = s.config;
+  const auto* lm = models::as<models::LanguageModel>(*s.model);
+  const auto& tasks = config.train.eval_tasks;
+  if (!tasks.empty() && lm == nullptr) {
+    throw std::invalid_argument(fmt::format(
+        "eval.tasks: multiple-choice tasks need a language model (model.name: gpt or llama); "
+        "this config has model.name: {}",
+        config.model.name));
+  }
+  if (lm == nullptr || config.data.dataset != "tokens") return;
+  const bool needs_tokenizer = std::any_of(
+      tasks.begin(), tasks.end(), [](const std::string& t) { return !t.ends_with(".bin"); });
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  try {
+    tokenizer = data::choose_tokenizer(config.data, config.model.init_from);
+  } catch (const std::invalid_argument&) {
+    if (needs_tokenizer) throw;  // JSON Lines tasks need one; bits per byte goes without
+  }
+  for (const std::string& path : tasks) {
+    s.eval_inputs.tasks.push_back(
+        data::read_choice_task(path, tokenizer.get(), lm->vocab_size(), lm->context()));
+    if (s.rank == 0 && path.ends_with(".bin") && tokenizer && tokenizer->name() != "gpt2") {
+      spdlog::warn("eval.tasks: {} holds GPT-2 ids (llm.c's format), and this run's tokenizer is "
+                   "{}: its scores mean something only if the model reads GPT-2 ids",
+                   path, tokenizer->name());
+    }
+  }
+  if (tokenizer) s.eval_inputs.token_bytes = token_bytes(*tokenizer, lm->vocab_size());
+}
+
 // The data set and the model, and the checks that must fail here rather than in the Trainer.
 void load_data_and_model(Startup& s) {
   const config::Config& config = s.config;
@@ -69,6 +118,7 @@ void load_data_and_model(Startup& s) {
   ddp::RankSampler(s.dataset->size(), config.train.global_batch_size, config.train.seed);
   at::manual_seed(config.train.seed);
   s.model = models::create_model(config.model, s.dataset->shape());
+  load_eval_inputs(s);
   if (s.rank != 0) return;
   if (!config.checkpoint.dir.empty()) train::check_checkpoint_dir(config.checkpoint.dir);
   if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
@@ -77,7 +127,8 @@ void load_data_and_model(Startup& s) {
   }
   if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
   // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
-  s.checkpoint = select_resume(config.checkpoint, *s.model);
+  s.checkpoint = select_resume(config.checkpoint, *s.model,
+                               s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining);
   if (s.checkpoint && !config.model.init_from.empty()) {
     spdlog::info("model.init_from ignored: resuming from {}", s.checkpoint->path);
   }
@@ -125,6 +176,7 @@ int build_trainer(Startup& s) {
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
                                                  *s.dataset, s.binding.device);
     s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
+    s.trainer->set_eval_inputs(std::move(s.eval_inputs));
     if (s.config.train.sample_every > 0 && s.rank == 0) {
       s.trainer->set_sampler(
           train::make_text_sampler(s.model, s.config.model.name,

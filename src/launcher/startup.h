@@ -7,8 +7,9 @@
 //
 // 1. read_configuration: launch discovery and the config file (a fixed 120 s deadline: the
 //    configured one is not known yet).
-// 2. prepare: devices, memory limits, data, model, a check of the batch plan and the output
-//    directories, and (rank 0) the checkpoint to resume from (launcher/resume.h). Its vote waits
+// 2. prepare: devices, memory limits, data, model, the tasks of eval.tasks (each rank reads and
+//    checks them: data/choice_tasks.h), a check of the batch plan and the output directories,
+//    and (rank 0) the checkpoint to resume from (launcher/resume.h). Its vote waits
 //    up to ddp.timeout_s: loading a large data set or checkpoint can take longer than 120 s.
 // 3. build_trainer: the data-plane communicator and the Trainer (parameter check, buckets, the
 //    broadcast from rank 0); then the device's math flags (train.tf32, train.cudnn_benchmark).
@@ -48,6 +49,9 @@ struct Startup {
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;
   std::optional<train::Checkpoint> checkpoint;  // rank 0, when resuming
+  // --evaluate: the weights are --generate's (launcher/resume.h, ResumeFor::kWeights).
+  bool weights_only = false;
+  train::EvalInputs eval_inputs;  // eval.tasks and bits per byte, handed to the Trainer
   std::unique_ptr<ddp::Communicator> data_comm;
   std::unique_ptr<train::Trainer> trainer;
   std::string device_flags;  // what train::apply_device_flags set, for the banner

@@ -5,11 +5,14 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <stdexcept>
 
 #include "models/capabilities.h"
+#include "models/language_model.h"
+#include "train/choice_evaluation.h"
 
 namespace train {
 namespace {
@@ -117,9 +120,37 @@ RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model
   return task ? evaluate_task(control, model, *task, k) : RankingMetrics{};
 }
 
+namespace {
+
+// Logits held at once by bits per byte's forward passes: 2^26 floats (256 MiB) per chunk of rows,
+// as forward() gives whole [rows, positions, vocabulary] logits (GPT-2's vocabulary at 1024
+// positions: 200 MiB a row).
+constexpr int64_t kLogitsPerChunk = int64_t(1) << 26;
+
+// (nats, bytes) of the next-token loss over `targets` [n, t] (bits per byte's sums; evaluation.h),
+// in chunks of rows.
+std::pair<double, double> nats_and_bytes(models::LanguageModel& lm, const at::Tensor& inputs,
+                                         const at::Tensor& targets, const at::Tensor& token_bytes) {
+  const int64_t vocab = lm.vocab_size(), n = inputs.size(0);
+  const int64_t rows = std::max<int64_t>(1, kLogitsPerChunk / (inputs.size(1) * vocab));
+  double nats = 0;
+  for (int64_t start = 0; start < n; start += rows) {
+    const int64_t r = std::min(rows, n - start);
+    const at::Tensor logits = lm.forward(inputs.narrow(0, start, r)).narrow(-1, 0, vocab);
+    nats +=
+        at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, vocab}),
+                               targets.narrow(0, start, r).reshape({-1}), {}, at::Reduction::Sum)
+            .item<double>();
+  }
+  const at::Tensor bytes = token_bytes.index_select(0, targets.reshape({-1}).to(at::kCPU)).sum();
+  return {nats, static_cast<double>(bytes.item<int64_t>())};
+}
+
+}  // namespace
+
 ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
                                       const data::Dataset& validation, int64_t batch,
-                                      int64_t max_samples) {
+                                      int64_t max_samples, const at::Tensor& token_bytes) {
   const int64_t n = max_samples > 0 ? std::min(max_samples, validation.size()) : validation.size();
   const int world = control.size(), rank = control.rank();
   const int64_t base = n / world, extra = n % world;
@@ -133,17 +164,25 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   model.eval();
   // The metric names come from the model; a rank with no samples still learns them (from one
   // sample, weighted 0) so that every rank reduces the same vector.
+  // sums: the eval_sums, then (bits per byte) nats and bytes, then the samples.
+  auto* lm = token_bytes.defined() ? models::as<models::LanguageModel>(model) : nullptr;
   std::vector<std::string> names;
   at::Tensor sums;
   auto add = [&](int64_t start, int64_t rows, double weight) {
     const data::Batch b = validation.get(at::arange(start, start + rows, at::kLong));
-    const auto parts = model.eval_sums(b.inputs.to(device), b.targets.to(device));
+    const at::Tensor inputs = b.inputs.to(device), targets = b.targets.to(device);
+    const auto parts = model.eval_sums(inputs, targets);
     if (!sums.defined()) {
       for (const auto& [name, value] : parts) names.push_back(name);
-      sums = at::zeros({static_cast<int64_t>(names.size()) + 1}, at::kDouble);
+      sums = at::zeros({static_cast<int64_t>(names.size()) + (lm ? 3 : 1)}, at::kDouble);
     }
     for (size_t i = 0; i < parts.size(); ++i) {
       sums[static_cast<int64_t>(i)] += parts[i].second.item<double>() * weight;
+    }
+    if (lm != nullptr) {
+      const auto [nats, bytes] = nats_and_bytes(*lm, inputs, targets, token_bytes);
+      sums[-3] += nats * weight;
+      sums[-2] += bytes * weight;
     }
     sums[-1] += static_cast<double>(rows) * weight;
   };
@@ -160,12 +199,18 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
     m.means.emplace_back(names[i], sums[static_cast<int64_t>(i)].item<double>() /
                                        std::max<double>(1.0, static_cast<double>(m.samples)));
   }
+  if (lm != nullptr && sums[-2].item<double>() > 0) {
+    m.means.emplace_back("bpb",
+                         sums[-3].item<double>() / (std::log(2.0) * sums[-2].item<double>()));
+  }
   return m;
 }
 
-ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
+namespace {
+
+ValidationMetrics evaluate_dataset(ddp::Communicator& control, models::Model& model,
                                    const data::Dataset& dataset, int64_t step, int64_t batch,
-                                   int64_t max_samples) {
+                                   int64_t max_samples, const at::Tensor& token_bytes) {
   if (const std::optional<data::RankingTask> task = dataset.ranking_task()) {
     constexpr int64_t k = 10;
     const RankingMetrics m = evaluate_task(control, model, *task, k);
@@ -177,16 +222,31 @@ ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& mo
                    k, m.hit_rate, k, m.ndcg, m.users, random);
     }
     ValidationMetrics out;
-    if (m.users > 0) out = {{{"hr@10", m.hit_rate}, {"ndcg@10", m.ndcg}}, m.users};
+    if (m.users > 0) out = {{{"hr@10", m.hit_rate}, {"ndcg@10", m.ndcg}}, m.users, {}};
     return out;
   }
   const auto validation = dataset.validation();
   if (!validation) return {};
-  const ValidationMetrics m = evaluate_validation(control, model, *validation, batch, max_samples);
+  const ValidationMetrics m =
+      evaluate_validation(control, model, *validation, batch, max_samples, token_bytes);
   if (control.rank() == 0 && m.samples > 0) {
     std::string text;
     for (const auto& [name, value] : m.means) text += fmt::format("{} {:.4f} ", name, value);
     spdlog::info("eval step {}: {}over {} validation samples", step, text, m.samples);
+  }
+  return m;
+}
+
+}  // namespace
+
+ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
+                                   const data::Dataset& dataset, int64_t step, int64_t batch,
+                                   int64_t max_samples, const EvalInputs& inputs) {
+  ValidationMetrics m =
+      evaluate_dataset(control, model, dataset, step, batch, max_samples, inputs.token_bytes);
+  for (const data::ChoiceTask& task : inputs.tasks) {
+    m.tasks.push_back(evaluate_choice_task(control, model, task));
+    if (control.rank() == 0) spdlog::info("eval step {}: {}", step, choice_line(m.tasks.back()));
   }
   return m;
 }

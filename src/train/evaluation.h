@@ -25,12 +25,23 @@
 #include <utility>
 #include <vector>
 
+#include "data/choice_tasks.h"
 #include "data/dataset.h"
 #include "ddp/communicator.h"
 #include "models/model.h"
 #include "train/report/results.h"
 
 namespace train {
+
+// What evaluation reads besides the dataset, the same on every rank: the multiple-choice tasks of
+// eval.tasks (train/choice_evaluation.h) and, for bits per byte, the bytes each token id stands
+// for.
+struct EvalInputs {
+  std::vector<data::ChoiceTask> tasks;
+  // int64 [vocabulary] on the CPU: the bytes of each id's decoded text (byte-level data: all 1);
+  // undefined: no bits per byte (data without a tokenizer).
+  at::Tensor token_bytes;
+};
 
 struct RankingMetrics {
   double hit_rate = 0;  // HR@k, in [0, 1]
@@ -64,18 +75,23 @@ RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model
 // at most `batch`, under no-grad in eval mode (training mode is restored), on the model's device;
 // one SUM all-reduce on `control` of (sums..., samples) gives every rank the same means. Every
 // rank issues exactly that one collective, even with an empty slice. Collective.
+// With `token_bytes` defined and a models::LanguageModel, also "bpb", bits per byte: the summed
+// next-token loss in nats over every target token evaluated, over ln 2 times those tokens' bytes
+// (token_bytes of each target id), so that runs with different tokenizers compare.
 ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
                                       const data::Dataset& validation, int64_t batch,
-                                      int64_t max_samples);
+                                      int64_t max_samples, const at::Tensor& token_bytes = {});
 
 // The trainer's evaluation hook. Rank 0 logs
 //   "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)"  (a ranking task), or
-//   "eval step S: loss .. psnr .. over N validation samples"    (datasets with a validation split).
-// Collective as above; nothing (and no collective) for datasets with neither, or with a ranking
-// task and a model that scores no items. Returns what it logged (ranking: "hr@10", "ndcg@10" over
-// `samples` users), empty for nothing.
+//   "eval step S: loss .. psnr .. over N validation samples"    (datasets with a validation split;
+//                                                    bpb beside the loss with inputs.token_bytes),
+// then one line per task of `inputs`: "eval step S: NAME: acc A/N (P%), acc_norm B/N (Q%)".
+// Collective as above, then one all-reduce per task; nothing (and no collective) for datasets with
+// neither, or with a ranking task and a model that scores no items. Returns what it logged
+// (ranking: "hr@10", "ndcg@10" over `samples` users; the tasks' counts), empty for nothing.
 ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
                                    const data::Dataset& dataset, int64_t step, int64_t batch,
-                                   int64_t max_samples);
+                                   int64_t max_samples, const EvalInputs& inputs = {});
 
 }  // namespace train

@@ -94,14 +94,16 @@ void TrainingLoop::add_builtin_actions(RunReport& report) {
                   trainer.report_memory(
                       fmt::format("memory at step {} (peak since the last table)", step));
                 }});
-  // Collective (one all-reduce) for datasets with a validation split or held-out items.
+  // Collective: one all-reduce for datasets with a validation split or held-out items, and one
+  // per task of eval.tasks.
   actions_.add({"evaluation",
                 "evaluation",
                 {.every = o.train.eval_every, .after_last = true},
                 [&trainer, &report, &o](int64_t step) {
-                  report.eval(step, evaluate_and_log(
-                                        trainer.control(), trainer.model(), trainer.dataset(), step,
-                                        trainer.plan().micro_batch, o.train.eval_samples));
+                  report.eval(
+                      step, evaluate_and_log(trainer.control(), trainer.model(), trainer.dataset(),
+                                             step, trainer.plan().micro_batch, o.train.eval_samples,
+                                             trainer.eval_inputs()));
                 }});
 }
 

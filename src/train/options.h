@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/loader.h"
 #include "ddp/options.h"
@@ -43,8 +44,11 @@ struct TrainOptions {
   int64_t threads = 0;       // 0: cores / local ranks
   int64_t eval_every = 0;    // validation metrics every N steps (0: after the last step only)
   int64_t eval_samples = 0;  // validation samples evaluated (0: the whole split)
-  Precision precision{};     // fp32 | bf16 | fp16 (train/precision.h)
-  double loss_scale = 0;     // fp16: initial loss scale (train/loss_scaler.h)
+  // eval.tasks: multiple-choice task files evaluated with validation (data/choice_tasks.h). The
+  // config's `eval` section; the field sits here with the other evaluation settings.
+  std::vector<std::string> eval_tasks;
+  Precision precision{};  // fp32 | bf16 | fp16 (train/precision.h)
+  double loss_scale = 0;  // fp16: initial loss scale (train/loss_scaler.h)
   double loss_scale_growth = 0;
   double loss_scale_backoff = 0;
   int64_t loss_scale_interval = 0;

@@ -49,6 +49,7 @@
 #include "memory/oom.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
+#include "train/evaluation.h"
 #include "train/graph_step.h"
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
@@ -78,6 +79,10 @@ class Trainer {
   // it: the next step's collectives do). It must leave the training state alone
   // (models/gpt/generate.h: eval mode, its own generator).
   void set_sampler(std::function<std::string()> sample);
+  // What evaluation reads besides the dataset (train/evaluation.h: eval.tasks, bits per byte);
+  // set on every rank alike before run(): the tasks' all-reduces are collective.
+  void set_eval_inputs(EvalInputs inputs) { eval_inputs_ = std::move(inputs); }
+  const EvalInputs& eval_inputs() const { return eval_inputs_; }
 
   // One optimizer step over global batch number `step` (from 1, as the log numbers it), retried
   // with fallbacks after an OOM. It reads nothing from the device unless `read_metrics` (then it
@@ -218,6 +223,7 @@ class Trainer {
   int fallbacks_ = 0;
   int64_t start_step_ = 0;  // optimizer steps already done (resumed from a checkpoint)
   std::vector<PeriodicAction> periodic_;  // add_periodic: run() runs them
+  EvalInputs eval_inputs_;
 };
 
 }  // namespace train

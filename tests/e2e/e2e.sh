@@ -314,10 +314,14 @@ SH
     run "$trainer" "${quick[@]}" --set memory.inject_oom=1:5:sideways
     expect_rc 2; expect_grep "memory.inject_oom: '1:5:sideways': phase 'sideways' is not forward, backward or optimizer" ;;
   gpt_tiny_np2)
-    # Byte-level GPT from the sample token shards: loss falls, validation loss is logged.
+    # Byte-level GPT from the sample token shards: loss falls, validation loss is logged, and bits
+    # per byte beside it, which for bytes (one byte per token) is the loss over ln 2.
     run mpirun -np 2 "$trainer" --config "$src/configs/gpt-tiny.yaml" --set train.steps=150 \
       --set train.eval_every=75 --set data.path="$src/data/tokens-sample"
-    expect_rc 0; expect_grep "eval step 75: loss [0-9.]+ over [0-9]+ validation samples"
+    expect_rc 0; expect_grep "eval step 75: loss [0-9.]+ bpb [0-9.]+ over [0-9]+ validation samples"
+    line=$(grep "eval step 150: loss" "$out") || fail "no evaluation at step 150"
+    awk -v l="$(sed -E 's/.*loss ([0-9.]+) bpb.*/\1/' <<<"$line")" -v b="$(sed -E 's/.*bpb ([0-9.]+) over.*/\1/' <<<"$line")" \
+      'BEGIN { d = b - l / log(2); exit !(d < 2e-4 && d > -2e-4) }' || fail "bpb is not loss / ln 2 for bytes: $line"
     expect_grep "tokens/s"; loss_drops ;;
   sequence_np2)
     for cell in lstm transformer; do
@@ -634,7 +638,7 @@ tags = set(acc.Tags()["scalars"])
 print("tags:", sorted(tags))
 expected = {"train/loss", "train/lr", "train/grad_norm", "train/samples_per_s", "train/tokens_per_s",
             "train/micro_batch", "train/fallbacks", "train/skipped_steps", "memory/rank_0_mib",
-            "memory/rank_1_mib", "eval/loss"}
+            "memory/rank_1_mib", "eval/loss", "eval/bpb"}
 if expected - tags:
     sys.exit(f"missing scalars: {sorted(expected - tags)}")
 records = [json.loads(line) for line in open(sys.argv[2])]
@@ -652,6 +656,7 @@ same("train/lr", "step", lambda r: r["lr"])
 same("train/tokens_per_s", "step", lambda r: r["tokens_per_s"])
 same("memory/rank_1_mib", "step", lambda r: r["memory_peak_mib"][1])
 same("eval/loss", "eval", lambda r: r["loss"])
+same("eval/bpb", "eval", lambda r: r["bpb"])
 PY
       expect_rc 0; cat "$out"
       expect_grep "train/loss steps: \[1, 10, 20, 21, 30, 40\]"

@@ -11,6 +11,20 @@ trap 'rm -rf "$work"' EXIT
 source "$src/tests/case_lib.sh"
 py() { "$TRAINER_PYTHON" "$src/tests/hf/hf_gpt2.py" "$@"; }
 pyllama() { "$TRAINER_PYTHON" "$src/tests/hf/hf_llama.py" "$@"; }
+pytasks() { "$TRAINER_PYTHON" "$src/tests/hf/hf_tasks.py" "$@"; }
+
+# A byte-level BPE tokenizer.json (tests/unit/bpe_reference.py: 1093 ids, offline) and token shards
+# of a text in it, and the tiny gpt's settings for them (16 positions of data, 32 of model): for
+# eval.tasks and bits per byte.
+eval_setup() {
+  "$TRAINER_PYTHON" "$src/tests/unit/bpe_reference.py" "$work/tok" >/dev/null || fail "bpe_reference.py"
+  tok=$work/tok/gpt2-pattern/tokenizer.json
+  mkdir -p "$work/shards" "$work/tasks"
+  vocab=$(pytasks shards "$work/shards" "$tok") || fail "hf_tasks.py shards: $vocab"
+  evalrun=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$work/shards" --set train.device=cpu
+    --set data.vocab_size="$vocab" --set data.tokenizer="$tok" --set data.context=16
+    --set model.context=32 --set train.global_batch_size=8 --set train.warmup_steps=0)
+}
 
 # The first and last loss of the 'done:' line.
 losses() {
@@ -267,6 +281,77 @@ PY
     losses
     awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.8 * f) }' || fail "loss did not fall: $first -> $last"
     grep "sample at step 30" "$out" ;;
+  eval_tasks_match_transformers)
+    # eval.tasks in both formats (llm.c's .bin, JSON Lines through the run's tokenizer.json) and
+    # bits per byte, against tests/hf/hf_tasks.py's computation from the definitions with
+    # transformers on the same weights (--export-hf of the final checkpoint): the acc and
+    # acc_norm counts exactly, bpb within 1e-4; in the loop at 2 ranks (log, metrics.jsonl,
+    # TensorBoard) and with --evaluate at 1 and 3 ranks; 7 examples do not divide by 2 or 3.
+    eval_setup
+    pytasks tasks "$work/tasks" "$tok" 7 --seed 3 || fail "hf_tasks.py tasks"
+    tasks=(--set eval.tasks="[$work/tasks/randbin.bin,$work/tasks/words.jsonl]")
+    run mpirun -np 2 "$trainer" "${evalrun[@]}" "${tasks[@]}" --set train.steps=4 \
+      --set checkpoint.dir="$work/ckpt" --set log.tensorboard="$work/tb"
+    expect_rc 0
+    run "$trainer" "${evalrun[@]}" --set checkpoint.dir="$work/ckpt" --export-hf "$work/hf"
+    expect_rc 0
+    pytasks score "$work/hf" "$tok" "$work/shards/val_000000.bin" 16 "$work/tasks/randbin.bin" \
+      "$work/tasks/words.jsonl" >"$work/reference.txt" || fail "hf_tasks.py score: $(cat "$work/reference.txt")"
+    cat "$work/reference.txt"
+    grep -v "^bpb " "$work/reference.txt" >"$work/expected.txt"
+    bpb=$(sed -nE 's/^bpb ([0-9.]+) .*/\1/p' "$work/reference.txt")
+    run "$TRAINER_PYTHON" - "$work/ckpt/metrics.jsonl" "$work/expected.txt" "$bpb" "$work/tb" <<'PY'
+import json, re, sys
+rec = [json.loads(line) for line in open(sys.argv[1]) if '"eval"' in line][-1]
+for line in open(sys.argv[2]):
+    name, acc, n, norm = re.match(r"(\w+): acc (\d+)/(\d+), acc_norm (\d+)/", line).groups()
+    got = rec[name]
+    if (got["acc"], got["acc_norm"], got["examples"]) != (int(acc), int(norm), int(n)):
+        sys.exit(f"{name}: metrics.jsonl {got}, transformers {line.strip()}")
+if abs(rec["bpb"] - float(sys.argv[3])) > 1e-4:
+    sys.exit(f"bpb {rec['bpb']}, transformers {sys.argv[3]}")
+try:
+    from tensorboard.backend.event_processing import event_accumulator as ea
+except ImportError:
+    sys.exit("tensorboard is not installed (scripts/bootstrap.sh installs it)")
+acc = ea.EventAccumulator(sys.argv[4], size_guidance={ea.SCALARS: 0})
+acc.Reload()
+tb = acc.Scalars("eval/randbin/acc_norm")[-1].value
+want = rec["randbin"]["acc_norm"] / rec["randbin"]["examples"]
+if abs(tb - want) > 1e-6 or abs(acc.Scalars("eval/bpb")[-1].value - rec["bpb"]) > 1e-6:
+    sys.exit(f"TensorBoard eval/randbin/acc_norm {tb}, metrics {want}")
+print("metrics.jsonl and TensorBoard:", {k: rec[k] for k in ("randbin", "words", "bpb")})
+PY
+    expect_rc 0; cat "$out"
+    # scripts/plot_metrics.py draws the tasks' fractions among the validation metrics.
+    run "$TRAINER_PYTHON" "$src/scripts/plot_metrics.py" "$work/ckpt/metrics.jsonl" -o "$work/plots"
+    expect_rc 0; [ -s "$work/plots/eval.png" ] || fail "plot_metrics.py drew no eval.png"
+    for np in 1 3; do
+      run mpirun -np $np "$trainer" "${evalrun[@]}" "${tasks[@]}" --set checkpoint.dir="$work/ckpt" --evaluate
+      expect_rc 0; expect_grep "evaluating checkpoint $work/ckpt/final.safetensors \(4 steps done\)"
+      expect_no_grep "continuing at step"; expect_no_grep "step +5/"
+      while read -r line; do
+        expect_grep "eval step 4: ${line/, acc_norm/ \(.*\), acc_norm}"
+      done <"$work/expected.txt"
+      expect_grep "eval step 4: loss [0-9.]+ bpb ${bpb:0:5}"
+      grep "eval step" "$out"
+    done ;;
+  eval_tasks_errors)
+    # A malformed task file stops every rank before step 1 with exit 2, naming the file and the
+    # example; eval.tasks on a model that scores no tokens names the key.
+    eval_setup
+    pytasks bad "$work/tasks" "$vocab" 32 || fail "hf_tasks.py bad"
+    bad() {
+      run mpirun -np 2 "$trainer" "${evalrun[@]}" --set eval.tasks="[$work/tasks/$1]"
+      expect_rc 2; expect_no_grep "step +1/"; expect_grep "^trainer: error: eval.tasks: $work/tasks/$2"
+    }
+    bad bad_magic.bin "bad_magic.bin: bad header: magic 20240520, version 1"
+    bad big_id.bin "big_id.bin: example 1: ending 1 has id $vocab, at or above the vocabulary \($vocab\)"
+    bad bad_label.jsonl "bad_label.jsonl:2: example 1: label 2 is out of range for 2 endings"
+    bad too_long.jsonl "too_long.jsonl:1: example 0: the context \([0-9]+ tokens\) and ending 0 \(1 tokens\) do not fit the model's 32 positions"
+    run mpirun -np 2 "$trainer" --config "$src/configs/mlp.yaml" --set train.device=cpu \
+      --set eval.tasks="[$work/tasks/bad_label.jsonl]"
+    expect_rc 2; expect_grep "^trainer: error: eval.tasks: multiple-choice tasks need a language model \(model.name: gpt or llama\); this config has model.name: mlp" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -36,7 +36,7 @@ TEST(ConfigErrors, UnknownSectionListsTheSections) {
   const std::string message = config_error(kMinimal + "optimizer:\n  lr: 0.1\n");
   expect_one_problem(message, "bad.yaml:5",
                      {"unknown section 'optimizer'",
-                      "sections are: model, data, train, ddp, memory, checkpoint, log"});
+                      "sections are: model, data, train, eval, ddp, memory, checkpoint, log"});
 }
 
 // A misspelt section should get the same did-you-mean help as a misspelt key.

@@ -4,7 +4,8 @@
 //   {"type": "step", "step": 50, "epoch": 0.21, "loss": 2.97, "lr": 0.0029, "grad_norm": 0.80,
 //    "samples_per_s": 802.0, "tokens_per_s": 51328.0, "micro_batch": 16, "fallbacks": 0,
 //    "skipped_steps": 0, "memory_peak_mib": [12.1, 12.3], "wall_s": 3.1}
-//   {"type": "eval", "step": 100, "loss": 2.57, "samples": 256, "wall_s": 5.0}
+//   {"type": "eval", "step": 100, "loss": 2.57, "bpb": 1.21, "samples": 256, "wall_s": 5.0,
+//    "hellaswag": {"acc": 2871, "acc_norm": 2950, "examples": 10042}}   (one object per eval.tasks)
 //
 // Only rank 0 writes. A resumed run appends to the same file after dropping the records of steps
 // after the checkpoint it resumes from (those steps are trained again), so a step appears once.

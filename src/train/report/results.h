@@ -26,11 +26,21 @@ struct StepResult {
   double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
 };
 
+// A multiple-choice task's exact counts (train/choice_evaluation.h), the same on every rank.
+struct ChoiceCounts {
+  std::string name;  // the task file's stem ("hellaswag")
+  int64_t acc = 0;
+  int64_t acc_norm = 0;
+  int64_t examples = 0;
+};
+
 // An evaluation's named means over `samples` (validation samples, or users for ranking metrics),
-// the same on every rank (train/evaluation.h); samples = 0: nothing was evaluated.
+// the same on every rank (train/evaluation.h); samples = 0: no validation was evaluated. `tasks`:
+// the counts of each of eval.tasks.
 struct ValidationMetrics {
   std::vector<std::pair<std::string, double>> means;
   int64_t samples = 0;
+  std::vector<ChoiceCounts> tasks;
 };
 
 // Seconds spent per kind of periodic action ("evaluation", "checkpoints", ...), in the order the

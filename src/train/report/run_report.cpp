@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "memory/memory_stats.h"
@@ -96,10 +97,15 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
 }
 
 void RunReport::eval(int64_t step, const ValidationMetrics& m) {
-  if (m.samples == 0) return;
+  if (m.samples == 0 && m.tasks.empty()) return;
   if (tensorboard_) {
     Scalars scalars;
     for (const auto& [name, value] : m.means) scalars.emplace_back("eval/" + name, value);
+    for (const ChoiceCounts& t : m.tasks) {
+      const double n = std::max<double>(1.0, static_cast<double>(t.examples));
+      scalars.emplace_back("eval/" + t.name + "/acc", static_cast<double>(t.acc) / n);
+      scalars.emplace_back("eval/" + t.name + "/acc_norm", static_cast<double>(t.acc_norm) / n);
+    }
     tensorboard_->write(step, scalars);
   }
   if (!metrics_.enabled()) return;
@@ -109,6 +115,9 @@ void RunReport::eval(int64_t step, const ValidationMetrics& m) {
       {"samples", m.samples},
       {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
   for (const auto& [name, value] : m.means) rec[name] = value;
+  for (const ChoiceCounts& t : m.tasks) {
+    rec[t.name] = {{"acc", t.acc}, {"acc_norm", t.acc_norm}, {"examples", t.examples}};
+  }
   metrics_.write(rec);
 }
 
