@@ -261,6 +261,26 @@ SH
     expect_rc 0
     expect_grep "memory plan \(rank 0, ddp.shard: optimizer\)"
     expect_grep "done: 10 steps, .* 0 memory fallback\(s\)" ;;
+  shard_parameters_fits_np4)
+    # A 12.7M-parameter gpt of 16 blocks on 4 ranks under memory.cpu_budget_mb = 106: ddp.shard:
+    # gradients needs the whole model once plus its flat copy (109 MiB) and stops before step 1
+    # (exit 2) naming parameters, which needs the model once plus 16/4 bytes per parameter and
+    # one unit (100 MiB) and trains with the same budget.
+    big=(--config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample"
+         --set model.num_layers=16 --set model.d_model=256 --set model.heads=4
+         --set data.context=8 --set train.global_batch_size=4 --set train.micro_batch_size=1
+         --set train.device=cpu --set train.steps=3 --set train.warmup_steps=1
+         --set train.eval_every=0 --set train.eval_samples=8 --set log.every=1
+         --set memory.cpu_budget_mb=106)
+    run timeout 60 mpirun -np 4 "$trainer" "${big[@]}" --set ddp.shard=gradients
+    expect_rc 2
+    expect_grep "with ddp.shard: gradients the state kept for the whole run does not fit before step 1"
+    expect_grep "ddp.shard: parameters would keep [0-9.]+ MiB per rank, leaving [0-9.]+ MiB for activations: set ddp.shard: parameters"
+    expect_no_grep "step +1/"
+    run timeout 90 mpirun -np 4 "$trainer" "${big[@]}" --set ddp.shard=parameters
+    expect_rc 0
+    expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
+    expect_grep "done: 3 steps, .* 0 memory fallback\(s\)" ;;
   oom_shard_optimizer_np2)
     # The rung shard_optimizer, listed first: an OOM on rank 1 at step 5 makes the run sharded
     # (ZeRO-1) on both ranks at the same micro-batch; it finishes, and its checkpoint is the one
