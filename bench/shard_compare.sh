@@ -6,6 +6,8 @@
 #     none / optimizer / gradients / parameters, and parameters without prefetch
 #     (ddp.prefetch_units: false), alternated round by round so that a change in the machine's
 #     load hits every mode alike; samples/s from the 'done:' line (steps after the first).
+#     MPI_PROGRESS=thread|caller (default thread): ddp.mpi_progress for every mode. A prefetched
+#     all-gather moves on CPU only while something calls MPI: the progress thread does.
 #   bench/shard_compare.sh memory
 #     a 25.3M-parameter gpt (8 blocks, 512 wide) at 4 ranks: the per-rank tensor bytes the
 #     trainer measures before step 1 and after the last step under each mode, against
@@ -17,10 +19,12 @@ part=${1:-speed}
 rounds=${2:-3}
 steps=${3:-40}
 trainer=${TRAINER_BIN:-build/trainer}
+progress=${MPI_PROGRESS:-thread}
 gpt3m=(--config configs/gpt-tiny.yaml --set model.num_layers=4 --set model.d_model=256
        --set model.heads=4 --set data.context=128 --set train.global_batch_size=16
        --set train.micro_batch_size=8 --set train.device=cpu --set train.warmup_steps=1
-       --set train.eval_every=0 --set log.progress=off --set log.metrics=off)
+       --set train.eval_every=0 --set log.progress=off --set log.metrics=off
+       --set ddp.mpi_progress="$progress")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$part" = speed ]; then
   for round in $(seq "$rounds"); do
@@ -41,7 +45,7 @@ else
       --set memory.check_every=1 --set log.every=1 2>&1)
     echo "== $shard"
     grep -E "parameters;|memory plan|per-rank state" <<<"$out" | sed 's/^.*\] //'
-    grep -A6 -E "memory (before step 1|after step 2)" <<<"$out" | sed 's/^.*\] //'
+    grep -A5 -E "memory (before step 1|at step 2)" <<<"$out" | sed 's/^.*\] //'
   done
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
