@@ -133,6 +133,19 @@ const char* kCnnYaml =
     "warmup_steps: 1, seed: 11}\n"
     "memory: {check_every: 0}\n";
 
+// llama on gpt's token shards: grouped-query attention, SwiGLU; its output layer a unit of its
+// own (untied) or unit 0's (tied, as gpt's).
+std::string llama_yaml(bool tied) {
+  std::string yaml = gpt_yaml();
+  const std::string gpt_model =
+      "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}";
+  return yaml.replace(yaml.find(gpt_model), gpt_model.size(),
+                      fmt::format("model: {{name: llama, preset: llama-tiny, num_layers: 2, "
+                                  "d_model: 36, heads: 6, kv_heads: 2, intermediate_size: 40, "
+                                  "tie_embeddings: {}}}",
+                                  tied));
+}
+
 std::string checkpointed(std::string yaml) {
   return yaml.replace(yaml.find("heads: 4}"), 9, "heads: 4, checkpoint_activations: true}");
 }
@@ -191,6 +204,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"gpt_checkpointed", checkpointed(gpt_yaml()), "", 4, 1e-6, true},
         Case{"gpt_no_prefetch_kept", gpt_yaml(),
              ", prefetch_units: false, reshard_after_forward: false", 3, 1e-6, true},
+        Case{"llama_untied", llama_yaml(false), "", 3, 1e-6, true},
+        Case{"llama_tied", llama_yaml(true), "", 3, 1e-6, true},
         Case{"lstm", series_yaml("{name: sequence, cell: lstm, hidden_dim: 16, num_layers: 2}"), "",
              4, 1e-6, true},
         Case{"transformer",
