@@ -152,6 +152,16 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     attempt.failure =
         fmt::format("rank {} in {} (micro-batch {}): {}", control_.rank(), memory::to_string(phase),
                     plan_.micro_batch, first_line(e.what_without_backtrace()));
+    // ddp.shard: parameters: the other ranks go on gathering units this rank no longer asks for,
+    // so the step cannot be voted on and retried (not yet: replaying the rest of the gathers);
+    // this rank ends the job (the launcher aborts every rank) instead of leaving it hanging.
+    if (gate_ != nullptr) {
+      throw memory::OutOfMemoryAbort(fmt::format(
+          "out of memory inside a ddp.shard: parameters step ({}). Such a step cannot take a "
+          "memory.fallback rung yet, so the job ends here: use a smaller train.micro_batch_size, "
+          "model.checkpoint_activations, or more memory per rank",
+          attempt.failure));
+    }
     // The step's tensors are gone with the scope above; the buckets not posted yet still are.
     reducer_->abandon();
   }

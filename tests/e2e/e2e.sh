@@ -281,6 +281,17 @@ SH
     expect_rc 0
     expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
     expect_grep "done: 3 steps, .* 0 memory fallback\(s\)" ;;
+  oom_in_shard_parameters_step_np2)
+    # An out-of-memory error inside a ddp.shard: parameters step cannot be retried yet: the job
+    # ends with exit 4 and the reason (the launcher aborts every rank), well before
+    # ddp.timeout_s, instead of leaving the other rank gathering.
+    run timeout 60 mpirun -np 2 "$trainer" --config "$src/configs/gpt-tiny.yaml" \
+      --set "data.path=$src/data/tokens-sample" --set train.device=cpu --set train.steps=5 \
+      --set train.warmup_steps=1 --set train.micro_batch_size=8 --set ddp.shard=parameters \
+      --set ddp.timeout_s=300 --set memory.inject_oom=1:3:forward
+    expect_rc 4
+    expect_grep "out of memory inside a ddp.shard: parameters step \(rank 1 in forward"
+    expect_no_grep "step +3/" ;;
   oom_shard_optimizer_np2)
     # The rung shard_optimizer, listed first: an OOM on rank 1 at step 5 makes the run sharded
     # (ZeRO-1) on both ranks at the same micro-batch; it finishes, and its checkpoint is the one
