@@ -93,6 +93,10 @@ struct ReducerOptions {
   // shard parameters: the model's units in forward order, as indices into the parameter list
   // (every parameter in exactly one unit); empty: the whole model is one unit.
   std::vector<std::vector<size_t>> units;
+  // shard parameters: the dtype units are all-gathered in (the compute dtype under bf16/fp16:
+  // half the bytes); the masters stay in theirs and the gathered unit is cast back into them.
+  // Undefined: the parameters' own.
+  c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -213,6 +217,8 @@ class Reducer {
     // allocated only while `gathered`.
     at::Tensor master;
     WorkPtr gather;            // its all-gather, while in flight
+    at::Tensor gather_wire;    // gather_dtype: the unit as gathered and this rank's block of it,
+    at::Tensor master_wire;    // both only while the all-gather is in flight
     bool gathered = true;      // `parameters` holds storage (the gather may still be in flight)
     int64_t unit_pending = 0;  // parameters whose gradient has not landed in this backward
     // This step:
@@ -246,6 +252,7 @@ class Reducer {
   std::vector<BucketLayout> unit_layout() const;
   void setup_masters();
   void post_gather(size_t b);
+  void finish_gather(Bucket& bucket);  // waits for its all-gather; casts a gather_dtype copy back
   void release_unit(Bucket& bucket);
   void on_unit_gradient(size_t param);        // a unit's last gradient frees it
   bool has_wire(const Bucket& bucket) const;  // the bucket is reduced in reduce_dtype

@@ -125,17 +125,30 @@ void Reducer::post_gather(size_t b) {
     bucket.parameters.copy_(bucket.master);
     return;
   }
-  bucket.gather =
-      comm_.all_gather_async(bucket.parameters, bucket.master,
-                             fmt::format("parameters of unit {}", buckets_.size() - 1 - b));
+  const std::string what = fmt::format("parameters of unit {}", buckets_.size() - 1 - b);
+  const auto dtype = options_.gather_dtype;
+  if (dtype == c10::ScalarType::Undefined || dtype == bucket.layout.dtype) {
+    bucket.gather = comm_.all_gather_async(bucket.parameters, bucket.master, what);
+    return;
+  }
+  bucket.master_wire = bucket.master.to(dtype);
+  bucket.gather_wire = at::empty({bucket.shard.padded}, bucket.master_wire.options());
+  bucket.gather = comm_.all_gather_async(bucket.gather_wire, bucket.master_wire, what);
+}
+
+void Reducer::finish_gather(Bucket& bucket) {
+  if (!bucket.gather) return;
+  bucket.gather->wait();
+  bucket.gather.reset();
+  if (!bucket.gather_wire.defined()) return;
+  bucket.parameters.copy_(bucket.gather_wire);  // the compute dtype's values, in fp32
+  bucket.gather_wire = at::Tensor();
+  bucket.master_wire = at::Tensor();
 }
 
 void Reducer::release_unit(Bucket& bucket) {
   if (!bucket.gathered) return;
-  if (bucket.gather) {
-    bucket.gather->wait();
-    bucket.gather.reset();
-  }
+  finish_gather(bucket);
   release_storage(bucket.parameters);
   bucket.gathered = false;
 }
@@ -149,10 +162,7 @@ void Reducer::gather_unit(size_t unit) {
   std::lock_guard<std::mutex> lock(mutex_);
   Bucket& bucket = buckets_[unit_bucket_.at(unit)];
   post_gather(unit_bucket_[unit]);
-  if (bucket.gather) {
-    bucket.gather->wait();
-    bucket.gather.reset();
-  }
+  finish_gather(bucket);
 }
 
 void Reducer::free_unit(size_t unit) {

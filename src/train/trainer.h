@@ -158,6 +158,8 @@ class Trainer {
   void broadcast_model();
   // ddp.reduce_dtype as the Reducer takes it: bf16, or Undefined for the buckets' own dtype.
   c10::ScalarType reduce_wire_dtype() const;
+  // ddp.shard: parameters: the dtype units are gathered in (the compute dtype; Undefined: fp32).
+  c10::ScalarType gather_dtype() const;
   // The AdamW of a sharded run: over this rank's blocks of the Reducer's buckets.
   std::unique_ptr<FusedAdamW> make_sharded_optimizer() const;
 

@@ -111,7 +111,7 @@ void Trainer::allocate_gradients() {
       std::move(named), data_,
       ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                           static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
-                          reduce_wire_dtype(), shard_, parameter_units()},
+                          reduce_wire_dtype(), shard_, parameter_units(), gather_dtype()},
       &control_);
   const bool sharded = reducer_->sharded();
   if (sharded) {
@@ -170,6 +170,13 @@ void Trainer::make_loader() {
 c10::ScalarType Trainer::reduce_wire_dtype() const {
   return options_.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16
                                                               : c10::ScalarType::Undefined;
+}
+
+c10::ScalarType Trainer::gather_dtype() const {
+  // ddp.shard: parameters gathers the units in the compute dtype (the masters stay fp32).
+  if (precision_ == Precision::kBf16) return at::kBFloat16;
+  if (precision_ == Precision::kFp16) return at::kHalf;
+  return c10::ScalarType::Undefined;
 }
 
 std::unique_ptr<FusedAdamW> Trainer::make_sharded_optimizer() const {
