@@ -1,30 +1,51 @@
 #!/usr/bin/env bash
-# ddp.shard at 2 CPU ranks: per-rank memory (the plan's gradient and optimizer-state bytes, and
-# the measured table) under none / optimizer / gradients, then samples/s of none against optimizer,
-# alternated so that a change in the machine's load hits both alike. Prints the lines to quote in
-# bench/RESULTS.md; the load average is printed before and after.
-#   bench/shard_compare.sh [ROUNDS] [STEPS]   (default 3 rounds of 200 steps per config)
+# ddp.shard on CPU ranks, in two parts. Prints the lines to quote in bench/RESULTS.md; the load
+# average is printed before and after (a shared machine: compare the ratios, not the rates).
+#   bench/shard_compare.sh speed [ROUNDS] [STEPS]   (default 3 rounds of 40 steps per mode)
+#     gpt-3m (4 blocks, 256 wide, 4 heads, context 128, bytes, global batch 16) at 2 ranks under
+#     none / optimizer / gradients / parameters, and parameters without prefetch
+#     (ddp.prefetch_units: false), alternated round by round so that a change in the machine's
+#     load hits every mode alike; samples/s from the 'done:' line (steps after the first).
+#     MPI_PROGRESS=thread|caller (default thread): ddp.mpi_progress for every mode. A prefetched
+#     all-gather moves on CPU only while something calls MPI: the progress thread does.
+#   bench/shard_compare.sh memory
+#     a 25.3M-parameter gpt (8 blocks, 512 wide) at 4 ranks: the per-rank tensor bytes the
+#     trainer measures before step 1 and after the last step under each mode, against
+#     16/4 bytes per parameter plus two gathered units for parameters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-rounds=${1:-3}
-steps=${2:-200}
-run() {  # CONFIG SHARD STEPS
-  mpirun -np 2 "${TRAINER_BIN:-build/trainer}" --config "$1" --set ddp.shard="$2" --set train.steps="$3" --set train.warmup_steps=1 \
-    --set train.eval_every=0 --set log.every=1000 --set log.progress=off --set log.metrics=off 2>&1
-}
+part=${1:-speed}
+rounds=${2:-3}
+steps=${3:-40}
+trainer=${TRAINER_BIN:-build/trainer}
+progress=${MPI_PROGRESS:-thread}
+gpt3m=(--config configs/gpt-tiny.yaml --set model.num_layers=4 --set model.d_model=256
+       --set model.heads=4 --set data.context=128 --set train.global_batch_size=16
+       --set train.micro_batch_size=8 --set train.device=cpu --set train.warmup_steps=1
+       --set train.eval_every=0 --set log.progress=off --set log.metrics=off
+       --set ddp.mpi_progress="$progress")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for shard in none optimizer gradients; do
-  out=$(run configs/gpt-tiny.yaml "$shard" 5)
-  echo "gpt-tiny $shard: $(grep -o 'memory plan (rank 0): parameters [^,]*, gradient buckets [^,]*, optimizer state [^,]*' <<<"$out")"
-  grep -A4 'memory before step 1' <<<"$out" | sed 's/^/    /'
-done
-for config in configs/mlp.yaml configs/gpt-tiny.yaml; do
+if [ "$part" = speed ]; then
   for round in $(seq "$rounds"); do
-    for shard in none optimizer; do
-      out=$(run "$config" "$shard" "$steps")
-      echo "$config round $round $shard: $(grep -o '[0-9.]* samples/s' <<<"$out" | tail -1)"
+    for mode in none optimizer gradients parameters parameters-noprefetch; do
+      shard=${mode%-noprefetch}
+      prefetch=true
+      [ "$mode" = parameters-noprefetch ] && prefetch=false
+      out=$(mpirun -np 2 "$trainer" "${gpt3m[@]}" --set ddp.shard="$shard" \
+        --set ddp.prefetch_units="$prefetch" --set train.steps="$steps" --set log.every=1000 2>&1)
+      echo "round $round $mode: $(grep -oE '[0-9.]+ samples/s' <<<"$out" | tail -1)"
     done
   done
-done
+else
+  for shard in none gradients parameters; do
+    out=$(mpirun -np 4 "$trainer" "${gpt3m[@]}" --set model.num_layers=8 --set model.d_model=512 \
+      --set model.heads=8 --set data.context=64 --set train.global_batch_size=8 \
+      --set train.micro_batch_size=2 --set ddp.shard="$shard" --set train.steps=2 \
+      --set memory.check_every=1 --set log.every=1 2>&1)
+    echo "== $shard"
+    grep -E "parameters;|memory plan|per-rank state" <<<"$out" | sed 's/^.*\] //'
+    grep -A5 -E "memory (before step 1|at step 2)" <<<"$out" | sed 's/^.*\] //'
+  done
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

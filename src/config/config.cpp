@@ -184,6 +184,17 @@ class Loader {
       error(at("checkpoint.resume"), "checkpoint.resume: 'auto' looks for the latest checkpoint in "
                                      "checkpoint.dir, which is not set");
     }
+    // Samples are drawn on rank 0 alone, from the whole model, which ddp.shard: parameters
+    // gathers only collectively (train/unit_gate.h).
+    const bool zero3_rung = std::find(c.memory.fallback.begin(), c.memory.fallback.end(),
+                                      memory::Rung::kShardParameters) != c.memory.fallback.end();
+    if (c.train.sample_every > 0 && (c.ddp.shard == ddp::ShardMode::kParameters || zero3_rung) &&
+        given("train.sample_every")) {
+      error(at("train.sample_every"),
+            "train.sample_every: samples while training are not supported with ddp.shard: "
+            "parameters (or the memory.fallback rung shard_parameters) yet; sample from a "
+            "checkpoint with --generate instead");
+    }
     // A rule between keys only means something when both values were accepted.
     if (rejected_.count("train.warmup_steps") || rejected_.count("train.steps")) return;
     if (c.train.warmup_steps >= c.train.steps && c.train.steps > 1) {

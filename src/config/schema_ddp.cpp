@@ -24,7 +24,15 @@ std::vector<KeyDef> ddp_keys() {
       enum_choice("ddp.shard", FIELD(ddp.shard), "none", ddp::kShardModeNames,
                   "ZeRO sharding: optimizer keeps each rank's 1/N of the AdamW state (gradients "
                   "reduce-scattered, parameters all-gathered); gradients also keeps only 1/N of "
-                  "the reduced gradients between steps"),
+                  "the reduced gradients between steps; parameters (ZeRO-3) also keeps only 1/N "
+                  "of the parameters and gathers the model unit by unit (a transformer block, the "
+                  "embeddings, the output layer) for forward and backward"),
+      boolean("ddp.reshard_after_forward", FIELD(ddp.reshard_after_forward), "true",
+              "ddp.shard: parameters: free each unit's gathered parameters after its forward and "
+              "gather it again for backward (false: keep every unit gathered until its backward)"),
+      boolean("ddp.prefetch_units", FIELD(ddp.prefetch_units), "true",
+              "ddp.shard: parameters: all-gather the next unit while the current one computes, in "
+              "forward and in backward (false: gather each unit when it is reached)"),
       enum_choice("ddp.mpi_progress", FIELD(ddp.mpi_progress), "caller", ddp::kMpiProgressModeNames,
                   "what moves the MPI data plane's posted operations (gradient buckets on CPU) "
                   "forward while backward computes: thread (a progress thread tests them; "

@@ -12,8 +12,9 @@ std::vector<KeyDef> memory_keys() {
                 "[checkpoint_activations, halve_micro_batch, uncache_embeddings]",
                 memory::kRungNames,
                 "what to do, in order, when a rank runs out of memory in a step "
-                "(shard_optimizer: become ddp.shard: optimizer in place; rungs a model or run "
-                "cannot take are passed over)"),
+                "(shard_optimizer: become ddp.shard: optimizer in place; shard_parameters: "
+                "become ddp.shard: parameters in place; rungs a model or run cannot take are "
+                "passed over)"),
       integer("memory.min_micro_batch", FIELD(memory.min_micro_batch), "1", 1, kMax,
               "halve_micro_batch stops at this micro-batch"),
       real("memory.fraction", FIELD(memory.fraction), "0", 0.0, 1.0, false, false,

@@ -45,6 +45,22 @@ BatchPlan BatchPlan::make(int64_t global_batch, int world_size, int rank, int64_
   return p;
 }
 
+void BatchPlan::equalize_micro_batches(int64_t requested) {
+  // Rank 0 holds the largest slice, so the most micro-batches.
+  const auto count =
+      static_cast<size_t>(make(global_batch, world_size, 0, requested).accumulation());
+  while (micro_sizes.size() < count) {
+    const auto most = std::max_element(micro_sizes.begin(), micro_sizes.end());
+    if (most == micro_sizes.end() || *most < 2) {
+      micro_sizes.insert(micro_sizes.begin(), 0);
+      continue;
+    }
+    const int64_t half = *most / 2;
+    *most -= half;
+    micro_sizes.insert(most + 1, half);
+  }
+}
+
 std::string BatchPlan::describe() const {
   const int64_t last = micro_sizes.empty() ? 0 : micro_sizes.back();
   return fmt::format("{} samples [{}, {}) in {} micro-batch(es) of {}{}", per_rank, offset,

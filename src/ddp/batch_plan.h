@@ -31,6 +31,14 @@ struct BatchPlan {
   // Samples rank `rank` of `world_size` takes from a global batch.
   static int64_t per_rank_of(int64_t global_batch, int world_size, int rank);
 
+  // ddp.shard: parameters gathers the model once per micro-batch, so every rank must run the
+  // same number of micro-batches: the largest rank's count. Splits this rank's largest
+  // micro-batches until it has as many; a rank with fewer samples than that gets empty
+  // micro-batches (size 0) at the front, which the trainer runs on one of its samples with
+  // weight 0 (the same gathers, no contribution).
+  // `micro_batch`: the one this plan was made with (make()'s, before clamping to the slice).
+  void equalize_micro_batches(int64_t micro_batch);
+
   std::string describe() const;
 };
 

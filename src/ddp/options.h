@@ -12,9 +12,11 @@ namespace ddp {
 enum class ReduceDtype { kFp32, kBf16 };
 inline constexpr std::array<const char*, 2> kReduceDtypeNames = {"fp32", "bf16"};
 
-// ddp.shard: what a rank keeps of the optimizer state and gradients (ddp/shard.h, ZeRO-1/2).
-enum class ShardMode { kNone, kOptimizer, kGradients };
-inline constexpr std::array<const char*, 3> kShardModeNames = {"none", "optimizer", "gradients"};
+// ddp.shard: what a rank keeps of the optimizer state, gradients and parameters (ddp/shard.h,
+// ZeRO-1/2/3). Ordered by how much is sharded.
+enum class ShardMode { kNone, kOptimizer, kGradients, kParameters };
+inline constexpr std::array<const char*, 4> kShardModeNames = {"none", "optimizer", "gradients",
+                                                               "parameters"};
 
 // ddp.mpi_progress: what moves posted MPI operations forward (ddp/mpi_progress.h).
 enum class MpiProgressMode { kThread, kCaller };
@@ -26,10 +28,12 @@ struct DdpOptions {
   double first_bucket_mb = 0;  // cap of the first gradient bucket
   double bucket_mb = 0;        // cap of the other buckets
   bool find_unused_parameters = false;
-  ReduceDtype reduce_dtype{};      // fp32 | bf16: dtype of the gradient all-reduce
-  ShardMode shard{};               // none | optimizer | gradients (ddp/shard.h)
-  MpiProgressMode mpi_progress{};  // thread | caller (ddp/mpi_progress.h)
-  double mpi_poll_us = 0;          // the progress thread's pause between rounds of MPI_Test
+  ReduceDtype reduce_dtype{};         // fp32 | bf16: dtype of the gradient all-reduce
+  ShardMode shard{};                  // none | optimizer | gradients | parameters (ddp/shard.h)
+  bool reshard_after_forward = true;  // parameters: free each unit after its forward
+  bool prefetch_units = true;         // parameters: gather the next unit while one computes
+  MpiProgressMode mpi_progress{};     // thread | caller (ddp/mpi_progress.h)
+  double mpi_poll_us = 0;             // the progress thread's pause between rounds of MPI_Test
 };
 
 }  // namespace ddp

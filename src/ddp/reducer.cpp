@@ -67,7 +67,8 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
   verify_same_parameters(control != nullptr ? *control : comm_, params_);
   std::vector<ParamMeta> meta;
   for (const auto& [name, p] : params_) meta.push_back({p.numel(), p.scalar_type(), p.device()});
-  layout_ = assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);
+  layout_ = zero3() ? unit_layout()
+                    : assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);
   buckets_.reserve(layout_.size());  // never grows again: each Bucket refers to its layout
   for (const auto& layout : layout_) {
     Bucket& bucket = buckets_.emplace_back(layout);
@@ -167,6 +168,9 @@ void Reducer::begin_micro_batch(bool sync) {
   if (state_ == StepState::kSyncing || state_ == StepState::kDone) {
     throw std::logic_error("Reducer: a micro-batch after the synced one; call zero_grad() first");
   }
+  for (Bucket& bucket : buckets_) {
+    bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
+  }
   if (sync) {
     start_sync();
   } else {
@@ -190,6 +194,7 @@ void Reducer::start_sync() {
 
 void Reducer::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (zero3()) on_unit_gradient(param);
   if (state_ != StepState::kSyncing) return;  // no_sync micro-batch: accumulate only
   if (ready_[param]) {
     throw ParameterError(

@@ -52,6 +52,16 @@
 //   inside the step, so running out there is an ordinary out-of-memory in backward (the protocol
 //   retries); abandon() allocates the buckets it must still post (the step's tensors are gone by
 //   then). CUDA graphs need fixed addresses and are not used with it (the Trainer says so).
+// - parameters (ZeRO-3, ddp/reducer_units.cpp): the buckets are the model's units (a transformer
+//   block, the embeddings, the output layer: `units`, one bucket each, the last unit's first), and
+//   a rank keeps only its block of each unit's parameters (master_shards(), what the optimizer
+//   updates) besides its blocks of gradients and moments. Each parameter stays a view into its
+//   unit's flat buffer, whose storage is released while the unit is not gathered (the tensor
+//   objects stay, as FSDP1's flat parameters, so references autograd saved do not keep the bytes)
+//   and reallocated and all-gathered by gather_unit() / prefetch_unit(). Gradients are per step as
+//   under gradients. When the last gradient of a unit lands in a backward (any micro-batch), the
+//   unit's parameters are freed: its backward is over. The caller (train/unit_gate.h) decides when
+//   to gather; every rank gathers the same units in the same order.
 // Switching a replicated run to sharded in place (the memory.fallback rung shard_optimizer):
 // shard_in_place() pads the buckets, allocates the blocks and adopts the flat parameters;
 // blocks_of() slices the replicated moments. Both are local (every rank holds the same state).
@@ -80,6 +90,13 @@ struct ReducerOptions {
   // Dtype of the all-reduce (Undefined: the gradients' own). Floating-point buckets only.
   c10::ScalarType reduce_dtype = c10::ScalarType::Undefined;
   ShardMode shard = ShardMode::kNone;
+  // shard parameters: the model's units in forward order, as indices into the parameter list
+  // (every parameter in exactly one unit); empty: the whole model is one unit.
+  std::vector<std::vector<size_t>> units;
+  // shard parameters: the dtype units are all-gathered in (the compute dtype under bf16/fp16:
+  // half the bytes); the masters stay in theirs and the gathered unit is cast back into them.
+  // Undefined: the parameters' own.
+  c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -139,20 +156,37 @@ class Reducer {
   // Sharded: every parameter's full tensor (shape, dtype and strides of the parameter), copied to
   // the CPU on `root`, from per-bucket blocks such as parameter_shards() (optimizer moments); one
   // bucket at a time, so the extra device memory is one bucket. Other ranks get an empty vector.
-  // Collective.
+  // root -1: every rank gets them, on the device. Collective.
   std::vector<at::Tensor> unshard(const std::vector<at::Tensor>& blocks, int root);
   // Sharded: fills this rank's per-bucket `blocks` from full per-parameter tensors that rank 0
   // holds (`full`, in parameter order; nullptr on other ranks). Collective.
   void shard_from(const std::vector<at::Tensor>* full, const std::vector<at::Tensor>& blocks);
-  // Unsharded: this rank's block of each bucket (as ddp.shard: optimizer would own it) of full
-  // per-parameter tensors that every rank holds alike (replicated optimizer moments); new
-  // tensors, one per bucket. Local: no collective.
+  // This rank's block of each bucket (as a sharded mode owns it) of full per-parameter tensors
+  // that every rank holds alike (replicated optimizer moments); new tensors, one per bucket.
+  // Local: no collective.
   std::vector<at::Tensor> blocks_of(const std::vector<at::Tensor>& full) const;
   // Unsharded -> ddp.shard: optimizer (`mode`), between steps (the memory.fallback rung
   // shard_optimizer): the buckets padded, the blocks of reduced gradients allocated, the parameters
   // made views into flat buffers (their values kept). Local: every rank holds the same replicated
   // state, so no collective is needed; all ranks must call it at the same point (an agreed rung).
   void shard_in_place(ShardMode mode);
+  // shard parameters (reducer_units.cpp). Units are numbered in forward order (ReducerOptions).
+  size_t units() const { return unit_bucket_.size(); }
+  bool unit_gathered(size_t unit) const { return buckets_[unit_bucket_.at(unit)].gathered; }
+  // Posts the all-gather of a unit not gathered (its storage reallocated); no wait. Collective.
+  void prefetch_unit(size_t unit);
+  // The unit's parameters, whole: posts its all-gather unless posted, and waits. Collective.
+  void gather_unit(size_t unit);
+  // Releases a gathered unit's parameters (waits for its all-gather first). Local.
+  void free_unit(size_t unit);
+  void gather_all_units();  // every unit, in unit order. Collective.
+  void free_all_units();    // local
+  // After construction (every unit gathered) and the caller's broadcast of the parameters: each
+  // rank copies its blocks into its master shards and frees every unit. From then on units are
+  // freed when their backward is over. Local.
+  void reshard_parameters();
+  // The bytes of the largest gathered unit (padded flat buffer).
+  int64_t largest_unit_bytes() const;
   // Bucket indices in the order their all-reduces were posted in the last synced step.
   const std::vector<size_t>& launch_order() const { return launch_order_; }
   // Buckets posted while backward was still running in the last synced step (overlap).
@@ -178,6 +212,15 @@ class Reducer {
     at::Tensor parameters;    // the flat padded parameters: each parameter is a view into it
     at::Tensor reduced;       // this rank's block of the reduced gradients
     at::Tensor wire_reduced;  // reduce_dtype: that block in the reduce dtype (undefined: none)
+    // shard parameters: this rank's block of the parameters, kept for the whole run (the
+    // optimizer updates it); `parameters` is then the unit's whole flat buffer, its storage
+    // allocated only while `gathered`.
+    at::Tensor master;
+    WorkPtr gather;            // its all-gather, while in flight
+    at::Tensor gather_wire;    // gather_dtype: the unit as gathered and this rank's block of it,
+    at::Tensor master_wire;    // both only while the all-gather is in flight
+    bool gathered = true;      // `parameters` holds storage (the gather may still be in flight)
+    int64_t unit_pending = 0;  // parameters whose gradient has not landed in this backward
     // This step:
     int64_t pending = 0;     // parameters not yet ready
     WorkPtr work;            // its all-reduce or reduce-scatter, once posted
@@ -200,7 +243,18 @@ class Reducer {
   // A bucket's padded flat buffer holding `full`'s parameters of it (zeros where nullptr).
   at::Tensor flat_bucket(const std::vector<at::Tensor>* full, const BucketLayout& layout,
                          const at::TensorOptions& options) const;
-  bool zero2() const { return options_.shard == ShardMode::kGradients; }
+  // Gradient buckets allocated per step (ZeRO-2 and ZeRO-3).
+  bool zero2() const {
+    return options_.shard == ShardMode::kGradients || options_.shard == ShardMode::kParameters;
+  }
+  bool zero3() const { return options_.shard == ShardMode::kParameters; }
+  // shard parameters (reducer_units.cpp).
+  std::vector<BucketLayout> unit_layout() const;
+  void setup_masters();
+  void post_gather(size_t b);
+  void finish_gather(Bucket& bucket);  // waits for its all-gather; casts a gather_dtype copy back
+  void release_unit(Bucket& bucket);
+  void on_unit_gradient(size_t param);        // a unit's last gradient frees it
   bool has_wire(const Bucket& bucket) const;  // the bucket is reduced in reduce_dtype
 
   NamedParameters params_;
@@ -211,6 +265,8 @@ class Reducer {
   std::vector<size_t> bucket_of_;    // param -> bucket
   std::vector<char> ready_;          // param -> marked ready this step
   std::vector<unsigned> pre_hooks_;  // ZeRO-2: param -> its tensor hook's handle
+  std::vector<size_t> unit_bucket_;  // shard parameters: unit -> bucket
+  bool resharded_ = false;           // shard parameters: reshard_parameters() has run
   std::vector<size_t> launch_order_;
   size_t next_bucket_ = 0;
   size_t launched_during_backward_ = 0;

@@ -13,9 +13,13 @@ void Reducer::setup_shards() {
   const auto options = [](const Bucket& bucket, at::ScalarType dtype) {
     return at::TensorOptions().dtype(dtype).device(bucket.layout.device);
   };
-  // Every allocation before any parameter moves (the OOM rule of the constructor).
+  // Every allocation before any parameter moves (the OOM rule of the constructor); ZeRO-3 moves
+  // the parameters unit by unit instead, so that the copy adds one unit, not the whole model (a
+  // failure there ends the start-up anyway: the Trainer's allocation vote).
   for (Bucket& bucket : buckets_) {
-    bucket.parameters = at::zeros({bucket.shard.padded}, options(bucket, bucket.layout.dtype));
+    if (!zero3()) {
+      bucket.parameters = at::zeros({bucket.shard.padded}, options(bucket, bucket.layout.dtype));
+    }
     // One rank, ZeRO-1: the block is the whole bucket; nothing to copy.
     bucket.reduced = comm_.size() == 1 && !zero2()
                          ? bucket.gradients
@@ -27,7 +31,11 @@ void Reducer::setup_shards() {
   // The parameters become views into the flat buffers: the same Variables (the model, the
   // optimizer and autograd keep them), new storage.
   at::NoGradGuard no_grad;
-  for (const Bucket& bucket : buckets_) {
+  if (zero3()) setup_masters();
+  for (Bucket& bucket : buckets_) {
+    if (zero3()) {
+      bucket.parameters = at::zeros({bucket.shard.padded}, options(bucket, bucket.layout.dtype));
+    }
     for (size_t j = 0; j < bucket.layout.params.size(); ++j) {
       at::Tensor& p = params_[bucket.layout.params[j]].second;
       at::Tensor view = param_view(bucket.parameters, bucket.layout, j);
@@ -78,13 +86,15 @@ std::vector<at::Tensor> Reducer::parameter_shards() const {
   std::vector<at::Tensor> out;
   if (!sharded()) return out;
   for (const Bucket& bucket : buckets_) {
-    out.push_back(bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size));
+    out.push_back(zero3() ? bucket.master
+                          : bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size));
   }
   return out;
 }
 
 void Reducer::gather_parameters() {
-  if (!sharded() || comm_.size() == 1) return;
+  // shard parameters: the masters are the parameters; units are gathered when used.
+  if (!sharded() || comm_.size() == 1 || zero3()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   // Every bucket in flight at once, in bucket order on every rank.
   std::vector<WorkPtr> works;
@@ -103,7 +113,8 @@ std::vector<at::Tensor> Reducer::unshard(const std::vector<at::Tensor>& blocks, 
   }
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> out;
-  if (comm_.rank() == root) out.resize(params_.size());
+  const bool mine = root < 0 || comm_.rank() == root;
+  if (mine) out.resize(params_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const Bucket& bucket = buckets_[b];
     at::Tensor full = at::empty({bucket.shard.padded}, blocks[b].options());
@@ -112,10 +123,11 @@ std::vector<at::Tensor> Reducer::unshard(const std::vector<at::Tensor>& blocks, 
     } else {
       full.copy_(blocks[b]);
     }
-    if (comm_.rank() != root) continue;
+    if (!mine) continue;
     for (size_t j = 0; j < bucket.layout.params.size(); ++j) {
+      const at::Tensor piece = param_view(full, bucket.layout, j);
       out[bucket.layout.params[j]] =
-          param_view(full, bucket.layout, j).to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+          root < 0 ? piece.clone() : piece.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
     }
   }
   return out;
@@ -138,8 +150,8 @@ void Reducer::shard_from(const std::vector<at::Tensor>* full,
 }
 
 std::vector<at::Tensor> Reducer::blocks_of(const std::vector<at::Tensor>& full) const {
-  if (sharded() || full.size() != params_.size()) {
-    throw std::logic_error("Reducer::blocks_of: unsharded buckets and one tensor per parameter");
+  if (full.size() != params_.size()) {
+    throw std::logic_error("Reducer::blocks_of: one tensor per parameter");
   }
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> blocks;

@@ -31,6 +31,7 @@ BucketShard shard_bucket(int64_t numel, int world, int rank) {
 ShardFootprint shard_footprint(const std::vector<BucketLayout>& layout, int world, ShardMode mode,
                                c10::ScalarType reduce_dtype) {
   ShardFootprint f;
+  int64_t largest_unit = 0;
   for (const auto& bucket : layout) {
     const auto elem = static_cast<int64_t>(c10::elementSize(bucket.dtype));
     const bool wire = reduce_dtype != c10::ScalarType::Undefined && reduce_dtype != bucket.dtype &&
@@ -55,8 +56,16 @@ ShardFootprint shard_footprint(const std::vector<BucketLayout>& layout, int worl
         f.gradients += s.size * (elem + wire_elem);
         f.optimizer_state += 2 * s.size * elem;
         break;
+      case ShardMode::kParameters:  // the blocks of everything; the units gathered in flight
+        f.parameters += s.size * elem;
+        f.gradients += s.size * (elem + wire_elem);
+        f.optimizer_state += 2 * s.size * elem;
+        largest_unit = std::max(largest_unit, s.padded * elem);
+        break;
     }
   }
+  // At most two units are gathered at a time (one computing, the next prefetched).
+  if (mode == ShardMode::kParameters) f.parameters += 2 * largest_unit;
   return f;
 }
 

@@ -12,6 +12,8 @@
 //   blocks only, updates its blocks of the parameters, and all-gathers the parameters.
 // - kGradients (ZeRO-2): as kOptimizer, and only the reduced blocks of the gradients persist; the
 //   full buckets exist while gradients accumulate and are in flight (ddp/reducer.h).
+// - kParameters (ZeRO-3): as kGradients, and a rank keeps only its blocks of the parameters; the
+//   buckets are the model's units, each gathered whole only while it computes (ddp/reducer.h).
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -47,7 +49,9 @@ BucketShard shard_bucket(int64_t numel, int world, int rank);
 // ranks (every rank's block has the same length): the gradient buffers as the Reducer keeps them
 // (full buckets, reduced blocks, reduce_dtype copies: Reducer::gradient_bytes()), AdamW's two
 // moments in each parameter's dtype (FusedAdamW::state_bytes()), and the parameters (padded flat
-// buffers when sharded). Pure arithmetic: the memory plan and --dry-run compare the modes with it.
+// buffers when sharded; under kParameters the blocks plus two gathered units, the largest of
+// `layout`, which then holds one bucket per unit). Pure arithmetic: the memory plan and --dry-run
+// compare the modes with it.
 struct ShardFootprint {
   int64_t parameters = 0;
   int64_t gradients = 0;

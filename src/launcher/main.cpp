@@ -178,6 +178,7 @@ int evaluate_only(Startup& s) {
                      : std::string("the untrained model (no checkpoint, no model.init_from)"));
   }
   train::Trainer& t = *s.trainer;
+  const auto pinned = t.pin_parameters();  // ddp.shard: parameters: the whole model, every rank
   const train::ValidationMetrics m =
       train::evaluate_and_log(t.control(), t.model(), t.dataset(), t.start_step(),
                               t.plan().micro_batch, s.config.train.eval_samples, t.eval_inputs());

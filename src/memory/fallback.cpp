@@ -63,6 +63,9 @@ FallbackLadder::FallbackLadder(const std::vector<Rung>& order, int64_t micro_bat
       case Rung::kShardOptimizer:
         rungs_.push_back(std::make_unique<OnceRung>(kind, std::move(effects.shard_optimizer)));
         break;
+      case Rung::kShardParameters:
+        rungs_.push_back(std::make_unique<OnceRung>(kind, std::move(effects.shard_parameters)));
+        break;
     }
     return rungs_.back().get();
   };

@@ -64,7 +64,8 @@ class HalveMicroBatch final : public FallbackRung {
   Apply apply_;
 };
 
-// A rung taken at most once: checkpoint_activations, uncache_embeddings, shard_optimizer.
+// A rung taken at most once: checkpoint_activations, uncache_embeddings, shard_optimizer,
+// shard_parameters.
 class OnceRung final : public FallbackRung {
  public:
   // `apply`: the rung's effect, returning what changed; empty where this run cannot take it (a
@@ -85,6 +86,7 @@ struct RungEffects {
   std::function<std::string()> checkpoint_activations;
   std::function<std::string()> uncache_embeddings;
   std::function<std::string()> shard_optimizer;
+  std::function<std::string()> shard_parameters;
 };
 
 class FallbackLadder {

@@ -10,9 +10,16 @@
 namespace memory {
 
 // A rung of memory.fallback (memory/fallback.h), with its names indexed by the enum's value.
-enum class Rung { kCheckpointActivations, kHalveMicroBatch, kShardOptimizer, kUncacheEmbeddings };
-inline constexpr std::array<const char*, 4> kRungNames = {
-    "checkpoint_activations", "halve_micro_batch", "shard_optimizer", "uncache_embeddings"};
+enum class Rung {
+  kCheckpointActivations,
+  kHalveMicroBatch,
+  kShardOptimizer,
+  kUncacheEmbeddings,
+  kShardParameters
+};
+inline constexpr std::array<const char*, 5> kRungNames = {"checkpoint_activations",
+                                                          "halve_micro_batch", "shard_optimizer",
+                                                          "uncache_embeddings", "shard_parameters"};
 
 struct MemoryOptions {
   std::vector<Rung> fallback;   // rungs, in order

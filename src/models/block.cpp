@@ -1,5 +1,7 @@
 #include "models/block.h"
 
+#include "models/capabilities.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/nn/init.h>
@@ -208,26 +210,31 @@ std::vector<std::shared_ptr<Block>> add_blocks(torch::nn::Module& owner, const s
 }
 
 at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x, double p,
-                      bool checkpointed, const at::Tensor* mask) {
+                      bool checkpointed, const at::Tensor* mask, UnitGate* gate,
+                      size_t first_unit) {
   BlockCall call;
   call.dropout = p;
   call.mask = mask;
   // Only when a graph is being recorded: evaluation (no grad) has no activations to keep.
-  if (!checkpointed || !at::GradMode::is_enabled()) {
-    for (const auto& block : blocks) x = block->forward(x, call);
-    return x;
-  }
+  const bool recompute = checkpointed && at::GradMode::is_enabled();
   // The mask travels by value: backward recomputes the block after this frame is gone.
   const at::Tensor kept = mask != nullptr ? *mask : at::Tensor();
-  for (const auto& block : blocks) {
-    x = checkpoint(
-        [block, p, kept](const at::Tensor& in) {
-          BlockCall c;
-          c.dropout = p;
-          c.mask = kept.defined() ? &kept : nullptr;
-          return block->forward(in, c);
-        },
-        x);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto& block = blocks[i];
+    if (gate != nullptr) gate->enter(first_unit + i);
+    if (!recompute) {
+      x = block->forward(x, call);
+    } else {
+      x = checkpoint(
+          [block, p, kept](const at::Tensor& in) {
+            BlockCall c;
+            c.dropout = p;
+            c.mask = kept.defined() ? &kept : nullptr;
+            return block->forward(in, c);
+          },
+          x);
+    }
+    if (gate != nullptr) x = gate->leave(first_unit + i, x);
   }
   return x;
 }

@@ -193,10 +193,15 @@ std::vector<std::shared_ptr<Block>> add_blocks(torch::nn::Module& owner, const s
                                                int64_t count, const BlockOptions& options,
                                                const std::function<void(Block&)>& each = {});
 
+class UnitGate;  // models/capabilities.h
+
 // x through `blocks` in order with dropout p. checkpointed: each block keeps only its input and
 // is recomputed in backward (models/activation_checkpoint.h), when a graph is being recorded.
+// gate (ddp.shard: parameters): block i is unit first_unit + i, entered before it and left after
+// it, outside the checkpoint, so that its recompute runs with the unit gathered.
 at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x, double p,
-                      bool checkpointed, const at::Tensor* mask = nullptr);
+                      bool checkpointed, const at::Tensor* mask = nullptr, UnitGate* gate = nullptr,
+                      size_t first_unit = 0);
 // Incremental decoding through `blocks` (no dropout), extending `cache` (sized on first use).
 at::Tensor run_blocks_cached(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x,
                              KvCache& cache);

@@ -82,6 +82,36 @@ class ChunkedLoss {
   virtual void set_loss_chunk_rows(int64_t rows) = 0;
 };
 
+// Parameter units (ddp.shard: parameters): the groups of parameters that are gathered whole for
+// forward and backward and freed in between. Models know nothing of ranks: a model lists its units
+// and tells a UnitGate, which the trainer gives it, where each unit's use begins and ends; the
+// gate gathers and frees (train/unit_gate.h).
+class UnitGate {
+ public:
+  virtual ~UnitGate() = default;
+  // Before forward uses the parameters of `unit` (an index into parameter_units()).
+  virtual void enter(size_t unit) = 0;
+  // After forward's last use of `unit`: returns x, whose gradient in backward arrives before the
+  // unit's own backward runs (an identity autograd function), so the gate can gather it again.
+  virtual at::Tensor leave(size_t unit, const at::Tensor& x) = 0;
+};
+
+// A model whose parameters fall into units: parameter_units() lists, in forward order, the names
+// (as in named_parameters()) of each unit's parameters, every parameter in exactly one unit.
+// With a gate set (non-null), forward calls gate->enter(u) before it uses unit u and
+// x = gate->leave(u, x) after its last use of it, in the same order on every call (the order of
+// the first training step is recorded; a later step that differs is refused). A unit may be
+// entered more than once (gpt's tied embeddings: the embeddings and the output layer are one
+// unit, entered at the start and at the end). Activation checkpointing recomputes inside the
+// boundaries, so a recompute finds its unit gathered. A model without this capability is one
+// unit, which the trainer gathers around the whole forward and backward.
+class ParameterUnits {
+ public:
+  virtual ~ParameterUnits() = default;
+  virtual std::vector<std::vector<std::string>> parameter_units() const = 0;
+  virtual void set_unit_gate(UnitGate* gate) = 0;
+};
+
 // The questions the loop asks of any model, false for a model without the capability.
 inline bool has_cache(const Model& model) {
   const auto* c = as<EmbeddingCache>(model);

@@ -100,6 +100,7 @@ void TrainingLoop::add_builtin_actions(RunReport& report) {
                 "evaluation",
                 {.every = o.train.eval_every, .after_last = true},
                 [&trainer, &report, &o](int64_t step) {
+                  const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters
                   report.eval(
                       step, evaluate_and_log(trainer.control(), trainer.model(), trainer.dataset(),
                                              step, trainer.plan().micro_batch, o.train.eval_samples,

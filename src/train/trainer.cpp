@@ -118,17 +118,18 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
         : inject ? "train.inject_nonfinite changes this step"
         : shard_ == ddp::ShardMode::kGradients
             ? "ddp.shard: gradients allocates the gradient buckets anew every step"
+        : shard_ == ddp::ShardMode::kParameters
+            ? "ddp.shard: parameters gathers and frees the parameters in the step"
             : "");
     const size_t micros = plan_.micro_sizes.size();
     // Micro-batch m + 1 is copied to the device while micro-batch m computes.
-    data::Batch next = data::to_device(batch, 0, plan_.micro_sizes[0], device_);
+    data::Batch next = micro_batch_data(batch, 0, plan_.micro_sizes[0]);
     in_data.reset();
     int64_t offset = 0;
     for (size_t m = 0; m < micros; ++m) {
       const int64_t n = plan_.micro_sizes[m];
       const data::Batch micro = std::move(next);
-      if (m + 1 < micros)
-        next = data::to_device(batch, offset + n, plan_.micro_sizes[m + 1], device_);
+      if (m + 1 < micros) next = micro_batch_data(batch, offset + n, plan_.micro_sizes[m + 1]);
       // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync);
       // under a CUDA graph none does, and every bucket is reduced after the last replay.
       reducer_->begin_micro_batch(/*sync=*/!graphed && m + 1 == micros);
@@ -151,10 +152,27 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     attempt.failure =
         fmt::format("rank {} in {} (micro-batch {}): {}", control_.rank(), memory::to_string(phase),
                     plan_.micro_batch, first_line(e.what_without_backtrace()));
+    // ddp.shard: parameters: the other ranks go on gathering units this rank no longer asks for,
+    // so the step cannot be voted on and retried (not yet: replaying the rest of the gathers);
+    // this rank ends the job (the launcher aborts every rank) instead of leaving it hanging.
+    if (gate_ != nullptr) {
+      throw memory::OutOfMemoryAbort(fmt::format(
+          "out of memory inside a ddp.shard: parameters step ({}). Such a step cannot take a "
+          "memory.fallback rung yet, so the job ends here: use a smaller train.micro_batch_size, "
+          "model.checkpoint_activations, or more memory per rank",
+          attempt.failure));
+    }
     // The step's tensors are gone with the scope above; the buckets not posted yet still are.
     reducer_->abandon();
   }
   return attempt;
+}
+
+data::Batch Trainer::micro_batch_data(const data::Batch& batch, int64_t offset, int64_t n) const {
+  // An empty micro-batch (BatchPlan::equalize_micro_batches) runs on the slice's last sample with
+  // weight 0 (plan_.weight(0)): the same gathers as the other ranks' micro-batch, no gradient.
+  if (n == 0) return data::to_device(batch, plan_.per_rank - 1, 1, device_);
+  return data::to_device(batch, offset, n, device_);
 }
 
 void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micro, double weight,
@@ -180,6 +198,21 @@ void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micr
   if (graphed) {
     graphs_->run(micro.inputs, micro.targets, body);
     enter(phase, memory::Phase::kBackward, step, cuda);  // injections, as in an eager backward
+  } else if (gate_ != nullptr) {
+    // ddp.shard: parameters: one pass of the gate per micro-batch; a model without units is one
+    // unit, gathered for the whole forward and backward.
+    gate_->begin_pass();
+    struct EndPass {
+      UnitGate& gate;
+      ~EndPass() noexcept {
+        try {
+          gate.end_pass();
+        } catch (...) {  // a failed collective already failed the step
+        }
+      }
+    } end_pass{*gate_};
+    if (!model_has_units_) gate_->enter(0);
+    body(micro.inputs, micro.targets);
   } else {
     body(micro.inputs, micro.targets);
   }
@@ -237,6 +270,7 @@ void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
   // Sharded: the moments are gathered into full tensors on rank 0 (collective), so the file is
   // the one an unsharded run writes and resumes on any world size, sharded or not.
   std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
+  const auto pinned = pin_parameters();  // parameters: the whole model, on every rank
   if (reducer_->sharded()) {
     exp_avgs = reducer_->unshard(optimizer_->exp_avgs(), 0);
     exp_avg_sqs = reducer_->unshard(optimizer_->exp_avg_sqs(), 0);

@@ -59,6 +59,7 @@
 #include "train/report/results.h"
 #include "train/step_metrics.h"
 #include "train/step_rng.h"
+#include "train/unit_gate.h"
 
 namespace train {
 
@@ -114,6 +115,8 @@ class Trainer {
   const memory::MemoryEstimate& memory_estimate() const { return estimate_; }
   // What this rank would keep between steps under each ddp.shard mode (the Reducer's buckets).
   ddp::ShardFootprint footprint(ddp::ShardMode mode) const;
+  // The buckets `mode` would make (sizes only): by bucket caps, or one per unit for parameters.
+  std::vector<ddp::BucketLayout> planned_layout(ddp::ShardMode mode) const;
   // ddp.shard in force (none becomes optimizer after the shard_optimizer rung).
   ddp::ShardMode shard_mode() const { return shard_; }
   // Gathers every rank's memory sample to rank 0, which logs the table; resets the peaks.
@@ -121,6 +124,10 @@ class Trainer {
   void report_memory(const std::string& title);
   // Rank 0 logs the plan's peak against the peak measured since the last table. Collective.
   void compare_estimate(int64_t step);
+
+  // ddp.shard: parameters: every unit gathered while the result lives (evaluation, checkpoints,
+  // tests reading the parameters); null otherwise. Collective: every rank, at the same point.
+  std::unique_ptr<PinnedUnits> pin_parameters();
 
   // Rank 0 writes a checkpoint (train/checkpoint.h) with `steps_done` optimizer steps to `path`;
   // other ranks do nothing.
@@ -146,12 +153,18 @@ class Trainer {
   void allocate_gradients();
   // channels-last weights where train.channels_last asks for them (before the Reducer).
   void apply_channels_last();
+  // ddp.shard: parameters: the model's units as indices into its parameter list (empty: one).
+  std::vector<std::vector<size_t>> parameter_units();
+  // ddp.shard: parameters, after the broadcast: each rank keeps its blocks, the gate is set.
+  void shard_parameters_after_broadcast();
   // The ladder of memory.fallback, with each rung's effect on this Trainer.
   memory::FallbackLadder make_ladder();
   void make_loader();
   void broadcast_model();
   // ddp.reduce_dtype as the Reducer takes it: bf16, or Undefined for the buckets' own dtype.
   c10::ScalarType reduce_wire_dtype() const;
+  // ddp.shard: parameters: the dtype units are gathered in (the compute dtype; Undefined: fp32).
+  c10::ScalarType gather_dtype() const;
   // The AdamW of a sharded run: over this rank's blocks of the Reducer's buckets.
   std::unique_ptr<FusedAdamW> make_sharded_optimizer() const;
 
@@ -162,6 +175,10 @@ class Trainer {
   // Forward and backward of every micro-batch, the reduction and fp16's unscale; an OOM becomes
   // the attempt's failure.
   Attempt forward_backward(int64_t step);
+  // The device copy of `n` samples of `batch` from `offset` (n == 0: see micro_batch_data()).
+  data::Batch micro_batch_data(const data::Batch& batch, int64_t offset, int64_t n) const;
+  // The batch plan for `micro_batch` (equal micro-batch counts under ddp.shard: parameters).
+  ddp::BatchPlan make_plan(int64_t micro_batch) const;
   // One micro-batch's forward and backward (`graphed`: replayed through the CUDA graph).
   void micro_batch_forward_backward(int64_t step, const data::Batch& micro, double weight,
                                     bool graphed, bool inject, memory::Phase& phase);
@@ -183,6 +200,12 @@ class Trainer {
   // The rung shard_optimizer: the replicated run becomes ddp.shard: optimizer in place, each rank
   // keeping its blocks of the moments (sliced, not reset). Local; every rank takes it together.
   void shard_optimizer_in_place();
+  // The rung shard_parameters: a run under none, optimizer or gradients becomes ddp.shard:
+  // parameters in place (a new Reducer over the model's units; each rank keeps its blocks of the
+  // parameters and moments). Collective (the new Reducer's check, sharded moments gathered);
+  // every rank takes it together, after the vote.
+  std::string shard_parameters();
+  void shard_parameters_in_place();
   // Before any allocation: every rank checks that the state it keeps for the whole run fits its
   // memory under the configured ddp.shard, and if one does not, every rank throws the same
   // ddp::PlanError naming the mode that would fit. Collective.
@@ -215,6 +238,8 @@ class Trainer {
   std::unique_ptr<GradClipper> clipper_;
   std::unique_ptr<LossScaler> scaler_;  // fp16 loss scaling (disabled otherwise)
   std::unique_ptr<GraphStep> graphs_;   // train.cuda_graphs
+  std::unique_ptr<UnitGate> gate_;      // ddp.shard: parameters
+  bool model_has_units_ = false;        // the model drives the gate (models::ParameterUnits)
   StepMetrics metrics_;                 // the loss on the device; the logged steps' one read
   std::vector<std::pair<int, int64_t>> nonfinite_injections_;  // (rank, step) test hook
   // The OOM protocol.

@@ -7,6 +7,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
+
 #include "ddp/errors.h"
 #include "ddp/gather.h"
 #include "memory/allocator_guard.h"
@@ -52,35 +54,75 @@ int64_t memory_target(c10::Device device, const memory::MemoryOptions& options) 
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
+int64_t largest_bytes(const std::vector<ddp::BucketLayout>& layout) {
+  int64_t most = 0;
+  for (const auto& b : layout) most = std::max(most, b.bytes());
+  return most;
+}
+
 }  // namespace
 
 ddp::ShardFootprint Trainer::footprint(ddp::ShardMode mode) const {
-  return ddp::shard_footprint(reducer_->layout(), control_.size(), mode, reduce_wire_dtype());
+  return ddp::shard_footprint(planned_layout(mode), control_.size(), mode, reduce_wire_dtype());
+}
+
+std::vector<ddp::BucketLayout> Trainer::planned_layout(ddp::ShardMode mode) const {
+  // Sizes only (the parameters' numel, which a freed unit keeps): ddp::shard_footprint's input.
+  const auto& d = options_.ddp;
+  std::vector<ddp::ParamMeta> meta;
+  std::map<std::string, size_t> index;
+  for (const auto& item : model_->named_parameters()) {
+    index.emplace(item.key(), meta.size());
+    meta.push_back({item.value().numel(), item.value().scalar_type(), device_});
+  }
+  if (mode != ddp::ShardMode::kParameters) {
+    return ddp::assign_buckets(meta, static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
+                               static_cast<int64_t>(d.bucket_mb * (1 << 20)));
+  }
+  // One bucket per unit (one unit: a model without models::ParameterUnits).
+  std::vector<std::vector<std::string>> units;
+  if (const auto* declared = models::as<models::ParameterUnits>(*model_)) {
+    units = declared->parameter_units();
+  } else {
+    units.emplace_back();
+    for (const auto& [name, i] : index) units.back().push_back(name);
+  }
+  std::vector<ddp::BucketLayout> layout;
+  for (const auto& names : units) {
+    ddp::BucketLayout& unit = layout.emplace_back();
+    for (const auto& name : names) {
+      const ddp::ParamMeta& m = meta.at(index.at(name));
+      unit.numel += m.numel;
+      unit.dtype = m.dtype;
+      unit.device = m.device;
+    }
+  }
+  return layout;
 }
 
 void Trainer::check_state_fits() {
   // Before anything is allocated: what each ddp.shard mode would keep on this rank, from the
   // bucket layout the Reducer will make (docs/DESIGN.md, "The OOM protocol", point 1).
-  const auto& d = options_.ddp;
-  std::vector<ddp::ParamMeta> meta;
   int64_t moving = 0;  // parameters and buffers still to be moved to the device
   for (const auto& p : model_->parameters()) {
-    meta.push_back({p.numel(), p.scalar_type(), device_});
     if (p.device() != device_) moving += p.nbytes();
   }
   for (const auto& b : model_->buffers()) {
     if (b.device() != device_) moving += b.nbytes();
   }
-  const auto layout = ddp::assign_buckets(meta, static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
-                                          static_cast<int64_t>(d.bucket_mb * (1 << 20)));
-  const auto wire = reduce_wire_dtype();
   const int64_t target = memory_target(device_, options_.memory);
   // What is already there (on CPU the model and the data set), plus what each mode adds. Sharding
   // copies the parameters into flat buffers before their old storage goes: that copy is the
   // transient peak when it exceeds the sharded moments.
   const int64_t base = memory::sample_memory(device_).tensor_bytes + moving;
   const auto need = [&](ddp::ShardMode mode) {
-    const ddp::ShardFootprint f = ddp::shard_footprint(layout, control_.size(), mode, wire);
+    const ddp::ShardFootprint f = footprint(mode);
+    if (mode == ddp::ShardMode::kParameters) {
+      // The whole model (in `base`) stays until the broadcast, and is copied into the units' flat
+      // buffers unit by unit: base plus the blocks plus one unit (f.parameters counts two).
+      const int64_t unit = largest_bytes(planned_layout(mode));
+      return base + f.total() - unit;
+    }
     const int64_t params_copy = mode == ddp::ShardMode::kNone ? 0 : f.parameters;
     return base + f.gradients + std::max(f.optimizer_state, params_copy);
   };
@@ -88,7 +130,8 @@ void Trainer::check_state_fits() {
   if (target > 0 && need(shard_) > target) {
     std::string advice = "none of the ddp.shard modes fits: use a smaller model or give each rank "
                          "more memory";
-    for (const ddp::ShardMode mode : {ddp::ShardMode::kOptimizer, ddp::ShardMode::kGradients}) {
+    for (const ddp::ShardMode mode :
+         {ddp::ShardMode::kOptimizer, ddp::ShardMode::kGradients, ddp::ShardMode::kParameters}) {
       if (mode <= shard_ || need(mode) > target) continue;
       advice = fmt::format("ddp.shard: {} would keep {} per rank, leaving {} for activations: "
                            "set ddp.shard: {} (or give each rank more memory)",
@@ -96,7 +139,7 @@ void Trainer::check_state_fits() {
                            ddp::to_string(mode));
       break;
     }
-    const ddp::ShardFootprint f = ddp::shard_footprint(layout, control_.size(), shard_, wire);
+    const ddp::ShardFootprint f = footprint(shard_);
     failure = fmt::format(
         "rank {}: with ddp.shard: {} the state kept for the whole run does not fit before step 1: "
         "parameters {}, gradients {}, optimizer state {}, other tensors (data set, ...) {} need {} "
@@ -209,8 +252,7 @@ void Trainer::choose_micro_batch() {
         micro_batch_, options_.memory.target_fraction, estimate_.peak(micro_batch_) / 1048576.0,
         total / 1048576.0);
   }
-  plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
-                               micro_batch_);
+  plan_ = make_plan(micro_batch_);
 }
 
 std::vector<std::string> Trainer::gather_failures(const std::string& mine) {
@@ -245,6 +287,9 @@ memory::FallbackLadder Trainer::make_ladder() {
   if (!reducer_->sharded() && control_.size() > 1) {
     effects.shard_optimizer = [this] { return shard_optimizer(); };
   }
+  if (shard_ != ddp::ShardMode::kParameters && control_.size() > 1) {
+    effects.shard_parameters = [this] { return shard_parameters(); };
+  }
   return memory::FallbackLadder(options_.memory.fallback, micro_batch_,
                                 options_.memory.min_micro_batch, std::move(effects));
 }
@@ -252,8 +297,7 @@ memory::FallbackLadder Trainer::make_ladder() {
 std::string Trainer::halve_micro_batch(int64_t old_micro_batch, int64_t new_micro_batch) {
   const ddp::BatchPlan old_plan = plan_;
   micro_batch_ = new_micro_batch;
-  plan_ = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(), control_.rank(),
-                               micro_batch_);
+  plan_ = make_plan(micro_batch_);
   return fmt::format("micro-batch {} -> {}, accumulation {} -> {} (rank 0); global batch {} "
                      "unchanged",
                      old_micro_batch, plan_.micro_batch, old_plan.accumulation(),
@@ -343,6 +387,58 @@ void Trainer::shard_optimizer_in_place() {
         control_.rank(), first_line(e.what_without_backtrace())));
   }
   shard_ = ddp::ShardMode::kOptimizer;
+  estimate_.gradients = reducer_->gradient_bytes();
+  estimate_.optimizer_state = optimizer_->state_bytes();
+}
+
+std::string Trainer::shard_parameters() {
+  const ddp::ShardMode before = shard_;
+  const int64_t bytes = estimate_.parameters + estimate_.gradients + estimate_.optimizer_state;
+  shard_parameters_in_place();
+  return fmt::format(
+      "now ddp.shard: parameters (was {}), each rank keeps its 1/{} of the parameters, gradients "
+      "and AdamW moments and gathers the model unit by unit (parameters, gradients and optimizer "
+      "state {} -> {} per rank); micro-batch {} unchanged",
+      ddp::to_string(before), control_.size(), mib(bytes),
+      mib(estimate_.parameters + estimate_.gradients + estimate_.optimizer_state),
+      plan_.micro_batch);
+}
+
+void Trainer::shard_parameters_in_place() {
+  // Every rank holds the same parameters; the moments are full on every rank (replicated, or
+  // gathered from the blocks: collective), sliced into the new blocks, then the full ones go.
+  try {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> m = reducer_->sharded() ? reducer_->unshard(optimizer_->exp_avgs(), -1)
+                                                    : optimizer_->exp_avgs();
+    std::vector<at::Tensor> v = reducer_->sharded()
+                                    ? reducer_->unshard(optimizer_->exp_avg_sqs(), -1)
+                                    : optimizer_->exp_avg_sqs();
+    const int64_t steps = optimizer_->steps();
+    const at::Tensor count = optimizer_->step_count().clone();
+    optimizer_.reset();
+    clipper_.reset();
+    reducer_.reset();
+    for (auto& p : model_->parameters()) p.mutable_grad() = at::Tensor();
+    shard_ = ddp::ShardMode::kParameters;
+    allocate_gradients();  // the Reducer over the units (its check is collective), the optimizer
+    m = reducer_->blocks_of(m);
+    v = reducer_->blocks_of(v);
+    for (size_t b = 0; b < m.size(); ++b) {
+      optimizer_->exp_avgs()[b].copy_(m[b]);
+      optimizer_->exp_avg_sqs()[b].copy_(v[b]);
+    }
+    optimizer_->set_steps(steps);
+    optimizer_->step_count().copy_(count);
+  } catch (const c10::OutOfMemoryError& e) {
+    throw memory::OutOfMemoryAbort(fmt::format(
+        "rank {} ran out of memory switching to ddp.shard: parameters (memory.fallback rung "
+        "shard_parameters): {}",
+        control_.rank(), first_line(e.what_without_backtrace())));
+  }
+  // The parameters are the same on every rank: no broadcast before each keeps its blocks.
+  shard_parameters_after_broadcast();
+  plan_ = make_plan(micro_batch_);  // the same number of micro-batches on every rank
   estimate_.gradients = reducer_->gradient_bytes();
   estimate_.optimizer_state = optimizer_->state_bytes();
 }

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
+#include <map>
+
 #include "memory/memory_stats.h"
 #include "models/capabilities.h"
 #include "train/trainer.h"
@@ -21,6 +23,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
       sampler_(dataset.size(), options.train.global_batch_size, options.train.seed) {
+  plan_ = make_plan(options.train.micro_batch_size);
   check_state_fits();
   allocate_agreed("parameters, embedding caches and optimizer state",
                   [&] { allocate_model_state(); });
@@ -30,6 +33,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
   // Last, so that it measures activations with everything persistent already in place.
   allocate_agreed("the loader's buffers and the activation probe", [&] { probe_activations(); });
   broadcast_model();
+  if (shard_ == ddp::ShardMode::kParameters) shard_parameters_after_broadcast();
   choose_micro_batch();
   ladder_ = make_ladder();
   make_loader();
@@ -38,6 +42,13 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
   constexpr int64_t kGraphWarmupSteps = 3;
   graphs_ = std::make_unique<GraphStep>(options_.train.cuda_graphs, device_, kGraphWarmupSteps,
                                         control_.rank() == 0);
+}
+
+ddp::BatchPlan Trainer::make_plan(int64_t micro_batch) const {
+  ddp::BatchPlan plan = ddp::BatchPlan::make(options_.train.global_batch_size, control_.size(),
+                                             control_.rank(), micro_batch);
+  if (shard_ == ddp::ShardMode::kParameters) plan.equalize_micro_batches(micro_batch);
+  return plan;
 }
 
 int64_t Trainer::initial_micro_batch(const TrainOptions& t, int world) {
@@ -100,7 +111,7 @@ void Trainer::allocate_gradients() {
       std::move(named), data_,
       ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                           static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
-                          reduce_wire_dtype(), shard_},
+                          reduce_wire_dtype(), shard_, parameter_units(), gather_dtype()},
       &control_);
   const bool sharded = reducer_->sharded();
   if (sharded) {
@@ -109,6 +120,39 @@ void Trainer::allocate_gradients() {
   }
   clipper_ =
       std::make_unique<GradClipper>(reducer_->reduced_gradients(), sharded ? &data_ : nullptr);
+}
+
+std::vector<std::vector<size_t>> Trainer::parameter_units() {
+  std::vector<std::vector<size_t>> units;
+  auto* declared = models::as<models::ParameterUnits>(*model_);
+  if (shard_ != ddp::ShardMode::kParameters || declared == nullptr) return units;
+  std::map<std::string, size_t> index;
+  for (const auto& item : model_->named_parameters()) index.emplace(item.key(), index.size());
+  for (const auto& names : declared->parameter_units()) {
+    auto& unit = units.emplace_back();
+    for (const auto& name : names) unit.push_back(index.at(name));
+  }
+  return units;
+}
+
+void Trainer::shard_parameters_after_broadcast() {
+  // Every rank holds the whole model (rank 0's, just broadcast): each keeps its blocks only.
+  reducer_->reshard_parameters();
+  gate_ = std::make_unique<UnitGate>(*reducer_, options_.ddp.reshard_after_forward,
+                                     options_.ddp.prefetch_units);
+  auto* declared = models::as<models::ParameterUnits>(*model_);
+  model_has_units_ = declared != nullptr;
+  if (declared != nullptr) declared->set_unit_gate(gate_.get());
+  int64_t masters = 0;
+  for (const auto& m : reducer_->parameter_shards()) masters += m.nbytes();
+  int64_t buffers = 0;
+  for (const auto& b : model_->buffers()) buffers += b.nbytes();
+  // Between steps a rank keeps its blocks; in a step at most two units are gathered.
+  estimate_.parameters = masters + 2 * reducer_->largest_unit_bytes() + buffers;
+}
+
+std::unique_ptr<PinnedUnits> Trainer::pin_parameters() {
+  return gate_ != nullptr ? std::make_unique<PinnedUnits>(gate_.get()) : nullptr;
 }
 
 void Trainer::make_loader() {
@@ -126,6 +170,13 @@ void Trainer::make_loader() {
 c10::ScalarType Trainer::reduce_wire_dtype() const {
   return options_.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16
                                                               : c10::ScalarType::Undefined;
+}
+
+c10::ScalarType Trainer::gather_dtype() const {
+  // ddp.shard: parameters gathers the units in the compute dtype (the masters stay fp32).
+  if (precision_ == Precision::kBf16) return at::kBFloat16;
+  if (precision_ == Precision::kFp16) return at::kHalf;
+  return c10::ScalarType::Undefined;
 }
 
 std::unique_ptr<FusedAdamW> Trainer::make_sharded_optimizer() const {

@@ -81,6 +81,7 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
     trainer.save_checkpoint(save_to, until);
     comm.barrier("checkpoint written");
   }
+  const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters: the whole model
   std::vector<at::Tensor> params;
   for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
   return params;

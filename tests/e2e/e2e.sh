@@ -152,7 +152,7 @@ SH
     expect_grep "rank +0 .*batch 34 samples \[0, 34\) in 3 micro-batch\(es\) of 16 \(last 2\)"
     expect_grep "rank +2 .*batch 33 samples \[67, 100\)"
     expect_grep "memory plan \(rank 0, ddp.shard: none\): parameters"
-    expect_grep "per-rank state by ddp.shard \(parameters / gradients / optimizer state\): none [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; optimizer .*; gradients [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB"
+    expect_grep "per-rank state by ddp.shard \(parameters / gradients / optimizer state\): none [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; optimizer .*; gradients [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; parameters [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB"
     expect_grep "dry run: nothing trained"; expect_no_grep "step +1/" ;;
   print_config_roundtrip)
     # The printed configuration, fed back in, prints the same text: every value survives the
@@ -261,6 +261,37 @@ SH
     expect_rc 0
     expect_grep "memory plan \(rank 0, ddp.shard: optimizer\)"
     expect_grep "done: 10 steps, .* 0 memory fallback\(s\)" ;;
+  shard_parameters_fits_np4)
+    # A 12.7M-parameter gpt of 16 blocks on 4 ranks under memory.cpu_budget_mb = 106: ddp.shard:
+    # gradients needs the whole model once plus its flat copy (109 MiB) and stops before step 1
+    # (exit 2) naming parameters, which needs the model once plus 16/4 bytes per parameter and
+    # one unit (100 MiB) and trains with the same budget.
+    big=(--config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample"
+         --set model.num_layers=16 --set model.d_model=256 --set model.heads=4
+         --set data.context=8 --set train.global_batch_size=4 --set train.micro_batch_size=1
+         --set train.device=cpu --set train.steps=3 --set train.warmup_steps=1
+         --set train.eval_every=0 --set train.eval_samples=8 --set log.every=1
+         --set memory.cpu_budget_mb=106)
+    run timeout 60 mpirun -np 4 "$trainer" "${big[@]}" --set ddp.shard=gradients
+    expect_rc 2
+    expect_grep "with ddp.shard: gradients the state kept for the whole run does not fit before step 1"
+    expect_grep "ddp.shard: parameters would keep [0-9.]+ MiB per rank, leaving [0-9.]+ MiB for activations: set ddp.shard: parameters"
+    expect_no_grep "step +1/"
+    run timeout 90 mpirun -np 4 "$trainer" "${big[@]}" --set ddp.shard=parameters
+    expect_rc 0
+    expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
+    expect_grep "done: 3 steps, .* 0 memory fallback\(s\)" ;;
+  oom_in_shard_parameters_step_np2)
+    # An out-of-memory error inside a ddp.shard: parameters step cannot be retried yet: the job
+    # ends with exit 4 and the reason (the launcher aborts every rank), well before
+    # ddp.timeout_s, instead of leaving the other rank gathering.
+    run timeout 60 mpirun -np 2 "$trainer" --config "$src/configs/gpt-tiny.yaml" \
+      --set "data.path=$src/data/tokens-sample" --set train.device=cpu --set train.steps=5 \
+      --set train.warmup_steps=1 --set train.micro_batch_size=8 --set ddp.shard=parameters \
+      --set ddp.timeout_s=300 --set memory.inject_oom=1:3:forward
+    expect_rc 4
+    expect_grep "out of memory inside a ddp.shard: parameters step \(rank 1 in forward"
+    expect_no_grep "step +3/" ;;
   oom_shard_optimizer_np2)
     # The rung shard_optimizer, listed first: an OOM on rank 1 at step 5 makes the run sharded
     # (ZeRO-1) on both ranks at the same micro-batch; it finishes, and its checkpoint is the one

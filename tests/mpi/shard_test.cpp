@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "common/mpi_test_env.h"
@@ -41,12 +42,18 @@ struct Trained {
   size_t buckets = 0;
 };
 
+// The parameters, gathered first under ddp.shard: parameters. Collective.
+std::vector<at::Tensor> pinned_snapshot(trainer_test::CpuRun& run) {
+  const auto pinned = run.trainer->pin_parameters();
+  return snapshot(*run.model);
+}
+
 Trained train(ddp::Communicator& comm, const std::string& yaml, int64_t steps) {
   auto run = trainer_test::make_cpu_run(comm, yaml, "shard.yaml");
   Trained t;
-  t.initial = snapshot(*run.model);
+  t.initial = pinned_snapshot(run);
   for (int64_t s = 1; s <= steps; ++s) t.results.push_back(run.trainer->step(s));
-  t.params = snapshot(*run.model);
+  t.params = pinned_snapshot(run);
   t.estimate = run.trainer->memory_estimate();
   t.buckets = run.trainer->reducer().layout().size();
   return t;
@@ -58,6 +65,11 @@ struct Case {
   std::string ddp;   // extra ddp keys
   int64_t steps;
   double tolerance = 1e-6;
+  bool parameters_only = false;  // compare ddp.shard: parameters with none only
+  // ddp.shard: parameters runs the same number of micro-batches on every rank, splitting a
+  // shorter rank's slice further (ddp::BatchPlan::equalize_micro_batches), and under fp16
+  // autocast gathers the units in fp16: both round differently from none (0: `tolerance`).
+  double parameters_tolerance = 0;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -92,6 +104,52 @@ std::string gpt_yaml() {
          "memory: {check_every: 0}\n";
 }
 
+// The sequence models on a CSV series and the CNN on PNG crops (one parameter unit each).
+std::string series_yaml(const std::string& model) {
+  static test::TempDir dir;
+  static bool written = false;
+  const std::string path = dir.path() + "/series.csv";
+  if (!written) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fprintf(f, "time,temp,load\n");
+    for (int i = 0; i < 300; ++i) {
+      std::fprintf(f, "%d,%.4f,%.4f\n", i, std::sin(i * 0.1), std::cos(i * 0.07) + 0.01 * i);
+    }
+    std::fclose(f);
+    written = true;
+  }
+  return "model: " + model + "\ndata: {dataset: csv, path: " + path +
+         ", features: [temp, load], targets: [load], window: 12, horizon: 2}\n"
+         "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 4, lr: 0.003, "
+         "warmup_steps: 1, seed: 11, eps: 1.0e-4}\n"
+         "memory: {check_every: 0}\n";
+}
+
+const char* kCnnYaml =
+    "model: {name: cnn, base_channels: 4, num_blocks: 1, loss: l1}\n"
+    "data: {dataset: images, path: " TRAINER_SOURCE_DIR
+    "/data/images-sample, patch_size: 8, scale: 2, crops_per_image: 2}\n"
+    "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 3, lr: 0.003, "
+    "warmup_steps: 1, seed: 11}\n"
+    "memory: {check_every: 0}\n";
+
+// llama on gpt's token shards: grouped-query attention, SwiGLU; its output layer a unit of its
+// own (untied) or unit 0's (tied, as gpt's).
+std::string llama_yaml(bool tied) {
+  std::string yaml = gpt_yaml();
+  const std::string gpt_model =
+      "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}";
+  return yaml.replace(yaml.find(gpt_model), gpt_model.size(),
+                      fmt::format("model: {{name: llama, preset: llama-tiny, num_layers: 2, "
+                                  "d_model: 36, heads: 6, kv_heads: 2, intermediate_size: 40, "
+                                  "tie_embeddings: {}}}",
+                                  tied));
+}
+
+std::string checkpointed(std::string yaml) {
+  return yaml.replace(yaml.find("heads: 4}"), 9, "heads: 4, checkpoint_activations: true}");
+}
+
 class ShardEquivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ShardEquivalence, ShardedParametersEqualUnsharded) {
@@ -102,17 +160,22 @@ TEST_P(ShardEquivalence, ShardedParametersEqualUnsharded) {
   };
   const Trained none = train(*world, c.yaml + ddp("none"), c.steps);
   EXPECT_GT(relative_error(none.params, none.initial), 1e-3) << "training moved nothing";
-  for (const char* shard : {"optimizer", "gradients"}) {
+  std::vector<const char*> modes = {"optimizer", "gradients", "parameters"};
+  if (c.parameters_only) modes = {"parameters"};
+  for (const char* shard : modes) {
     const Trained sharded = train(*world, c.yaml + ddp(shard), c.steps);
+    const bool zero3 = std::string(shard) == "parameters";
+    const double tolerance =
+        zero3 && c.parameters_tolerance > 0 ? c.parameters_tolerance : c.tolerance;
     const double err = relative_error(sharded.params, none.params);
-    EXPECT_LT(err, c.tolerance) << shard << ", world " << world->size();
+    EXPECT_LT(err, tolerance) << shard << ", world " << world->size();
     expect_same_on_every_rank(*world, sharded.params);
     // Every step's loss and gradient norm (the norm summed over the ranks' blocks) as unsharded.
     for (size_t s = 0; s < none.results.size(); ++s) {
       EXPECT_EQ(sharded.results[s].skipped, none.results[s].skipped) << shard << " step " << s + 1;
       if (none.results[s].skipped) continue;  // a non-finite norm
       EXPECT_NEAR(sharded.results[s].grad_norm, none.results[s].grad_norm,
-                  std::max(1e-5, c.tolerance) * none.results[s].grad_norm)
+                  std::max(1e-5, tolerance) * none.results[s].grad_norm)
           << shard << " step " << s + 1;
     }
     if (c.name == "mlp_fp16_inject") {
@@ -136,12 +199,32 @@ INSTANTIATE_TEST_SUITE_P(
              20},
         Case{"mlp_one_bucket", mlp(32, "5", 0.0), ", bucket_mb: 64", 20},
         Case{"gpt_2KiB", gpt_yaml(), ", first_bucket_mb: 0.002, bucket_mb: 0.002", 5},
+        // ddp.shard: parameters alone: gpt's units (embeddings and output, each block) recomputed
+        // in backward, without prefetch or kept after forward; one-unit models.
+        Case{"gpt_checkpointed", checkpointed(gpt_yaml()), "", 4, 1e-6, true},
+        Case{"gpt_no_prefetch_kept", gpt_yaml(),
+             ", prefetch_units: false, reshard_after_forward: false", 3, 1e-6, true},
+        // bf16 autocast: the units are gathered in bf16 (the masters stay fp32), so the forward
+        // sees bf16-rounded parameters where none sees fp32 ones (layer norms, embeddings).
+        Case{"gpt_bf16_gather",
+             std::string(gpt_yaml())
+                 .replace(gpt_yaml().find("seed: 11"), 8, "seed: 11, precision: bf16"),
+             "", 3, 1e-2, true},
+        Case{"llama_untied", llama_yaml(false), "", 3, 1e-6, true},
+        Case{"llama_tied", llama_yaml(true), "", 3, 1e-6, true},
+        Case{"lstm", series_yaml("{name: sequence, cell: lstm, hidden_dim: 16, num_layers: 2}"), "",
+             4, 1e-6, true},
+        Case{"transformer",
+             series_yaml("{name: sequence, cell: transformer, d_model: 16, heads: 2, "
+                         "num_layers: 2}"),
+             "", 4, 1e-6, true},
+        Case{"cnn", kCnnYaml, "", 3, 1e-6, true},
         // fp16: rank 1 (or 0 alone) makes its gradient non-finite at step 3; every rank skips.
         Case{"mlp_fp16_inject",
              std::string(mlp(13, "2", 1.0))
                  .replace(mlp(13, "2", 1.0).find("seed: 11"), 8,
                           "seed: 11, precision: fp16, loss_scale: 1024, inject_nonfinite: '1:3'"),
-             ", first_bucket_mb: 0.001, bucket_mb: 0.002", 8},
+             ", first_bucket_mb: 0.001, bucket_mb: 0.002", 8, 1e-6, false, 1e-3},
         // bf16 on the wire: the reduce-scatter sums bf16 as the all-reduce does, in another
         // order over 3 ranks, so the parameters agree to bf16's rounding only.
         Case{"mlp_bf16_reduce", mlp(13, "2", 1.0), ", reduce_dtype: bf16, bucket_mb: 0.002", 10,
@@ -183,6 +266,7 @@ TEST(ShardMemory, OptimizerStateIsAboutOneNthAndZeroTwoKeepsLessGradient) {
 struct RungRun {
   Trained trained;
   bool sharded = false;
+  ddp::ShardMode mode = ddp::ShardMode::kNone;
   int fallbacks = 0;
   int64_t micro_batch = 0;
 };
@@ -196,10 +280,11 @@ RungRun train_with_rung(ddp::Communicator& comm, const std::string& yaml, int64_
   } reset;
   auto run = trainer_test::make_cpu_run(comm, yaml, "rung.yaml");
   RungRun r;
-  r.trained.initial = snapshot(*run.model);
+  r.trained.initial = pinned_snapshot(run);
   for (int64_t s = 1; s <= steps; ++s) r.trained.results.push_back(run.trainer->step(s));
-  r.trained.params = snapshot(*run.model);
+  r.trained.params = pinned_snapshot(run);
   r.sharded = run.trainer->reducer().sharded();
+  r.mode = run.trainer->shard_mode();
   r.fallbacks = run.trainer->fallbacks();
   r.micro_batch = run.trainer->plan().micro_batch;
   run.trainer->save_checkpoint(save_to, steps);
@@ -281,6 +366,66 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardOptimizerRung,
                                                 ", first_bucket_mb: 0.002, bucket_mb: 0.002", 6}),
                          [](const auto& info) { return info.param.name; });
 
+// The rung shard_parameters after an injected out-of-memory error in step 3 (rank 1's backward),
+// from none and from gradients: the run continues under ddp.shard: parameters with the same
+// micro-batch, and its parameters and every step's gradient norm match a run under parameters
+// from the start and one never sharded (1e-6).
+class ShardParametersRung : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ShardParametersRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
+  const Case c = GetParam();
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  if (world->size() < 2) GTEST_SKIP() << "one rank: nothing to shard";
+  const std::string dir =
+      ddp::all_gather_strings(*world, fmt::format("/tmp/trainer_rung3_{}", ::getpid()))[0];
+  if (world->rank() == 0) ::mkdir(dir.c_str(), 0700);
+  world->barrier("dir made");
+  const auto ddp = [&](const std::string& shard) {
+    return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
+  };
+  const std::string ladder = "memory: {fallback: [shard_parameters, halve_micro_batch]}\n";
+  const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:"));
+  const std::string start =
+      c.name.find("from_gradients") != std::string::npos ? "gradients" : "none";
+  const RungRun none =
+      train_with_rung(*world, yaml + ladder + ddp("none"), c.steps, "", dir + "/none.safetensors");
+  const RungRun from_start = train_with_rung(*world, yaml + ladder + ddp("parameters"), c.steps, "",
+                                             dir + "/from_start.safetensors");
+  const RungRun switched = train_with_rung(*world, yaml + ladder + ddp(start), c.steps,
+                                           "1:3:backward", dir + "/switched.safetensors");
+  EXPECT_EQ(switched.fallbacks, 1);
+  EXPECT_EQ(switched.mode, ddp::ShardMode::kParameters) << "the rung did not shard";
+  EXPECT_EQ(switched.micro_batch, none.micro_batch) << "the rung halved instead";
+  EXPECT_GT(relative_error(none.trained.params, none.trained.initial), 1e-3);
+  const double err = relative_error(switched.trained.params, from_start.trained.params);
+  EXPECT_LT(err, 1e-6) << c.name << ", world " << world->size();
+  EXPECT_LT(relative_error(switched.trained.params, none.trained.params), 1e-6)
+      << c.name << ", world " << world->size();
+  expect_same_on_every_rank(*world, switched.trained.params);
+  for (size_t s = 0; s < none.trained.results.size(); ++s) {
+    EXPECT_NEAR(switched.trained.results[s].grad_norm, none.trained.results[s].grad_norm,
+                1e-5 * none.trained.results[s].grad_norm)
+        << "step " << s + 1;
+  }
+  world->barrier("checked");
+  if (world->rank() == 0) {
+    for (const char* f :
+         {"/none.safetensors", "/from_start.safetensors", "/switched.safetensors"}) {
+      ::unlink((dir + f).c_str());
+    }
+    ::rmdir(dir.c_str());
+    fmt::print("{} world {}: shard_parameters rung from {}, relative error {:.2e}\n", c.name,
+               world->size(), start, err);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ShardParametersRung,
+                         ::testing::Values(Case{"mlp_from_none", mlp(13, "2", 1.0), "", 8},
+                                           Case{"gpt_from_none", gpt_yaml(), "", 5},
+                                           Case{"gpt_from_gradients", gpt_yaml(),
+                                                ", first_bucket_mb: 0.002, bucket_mb: 0.002", 5}),
+                         [](const auto& info) { return info.param.name; });
+
 // Checkpoints across world sizes and modes. With W ranks, the first W - 1 form a smaller job.
 class ShardResume : public ::testing::Test {
  protected:
@@ -318,6 +463,8 @@ memory: {check_every: 0}
     return files_.back();
   }
 
+  void round_trip(const char* first, const char* second);
+
   std::unique_ptr<ddp::Communicator> world_;
   std::unique_ptr<ddp::Communicator> smaller_;  // ranks 0 .. W - 2; null on the last rank
   std::string dir_;
@@ -335,7 +482,8 @@ void expect_same_checkpoints(const std::string& a_path, const std::string& b_pat
   }
 }
 
-TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
+// W ranks under `first` into W - 1 unsharded, and W - 1 unsharded into W under `second`.
+void ShardResume::round_trip(const char* first, const char* second) {
   using trainer_test::train_until;
   const double tol = 1e-5;  // another world size sums in another order (Equivalence: 1e-5)
   const std::string straight_ckpt = file("straight.safetensors");
@@ -343,7 +491,7 @@ TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
 
   // W ranks sharded (ZeRO-1) for 6 steps; W - 1 ranks unsharded for the other 6.
   const std::string sharded_half = file("sharded_half.safetensors");
-  train_until(*world_, yaml("optimizer"), 6, 1, "", sharded_half);
+  train_until(*world_, yaml(first), 6, 1, "", sharded_half);
   world_->barrier("checkpoint written");
   if (smaller_) {
     const std::string end = file("from_sharded.safetensors");
@@ -360,7 +508,7 @@ TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
   if (smaller_) train_until(*smaller_, yaml("none"), 6, 1, "", plain_half);
   world_->barrier("checkpoint written");
   const std::string end = file("from_plain.safetensors");
-  const auto resumed = train_until(*world_, yaml("gradients"), 12, 77, plain_half, end);
+  const auto resumed = train_until(*world_, yaml(second), 12, 77, plain_half, end);
   EXPECT_LT(relative_error(resumed, straight), tol) << "unsharded W - 1 -> sharded W";
   if (world_->rank() == 0) {
     expect_same_checkpoints(straight_ckpt, end, tol);
@@ -368,9 +516,18 @@ TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
     const auto half = train::read_checkpoint(sharded_half);
     EXPECT_EQ(half.meta.step, 6);
     EXPECT_EQ(half.meta.world_size, world_->size());
-    fmt::print("resume across world sizes and modes: relative error {:.2e}\n",
-               relative_error(resumed, straight));
+    fmt::print("resume across world sizes and modes ({} / {}): relative error {:.2e}\n", first,
+               second, relative_error(resumed, straight));
   }
+}
+
+TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
+  round_trip("optimizer", "gradients");
+}
+
+// ddp.shard: parameters: W ranks (3 under mpirun -np 3) into W - 1 unsharded and back.
+TEST_F(ShardResume, ParametersOnWRanksIntoUnshardedOnFewerAndBack) {
+  round_trip("parameters", "parameters");
 }
 
 }  // namespace

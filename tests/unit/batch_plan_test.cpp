@@ -163,3 +163,36 @@ TEST(BatchPlan, WeightsOfEveryMicroBatchOfEveryRankSumToOne) {
 }
 
 }  // namespace
+
+// ddp.shard: parameters: every rank runs the largest rank's number of micro-batches, which still
+// sum to its slice; a slice shorter than that count gets empty micro-batches first.
+TEST(BatchPlan, EqualizedMicroBatchCountsAreTheSameOnEveryRank) {
+  for (const int world : {2, 3, 4}) {
+    for (const int64_t global : {7, 13, 16}) {
+      for (const int64_t micro : {0, 1, 2, 3}) {  // 0: the whole slice (auto)
+        const size_t count = [&] {
+          ddp::BatchPlan first = ddp::BatchPlan::make(global, world, 0, micro);
+          first.equalize_micro_batches(micro);
+          return first.micro_sizes.size();
+        }();
+        for (int r = 0; r < world; ++r) {
+          ddp::BatchPlan p = ddp::BatchPlan::make(global, world, r, micro);
+          const size_t before = p.micro_sizes.size();
+          p.equalize_micro_batches(micro);
+          EXPECT_EQ(p.micro_sizes.size(), count) << global << " on " << world << ", rank " << r;
+          EXPECT_GE(p.micro_sizes.size(), before);
+          EXPECT_EQ(std::accumulate(p.micro_sizes.begin(), p.micro_sizes.end(), int64_t{0}),
+                    p.per_rank);
+          for (const int64_t n : p.micro_sizes) EXPECT_LE(n, p.micro_batch);
+          if (p.per_rank >= static_cast<int64_t>(count)) {
+            EXPECT_THAT(p.micro_sizes, ::testing::Each(::testing::Gt(0)));
+          }
+        }
+      }
+    }
+  }
+  // 7 samples on 2 ranks in micro-batches of 1: rank 1's 3 samples become [0, 1, 1, 1].
+  ddp::BatchPlan p = ddp::BatchPlan::make(7, 2, 1, 1);
+  p.equalize_micro_batches(1);
+  EXPECT_THAT(p.micro_sizes, ::testing::ElementsAre(0, 1, 1, 1));
+}

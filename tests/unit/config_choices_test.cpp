@@ -118,7 +118,8 @@ TEST(ConfigChoices, AnUnknownNameNamesTheKeyAndTheChoices) {
   EXPECT_EQ(
       config_error(kMinimal, {"memory.fallback=[halve_micro_batch, shrink]"}),
       "--set memory.fallback=[halve_micro_batch, shrink]: memory.fallback: 'shrink' is not one "
-      "of: checkpoint_activations, halve_micro_batch, shard_optimizer, uncache_embeddings");
+      "of: checkpoint_activations, halve_micro_batch, shard_optimizer, uncache_embeddings, "
+      "shard_parameters");
   EXPECT_EQ(config_error(kMinimal, {"memory.fallback=halve_micro_batch"}),
             "--set memory.fallback=halve_micro_batch: memory.fallback: expected a list like "
             "[checkpoint_activations], got 'halve_micro_batch'");

@@ -234,6 +234,15 @@ TEST(ConfigErrors, DefaultWarmupNotBelowStepsIsReportedAtSteps) {
             "bad.yaml:5: train.warmup_steps (default) = 10 must be smaller than train.steps = 5");
 }
 
+// Samples are drawn on rank 0 alone, which cannot gather a parameter-sharded model.
+TEST(ConfigErrors, SamplesWhileTrainingWithShardedParametersAreRefused) {
+  const std::string message =
+      config_error(kMinimal, {"ddp.shard=parameters", "train.sample_every=10"});
+  EXPECT_THAT(message, ::testing::HasSubstr("--set train.sample_every=10: train.sample_every: "
+                                            "samples while training are not supported with "
+                                            "ddp.shard: parameters"));
+}
+
 TEST(ConfigErrors, WarmupRelationBrokenByAnOverride) {
   const std::string message = config_error(kMinimal, {"train.steps=8"});
   EXPECT_EQ(message, "--set train.steps=8: train.warmup_steps (default) = 10 must be smaller than "

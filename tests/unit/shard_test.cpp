@@ -208,8 +208,8 @@ TEST_P(ShardedReducer, MomentsRoundTripThroughFullPerParameterTensors) {
 TEST(ShardFootprint, MatchesTheReducerAndTheOptimizer) {
   for (const int world : {1, 3}) {
     for (const auto wire : {c10::ScalarType::Undefined, at::kBFloat16}) {
-      for (const ShardMode mode :
-           {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+      for (const ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients,
+                                   ShardMode::kParameters}) {
         Net net;
         trainer_test::FakeCommunicator comm(world, world - 1);
         ddp::Reducer reducer(net.named(), comm, {100, 300, false, wire, mode});
@@ -222,6 +222,12 @@ TEST(ShardFootprint, MatchesTheReducerAndTheOptimizer) {
         const auto f = ddp::shard_footprint(reducer.layout(), world, mode, wire);
         EXPECT_EQ(f.gradients, reducer.gradient_bytes()) << world << " " << ddp::to_string(mode);
         EXPECT_EQ(f.optimizer_state, adamw.state_bytes()) << world << " " << ddp::to_string(mode);
+        if (mode == ShardMode::kParameters) {
+          // Between steps the master blocks; in a step two units at most (here one: the model).
+          int64_t masters = 0;
+          for (const auto& m : reducer.parameter_shards()) masters += m.nbytes();
+          EXPECT_EQ(f.parameters, masters + 2 * reducer.largest_unit_bytes()) << world;
+        }
       }
     }
   }

@@ -122,7 +122,19 @@ Gpt::Gpt(const GptOptions& o)
 Gpt::~Gpt() = default;
 
 at::Tensor Gpt::forward(const at::Tensor& tokens) {
-  return at::linear(hidden(tokens), layers_->wte->weight);  // tied output projection
+  const at::Tensor logits = at::linear(hidden(tokens), layers_->wte->weight);  // tied output
+  return gate_ != nullptr ? gate_->leave(0, logits) : logits;
+}
+
+std::vector<std::vector<std::string>> Gpt::parameter_units() const {
+  std::vector<std::vector<std::string>> units(1 + layers_->blocks.size());
+  for (const auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    size_t unit = 0;
+    if (name.rfind("h.", 0) == 0) unit = 1 + std::stoul(name.substr(2, name.find('.', 2) - 2));
+    units[unit].push_back(name);
+  }
+  return units;
 }
 
 at::Tensor Gpt::hidden(const at::Tensor& tokens) {
@@ -135,9 +147,15 @@ at::Tensor Gpt::hidden(const at::Tensor& tokens) {
                       options_.context));
   Layers& l = *layers_;
   const double p = is_training() ? options_.dropout : 0.0;
+  // Units (ddp.shard: parameters): the embeddings' unit 0 around the embeddings and again from
+  // ln_f to the output layer (the caller leaves it), block i as unit 1 + i.
+  if (gate_ != nullptr) gate_->enter(0);
   at::Tensor x = l.wte->forward(tokens) + l.wpe->forward(at::arange(t, tokens.options()));
   x = at::dropout(x, p, p > 0);
-  return l.ln_f->forward(run_blocks(l.blocks, x, p, options_.checkpoint_activations));
+  if (gate_ != nullptr) x = gate_->leave(0, x);
+  x = run_blocks(l.blocks, x, p, options_.checkpoint_activations, nullptr, gate_, 1);
+  if (gate_ != nullptr) gate_->enter(0);
+  return l.ln_f->forward(x);
 }
 
 at::Tensor Gpt::forward_cached(const at::Tensor& tokens, KvCache& cache) {
@@ -167,8 +185,10 @@ at::Tensor Gpt::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   // The output layer and the loss in chunks of positions (Note [Chunked output layer]): the
   // [positions, vocab] logits are never whole. The padded rows of wte are masked out there.
   const at::Tensor h = hidden(tokens);
-  return linear_cross_entropy(h.reshape({-1, options_.d_model}), layers_->wte->weight,
-                              targets.reshape({-1}), options_.vocab_size, options_.loss_chunk_rows);
+  const at::Tensor loss =
+      linear_cross_entropy(h.reshape({-1, options_.d_model}), layers_->wte->weight,
+                           targets.reshape({-1}), options_.vocab_size, options_.loss_chunk_rows);
+  return gate_ != nullptr ? gate_->leave(0, loss) : loss;
 }
 
 int64_t Gpt::loss_chunk_rows(int64_t rows) const {

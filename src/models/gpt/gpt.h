@@ -55,7 +55,10 @@ struct GptOptions {
 GptOptions gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 
-class Gpt final : public LanguageModel, public ActivationCheckpointing, public ChunkedLoss {
+class Gpt final : public LanguageModel,
+                  public ActivationCheckpointing,
+                  public ChunkedLoss,
+                  public ParameterUnits {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options (heads not
   // dividing d_model, a zero dimension).
@@ -81,6 +84,10 @@ class Gpt final : public LanguageModel, public ActivationCheckpointing, public C
   int64_t loss_rows(const at::Tensor& tokens) const override { return tokens.numel(); }
   int64_t loss_chunk_rows(int64_t rows) const override;
   void set_loss_chunk_rows(int64_t rows) override;
+  // Units (ddp.shard: parameters): 0 the embeddings and the output layer (wte is both: tied;
+  // wpe, ln_f), 1 .. num_layers the blocks h.{i}. Forward enters 0, 1, ..., num_layers, 0.
+  std::vector<std::vector<std::string>> parameter_units() const override;
+  void set_unit_gate(UnitGate* gate) override { gate_ = gate; }
 
  private:
   // The submodules, typed (defined in gpt.cpp so that this header stays free of the nn module
@@ -93,6 +100,7 @@ class Gpt final : public LanguageModel, public ActivationCheckpointing, public C
   GptOptions options_;          // padded_vocab_size resolved
   int64_t own_chunk_rows_ = 0;  // loss_chunk_rows as constructed (set_loss_chunk_rows(0))
   std::unique_ptr<Layers> layers_;
+  UnitGate* gate_ = nullptr;  // ddp.shard: parameters (set by the trainer)
 };
 
 }  // namespace models

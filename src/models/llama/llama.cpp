@@ -127,11 +127,35 @@ at::Tensor Llama::embed(const at::Tensor& tokens, int64_t past) const {
   return layers_->embed_tokens->forward(tokens);
 }
 
-at::Tensor Llama::forward(const at::Tensor& tokens) {
+size_t Llama::output_unit() const {
+  return options_.tie_embeddings ? 0 : 1 + layers_->blocks.size();
+}
+
+std::vector<std::vector<std::string>> Llama::parameter_units() const {
+  std::vector<std::vector<std::string>> units(1 + layers_->blocks.size() +
+                                              (options_.tie_embeddings ? 0 : 1));
+  for (const auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    size_t unit = output_unit();  // norm, lm_head
+    if (name.rfind("embed_tokens.", 0) == 0) unit = 0;
+    if (name.rfind("layers.", 0) == 0) unit = 1 + std::stoul(name.substr(7, name.find('.', 7) - 7));
+    units[unit].push_back(name);
+  }
+  return units;
+}
+
+at::Tensor Llama::trunk(const at::Tensor& tokens) {
   const double p = is_training() ? options_.dropout : 0.0;
-  const at::Tensor h =
-      run_blocks(layers_->blocks, embed(tokens, 0), p, options_.checkpoint_activations);
-  return at::linear(layers_->norm->forward(h), output_weight());
+  if (gate_ != nullptr) gate_->enter(0);
+  at::Tensor x = embed(tokens, 0);
+  if (gate_ != nullptr) x = gate_->leave(0, x);
+  x = run_blocks(layers_->blocks, x, p, options_.checkpoint_activations, nullptr, gate_, 1);
+  if (gate_ != nullptr) gate_->enter(output_unit());
+  return layers_->norm->forward(x);
+}
+
+at::Tensor Llama::forward(const at::Tensor& tokens) {
+  return leave_output(at::linear(trunk(tokens), output_weight()));
 }
 
 at::Tensor Llama::forward_cached(const at::Tensor& tokens, KvCache& cache) {
@@ -144,13 +168,12 @@ at::Tensor Llama::loss(const at::Tensor& tokens, const at::Tensor& targets) {
   require(targets.sizes() == tokens.sizes() && targets.scalar_type() == at::kLong,
           fmt::format("targets must be int64 {} like the tokens, got {} {}", tokens.sizes(),
                       c10::toString(targets.scalar_type()), targets.sizes()));
-  const double p = is_training() ? options_.dropout : 0.0;
-  const at::Tensor h = layers_->norm->forward(
-      run_blocks(layers_->blocks, embed(tokens, 0), p, options_.checkpoint_activations));
+  const at::Tensor h = trunk(tokens);
   // The output layer and the loss in chunks of positions (Note [Chunked output layer]); the
   // padded rows are masked out there.
-  return linear_cross_entropy(h.reshape({-1, options_.d_model}), output_weight(),
-                              targets.reshape({-1}), options_.vocab_size, options_.loss_chunk_rows);
+  return leave_output(linear_cross_entropy(h.reshape({-1, options_.d_model}), output_weight(),
+                                           targets.reshape({-1}), options_.vocab_size,
+                                           options_.loss_chunk_rows));
 }
 
 int64_t Llama::loss_chunk_rows(int64_t rows) const {

@@ -39,7 +39,10 @@
 
 namespace models {
 
-class Llama final : public LanguageModel, public ActivationCheckpointing, public ChunkedLoss {
+class Llama final : public LanguageModel,
+                    public ActivationCheckpointing,
+                    public ChunkedLoss,
+                    public ParameterUnits {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options
   // (check_llama_options).
@@ -59,16 +62,27 @@ class Llama final : public LanguageModel, public ActivationCheckpointing, public
   int64_t vocab_size() const override { return options_.vocab_size; }
   int64_t context() const override { return options_.context; }
   const LlamaOptions& options() const { return options_; }
+  // Units (ddp.shard: parameters): 0 embed_tokens, 1 .. num_layers the blocks layers.{i}, then
+  // norm and lm_head; tied, norm joins unit 0, which the output layer enters again.
+  std::vector<std::vector<std::string>> parameter_units() const override;
+  void set_unit_gate(UnitGate* gate) override { gate_ = gate; }
 
  private:
   struct Layers;  // the submodules, typed (llama.cpp)
 
   at::Tensor embed(const at::Tensor& tokens, int64_t past) const;
   at::Tensor output_weight() const;
+  size_t output_unit() const;
+  // norm's output: everything before the output layer, with the output unit entered (gate).
+  at::Tensor trunk(const at::Tensor& tokens);
+  at::Tensor leave_output(const at::Tensor& x) const {
+    return gate_ != nullptr ? gate_->leave(output_unit(), x) : x;
+  }
 
   LlamaOptions options_;  // padded_vocab_size, kv_heads and head_dim resolved
   int64_t own_chunk_rows_ = 0;
   std::unique_ptr<Layers> layers_;
+  UnitGate* gate_ = nullptr;  // ddp.shard: parameters (set by the trainer)
 };
 
 }  // namespace models

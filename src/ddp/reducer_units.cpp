@@ -1,0 +1,197 @@
+// The parameter-sharded part of the Reducer (ddp.shard: parameters, ZeRO-3; see ddp/reducer.h):
+// units as buckets, the master shards, and gathering and freeing a unit's parameters.
+//
+// Note [Freeing a unit's storage]
+// A unit's parameters are views into one flat buffer (set_data at construction), and autograd
+// saves such views (a matmul keeps its weight) until backward. Freeing the flat tensor would not
+// free its bytes while those references live. Instead the storage itself is emptied: its data
+// pointer is replaced by null and its size set to 0, and gathering allocates new bytes into the
+// same StorageImpl (FSDP1's `_free_storage` / `_alloc_storage`). Every view, saved or not, then
+// sees the new bytes: backward reads the parameters as gathered again for it. Nothing may read a
+// parameter of a freed unit (the gate in train/unit_gate.h gathers before every use).
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/StorageImpl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ddp/reducer.h"
+
+namespace ddp {
+namespace {
+
+void release_storage(const at::Tensor& flat) {
+  c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, flat.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& flat) {
+  c10::StorageImpl* s = flat.storage().unsafeGetStorageImpl();
+  const size_t nbytes = flat.numel() * flat.element_size();
+  if (s->nbytes() == nbytes) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+}  // namespace
+
+std::vector<BucketLayout> Reducer::unit_layout() const {
+  std::vector<std::vector<size_t>> units = options_.units;
+  if (units.empty()) {
+    units.emplace_back();
+    for (size_t k = 0; k < params_.size(); ++k) units.back().push_back(k);
+  }
+  std::vector<int> seen(params_.size(), 0);
+  for (const auto& unit : units) {
+    for (const size_t k : unit) {
+      if (k >= params_.size() || seen[k]++ > 0) {
+        throw ParameterError(fmt::format("ddp.shard: parameters: parameter #{} is in more than one "
+                                         "unit (or no such parameter)",
+                                         k));
+      }
+    }
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    if (seen[k] == 0) {
+      throw ParameterError(
+          fmt::format("ddp.shard: parameters: parameter '{}' is in none of the model's units",
+                      params_[k].first));
+    }
+  }
+  // The last unit's gradients are ready first in backward: its bucket comes first. Within a unit,
+  // parameters in reverse registration order, as assign_buckets lays them out.
+  std::vector<BucketLayout> layout;
+  for (auto u = units.rbegin(); u != units.rend(); ++u) {
+    BucketLayout bucket;
+    std::vector<size_t> members = *u;
+    std::sort(members.rbegin(), members.rend());
+    for (const size_t k : members) {
+      const at::Tensor& p = params_[k].second;
+      if (bucket.params.empty()) {
+        bucket.dtype = p.scalar_type();
+        bucket.device = p.device();
+      } else if (p.scalar_type() != bucket.dtype || p.device() != bucket.device) {
+        throw ParameterError(fmt::format("ddp.shard: parameters: parameter '{}' differs in dtype "
+                                         "or device from the rest of its unit",
+                                         params_[k].first));
+      }
+      bucket.params.push_back(k);
+      bucket.offsets.push_back(bucket.numel);
+      bucket.numel += p.numel();
+    }
+    layout.push_back(std::move(bucket));
+  }
+  return layout;
+}
+
+void Reducer::setup_masters() {
+  unit_bucket_.resize(buckets_.size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    unit_bucket_[buckets_.size() - 1 - b] = b;
+    bucket.master =
+        at::zeros({bucket.shard.size},
+                  at::TensorOptions().dtype(bucket.layout.dtype).device(bucket.layout.device));
+    bucket.gathered = true;  // until reshard_parameters()
+  }
+}
+
+void Reducer::reshard_parameters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  at::NoGradGuard no_grad;
+  for (Bucket& bucket : buckets_) {
+    bucket.master.copy_(bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size));
+    release_unit(bucket);
+  }
+  resharded_ = true;
+}
+
+int64_t Reducer::largest_unit_bytes() const {
+  int64_t most = 0;
+  for (const Bucket& bucket : buckets_) {
+    most = std::max<int64_t>(most, bucket.shard.padded * c10::elementSize(bucket.layout.dtype));
+  }
+  return most;
+}
+
+void Reducer::post_gather(size_t b) {
+  Bucket& bucket = buckets_[b];
+  if (bucket.gathered) return;
+  allocate_storage(bucket.parameters);
+  bucket.gathered = true;
+  if (comm_.size() == 1) {
+    bucket.parameters.copy_(bucket.master);
+    return;
+  }
+  const std::string what = fmt::format("parameters of unit {}", buckets_.size() - 1 - b);
+  const auto dtype = options_.gather_dtype;
+  if (dtype == c10::ScalarType::Undefined || dtype == bucket.layout.dtype) {
+    bucket.gather = comm_.all_gather_async(bucket.parameters, bucket.master, what);
+    return;
+  }
+  bucket.master_wire = bucket.master.to(dtype);
+  bucket.gather_wire = at::empty({bucket.shard.padded}, bucket.master_wire.options());
+  bucket.gather = comm_.all_gather_async(bucket.gather_wire, bucket.master_wire, what);
+}
+
+void Reducer::finish_gather(Bucket& bucket) {
+  if (!bucket.gather) return;
+  bucket.gather->wait();
+  bucket.gather.reset();
+  if (!bucket.gather_wire.defined()) return;
+  bucket.parameters.copy_(bucket.gather_wire);  // the compute dtype's values, in fp32
+  bucket.gather_wire = at::Tensor();
+  bucket.master_wire = at::Tensor();
+}
+
+void Reducer::release_unit(Bucket& bucket) {
+  if (!bucket.gathered) return;
+  finish_gather(bucket);
+  release_storage(bucket.parameters);
+  bucket.gathered = false;
+}
+
+void Reducer::prefetch_unit(size_t unit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  post_gather(unit_bucket_.at(unit));
+}
+
+void Reducer::gather_unit(size_t unit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Bucket& bucket = buckets_[unit_bucket_.at(unit)];
+  post_gather(unit_bucket_[unit]);
+  finish_gather(bucket);
+}
+
+void Reducer::free_unit(size_t unit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  release_unit(buckets_[unit_bucket_.at(unit)]);
+}
+
+void Reducer::gather_all_units() {
+  for (size_t u = 0; u < unit_bucket_.size(); ++u) prefetch_unit(u);
+  for (size_t u = 0; u < unit_bucket_.size(); ++u) gather_unit(u);
+}
+
+void Reducer::free_all_units() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Bucket& bucket : buckets_) release_unit(bucket);
+}
+
+void Reducer::on_unit_gradient(size_t param) {
+  Bucket& bucket = buckets_[bucket_of_[param]];
+  if (--bucket.unit_pending > 0) return;
+  // The unit's backward is over (counted again from here: the probe runs several backwards).
+  bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
+  if (resharded_) {
+    release_unit(bucket);
+  } else if (state_ == StepState::kAccumulating) {
+    // The start-up's probe runs on the whole model, before reshard_parameters(), and discards its
+    // gradients: a unit's full gradient lives only through its backward, as in a synced step.
+    release_bucket(bucket);
+  }
+}
+
+}  // namespace ddp
