@@ -327,7 +327,33 @@ void let_lowest_speak_first(const std::vector<std::optional<RankState>>& answers
   }
 }
 
+std::mutex g_outcome_mutex;
+ExchangeOutcome g_outcome;
+
+void record_outcome(const std::vector<std::optional<RankState>>& answers, int rank, int64_t step) {
+  ExchangeOutcome outcome;
+  outcome.ran = true;
+  outcome.step = step;
+  int lowest = rank;
+  for (int r = 0; r < static_cast<int>(answers.size()); ++r) {
+    if (r == rank) continue;
+    if (answers[r]) {
+      lowest = std::min(lowest, r);
+    } else {
+      outcome.silent.push_back(r);
+    }
+  }
+  outcome.lowest_alive = lowest == rank;
+  const std::lock_guard lock(g_outcome_mutex);
+  g_outcome = std::move(outcome);
+}
+
 }  // namespace
+
+ExchangeOutcome last_exchange() {
+  const std::lock_guard lock(g_outcome_mutex);
+  return g_outcome;
+}
 
 std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
                      std::chrono::duration<double> timeout,
@@ -350,6 +376,7 @@ std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
     post_exchange(mine, *inbox, recvs, rank);
     const auto answers = collect_answers(*inbox, recvs, deadline);
     if (cancel_receives(recvs)) delete inbox;
+    record_outcome(answers, rank, waiting.step);
 
     std::string out(1, '\n');
     out += verdict(*mine, answers, deadline_s.count());

@@ -18,6 +18,7 @@
 #include "launcher/banner.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
+#include "launcher/failure_file.h"
 #include "launcher/generate_command.h"
 #include "launcher/launch.h"
 #include "launcher/signals.h"
@@ -134,6 +135,7 @@ int run(int argc, char** argv) {
   } catch (const std::exception& e) {
     const ExitStatus status = *exit_status(abort_rules(), e);  // the table ends with std::exception
     spdlog::error("{}", status.message);
+    write_failure_file(e, status.code);
     spdlog::error("aborting the job (exit code {})", status.code);
     ddp::MpiRuntime::abort(status.code);
   }
@@ -208,6 +210,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     return kExitOk;
   }
   if (cli.evaluate) return evaluate_only(s);
+  arm_failure_file(*s.control, s.rank, s.launch.hostname, s.config.checkpoint.dir);
   return train_until_done(s);
 }
 

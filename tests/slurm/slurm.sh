@@ -291,6 +291,58 @@ case $case_name in
     expect_grep "train.sbatch: job [0-9]+ on n1, SLURM_RESTART_COUNT=0"
     expect_two_node_ranks
     expect_one_node_result "$work/two" ;;
+  twonode_node_failure_restart)
+    # The trainer ranks on n2 are killed (SIGKILL) after the checkpoint of step 10: the ranks on
+    # n1 name them within ddp.timeout_s (checkpoint.dir/failure.json), the batch script restarts
+    # the trainer on n1 alone (2 ranks) from the newest checkpoint, and the job completes. Its
+    # final checkpoint equals, within 1e-5, a run switched from 4 ranks to 2 at that checkpoint by
+    # hand (mpirun -np 4 to it, then mpirun -np 2 resuming from it).
+    cd "$work" || exit 1
+    cfg=("${gpt_short[@]:1}" --set train.steps=40 --set log.every=1 --set checkpoint.every=10
+      --set ddp.timeout_s=10)
+    job=$(env TRAINER="$trainer" sbatch --parsable "${two_nodes[@]}" --cpus-per-task=1 \
+      --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" "${cfg[@]}" \
+      --set checkpoint.dir="$work/ckpt" --set checkpoint.resume=auto) || fail "sbatch failed"
+    jobs+=("$job")
+    for _ in $(seq 1 1200); do grep -q "checkpoint written: .*step_000010" "$work"/job-*.log 2>/dev/null && break; sleep 0.1; done
+    grep -q "checkpoint written: .*step_000010" "$work"/job-*.log 2>/dev/null ||
+      { job_log; fail "the job wrote no checkpoint of step 10 in 120 s"; }
+    victims=()
+    for p in $(pgrep -f -- "$trainer"); do
+      env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+      grep -qx "SLURMD_NODENAME=n2" <<<"$env_of" && grep -qx "TRAINER_CASE_WORK=$work" <<<"$env_of" &&
+        victims+=("$p")
+    done
+    [ ${#victims[@]} = 2 ] || { job_log; fail "found ${#victims[@]} trainer processes on n2, not 2"; }
+    echo "+ kill -KILL ${victims[*]}  # the trainer ranks on n2" | tee -a "$out"
+    kill -KILL "${victims[@]}"
+    state=""
+    for _ in $(seq 1 180); do
+      state=$(scontrol show job "$job" 2>/dev/null | grep -oE "JobState=[A-Z_]+")
+      case $state in JobState=PENDING|JobState=RUNNING|JobState=COMPLETING|"") sleep 1 ;; *) break ;; esac
+    done
+    job_log
+    [ "$state" = JobState=COMPLETED ] || fail "the job ended as $state, not COMPLETED"
+    expect_grep "launched by srun: 4 rank\(s\) on 2 node\(s\)"
+    expect_grep "lost rank\(s\) 2,3 on node\(s\) n2: written to .*/ckpt/failure.json"
+    expect_grep "train.sbatch: lost node\(s\) n2 \(rank\(s\) 2,3\) at step [0-9]+"
+    expect_grep "train.sbatch: node restart 1 of 2: without n2, on n1 \(2 rank\(s\)\)"
+    expect_grep "launched by srun: 2 rank\(s\) on 1 node\(s\)"
+    resumed=$(grep -oE "resumed from .*/ckpt/step_[0-9]+.safetensors: [0-9]+ steps done \(written by 4 rank\(s\)\)" "$out" |
+      grep -oE "[0-9]+ steps done" | grep -oE "^[0-9]+")
+    [ -n "$resumed" ] || fail "the restarted run did not resume from a 4-rank checkpoint"
+    expect_grep "done: 40 steps \($((40 - resumed)) in this run\)"
+    # By hand: 4 ranks to that checkpoint, then 2 ranks from it.
+    ckpt=$(printf "step_%06d.safetensors" "$resumed")
+    echo "+ mpirun -np 4 ... (checkpoint $ckpt), then mpirun -np 2 ... --set checkpoint.resume=$work/four/$ckpt" | tee -a "$out"
+    timeout 120 mpirun -np 4 "$trainer" --config "${cfg[@]}" --set checkpoint.dir="$work/four" \
+      >"$work/four.txt" 2>&1 || { cat "$work/four.txt" >>"$out"; fail "the 4-rank run failed"; }
+    timeout 120 mpirun -np 2 "$trainer" --config "${cfg[@]}" --set checkpoint.dir="$work/two" \
+      --set checkpoint.resume="$work/four/$ckpt" >"$work/two.txt" 2>&1 ||
+      { cat "$work/two.txt" >>"$out"; fail "the 2-rank run from the checkpoint failed"; }
+    compare_checkpoints "$work/two/final.safetensors" "$work/ckpt/final.safetensors" 1e-5 ||
+      fail "the restarted job's final checkpoint differs from the run switched by hand"
+    tail -1 "$out" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"
