@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "common/mpi_test_env.h"
@@ -166,3 +167,41 @@ TEST(Collectives, MissingPeerTimesOutWithMessage) {
 }
 
 }  // namespace
+
+// The hybrid-sharding communicators (MpiRuntime::node, cross_node). Ranks fill nodes in order
+// (one real node, or kTestRanksPerNodeEnv's K consecutive ranks: the mpi_tests_nodes_np4 test runs
+// this suite as 2 nodes x 2), so world rank = node * K + node rank, and sums are closed-form.
+TEST(CollectivesNodes, TopologyMatchesTheCommunicators) {
+  const auto& t = trainer_test::runtime().topology();
+  auto node = trainer_test::runtime().node(std::chrono::seconds(30));
+  auto cross = trainer_test::runtime().cross_node(std::chrono::seconds(30));
+  ASSERT_TRUE(t.uniform_nodes);
+  EXPECT_EQ(t.num_nodes * t.node_size, t.world_size);
+  EXPECT_EQ(node->size(), t.node_size);
+  EXPECT_EQ(node->rank(), t.node_rank);
+  EXPECT_EQ(cross->size(), t.num_nodes);
+  EXPECT_EQ(cross->rank(), t.node);
+  EXPECT_EQ(t.rank, t.node * t.node_size + t.node_rank);
+  if (const char* k = std::getenv(ddp::kTestRanksPerNodeEnv)) {
+    EXPECT_EQ(t.node_size, std::atoi(k)) << "the test override of the node size is not honoured";
+  }
+}
+
+TEST(CollectivesNodes, NodeThenCrossNodeSumIsTheWorldSum) {
+  const auto& t = trainer_test::runtime().topology();
+  auto node = trainer_test::runtime().node(std::chrono::seconds(30));
+  auto cross = trainer_test::runtime().cross_node(std::chrono::seconds(30));
+  const int64_t k = t.node_size;
+  const int64_t n = t.num_nodes;
+  auto x = at::full({3}, static_cast<double>(t.rank), at::kDouble);
+  node->all_reduce(x, ReduceOp::kSum, "node sum");
+  const double node_sum = static_cast<double>(t.node * k * k + k * (k - 1) / 2);
+  EXPECT_TRUE(at::equal(x, at::full({3}, node_sum, at::kDouble))) << x;
+  auto y = at::full({3}, static_cast<double>(t.rank), at::kDouble);
+  cross->all_reduce(y, ReduceOp::kSum, "cross-node sum");
+  const double cross_sum = static_cast<double>(k * n * (n - 1) / 2 + n * t.node_rank);
+  EXPECT_TRUE(at::equal(y, at::full({3}, cross_sum, at::kDouble))) << y;
+  cross->all_reduce(x, ReduceOp::kSum, "node sums across nodes");
+  const double w = static_cast<double>(t.world_size);
+  EXPECT_TRUE(at::equal(x, at::full({3}, w * (w - 1) / 2, at::kDouble))) << x;
+}
