@@ -92,7 +92,7 @@ struct ReducerOptions {
   ShardMode shard = ShardMode::kNone;
   // shard parameters: the model's units in forward order, as indices into the parameter list
   // (every parameter in exactly one unit); empty: the whole model is one unit.
-  std::vector<std::vector<size_t>> units;
+  std::vector<std::vector<size_t>> units{};
   // shard parameters: the dtype units are all-gathered in (the compute dtype under bf16/fp16:
   // half the bytes); the masters stay in theirs and the gathered unit is cast back into them.
   // Undefined: the parameters' own.
