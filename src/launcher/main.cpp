@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "config/config.h"
+#include "ddp/errors.h"
 #include "ddp/mpi_runtime.h"
 #include "launcher/banner.h"
+#include "launcher/dry_run_plan.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
 #include "launcher/failure_file.h"
@@ -42,6 +44,11 @@ struct CommandLine {
   std::string export_hf;               // --export-hf DIR
   std::string max_shard_size = "5GB";  // --max-shard-size (llama's --export-hf)
   bool evaluate = false;               // --evaluate: the evaluations only, then exit
+  // --dry-run --plan-ranks N --plan-device-memory SIZE (launcher/dry_run_plan.h); 0: not asked.
+  int plan_ranks = 0;
+  std::string plan_device_memory;
+  int64_t plan_device_bytes = 0;
+  bool planning() const { return plan_ranks > 0; }
 };
 
 int parse_command_line(int argc, char** argv, CommandLine& cli) {
@@ -51,8 +58,19 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
   app.add_option("--set", cli.overrides, "override a key: --set section.key=value (repeatable)")
       ->take_all();
   app.add_flag("--print-config", cli.print_config, "print the effective configuration and exit");
-  app.add_flag("--dry-run", cli.dry_run,
-               "print the plan (ranks, devices, batches, model) and exit");
+  auto* dry_run = app.add_flag("--dry-run", cli.dry_run,
+                               "print the plan (ranks, devices, batches, model) and exit");
+  auto* plan_ranks =
+      app.add_option("--plan-ranks", cli.plan_ranks,
+                     "--dry-run: plan for N ranks of --plan-device-memory each, without the "
+                     "devices (one process, e.g. on a login node)")
+          ->check(CLI::PositiveNumber)
+          ->needs(dry_run);
+  app.add_option("--plan-device-memory", cli.plan_device_memory,
+                 "--dry-run: the memory of one planned device (80GiB, 80GB, 81920MiB, bytes)")
+      ->needs(dry_run)
+      ->needs(plan_ranks);
+  plan_ranks->needs(app.get_option("--plan-device-memory"));
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
   GenerateArgs& g = cli.generate_args;
   auto* generate = app.add_option(
@@ -94,6 +112,14 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
     return kExitUsage;
   }
   cli.generate = generate->count() > 0;
+  if (cli.planning()) {
+    try {
+      cli.plan_device_bytes = parse_device_memory(cli.plan_device_memory, "--plan-device-memory");
+    } catch (const std::invalid_argument& e) {
+      if (speaks) fmt::print(stderr, "trainer: error: {}\n", e.what());
+      return kExitUsage;
+    }
+  }
   if (cli.help_config) {
     if (speaks) fmt::print("{}", config::config_reference());
     return kExitOk + 1000;
@@ -194,8 +220,19 @@ int evaluate_only(Startup& s) {
 int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   Startup s;
   s.weights_only = cli.evaluate;
-  if (const int code = read_configuration(mpi, cli.config_path, cli.overrides, s);
-      code != kExitOk) {
+  std::vector<std::string> overrides = cli.overrides;
+  if (cli.planning()) {
+    if (mpi.topology().world_size > 1) {
+      if (mpi.topology().rank == 0) {
+        print_error(0, fmt::format("--plan-ranks plans {} ranks from one process: run it without "
+                                   "mpirun (this job has {} ranks)",
+                                   cli.plan_ranks, mpi.topology().world_size));
+      }
+      return kExitUsage;
+    }
+    overrides.push_back("train.device=cpu");  // the planned device is not here: probe on CPU
+  }
+  if (const int code = read_configuration(mpi, cli.config_path, overrides, s); code != kExitOk) {
     return code;
   }
   if (cli.print_config) {
@@ -206,6 +243,14 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   if (const int code = build_trainer(s); code != kExitOk) return code;
   log_banner(s);
   if (cli.dry_run) {
+    if (cli.planning()) {
+      try {
+        log_device_plan(s, cli.plan_ranks, cli.plan_device_bytes);
+      } catch (const ddp::PlanError& e) {
+        print_error(0, e.what());
+        return kExitUsage;
+      }
+    }
     spdlog::info("dry run: nothing trained");
     return kExitOk;
   }

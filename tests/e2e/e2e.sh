@@ -154,6 +154,37 @@ SH
     expect_grep "memory plan \(rank 0, ddp.shard: none\): parameters"
     expect_grep "per-rank state by ddp.shard \(parameters / gradients / optimizer state\): none [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; optimizer .*; gradients [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; parameters [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB"
     expect_grep "dry run: nothing trained"; expect_no_grep "step +1/" ;;
+  dry_run_plan_cuda)
+    # A CUDA config planned on this machine (no GPU) for 64 ranks of 80 GiB: one process probes on
+    # the CPU at bf16 and prints every ddp.shard mode's per-rank state and auto's micro-batch.
+    if ! { ln -s "$src/data" "$work/data" && cd "$work"; }; then fail "cannot set up $work"; fi
+    run "$trainer" --config "$src/configs/quickstart.yaml" --set train.device=cuda \
+      --set train.precision=bf16 --set train.global_batch_size=200 \
+      --dry-run --plan-ranks 64 --plan-device-memory 80GiB
+    expect_rc 0; expect_no_grep "sees no CUDA device"
+    expect_grep "plan for 64 rank\(s\) of 81920.0 MiB device memory: budget [0-9.]+ MiB"
+    expect_grep "activations \(CPU-measured estimate of CUDA memory, at the config's precision\): [0-9.]+ MiB fixed \+ [0-9.]+ MiB/sample"
+    for mode in none optimizer gradients; do
+      expect_grep "$mode +[0-9.]+ MiB +[0-9.]+ MiB +[0-9.]+ MiB +[0-9.]+ MiB  [0-9]+"
+    done
+    expect_grep "none .*  \(in force\)"
+    expect_grep "global batch 200 at 64 rank\(s\): rank 0 takes 4 samples \[0, 4\) in 1 micro-batch\(es\) of 4"
+    expect_grep "micro_batch_size auto would pick 4 under ddp.shard: none"
+    expect_grep "dry run: nothing trained" ;;
+  dry_run_plan_errors)
+    # Each mistake is exit 2 with a message naming the flag or key, before any training.
+    run "$trainer" "${quick[@]}" --dry-run --plan-ranks 0 --plan-device-memory 80GiB
+    expect_rc 2; expect_grep "--plan-ranks"
+    run "$trainer" "${quick[@]}" --dry-run --plan-ranks 8 --plan-device-memory 80gigs
+    expect_rc 2; expect_grep "--plan-device-memory '80gigs' is not a memory size"
+    run "$trainer" "${quick[@]}" --plan-ranks 8 --plan-device-memory 80GiB
+    expect_rc 2; expect_grep "--plan-ranks requires --dry-run"
+    run "$trainer" "${quick[@]}" --dry-run --plan-ranks 8
+    expect_rc 2; expect_grep "--plan-ranks requires --plan-device-memory"
+    run "$trainer" "${quick[@]}" --set train.global_batch_size=32 --dry-run --plan-ranks 64 --plan-device-memory 80GB
+    expect_rc 2; expect_grep "--plan-ranks 64 is more than train.global_batch_size = 32"
+    run mpirun -np 2 "$trainer" "${quick[@]}" --dry-run --plan-ranks 8 --plan-device-memory 80GB
+    expect_rc 2; expect_grep "run it without mpirun" ;;
   print_config_roundtrip)
     # The printed configuration, fed back in, prints the same text: every value survives the
     # round trip, the --set ones (a float, an integer, a list, a choice) included.

@@ -1,0 +1,170 @@
+#include "launcher/dry_run_plan.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "ddp/errors.h"
+#include "io/safetensors_shards.h"
+#include "train/trainer.h"
+
+namespace launcher {
+
+namespace {
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+}  // namespace
+
+int64_t parse_device_memory(const std::string& text, std::string_view flag) {
+  // save_pretrained's sizes (io/safetensors_shards.h), and TB/TiB for the devices to come.
+  std::string t = text;
+  int64_t scale = 1;
+  if (t.size() > 3 && t.ends_with("TiB")) {
+    t = t.substr(0, t.size() - 3) + "GiB";
+    scale = 1024;
+  } else if (t.size() > 2 && t.ends_with("TB")) {
+    t = t.substr(0, t.size() - 2) + "GB";
+    scale = 1000;
+  }
+  int64_t bytes = 0;
+  try {
+    bytes = io::parse_shard_size(t) * scale;
+  } catch (const std::exception&) {
+    bytes = 0;
+  }
+  if (bytes <= 0) {
+    throw std::invalid_argument(fmt::format(
+        "{} '{}' is not a memory size: write bytes or a number with a unit, e.g. 80GiB, 80GB, "
+        "81920MiB",
+        flag, text));
+  }
+  return bytes;
+}
+
+int64_t cuda_reserve_bytes() {
+  int64_t total = 0;
+  for (const auto& r : kCudaReserves) total += r.bytes;
+  return total;
+}
+
+DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::ScalarType reduce_dtype,
+                       const memory::MemoryEstimate& probe, int64_t global_batch,
+                       int64_t micro_batch, int ranks, int64_t device_bytes, double target_fraction,
+                       ddp::ShardMode in_force) {
+  if (global_batch < ranks) {
+    throw ddp::PlanError(fmt::format(
+        "--plan-ranks {} is more than train.global_batch_size = {}: every rank needs at least one "
+        "sample; plan fewer ranks or a larger global batch",
+        ranks, global_batch));
+  }
+  DevicePlan plan;
+  plan.ranks = ranks;
+  plan.device_bytes = device_bytes;
+  plan.in_force = in_force;
+  plan.budget = static_cast<int64_t>(target_fraction * static_cast<double>(device_bytes)) -
+                cuda_reserve_bytes();
+  plan.batch = ddp::BatchPlan::make(global_batch, ranks, 0, micro_batch);
+  // The activation terms only: the host-side loader and data set are not on the device.
+  memory::MemoryEstimate& a = plan.activations;
+  a.activation_fixed = probe.activation_fixed;
+  a.activation_per_sample = probe.activation_per_sample;
+  a.activation_per_chunk_row = probe.activation_per_chunk_row;
+  a.loss_rows_per_sample = probe.loss_rows_per_sample;
+  a.loss_chunk_rows = probe.loss_chunk_rows;
+  a.caches = probe.caches;
+  for (size_t m = 0; m < ddp::kShardModeNames.size(); ++m) {
+    ModePlan row;
+    row.mode = static_cast<ddp::ShardMode>(m);
+    row.state = ddp::shard_footprint(layout, ranks, row.mode, reduce_dtype);
+    memory::MemoryEstimate e = a;
+    e.parameters = row.state.parameters;
+    e.gradients = row.state.gradients;
+    e.optimizer_state = row.state.optimizer_state;
+    // As choose_micro_batch: capped at the largest slice (rank 0's, the first G mod W take one
+    // more).
+    const int64_t largest = plan.batch.per_rank;
+    const int64_t micro = memory::largest_micro_batch(e, plan.budget, largest);
+    row.micro_auto = e.peak(micro) <= plan.budget ? micro : 0;
+    row.configured_fits = e.peak(plan.batch.micro_batch) <= plan.budget;
+    if (micro_batch <= 0) row.configured_fits = row.micro_auto > 0;
+    plan.modes.push_back(row);
+  }
+  const int64_t picked = plan.modes[static_cast<size_t>(in_force)].micro_auto;
+  if (micro_batch <= 0)
+    plan.batch = ddp::BatchPlan::make(global_batch, ranks, 0, std::max<int64_t>(1, picked));
+  return plan;
+}
+
+std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t micro_batch) {
+  const ddp::ShardMode in_force = plan.in_force;
+  std::vector<std::string> lines;
+  std::string reserves;
+  for (const auto& r : kCudaReserves) reserves += fmt::format(", {} {}", r.name, mib(r.bytes));
+  lines.push_back(fmt::format(
+      "plan for {} rank(s) of {} device memory: budget {} (memory.target_fraction of it, less "
+      "the reserves{})",
+      plan.ranks, mib(plan.device_bytes), mib(plan.budget), reserves));
+  const memory::MemoryEstimate& a = plan.activations;
+  lines.push_back(fmt::format(
+      "activations (CPU-measured estimate of CUDA memory, at the config's precision): {} fixed + "
+      "{:.3f} MiB/sample{}",
+      mib(a.activation_fixed), a.activation_per_sample / 1048576.0,
+      a.activation_per_chunk_row > 0 ? fmt::format(" + the loss's chunk {:.3f} MiB/row",
+                                                   a.activation_per_chunk_row / 1048576.0)
+                                     : ""));
+  lines.push_back(fmt::format("{:<10} {:>14} {:>14} {:>14} {:>14}  {}", "ddp.shard", "parameters",
+                              "gradients", "optimizer", "state total", "micro-batch auto"));
+  for (const ModePlan& m : plan.modes) {
+    lines.push_back(fmt::format("{:<10} {:>14} {:>14} {:>14} {:>14}  {}{}", ddp::to_string(m.mode),
+                                mib(m.state.parameters), mib(m.state.gradients),
+                                mib(m.state.optimizer_state), mib(m.state.total()),
+                                m.micro_auto > 0 ? fmt::format("{}", m.micro_auto) : "none fits",
+                                m.mode == in_force ? "  (in force)" : ""));
+  }
+  lines.push_back(fmt::format("global batch {} at {} rank(s): rank 0 takes {}",
+                              plan.batch.global_batch, plan.ranks, plan.batch.describe()));
+  const ModePlan& force = plan.modes[static_cast<size_t>(in_force)];
+  std::string verdict;
+  if (micro_batch <= 0) {
+    verdict = force.micro_auto > 0
+                  ? fmt::format("micro_batch_size auto would pick {} under ddp.shard: {}",
+                                force.micro_auto, ddp::to_string(in_force))
+                  : fmt::format("micro_batch_size auto: not even 1 sample fits under ddp.shard: {}",
+                                ddp::to_string(in_force));
+  } else {
+    verdict =
+        fmt::format("train.micro_batch_size = {} {} under ddp.shard: {}", plan.batch.micro_batch,
+                    force.configured_fits ? "fits" : "does not fit", ddp::to_string(in_force));
+  }
+  if (!force.configured_fits) {
+    const ModePlan* other = nullptr;
+    for (const ModePlan& m : plan.modes) {
+      if (m.configured_fits) {
+        other = &m;
+        break;
+      }
+    }
+    verdict += other ? fmt::format("; ddp.shard: {} fits", ddp::to_string(other->mode))
+                     : "; no ddp.shard mode fits: plan more device memory or a smaller model";
+  }
+  lines.push_back(verdict);
+  return lines;
+}
+
+void log_device_plan(const Startup& s, int ranks, int64_t device_bytes) {
+  const train::Trainer& trainer = *s.trainer;
+  const config::Config& c = s.config;
+  const auto wire =
+      c.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined;
+  const DevicePlan plan = plan_device(trainer.reducer().layout(), wire, trainer.memory_estimate(),
+                                      c.train.global_batch_size, c.train.micro_batch_size, ranks,
+                                      device_bytes, c.memory.target_fraction, c.ddp.shard);
+  for (const auto& line : describe_device_plan(plan, c.train.micro_batch_size)) {
+    spdlog::info("{}", line);
+  }
+}
+
+}  // namespace launcher
