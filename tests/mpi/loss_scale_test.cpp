@@ -26,9 +26,8 @@ Run16 make(ddp::Communicator& comm, const std::string& extra,
       "model: {name: mlp, hidden_dim: 32, depth: 2}\n"
       "data: {num_samples: 1000, input_dim: 8, num_classes: 4, teacher_hidden: 8, seed: 7}\n"
       "train: {device: cpu, global_batch_size: 13, micro_batch_size: 3, steps: 10, lr: 0.01,\n"
-      "        warmup_steps: 1, seed: 11, precision: fp16, loss_scale: 1024,\n"
-      "        loss_scale_interval: 3" +
-          extra + "}\n",
+      "        warmup_steps: 1, seed: 11, " +
+          precision + ", loss_scale_interval: 3" + extra + "}\n",
       "loss-scale.yaml");
 }
 
@@ -90,6 +89,7 @@ TEST(LossScale, Fp32NonFiniteOnOneRankSkipsTheStepOnEveryRank) {
   const auto before = snapshot(*s.model);
   const auto r2 = s.trainer->step(2);
   EXPECT_TRUE(r2.skipped);
+  EXPECT_EQ(r2.loss_scale, 0.0) << "fp32 has no loss scale: the test must run fp32";
   EXPECT_EQ(relative_error(snapshot(*s.model), before), 0.0) << "a skipped step changed parameters";
   EXPECT_EQ(s.trainer->skipped_steps(), 1);
   const auto r3 = s.trainer->step(3);
