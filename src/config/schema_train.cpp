@@ -60,7 +60,7 @@ std::vector<KeyDef> numerics_keys() {
       integer("train.loss_scale_interval", FIELD(train.loss_scale_interval), "2000", 1, kMax,
               "fp16: finite steps in a row before the scale grows"),
       integer("train.max_skipped_steps", FIELD(train.max_skipped_steps), "50", 1, kMax,
-              "fp16: this many skipped steps in a row end the job with a message"),
+              "this many skipped (non-finite) steps in a row end the job with a message"),
       checked_text("train.inject_nonfinite", FIELD(train.inject_nonfinite),
                    "test hook: 'RANK:STEP[; RANK:STEP ...]' makes that rank's gradient non-finite "
                    "at that step",

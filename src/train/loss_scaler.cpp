@@ -14,16 +14,17 @@ LossScaler::LossScaler(LossScalerOptions options, c10::Device device) : options_
   inv_scale_ = at::full({1}, 1.0, f32);
   growth_tracker_ = at::zeros({1}, at::TensorOptions().dtype(at::kInt).device(device));
   found_inf_ = at::zeros({1}, f32);
+  norm_check_ = at::zeros({1}, f32);
   in_a_row_ = at::zeros({1}, f32);
   longest_run_ = at::zeros({1}, f32);
   skipped_total_ = at::zeros({1}, f32);
 }
 
 void LossScaler::unscale(const std::vector<at::Tensor>& buffers) {
-  if (!options_.enabled) return;
   at::NoGradGuard no_grad;
+  found_inf_.zero_();  // every precision: reject_nonfinite() adds to this step's verdict
+  if (!options_.enabled) return;
   at::reciprocal_out(inv_scale_, scale_);
-  found_inf_.zero_();
   at::_amp_foreach_non_finite_check_and_unscale_(buffers, found_inf_, inv_scale_);
 }
 
@@ -32,11 +33,20 @@ void LossScaler::combine_verdict(ddp::Communicator& comm) {
   comm.all_reduce(found_inf_, ddp::ReduceOp::kMax, "fp16 non-finite verdict");
 }
 
-void LossScaler::update() {
-  if (!options_.enabled) return;
+void LossScaler::reject_nonfinite(const at::Tensor& norm) {
   at::NoGradGuard no_grad;
-  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth, options_.backoff,
-                         options_.growth_interval);
+  // norm * 0 is 0 for a finite norm and NaN for inf or NaN; NaN becomes 1. In place: no allocation.
+  norm_check_.copy_(norm.view({1})).mul_(0.0);
+  at::nan_to_num_(norm_check_, /*nan=*/1.0);
+  at::maximum_out(found_inf_, found_inf_, norm_check_);
+}
+
+void LossScaler::update() {
+  at::NoGradGuard no_grad;
+  if (options_.enabled) {
+    at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth, options_.backoff,
+                           options_.growth_interval);
+  }
   // found_inf is 0 or 1: a skipped step extends the run, a finite one resets it.
   in_a_row_.mul_(found_inf_).add_(found_inf_);
   at::maximum_out(longest_run_, longest_run_, in_a_row_);

@@ -13,7 +13,9 @@
 // so a step never reads it on the host. The Trainer copies them out on logged steps only
 // (write_state).
 //
-// Disabled (fp32, bf16): scale() is 1, unscale() and update() do nothing.
+// Disabled (fp32, bf16): scale() is 1 and unscale() does nothing, but the verdict still holds
+// reject_nonfinite()'s check of the gradient norm, so a non-finite step is skipped and counted in
+// every precision (one mechanism with fp16's, train.max_skipped_steps included).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -44,17 +46,22 @@ class LossScaler {
   // The current scale as a 0-dim-like [1] float tensor on the device (1 when disabled).
   const at::Tensor& scale() const { return scale_; }
 
-  // Divides `buffers` (the reduced gradient buckets) by the scale in place and records whether
-  // any value is inf or NaN. No-op when disabled.
+  // Clears the verdict; fp16: divides `buffers` (the reduced gradient buckets) by the scale in
+  // place and records whether any value is inf or NaN.
   void unscale(const std::vector<at::Tensor>& buffers);
-  // The last unscale()'s verdict: float [1], 1 where a gradient was inf or NaN, else 0; it stays
-  // until the next unscale() (zeros while disabled).
+  // The step's verdict: float [1], 1 where a gradient or the gradient norm was inf or NaN, else
+  // 0; it stays until the next unscale().
   const at::Tensor& found_inf() const { return found_inf_; }
   // Sharded gradients (ddp.shard): each rank unscaled only its blocks, so its verdict covers
   // them only; this makes it the verdict over every rank's blocks (a max all-reduce of the device
   // flag on `comm`, no host read). Collective; no-op when disabled.
   void combine_verdict(ddp::Communicator& comm);
-  // Backs off or grows the scale according to the last unscale(), and counts a skipped step.
+  // Every precision: sets the verdict where `norm` (the global gradient norm, float32 0-dim, the
+  // same on every rank: GradClipper::norm) is inf or NaN. Queues device work only; allocates
+  // nothing. Call after unscale() and combine_verdict(), before update().
+  void reject_nonfinite(const at::Tensor& norm);
+  // fp16: backs off or grows the scale according to the verdict. Every precision: counts a
+  // skipped step.
   void update();
 
   // Device state for the log, as float64 into `out` (4 slots on the device): the last verdict, the
@@ -69,6 +76,7 @@ class LossScaler {
   at::Tensor inv_scale_;       // float [1]
   at::Tensor growth_tracker_;  // int [1]
   at::Tensor found_inf_;       // float [1]
+  at::Tensor norm_check_;      // float [1]: scratch of reject_nonfinite()
   at::Tensor in_a_row_;        // float [1]: skipped steps in a row, up to the last update()
   at::Tensor longest_run_;     // float [1]: the longest such run since the last write_state()
   at::Tensor skipped_total_;   // float [1]

@@ -52,7 +52,7 @@ struct TrainOptions {
   double loss_scale_growth = 0;
   double loss_scale_backoff = 0;
   int64_t loss_scale_interval = 0;
-  int64_t max_skipped_steps = 0;  // fp16: consecutive skipped steps that end the job
+  int64_t max_skipped_steps = 0;  // consecutive skipped steps that end the job
   std::string inject_nonfinite;   // test hook: "RANK:STEP[;RANK:STEP...]" makes that rank's
                                   // gradient non-finite at that step
   Switch tf32{};                  // auto | on | off

@@ -21,8 +21,9 @@
 
 namespace train {
 
-// fp16: train.max_skipped_steps steps in a row had non-finite gradients. Every rank throws it
-// after the same step (the verdict comes from the reduced gradients), so the exit is agreed.
+// train.max_skipped_steps steps in a row had non-finite gradients (any precision). Every rank
+// throws it after the same step (the verdict comes from the reduced gradients), so the exit is
+// agreed.
 class NonFiniteFatal : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -45,13 +46,13 @@ class StepMetrics {
   int64_t skipped_total() const { return skipped_total_; }  // as of the last read
 
  private:
-  // fp16: warns about the steps skipped since the last read; throws past the limit.
+  // Warns about the steps skipped since the last read; throws past the limit.
   void check_skipped(const StepResult& r, int64_t since, int64_t new_skips, int64_t longest_run,
-                     int rank, int64_t max_skipped_steps) const;
+                     int rank, int64_t max_skipped_steps, bool fp16) const;
 
   at::Tensor loss_;             // float64 [] on the device
   at::Tensor slots_;            // float64 on the device: what read() copies out at once
-  int64_t skipped_total_ = 0;   // fp16: skipped steps as of the last read
+  int64_t skipped_total_ = 0;   // skipped steps as of the last read
   int64_t last_read_step_ = 0;  // the step of the last read
   int64_t host_reads_ = 0;
 };

@@ -23,8 +23,9 @@ namespace train {
 // Note [No host synchronisation in the step]
 // A training step queues device work and never waits for it: the loss accumulates into a device
 // tensor, the gradient norm and the clip factor are computed on the device (GradClipper), and
-// fp16's inf/NaN verdict goes straight from the loss scaler to the optimizer kernel, which skips
-// the update itself (FusedAdamW::step). The status vote carries host values only (stop requests,
+// the inf/NaN verdict (fp16's check of the gradients, and in every precision the check of the
+// norm) goes straight from the loss scaler to the optimizer kernel, which skips the update itself
+// (FusedAdamW::step). The status vote carries host values only (stop requests,
 // out-of-memory failures) over the MPI control plane. On logged steps read_metrics() copies
 // everything the log needs in one read (host_reads() counts them; the host-sync test holds
 // non-logged steps to zero; train/step_metrics.h). What still waits for the device, and why:
@@ -225,9 +226,6 @@ void Trainer::update(int64_t step, StepResult& r) {
   // Sharded: each rank checked its blocks only; one verdict for all (a device all-reduce, after
   // the vote, so that every rank posts it, including one that ran out of memory before unscaling).
   if (reducer_->sharded()) scaler_->combine_verdict(data_);
-  // fp16: back off or grow the scale; a non-finite verdict (the same on every rank) makes the
-  // optimizer kernel skip the update, on the device (LossScaler, FusedAdamW::step).
-  scaler_->update();
   // After the vote nothing can be retried: the update changes the parameters. It allocates
   // nothing by design (train/optimizer.h); if it still runs out, this rank ends the job.
   auto& guard = memory::CpuAllocatorGuard::instance();
@@ -239,8 +237,13 @@ void Trainer::update(int64_t step, StepResult& r) {
       clipper_->clip(t.grad_clip);
     }
     {
+      // Every precision: a non-finite norm (the same on every rank) joins fp16's verdict; fp16
+      // backs off or grows the scale; a step with the verdict set is counted and the optimizer
+      // kernel skips its update, on the device (LossScaler, FusedAdamW::step).
       const StepPhase in_optimizer("step/optimizer");
-      optimizer_->step(r.lr, scaler_->enabled() ? &scaler_->found_inf() : nullptr);
+      scaler_->reject_nonfinite(clipper_->norm());
+      scaler_->update();
+      optimizer_->step(r.lr, &scaler_->found_inf());
     }
     const StepPhase in_gather("step/gather");
     reducer_->gather_parameters();  // sharded: every rank updated its blocks only

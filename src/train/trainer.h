@@ -106,7 +106,7 @@ class Trainer {
   const ddp::BatchPlan& plan() const { return plan_; }
   int64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }
   double data_wait_s() const { return loader_->waited_s(); }          // the loader's wait so far
-  int64_t skipped_steps() const { return metrics_.skipped_total(); }  // fp16, as of the last read
+  int64_t skipped_steps() const { return metrics_.skipped_total(); }  // as of the last read
   const ddp::Reducer& reducer() const { return *reducer_; }
   models::Model& model() { return *model_; }
   int fallbacks() const { return fallbacks_; }

@@ -22,7 +22,7 @@ struct StepResult {
   bool metrics_read = false;  // the fields below hold this step's values
   double loss = 0;            // mean loss over the global batch
   double grad_norm = 0;       // before clipping
-  bool skipped = false;   // fp16: a non-finite gradient on some rank; no update (all ranks agree)
+  bool skipped = false;   // a non-finite gradient (norm) on some rank; no update (all ranks agree)
   double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
 };
 
