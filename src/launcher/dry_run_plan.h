@@ -2,7 +2,7 @@
 // login node without a GPU). The model is built on the CPU of this one process; its bucket layout
 // gives each ddp.shard mode's per-rank state at N ranks (ddp::shard_footprint, every mode of
 // ddp::kShardModeNames), and its activation probe, run on the CPU at the config's precision, stands
-// in for the device's (docs/DESIGN.md, "The OOM protocol", "Planning without the device"). The
+// in for the device's (docs/DESIGN.md, "Planning without the device"). The
 // CUDA memory the probe cannot see is a fixed reserve of named parts (kCudaReserves). Pure
 // arithmetic except print_device_plan: the unit tests check it in closed form.
 #pragma once

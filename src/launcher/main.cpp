@@ -51,6 +51,23 @@ struct CommandLine {
   bool planning() const { return plan_ranks > 0; }
 };
 
+// --generate PROMPT and the options that only it takes; returns --generate's option.
+CLI::Option* add_generate_options(CLI::App& app, GenerateArgs& g) {
+  auto* generate = app.add_option(
+      "--generate", g.prompt, "write PROMPT and a continuation from the config's weights, exit");
+  app.add_option("--max-new-tokens", g.max_new_tokens, "--generate: tokens to add")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(generate);
+  app.add_option("--temperature", g.temperature, "--generate: sampling temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(generate);
+  app.add_option("--top-k", g.top_k, "--generate: sample among the K most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->needs(generate);
+  app.add_option("--seed", g.seed, "--generate: sampling seed")->needs(generate);
+  return generate;
+}
+
 int parse_command_line(int argc, char** argv, CommandLine& cli) {
   CLI::App app{"trainer: data-parallel training with LibTorch over NCCL and MPI.\n"
                "Start one process per GPU: mpirun -np 8 trainer --config run.yaml"};
@@ -72,19 +89,7 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
       ->needs(plan_ranks);
   plan_ranks->needs(app.get_option("--plan-device-memory"));
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
-  GenerateArgs& g = cli.generate_args;
-  auto* generate = app.add_option(
-      "--generate", g.prompt, "write PROMPT and a continuation from the config's weights, exit");
-  app.add_option("--max-new-tokens", g.max_new_tokens, "--generate: tokens to add")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(generate);
-  app.add_option("--temperature", g.temperature, "--generate: sampling temperature (0: greedy)")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(generate);
-  app.add_option("--top-k", g.top_k, "--generate: sample among the K most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber)
-      ->needs(generate);
-  app.add_option("--seed", g.seed, "--generate: sampling seed")->needs(generate);
+  CLI::Option* generate = add_generate_options(app, cli.generate_args);
   auto* export_hf = app.add_option("--export-hf", cli.export_hf,
                                    "write the config's weights as a Hugging Face GPT-2 or Llama "
                                    "(config.json, model.safetensors) to DIR, exit")
