@@ -28,7 +28,11 @@ launcher::EnvLookup fake_env(std::map<std::string, std::string> vars) {
 }
 
 ddp::MpiTopology topology(int rank, int world_size, int local_rank, int local_size) {
-  return {rank, world_size, local_rank, local_size, "node7"};
+  return {.rank = rank,
+          .world_size = world_size,
+          .local_rank = local_rank,
+          .local_size = local_size,
+          .hostname = "node7"};
 }
 
 // The LaunchError message resolve_launch throws; "" and a failure when it throws none.

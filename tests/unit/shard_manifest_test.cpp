@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/temp_dir.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -104,13 +106,10 @@ TEST(ShardManifest, PlansAReadAcrossFilesAtAnotherWorldSize) {
 
 class ShardFiles : public ::testing::Test {
  protected:
+  // A fresh flat directory per test (test::TempDir: not std::filesystem::remove_all, which binds
+  // to the LibTorch wheel's crashing copy).
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("shard_manifest_test_" +
-            std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = tmp_.path();
     m_ = two_way_manifest(2);
     for (auto& f : m_.files) {
       write(f.file, "shard bytes of " + f.file);
@@ -118,7 +117,6 @@ class ShardFiles : public ::testing::Test {
       f.crc32 = io::file_crc32((dir_ / f.file).string());
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
   void write(const std::string& name, const std::string& text) {
     std::ofstream(dir_ / name, std::ios::binary) << text;
   }
@@ -130,6 +128,7 @@ class ShardFiles : public ::testing::Test {
     }
     return "";
   }
+  test::TempDir tmp_;
   fs::path dir_;
   io::ShardManifest m_;
 };

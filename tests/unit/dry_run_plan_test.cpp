@@ -1,0 +1,118 @@
+// --dry-run --plan-ranks/--plan-device-memory (launcher/dry_run_plan.h): the size parser and the
+// planning arithmetic, in closed form on one bucket of 1000 fp32 parameters at 4 ranks.
+#include "launcher/dry_run_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "ddp/errors.h"
+
+namespace launcher {
+namespace {
+
+TEST(PlanDeviceMemory, ParsesDecimalAndBinaryUnits) {
+  EXPECT_EQ(parse_device_memory("80GiB", "--plan-device-memory"), int64_t{80} << 30);
+  EXPECT_EQ(parse_device_memory("81920MiB", "--plan-device-memory"), int64_t{80} << 30);
+  EXPECT_EQ(parse_device_memory("80GB", "--plan-device-memory"), int64_t{80'000'000'000});
+  EXPECT_EQ(parse_device_memory("1TiB", "--plan-device-memory"), int64_t{1} << 40);
+  EXPECT_EQ(parse_device_memory("2TB", "--plan-device-memory"), int64_t{2'000'000'000'000});
+  EXPECT_EQ(parse_device_memory("123456", "--plan-device-memory"), 123456);
+}
+
+TEST(PlanDeviceMemory, RefusesWhatIsNotASizeNamingTheFlag) {
+  for (const std::string bad : {"80 gigs", "", "GiB", "-5GB", "0", "0GiB"}) {
+    try {
+      parse_device_memory(bad, "--plan-device-memory");
+      FAIL() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--plan-device-memory '" + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+std::vector<ddp::BucketLayout> one_bucket() {
+  ddp::BucketLayout b;
+  b.params = {0};
+  b.offsets = {0};
+  b.numel = 1000;
+  return {b};
+}
+
+memory::MemoryEstimate probe() {
+  memory::MemoryEstimate e;
+  e.activation_fixed = 1000;
+  e.activation_per_sample = 500;
+  e.other = 1 << 30;  // host-side data: not on the planned device
+  e.loader = 1 << 30;
+  return e;
+}
+
+// Room for none's 16000 bytes of state, 1000 fixed and 6 samples of 500.
+const int64_t kDevice = cuda_reserve_bytes() + 16000 + 1000 + 6 * 500;
+
+TEST(PlanDevice, EveryShardModePerRankStateAtThePlannedWorld) {
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, 4,
+                                   kDevice, 1.0, ddp::ShardMode::kNone);
+  ASSERT_EQ(p.modes.size(), ddp::kShardModeNames.size());
+  // none: all of it; optimizer: full buckets + the reduced block (250), moments of the block;
+  // gradients: the block only.
+  EXPECT_EQ(p.modes[0].state.parameters, 4000);
+  EXPECT_EQ(p.modes[0].state.gradients, 4000);
+  EXPECT_EQ(p.modes[0].state.optimizer_state, 8000);
+  EXPECT_EQ(p.modes[1].state.gradients, 5000);
+  EXPECT_EQ(p.modes[1].state.optimizer_state, 2000);
+  EXPECT_EQ(p.modes[2].state.parameters, 4000);
+  EXPECT_EQ(p.modes[2].state.gradients, 1000);
+  EXPECT_EQ(p.modes[2].state.optimizer_state, 2000);
+  EXPECT_EQ(p.budget, kDevice - cuda_reserve_bytes());
+}
+
+TEST(PlanDevice, AutoPicksTheLargestMicroBatchOfTheModeAndSplitsTheGlobalBatch) {
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, 4,
+                                   kDevice, 1.0, ddp::ShardMode::kNone);
+  EXPECT_EQ(p.modes[0].micro_auto, 6);   // (budget - 16000 - 1000) / 500
+  EXPECT_EQ(p.modes[1].micro_auto, 10);  // capped at the 40 / 4 samples per rank
+  EXPECT_EQ(p.modes[2].micro_auto, 10);
+  EXPECT_EQ(p.batch.per_rank, 10);
+  EXPECT_EQ(p.batch.micro_batch, 6);
+  EXPECT_EQ(p.batch.accumulation(), 2);  // 6 + 4
+  const auto lines = describe_device_plan(p, 0);
+  EXPECT_NE(lines.back().find("auto would pick 6 under ddp.shard: none"), std::string::npos)
+      << lines.back();
+}
+
+TEST(PlanDevice, ConfiguredMicroBatchThatDoesNotFitNamesAModeThatDoes) {
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 8, 4,
+                                   kDevice, 1.0, ddp::ShardMode::kNone);
+  EXPECT_FALSE(p.modes[0].configured_fits);
+  EXPECT_TRUE(p.modes[1].configured_fits);
+  EXPECT_EQ(p.batch.micro_batch, 8);
+  const std::string verdict = describe_device_plan(p, 8).back();
+  EXPECT_NE(verdict.find("train.micro_batch_size = 8 does not fit under ddp.shard: none; "
+                         "ddp.shard: optimizer fits"),
+            std::string::npos)
+      << verdict;
+}
+
+TEST(PlanDevice, TargetFractionScalesTheBudgetBeforeTheReserves) {
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, 4,
+                                   int64_t{1} << 30, 0.5, ddp::ShardMode::kNone);
+  EXPECT_EQ(p.budget, (int64_t{1} << 29) - cuda_reserve_bytes());
+}
+
+TEST(PlanDevice, RefusesAGlobalBatchSmallerThanThePlannedRanks) {
+  try {
+    plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 32, 0, 64, kDevice, 1.0,
+                ddp::ShardMode::kNone);
+    FAIL() << "planned 64 ranks for a global batch of 32";
+  } catch (const ddp::PlanError& e) {
+    EXPECT_NE(std::string(e.what()).find("--plan-ranks 64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("train.global_batch_size = 32"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace launcher
