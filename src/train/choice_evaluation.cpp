@@ -8,6 +8,7 @@
 
 #include "models/capabilities.h"
 #include "models/language_model.h"
+#include "train/eval_slice.h"
 
 namespace train {
 namespace {
@@ -61,12 +62,8 @@ ChoiceCounts evaluate_choice_task(ddp::Communicator& control, models::Model& mod
         fmt::format("eval.tasks: {} needs a language model (model.name: gpt or llama)", task.path));
   }
   const auto n = static_cast<int64_t>(task.examples.size());
-  const int world = control.size(), rank = control.rank();
-  const int64_t base = n / world, extra = n % world;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  const int64_t count = base + (rank < extra ? 1 : 0);
-  const auto params = model.parameters();
-  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+  const auto [begin, count] = eval_slice(n, control.size(), control.rank());
+  const c10::Device device = model_device(model);
 
   at::NoGradGuard no_grad;
   const bool was_training = model.is_training();

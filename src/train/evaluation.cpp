@@ -13,6 +13,7 @@
 #include "models/capabilities.h"
 #include "models/language_model.h"
 #include "train/choice_evaluation.h"
+#include "train/eval_slice.h"
 
 namespace train {
 namespace {
@@ -70,13 +71,9 @@ RankingMetrics evaluate_task(ddp::Communicator& control, models::Model& model,
   // This rank's contiguous slice of the held-out users (BatchPlan's rule, empty slices allowed).
   const at::Tensor& held = task.held_out;  // [n, 2] (user, item), one row per user
   const int64_t n = held.size(0);
-  const int world = control.size(), rank = control.rank();
-  const int64_t base = n / world, extra = n % world;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  const int64_t count = base + (rank < extra ? 1 : 0);
+  const auto [begin, count] = eval_slice(n, control.size(), control.rank());
 
-  const auto params = model.parameters();
-  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+  const c10::Device device = model_device(model);
   const at::Tensor& interactions = task.seen;  // [m, 2] (user, item), CPU
   const at::Tensor inter_users = interactions.select(1, 0).contiguous();
   const at::Tensor inter_items = interactions.select(1, 1).contiguous();
@@ -152,12 +149,8 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
                                       const data::Dataset& validation, int64_t batch,
                                       int64_t max_samples, const at::Tensor& token_bytes) {
   const int64_t n = max_samples > 0 ? std::min(max_samples, validation.size()) : validation.size();
-  const int world = control.size(), rank = control.rank();
-  const int64_t base = n / world, extra = n % world;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  const int64_t count = base + (rank < extra ? 1 : 0);
-  const auto params = model.parameters();
-  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+  const auto [begin, count] = eval_slice(n, control.size(), control.rank());
+  const c10::Device device = model_device(model);
 
   at::NoGradGuard no_grad;
   const bool was_training = model.is_training();
