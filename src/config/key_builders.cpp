@@ -14,6 +14,19 @@ const std::string& scalar(const YAML::Node& node, const char* expected) {
   return node.Scalar();
 }
 
+template <class T>
+T& field(Access<T> access, const Config& c) {
+  return access(const_cast<Config&>(c));
+}
+
+std::string yaml_string(const std::string& value) {
+  YAML::Emitter out;
+  out << YAML::DoubleQuoted << value;
+  return out.c_str();
+}
+
+}  // namespace
+
 int64_t parse_int(const YAML::Node& node) {
   const std::string& s = scalar(node, "an integer");
   int64_t v = 0;
@@ -36,19 +49,6 @@ double parse_real(const YAML::Node& node) {
   }
   return v;
 }
-
-template <class T>
-T& field(Access<T> access, const Config& c) {
-  return access(const_cast<Config&>(c));
-}
-
-std::string yaml_string(const std::string& value) {
-  YAML::Emitter out;
-  out << YAML::DoubleQuoted << value;
-  return out.c_str();
-}
-
-}  // namespace
 
 std::string kind_of(const YAML::Node& node) {
   if (node.IsMap()) return "a mapping";

@@ -37,6 +37,10 @@ using Access = T& (*)(Config&);
 inline constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// A YAML scalar as an integer or a finite number; ValueError saying what was expected.
+int64_t parse_int(const YAML::Node& node);
+double parse_real(const YAML::Node& node);
+
 // `k` with defaults of its own for some models (KeyDef::model_defaults: model.name -> YAML text).
 KeyDef for_models(KeyDef k, std::vector<std::pair<std::string, std::string>> defaults);
 

@@ -4,9 +4,65 @@
 #include "config/key_builders.h"
 #include "train/loss_scaler.h"
 #include "train/options.h"
+#include "train/spike_guard.h"
 
 namespace config::schema {
 namespace {
+
+// train.skip_spikes: off, or {loss_z, grad_norm_z, window} with each key left out at its
+// default (6, 6, 100); a z of 0 leaves that value unjudged.
+KeyDef skip_spikes_key() {
+  using train::SpikeGuardOptions;
+  const SpikeGuardOptions defaults{6.0, 6.0, 100};
+  return {"train.skip_spikes",
+          "map",
+          "off",
+          "off | {loss_z, grad_norm_z, window}",
+          "the loss-spike guard: a step whose loss or gradient norm is more than z standard "
+          "deviations above the mean of the last `window` applied steps is skipped (defaults "
+          "6, 6, 100; z 0: not judged)",
+          false,
+          [=](Config& c, const YAML::Node& n) {
+            if (n.IsScalar() && (n.Scalar() == "off" || n.Scalar() == "false")) {
+              c.train.skip_spikes = {};
+              return;
+            }
+            if (!n.IsMap()) {
+              throw ValueError(fmt::format(
+                  "expected off or a map {{loss_z, grad_norm_z, window}}, got {}", kind_of(n)));
+            }
+            SpikeGuardOptions o = defaults;
+            for (const auto& entry : n) {
+              if (!entry.first.IsScalar()) throw ValueError("expected loss_z, grad_norm_z, window");
+              const std::string key = entry.first.Scalar();
+              try {
+                if (key == "loss_z" || key == "grad_norm_z") {
+                  const double z = parse_real(entry.second);
+                  if (z < 0) throw ValueError(fmt::format("{} is below 0", z));
+                  (key == "loss_z" ? o.loss_z : o.grad_norm_z) = z;
+                } else if (key == "window") {
+                  o.window = parse_int(entry.second);
+                  if (o.window < 2) throw ValueError(fmt::format("{} is below 2", o.window));
+                } else {
+                  throw ValueError("unknown key (expected loss_z, grad_norm_z, window)");
+                }
+              } catch (const ValueError& e) {
+                throw ValueError(fmt::format("{}: {}", key, e.what()));
+              }
+            }
+            if (!o.enabled()) {
+              throw ValueError("loss_z and grad_norm_z are both 0: nothing would be judged (write "
+                               "train.skip_spikes: off)");
+            }
+            c.train.skip_spikes = o;
+          },
+          [](const Config& c) {
+            const SpikeGuardOptions& o = c.train.skip_spikes;
+            if (!o.enabled()) return std::string("off");
+            return fmt::format("{{loss_z: {}, grad_norm_z: {}, window: {}}}", o.loss_z,
+                               o.grad_norm_z, o.window);
+          }};
+}
 
 // What the run is: device, batch, steps, the optimizer and its schedule, seed, threads.
 std::vector<KeyDef> run_keys() {
@@ -60,11 +116,17 @@ std::vector<KeyDef> numerics_keys() {
       integer("train.loss_scale_interval", FIELD(train.loss_scale_interval), "2000", 1, kMax,
               "fp16: finite steps in a row before the scale grows"),
       integer("train.max_skipped_steps", FIELD(train.max_skipped_steps), "50", 1, kMax,
-              "this many skipped (non-finite) steps in a row end the job with a message"),
+              "this many skipped steps in a row (non-finite, or spikes under train.skip_spikes) "
+              "end the job with a message and a checkpoint of the last good state"),
       checked_text("train.inject_nonfinite", FIELD(train.inject_nonfinite),
                    "test hook: 'RANK:STEP[; RANK:STEP ...]' makes that rank's gradient non-finite "
                    "at that step",
                    [](const std::string& v) { train::parse_nonfinite_injections(v); }),
+      skip_spikes_key(),
+      checked_text("train.inject_spike", FIELD(train.inject_spike),
+                   "test hook: 'STEP[; STEP ...]' multiplies that step's loss (and so its "
+                   "gradients) by 1000 on every rank",
+                   [](const std::string& v) { train::parse_spike_injections(v); }),
       enum_choice("train.tf32", FIELD(train.tf32), "auto", train::kSwitchNames,
                   "CUDA: TF32 matmuls and convolutions (auto: on Ampere and newer)"),
       boolean("train.cudnn_benchmark", FIELD(train.cudnn_benchmark), "false",

@@ -79,17 +79,24 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
   if (!zero2()) {
     for (Bucket& bucket : buckets_) {
       const int64_t numel = sharded() ? bucket.shard.padded : bucket.layout.numel;
-      bucket.gradients = at::zeros(
-          {numel}, at::TensorOptions().dtype(bucket.layout.dtype).device(bucket.layout.device));
+      const bool rides = options_.rider_slots > 0 && !sharded() && &bucket == &buckets_.front();
+      bucket.carried =
+          at::zeros({numel + (rides ? options_.rider_slots : 0)},
+                    at::TensorOptions().dtype(bucket.layout.dtype).device(bucket.layout.device));
+      bucket.gradients = bucket.carried.narrow(0, 0, numel);
+      if (rides) rider_ = bucket.carried.narrow(0, numel, options_.rider_slots);
     }
     // Where the all-reduce runs in another dtype: one persistent copy per bucket (with one rank
     // nothing is reduced, so nothing is cast).
     for (Bucket& bucket : buckets_) {
       if (!has_wire(bucket)) continue;
       bucket.wire =
-          at::zeros({bucket.gradients.numel()},
+          at::zeros({bucket.carried.numel()},
                     at::TensorOptions().dtype(options_.reduce_dtype).device(bucket.layout.device));
     }
+  }
+  if (rider_.defined() && !at::isFloatingType(rider_.scalar_type())) {
+    throw std::invalid_argument("Reducer: the rider needs a floating-point first bucket");
   }
   if (sharded()) setup_shards();  // allocates the rest, then makes the parameters flat views
   bucket_of_.resize(params_.size());
@@ -244,8 +251,8 @@ void Reducer::post_bucket(size_t b) {
   }
   // One rank: the sum over ranks is the bucket itself; nothing is posted or waited for.
   if (comm_.size() > 1) {
-    if (bucket.wire.defined()) bucket.wire.copy_(bucket.gradients);  // cast (caller's stream)
-    bucket.work = comm_.all_reduce_async(bucket.wire.defined() ? bucket.wire : bucket.gradients,
+    if (bucket.wire.defined()) bucket.wire.copy_(bucket.carried);  // cast (caller's stream)
+    bucket.work = comm_.all_reduce_async(bucket.wire.defined() ? bucket.wire : bucket.carried,
                                          ReduceOp::kSum, what);
   }
 }
@@ -254,7 +261,7 @@ void Reducer::complete_bucket(Bucket& bucket) {
   bucket.completed = true;
   if (!sharded()) {
     // Cast back into the float32 bucket.
-    if (bucket.wire.defined()) bucket.gradients.copy_(bucket.wire);
+    if (bucket.wire.defined()) bucket.carried.copy_(bucket.wire);
     return;
   }
   if (bucket.wire_reduced.defined()) bucket.reduced.copy_(bucket.wire_reduced);

@@ -97,6 +97,8 @@ struct ReducerOptions {
   // half the bytes); the masters stay in theirs and the gathered unit is cast back into them.
   // Undefined: the parameters' own.
   c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
+  // Unsharded: float values summed over ranks in the first bucket's all-reduce (rider()).
+  int64_t rider_slots = 0;
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -133,6 +135,13 @@ class Reducer {
   const std::vector<BucketLayout>& layout() const { return layout_; }
   // The flat gradient buffers, one per bucket: every parameter's gradient exactly once.
   std::vector<at::Tensor> buffers() const;
+  // ReducerOptions::rider_slots values (the gradients' dtype, on their device) that ride in the
+  // first bucket's all-reduce: the caller writes this rank's values before the synced backward
+  // (or reduce_accumulated()) and reads their SUM over ranks after finish(), with no collective of
+  // their own (the spike guard's global loss, train/spike_guard.h). Under reduce_dtype they travel
+  // in that dtype. With one rank they stay as written. Undefined when sharded (the sum would be
+  // scattered) or without slots; shard_in_place() drops them.
+  const at::Tensor& rider() const { return rider_; }
   // Bytes of the reduce_dtype copies of the buckets (0 without them).
   int64_t communication_bytes() const;
   // Gradient bytes held between steps: the full buckets (not under ZeRO-2), the reduced blocks
@@ -206,6 +215,7 @@ class Reducer {
     explicit Bucket(const BucketLayout& l) : layout(l) {}
     const BucketLayout& layout;  // an element of layout_, which never changes
     at::Tensor gradients;        // the flat buffer: each parameter's .grad is a view into it
+    at::Tensor carried;          // what the all-reduce carries: `gradients` and the rider after it
     at::Tensor wire;             // its reduce_dtype copy (undefined: none)
     // Sharded (ddp/shard.h):
     BucketShard shard;        // this rank's block
@@ -266,6 +276,7 @@ class Reducer {
   std::vector<char> ready_;          // param -> marked ready this step
   std::vector<unsigned> pre_hooks_;  // ZeRO-2: param -> its tensor hook's handle
   std::vector<size_t> unit_bucket_;  // shard parameters: unit -> bucket
+  at::Tensor rider_;                 // rider(): the tail of buckets_[0].carried, or standalone
   bool resharded_ = false;           // shard parameters: reshard_parameters() has run
   std::vector<size_t> launch_order_;
   size_t next_bucket_ = 0;

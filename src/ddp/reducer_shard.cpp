@@ -191,13 +191,17 @@ void Reducer::shard_in_place(ShardMode mode) {
   }
   // Sharded buckets are padded to a multiple of the world size: an unpadded one is replaced (its
   // contents belong to the abandoned step), the old freed before the new is allocated.
+  rider_ = at::Tensor();  // a reduce-scatter would scatter its sum
   for (Bucket& bucket : buckets_) {
     bucket.work.reset();  // an MPI work keeps its buffers alive
-    if (bucket.gradients.numel() == bucket.shard.padded) continue;
+    const bool rode = bucket.carried.numel() != bucket.gradients.numel();
+    if (bucket.gradients.numel() == bucket.shard.padded && !rode) continue;
     for (size_t k : bucket.layout.params) params_[k].second.mutable_grad() = at::Tensor();
     const auto options = bucket.gradients.options();
+    bucket.carried = at::Tensor();
     bucket.gradients = at::Tensor();
     bucket.gradients = at::zeros({bucket.shard.padded}, options);
+    bucket.carried = bucket.gradients;
     if (bucket.wire.defined()) {
       const auto wire_options = bucket.wire.options();
       bucket.wire = at::Tensor();

@@ -125,6 +125,17 @@ void TrainingLoop::add_checkpoint_actions() {
        }});
 }
 
+std::string TrainingLoop::save_last_good_state(int64_t step, const std::string& why) {
+  const std::string dir = trainer_.options().checkpoint.dir;
+  if (dir.empty()) return why + " No checkpoint written (checkpoint.dir is not set).";
+  // A skipped step changes nothing: the parameters and moments are the last applied step's.
+  const std::string path = fmt::format("{}/step_{:06d}.safetensors", dir, step);
+  trainer_.save_checkpoint(path, step);
+  return fmt::format("{} The last good state (the skipped steps changed nothing) is in {}; "
+                     "resuming from it goes on after step {}, past the skipped batches.",
+                     why, path, step);
+}
+
 RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
   const TrainerOptions& o = trainer_.options();
   const auto& t = o.train;
@@ -158,8 +169,13 @@ RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
     // turns out to be the agreed last one, after a signal, reads them below).
     const bool logged = step == first || step % o.log.every == 0 || step == t.steps;
     profiler.before_step(step);
-    StepResult r = trainer_.step(step, stop_requested && stop_requested(), logged);
-    if (r.stop && !r.metrics_read) trainer_.read_metrics(r);
+    StepResult r;
+    try {
+      r = trainer_.step(step, stop_requested && stop_requested(), logged);
+      if (r.stop && !r.metrics_read) trainer_.read_metrics(r);
+    } catch (const NonFiniteFatal& e) {  // every rank, at the same step
+      throw NonFiniteFatal(save_last_good_state(step, e.what()));
+    }
     profiler.after_step(step);
     clock.step_done(step == first);
     report.tick(step);
@@ -190,6 +206,7 @@ RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
     summary.throughput = report.throughput(summary.samples_per_s);
   }
   summary.fallbacks = trainer_.fallbacks();
+  summary.skipped_steps = trainer_.skipped_steps();
   summary.aside = actions_.buckets();
   return summary;
 }

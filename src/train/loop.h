@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "train/periodic.h"
@@ -35,6 +36,10 @@ class TrainingLoop {
   void add_builtin_actions(RunReport& report);
   void add_checkpoint_actions();
   RunFacts facts() const;
+  // train.max_skipped_steps ended the run at `step` (NonFiniteFatal: `why`): writes a checkpoint
+  // of the state, which is the last applied step's, when checkpoint.dir is set, and returns the
+  // message that says where. Collective (every rank throws at the same step).
+  std::string save_last_good_state(int64_t step, const std::string& why);
 
   Trainer& trainer_;
   PeriodicActions actions_;

@@ -18,6 +18,10 @@ LossScaler::LossScaler(LossScalerOptions options, c10::Device device) : options_
   in_a_row_ = at::zeros({1}, f32);
   longest_run_ = at::zeros({1}, f32);
   skipped_total_ = at::zeros({1}, f32);
+  spike_ = at::zeros({1}, f32);
+  skip_ = at::zeros({1}, f32);
+  spikes_total_ = at::zeros({1}, f32);
+  last_skipped_ = at::zeros({1}, f32.dtype(at::kDouble));
 }
 
 void LossScaler::unscale(const std::vector<at::Tensor>& buffers) {
@@ -41,29 +45,42 @@ void LossScaler::reject_nonfinite(const at::Tensor& norm) {
   at::maximum_out(found_inf_, found_inf_, norm_check_);
 }
 
-void LossScaler::update() {
+void LossScaler::reject_spike(const at::Tensor& spike) {
+  at::NoGradGuard no_grad;
+  at::maximum_out(spike_, spike_, spike.view({1}));
+}
+
+void LossScaler::update(int64_t step) {
   at::NoGradGuard no_grad;
   if (options_.enabled) {
     at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth, options_.backoff,
                            options_.growth_interval);
   }
-  // found_inf is 0 or 1: a skipped step extends the run, a finite one resets it.
-  in_a_row_.mul_(found_inf_).add_(found_inf_);
+  at::maximum_out(skip_, found_inf_, spike_);
+  // A spike counts as one only where the step was finite (inf/NaN is reported as such).
+  spikes_total_.add_(skip_ - found_inf_);
+  spike_.zero_();
+  // skip is 0 or 1: a skipped step extends the run, an applied one resets it.
+  in_a_row_.mul_(skip_).add_(skip_);
   at::maximum_out(longest_run_, longest_run_, in_a_row_);
-  skipped_total_.add_(found_inf_);
+  skipped_total_.add_(skip_);
+  // last = skip ? step : last, in arithmetic (0 or 1): the step stays a host number.
+  last_skipped_.mul_(1.0 - skip_.to(at::kDouble)).add_(skip_, static_cast<double>(step));
 }
 
 void LossScaler::write_state(at::Tensor out) {
   at::NoGradGuard no_grad;
-  out.narrow(0, 0, 1).copy_(found_inf_);
+  out.narrow(0, 0, 1).copy_(skip_);
   out.narrow(0, 1, 1).copy_(scale_);
   out.narrow(0, 2, 1).copy_(longest_run_);
   out.narrow(0, 3, 1).copy_(skipped_total_);
+  out.narrow(0, 4, 1).copy_(spikes_total_);
+  out.narrow(0, 5, 1).copy_(last_skipped_);
   longest_run_.copy_(in_a_row_);
 }
 
-std::vector<std::pair<int, int64_t>> parse_nonfinite_injections(const std::string& text) {
-  std::vector<std::pair<int, int64_t>> out;
+std::vector<std::string> injection_entries(const std::string& text) {
+  std::vector<std::string> out;
   size_t start = 0;
   while (start <= text.size()) {
     size_t end = text.find(';', start);
@@ -72,7 +89,14 @@ std::vector<std::pair<int, int64_t>> parse_nonfinite_injections(const std::strin
     entry.erase(0, entry.find_first_not_of(' '));
     entry.erase(entry.find_last_not_of(' ') + 1);
     start = end + 1;
-    if (entry.empty()) continue;
+    if (!entry.empty()) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+std::vector<std::pair<int, int64_t>> parse_nonfinite_injections(const std::string& text) {
+  std::vector<std::pair<int, int64_t>> out;
+  for (const std::string& entry : injection_entries(text)) {
     const size_t colon = entry.find(':');
     int rank = -1;
     int64_t step = -1;

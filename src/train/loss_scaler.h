@@ -15,7 +15,9 @@
 //
 // Disabled (fp32, bf16): scale() is 1 and unscale() does nothing, but the verdict still holds
 // reject_nonfinite()'s check of the gradient norm, so a non-finite step is skipped and counted in
-// every precision (one mechanism with fp16's, train.max_skipped_steps included).
+// every precision (one mechanism with fp16's, train.max_skipped_steps included). The loss-spike
+// guard (train/spike_guard.h) adds its verdict with reject_spike(): such a step is skipped and
+// counted the same way, but it is no overflow, so fp16's scale does not back off for it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -60,15 +62,20 @@ class LossScaler {
   // same on every rank: GradClipper::norm) is inf or NaN. Queues device work only; allocates
   // nothing. Call after unscale() and combine_verdict(), before update().
   void reject_nonfinite(const at::Tensor& norm);
-  // fp16: backs off or grows the scale according to the verdict. Every precision: counts a
-  // skipped step.
-  void update();
+  // The spike guard's verdict (float [1], 1: skip the step). Call before update().
+  void reject_spike(const at::Tensor& spike);
+  // fp16: backs off or grows the scale according to the non-finite verdict. Every precision:
+  // makes skip() (non-finite or spike) and counts a skipped step (`step`: its number, from 1).
+  void update(int64_t step);
+  // After update(): float [1], 1 where the step is skipped (the optimizer kernel reads it).
+  const at::Tensor& skip() const { return skip_; }
 
-  // Device state for the log, as float64 into `out` (4 slots on the device): the last verdict, the
-  // scale, the longest run of skipped steps in a row since the last write_state, skipped steps in
-  // total. Resets the longest run to the current one. Queues device work only.
+  // Device state for the log, as float64 into `out` (6 slots on the device): the last skip
+  // verdict, the scale, the longest run of skipped steps in a row since the last write_state,
+  // skipped steps in total, of those the spikes, and the last skipped step's number. Resets the
+  // longest run to the current one. Queues device work only.
   void write_state(at::Tensor out);
-  static constexpr int64_t kStateSlots = 4;
+  static constexpr int64_t kStateSlots = 6;
 
  private:
   LossScalerOptions options_;
@@ -76,14 +83,21 @@ class LossScaler {
   at::Tensor inv_scale_;       // float [1]
   at::Tensor growth_tracker_;  // int [1]
   at::Tensor found_inf_;       // float [1]
+  at::Tensor spike_;           // float [1]: reject_spike()'s verdict, until update()
+  at::Tensor skip_;            // float [1]: found_inf_ or spike_, made by update()
   at::Tensor norm_check_;      // float [1]: scratch of reject_nonfinite()
   at::Tensor in_a_row_;        // float [1]: skipped steps in a row, up to the last update()
   at::Tensor longest_run_;     // float [1]: the longest such run since the last write_state()
   at::Tensor skipped_total_;   // float [1]
+  at::Tensor spikes_total_;    // float [1]: skipped for a spike, not for inf/NaN
+  at::Tensor last_skipped_;    // double [1]: the number of the last skipped step (0: none)
 };
 
 // train.inject_nonfinite: "RANK:STEP" entries separated by ';' (steps from 1). Throws
 // std::invalid_argument naming the key for a malformed entry.
 std::vector<std::pair<int, int64_t>> parse_nonfinite_injections(const std::string& text);
+
+// The entries of a test hook's "A; B; ..." text, trimmed, empty ones left out.
+std::vector<std::string> injection_entries(const std::string& text);
 
 }  // namespace train

@@ -70,12 +70,15 @@ int64_t FusedAdamW::state_bytes() const {
   return bytes;
 }
 
-GradClipper::GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over)
+GradClipper::GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over,
+                         int64_t rider_slots)
     : grads_(std::move(flat_grads)), sum_over_(sum_over) {
   const auto device = grads_.empty() ? c10::Device(c10::kCPU) : grads_.front().device();
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   norms_ = at::zeros({static_cast<int64_t>(grads_.size())}, options);
-  total_ = at::zeros({}, options);
+  reduced_ = at::zeros({1 + (sum_over != nullptr ? rider_slots : 0)}, options);
+  total_ = reduced_.select(0, 0);
+  if (reduced_.numel() > 1) rider_ = reduced_.narrow(0, 1, reduced_.numel() - 1);
   coef_ = at::zeros({}, options);
 }
 
@@ -89,7 +92,7 @@ void GradClipper::clip(double max_norm) {
   at::linalg_vector_norm_out(total_, norms_, 2);
   if (sum_over_ != nullptr) {  // this rank's blocks only: sqrt(sum over ranks of norm^2)
     total_.square_();
-    sum_over_->all_reduce(total_, ddp::ReduceOp::kSum, "gradient norm");
+    sum_over_->all_reduce(reduced_, ddp::ReduceOp::kSum, "gradient norm");
     total_.sqrt_();
   }
   if (max_norm <= 0) return;

@@ -80,20 +80,29 @@ class GradClipper {
   // `flat_grads`: every gradient exactly once (the Reducer's bucket buffers); one device. With
   // `sum_over` (sharded), each rank holds a disjoint part of the gradients and the squared norms
   // are summed across its ranks (a collective in every clip()).
-  explicit GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over = nullptr);
+  // `rider_slots` float values ride in that all-reduce (rider()).
+  explicit GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over = nullptr,
+                       int64_t rider_slots = 0);
 
   // Computes the global L2 norm before clipping into norm() and scales the gradients so the norm
   // is at most `max_norm` (max_norm <= 0: no clipping). Queues device work only: no host read.
   void clip(double max_norm);
   // The norm of the last clip() (float32, 0-dim, on the gradients' device).
   const at::Tensor& norm() const { return total_; }
+  // With `sum_over`: float32 values summed over its ranks in clip()'s all-reduce of the squared
+  // norms, with no collective of their own (the spike guard's global loss, train/spike_guard.h):
+  // the caller writes this rank's values before clip() and reads the sums after. Undefined
+  // without `sum_over` or slots.
+  const at::Tensor& rider() const { return rider_; }
 
  private:
   std::vector<at::Tensor> grads_;
   ddp::Communicator* sum_over_ = nullptr;
-  at::Tensor norms_;  // one float32 slot per buffer
-  at::Tensor total_;  // float32 scalar
-  at::Tensor coef_;   // float32 scalar: the clip coefficient
+  at::Tensor norms_;    // one float32 slot per buffer
+  at::Tensor reduced_;  // float32 [1 + rider slots]: what the all-reduce carries
+  at::Tensor total_;    // float32 scalar: reduced_[0]
+  at::Tensor rider_;    // reduced_[1:]
+  at::Tensor coef_;     // float32 scalar: the clip coefficient
 };
 
 }  // namespace train

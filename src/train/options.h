@@ -23,6 +23,14 @@ namespace train {
 enum class Switch { kAuto, kOn, kOff };
 inline constexpr std::array<const char*, 3> kSwitchNames = {"auto", "on", "off"};
 
+// train.skip_spikes (train/spike_guard.h): {loss_z, grad_norm_z, window}; window 0: off.
+struct SpikeGuardOptions {
+  double loss_z = 0;       // 0: the loss is not judged
+  double grad_norm_z = 0;  // 0: the gradient norm is not judged
+  int64_t window = 0;      // applied steps the mean and deviation are taken over
+  bool enabled() const { return window > 0 && (loss_z > 0 || grad_norm_z > 0); }
+};
+
 // train.precision (train/precision.h).
 enum class Precision { kFp32, kBf16, kFp16 };
 inline constexpr std::array<const char*, 3> kPrecisionNames = {"fp32", "bf16", "fp16"};
@@ -52,10 +60,12 @@ struct TrainOptions {
   double loss_scale_growth = 0;
   double loss_scale_backoff = 0;
   int64_t loss_scale_interval = 0;
-  int64_t max_skipped_steps = 0;  // consecutive skipped steps that end the job
-  std::string inject_nonfinite;   // test hook: "RANK:STEP[;RANK:STEP...]" makes that rank's
-                                  // gradient non-finite at that step
-  Switch tf32{};                  // auto | on | off
+  int64_t max_skipped_steps = 0;    // consecutive skipped steps that end the job
+  std::string inject_nonfinite;     // test hook: "RANK:STEP[;RANK:STEP...]" makes that rank's
+                                    // gradient non-finite at that step
+  SpikeGuardOptions skip_spikes{};  // the loss-spike guard (train/spike_guard.h)
+  std::string inject_spike;         // test hook: "STEP[;STEP...]" multiplies that step's loss
+  Switch tf32{};                    // auto | on | off
   bool cudnn_benchmark = false;
   Switch channels_last{};         // auto | on | off (models that convolve)
   bool cuda_graphs = false;       // capture forward + backward as a CUDA graph (train/graph_step.h)

@@ -2,23 +2,32 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace train {
 
 StepMetrics::StepMetrics(c10::Device device) {
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
   loss_ = at::zeros({}, f64);
-  slots_ = at::zeros({2 + LossScaler::kStateSlots}, f64);
+  slots_ = at::zeros({2 + LossScaler::kStateSlots + SpikeGuard::kStateSlots}, f64);
 }
 
 void StepMetrics::read(StepResult& r, ddp::Communicator& control, const GradClipper& clipper,
-                       LossScaler& scaler, int64_t max_skipped_steps) {
+                       LossScaler& scaler, const SpikeGuard* guard, int64_t max_skipped_steps) {
   // The one device-to-host read of a logged step: everything the log needs, copied at once.
   at::NoGradGuard no_grad;
+  constexpr int64_t kGuard = 2 + LossScaler::kStateSlots;  // v[2 .. kGuard): the scaler's
   slots_.narrow(0, 0, 1).copy_(loss_.view({1}));
   slots_.narrow(0, 1, 1).copy_(clipper.norm().view({1}));
   scaler.write_state(slots_.narrow(0, 2, LossScaler::kStateSlots));
+  if (guard != nullptr) guard->write_state(slots_.narrow(0, kGuard, SpikeGuard::kStateSlots));
   const at::Tensor host = slots_.to(at::kCPU);
   ++host_reads_;
   const double* v = host.data_ptr<double>();
@@ -27,39 +36,82 @@ void StepMetrics::read(StepResult& r, ddp::Communicator& control, const GradClip
   r.loss = loss.data_ptr<double>()[0];
   r.grad_norm = v[1];
   r.metrics_read = true;
-  const int64_t since = last_read_step_;
+  Skips skips;
+  skips.since = last_read_step_;
   last_read_step_ = r.step;
   r.skipped = v[2] > 0;
   if (scaler.enabled()) r.loss_scale = v[3];
   const auto total = static_cast<int64_t>(v[5]);
-  const int64_t new_skips = total - skipped_total_;
+  const auto spikes = static_cast<int64_t>(v[6]);
+  skips.new_skips = total - skipped_total_;
+  skips.new_spikes = spikes - spikes_total_;
+  skips.longest_run = static_cast<int64_t>(v[4]);
+  skips.last = static_cast<int64_t>(v[7]);
   skipped_total_ = total;
-  check_skipped(r, since, new_skips, static_cast<int64_t>(v[4]), control.rank(), max_skipped_steps,
-                scaler.enabled());
+  spikes_total_ = spikes;
+  if (guard != nullptr) {
+    skips.guard = v + kGuard;
+    skips.spikes = &guard->options();
+  }
+  check_skipped(r, skips, control.rank(), max_skipped_steps, scaler.enabled());
 }
 
-void StepMetrics::check_skipped(const StepResult& r, int64_t since, int64_t new_skips,
-                                int64_t longest_run, int rank, int64_t max_skipped_steps,
-                                bool fp16) const {
-  const std::string scale = fp16 ? fmt::format("; loss scale now {:g}", r.loss_scale) : "";
-  if (new_skips > 0 && rank == 0) {
-    if (new_skips == 1 && r.skipped) {
-      spdlog::warn("step {}: non-finite gradient (inf or NaN) on some rank: step skipped on every "
-                   "rank, parameters unchanged{}",
-                   r.step, scale);
-    } else {
-      spdlog::warn(
-          "steps {}-{}: {} step(s) had a non-finite gradient (inf or NaN) on some rank and "
-          "were skipped on every rank, parameters unchanged{}",
-          since + 1, r.step, new_skips, scale);
+namespace {
+
+// "loss 3.1e+03 is 2.4e+04 standard deviations above the mean 3.12 of the last 100 applied steps",
+// for the values of the last judged step that the guard found outliers (SpikeGuard::write_state).
+std::string describe_spike(const double* g, const SpikeGuardOptions& o) {
+  std::vector<std::string> parts;
+  const std::array<std::pair<const char*, double>, 2> names = {
+      {{"loss", o.loss_z}, {"grad_norm", o.grad_norm_z}}};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const double value = g[3 * i], mean = g[3 * i + 1], sd = g[3 * i + 2];
+    if (names[i].second <= 0) continue;
+    if (!std::isfinite(value)) {
+      parts.push_back(fmt::format("{} is {}", names[i].first, value));
+    } else if (sd > 0 && value - mean > names[i].second * sd) {
+      parts.push_back(fmt::format("{} {:.4g} is {:.3g} standard deviations above the mean {:.4g}",
+                                  names[i].first, value, (value - mean) / sd, mean));
     }
   }
-  if (longest_run >= max_skipped_steps) {
-    throw NonFiniteFatal(
-        fmt::format("{} steps in a row (seen at step {}) had non-finite gradients{} "
-                    "(train.max_skipped_steps = {}): {}",
-                    longest_run, r.step, scale, max_skipped_steps,
-                    fp16 ? "the model diverged or overflows fp16. Lower train.lr, or train with "
+  return fmt::format("{} of the last {} applied steps (train.skip_spikes)",
+                     fmt::join(parts, " and "), o.window);
+}
+
+}  // namespace
+
+void StepMetrics::check_skipped(const StepResult& r, const Skips& s, int rank,
+                                int64_t max_skipped_steps, bool fp16) const {
+  const std::string scale = fp16 ? fmt::format("; loss scale now {:g}", r.loss_scale) : "";
+  const int64_t nonfinite = s.new_skips - s.new_spikes;
+  if (s.new_skips > 0 && rank == 0) {
+    if (s.new_skips == 1 && s.new_spikes == 1) {
+      spdlog::warn("step {}: spike: {}: step skipped on every rank, parameters unchanged", s.last,
+                   describe_spike(s.guard, *s.spikes));
+    } else if (s.new_skips == 1) {
+      spdlog::warn("step {}: non-finite gradient (inf or NaN) on some rank: step skipped on every "
+                   "rank, parameters unchanged{}",
+                   s.last, scale);
+    } else {
+      spdlog::warn(
+          "steps {}-{}: {} step(s) were skipped on every rank, parameters unchanged ({} "
+          "with a non-finite gradient (inf or NaN) on some rank, {} loss or gradient "
+          "norm spike(s) under train.skip_spikes; the last at step {}{}){}",
+          s.since + 1, r.step, s.new_skips, nonfinite, s.new_spikes, s.last,
+          s.new_spikes > 0 ? ", the last spike's " + describe_spike(s.guard, *s.spikes) : "",
+          scale);
+    }
+  }
+  if (s.longest_run >= max_skipped_steps) {
+    throw NonFiniteFatal(fmt::format(
+        "{} steps in a row (seen at step {}) were skipped{} (train.max_skipped_steps = {}): {}",
+        s.longest_run, r.step,
+        s.new_spikes > 0 ? " as spikes or for non-finite gradients" : " for non-finite gradients",
+        max_skipped_steps,
+        s.new_spikes > 0 ? "the loss or gradient norm stayed far above its recent mean. Lower "
+                           "train.lr, set train.grad_clip, or raise train.skip_spikes' loss_z "
+                           "and grad_norm_z."
+        : fp16           ? "the model diverged or overflows fp16. Lower train.lr, or train with "
                            "train.precision: bf16 or fp32."
                          : "the model diverged. Lower train.lr or set train.grad_clip."));
   }

@@ -18,12 +18,13 @@
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/report/results.h"
+#include "train/spike_guard.h"
 
 namespace train {
 
-// train.max_skipped_steps steps in a row had non-finite gradients (any precision). Every rank
-// throws it after the same step (the verdict comes from the reduced gradients), so the exit is
-// agreed.
+// train.max_skipped_steps steps in a row were skipped (non-finite gradients in any precision, or
+// spikes under train.skip_spikes). Every rank throws it after the same step (the verdict comes
+// from values every rank holds alike), so the exit is agreed.
 class NonFiniteFatal : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -39,20 +40,32 @@ class StepMetrics {
   // the step.
   at::Tensor& loss() { return loss_; }
   // Fills `r` for step r.step (from 1). Collective.
+  // `guard`: train.skip_spikes (null: off), for the spike's numbers in the warning.
   void read(StepResult& r, ddp::Communicator& control, const GradClipper& clipper,
-            LossScaler& scaler, int64_t max_skipped_steps);
+            LossScaler& scaler, const SpikeGuard* guard, int64_t max_skipped_steps);
 
   int64_t host_reads() const { return host_reads_; }
   int64_t skipped_total() const { return skipped_total_; }  // as of the last read
 
  private:
+  // What read() copied out about skipped steps.
+  struct Skips {
+    int64_t since = 0;              // the step of the previous read
+    int64_t new_skips = 0;          // skipped since then
+    int64_t new_spikes = 0;         // of those, skipped by the spike guard
+    int64_t longest_run = 0;        // the longest run in a row since then
+    int64_t last = 0;               // the last skipped step
+    const double* guard = nullptr;  // SpikeGuard::write_state's slots (null: no guard)
+    const SpikeGuardOptions* spikes = nullptr;
+  };
   // Warns about the steps skipped since the last read; throws past the limit.
-  void check_skipped(const StepResult& r, int64_t since, int64_t new_skips, int64_t longest_run,
-                     int rank, int64_t max_skipped_steps, bool fp16) const;
+  void check_skipped(const StepResult& r, const Skips& s, int rank, int64_t max_skipped_steps,
+                     bool fp16) const;
 
   at::Tensor loss_;             // float64 [] on the device
   at::Tensor slots_;            // float64 on the device: what read() copies out at once
   int64_t skipped_total_ = 0;   // skipped steps as of the last read
+  int64_t spikes_total_ = 0;    // of those, spikes
   int64_t last_read_step_ = 0;  // the step of the last read
   int64_t host_reads_ = 0;
 };

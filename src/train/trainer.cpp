@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 
@@ -113,10 +114,12 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
         loader_->get(batch_index(step));  // read ahead by the loader's workers
     metrics_.loss().zero_();
     const bool inject = injects_nonfinite(step);
+    const bool spike = injects_spike(step);
     const bool graphed = graphs_->use_for_step(
         models::checkpoints_activations(*model_)
             ? "activation checkpointing is on (it saves and restores the RNG state on the host)"
         : inject ? "train.inject_nonfinite changes this step"
+        : spike  ? "train.inject_spike changes this step"
         : shard_ == ddp::ShardMode::kGradients
             ? "ddp.shard: gradients allocates the gradient buckets anew every step"
         : shard_ == ddp::ShardMode::kParameters
@@ -135,8 +138,8 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
       // under a CUDA graph none does, and every bucket is reduced after the last replay.
       reducer_->begin_micro_batch(/*sync=*/!graphed && m + 1 == micros);
       // Weighted by its share of the global batch: the SUM over ranks is the global mean.
-      micro_batch_forward_backward(step, micro, plan_.weight(n), graphed, inject && m + 1 == micros,
-                                   phase);
+      micro_batch_forward_backward(step, micro, plan_.weight(n) * (spike ? kInjectedSpike : 1.0),
+                                   graphed, inject && m + 1 == micros, phase);
       offset += n;
     }
     const StepPhase in_reduce("step/reduce");
@@ -188,13 +191,15 @@ void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micr
       AutocastScope autocast(device_, precision_);  // forward and loss only, not backward
       loss = model_->loss(inputs, targets) * weight;
     }
+    metrics_.loss().add_(loss.detach());  // stays on the device (read_metrics)
+    // The spike guard's global loss rides in a collective of this step (posted from backward).
+    if (loss_rider_.defined()) loss_rider_.copy_(metrics_.loss());
     // fp16: backward of the scaled loss (the reduced gradients are unscaled after finish()).
     at::Tensor to_backward = scaler_->enabled() ? loss * scaler_->scale() : loss;
     if (inject) to_backward = to_backward * std::numeric_limits<float>::infinity();
     enter(phase, memory::Phase::kBackward, step, cuda);
     const StepPhase in_backward("step/backward");
     to_backward.backward();
-    metrics_.loss().add_(loss.detach());  // stays on the device (read_metrics)
   };
   if (graphed) {
     graphs_->run(micro.inputs, micro.targets, body);
@@ -242,8 +247,13 @@ void Trainer::update(int64_t step, StepResult& r) {
       // kernel skips its update, on the device (LossScaler, FusedAdamW::step).
       const StepPhase in_optimizer("step/optimizer");
       scaler_->reject_nonfinite(clipper_->norm());
-      scaler_->update();
-      optimizer_->step(r.lr, &scaler_->found_inf());
+      if (guard_ != nullptr) {  // train.skip_spikes: the global loss and norm, alike everywhere
+        guard_->judge(loss_rider_, clipper_->norm());
+        scaler_->reject_spike(guard_->spike());
+      }
+      scaler_->update(step);
+      if (guard_ != nullptr) guard_->record(scaler_->skip());
+      optimizer_->step(r.lr, &scaler_->skip());
     }
     const StepPhase in_gather("step/gather");
     reducer_->gather_parameters();  // sharded: every rank updated its blocks only
@@ -258,6 +268,11 @@ void Trainer::update(int64_t step, StepResult& r) {
   guard.set_phase(step, memory::Phase::kNone);
 }
 
+bool Trainer::injects_spike(int64_t step) const {
+  return std::find(spike_injections_.begin(), spike_injections_.end(), step) !=
+         spike_injections_.end();
+}
+
 bool Trainer::injects_nonfinite(int64_t step) const {
   for (const auto& [rank, at_step] : nonfinite_injections_) {
     if (rank == control_.rank() && at_step == step) return true;
@@ -266,7 +281,7 @@ bool Trainer::injects_nonfinite(int64_t step) const {
 }
 
 void Trainer::read_metrics(StepResult& r) {
-  metrics_.read(r, control_, *clipper_, *scaler_, options_.train.max_skipped_steps);
+  metrics_.read(r, control_, *clipper_, *scaler_, guard_.get(), options_.train.max_skipped_steps);
 }
 
 void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {

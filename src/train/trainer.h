@@ -57,6 +57,7 @@
 #include "train/periodic.h"
 #include "train/precision.h"
 #include "train/report/results.h"
+#include "train/spike_guard.h"
 #include "train/step_metrics.h"
 #include "train/step_rng.h"
 #include "train/unit_gate.h"
@@ -186,6 +187,10 @@ class Trainer {
   void update(int64_t step, StepResult& r);
   // train.inject_nonfinite names this rank at `step`.
   bool injects_nonfinite(int64_t step) const;
+  bool injects_spike(int64_t step) const;  // train.inject_spike names `step`
+  // The gradient clipper over the Reducer's reduced gradients (`sharded`: summing the squared
+  // norms over the ranks), and the spike guard's global loss where it rides (loss_rider_).
+  void make_clipper(bool sharded);
 
   // The memory plan and the out-of-memory protocol (trainer_memory.cpp):
   // Every rank's out-of-memory description, the empty ones (no failure) left out. Collective.
@@ -242,6 +247,12 @@ class Trainer {
   bool model_has_units_ = false;        // the model drives the gate (models::ParameterUnits)
   StepMetrics metrics_;                 // the loss on the device; the logged steps' one read
   std::vector<std::pair<int, int64_t>> nonfinite_injections_;  // (rank, step) test hook
+  std::unique_ptr<SpikeGuard> guard_;                          // train.skip_spikes (null: off)
+  // The guard's global loss (float [1] on the device): this rank's loss is written into it before
+  // backward, and it holds the sum over ranks once the step's collective that carries it is done
+  // (the Reducer's first bucket, or the clipper's norm; train/spike_guard.h).
+  at::Tensor loss_rider_;
+  std::vector<int64_t> spike_injections_;  // train.inject_spike test hook
   // The OOM protocol.
   memory::MemoryEstimate estimate_;
   memory::FallbackLadder ladder_;

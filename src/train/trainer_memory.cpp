@@ -378,7 +378,7 @@ void Trainer::shard_optimizer_in_place() {
     }
     optimizer_->set_steps(steps);
     optimizer_->step_count().copy_(count);
-    clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(), &data_);
+    make_clipper(/*sharded=*/true);
   } catch (const c10::OutOfMemoryError& e) {
     // After the vote: the other ranks are switching too, and this rank cannot follow.
     throw memory::OutOfMemoryAbort(fmt::format(

@@ -28,6 +28,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
   allocate_agreed("parameters, embedding caches and optimizer state",
                   [&] { allocate_model_state(); });
   nonfinite_injections_ = parse_nonfinite_injections(options_.train.inject_nonfinite);
+  spike_injections_ = parse_spike_injections(options_.train.inject_spike);
   allocate_agreed("gradient buckets", [&] { allocate_gradients(); });
   estimate_.gradients += reducer_->gradient_bytes();
   // Last, so that it measures activations with everything persistent already in place.
@@ -99,6 +100,7 @@ void Trainer::allocate_model_state() {
       LossScalerOptions{precision_ == Precision::kFp16, t.loss_scale, t.loss_scale_growth,
                         t.loss_scale_backoff, t.loss_scale_interval},
       device_);
+  if (t.skip_spikes.enabled()) guard_ = std::make_unique<SpikeGuard>(t.skip_spikes, device_);
 }
 
 void Trainer::allocate_gradients() {
@@ -111,15 +113,22 @@ void Trainer::allocate_gradients() {
       std::move(named), data_,
       ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                           static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
-                          reduce_wire_dtype(), shard_, parameter_units(), gather_dtype()},
+                          reduce_wire_dtype(), shard_, parameter_units(), gather_dtype(),
+                          /*rider_slots=*/guard_ != nullptr ? 1 : 0},
       &control_);
   const bool sharded = reducer_->sharded();
   if (sharded) {
     optimizer_ = make_sharded_optimizer();
     estimate_.optimizer_state = optimizer_->state_bytes();
   }
-  clipper_ =
-      std::make_unique<GradClipper>(reducer_->reduced_gradients(), sharded ? &data_ : nullptr);
+  make_clipper(sharded);
+}
+
+void Trainer::make_clipper(bool sharded) {
+  const int64_t slots = guard_ != nullptr ? 1 : 0;
+  clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(),
+                                           sharded ? &data_ : nullptr, slots);
+  loss_rider_ = guard_ == nullptr ? at::Tensor() : sharded ? clipper_->rider() : reducer_->rider();
 }
 
 std::vector<std::vector<size_t>> Trainer::parameter_units() {

@@ -730,6 +730,28 @@ PY
     expect_rc 2; expect_grep "trainer: error: log.tensorboard = '.*/file/tb': (cannot create it|this trainer was built without)"
     expect_no_grep "step +1/"
     [ "$(grep -c "log.tensorboard" "$out")" = 1 ] || fail "the message is not printed exactly once" ;;
+  spike_guard_np2)
+    # train.skip_spikes: an injected loss spike (x1000 at step 25) is skipped on every rank,
+    # named in a warning with its z-score, counted on the step lines and in 'done:'; training
+    # goes on. Spikes in a row past train.max_skipped_steps end the job with a checkpoint of the
+    # last good state, which resumes.
+    guard=(--set "train.skip_spikes={loss_z: 6, grad_norm_z: 6, window: 10}" --set train.steps=40)
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${guard[@]}" --set log.every=10 --set train.inject_spike=25
+    expect_rc 0
+    expect_grep "step 25: spike: loss [0-9.e+]+ is [0-9.e+]+ standard deviations above the mean [0-9.]+ and grad_norm [0-9.e+]+ is [0-9.e+]+ standard deviations above the mean [0-9.]+ of the last 10 applied steps \(train.skip_spikes\): step skipped on every rank, parameters unchanged"
+    [ "$(grep -c "spike:" "$out")" = 1 ] || fail "expected exactly one spike warning"
+    expect_grep "step +30/40 loss [0-9.]+ .* skipped 1 "
+    expect_grep "done: 40 steps, .*, 1 step\(s\) skipped"
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${guard[@]}" --set log.every=1 --set train.inject_spike="25; 26; 27" \
+      --set train.max_skipped_steps=3 --set checkpoint.dir="$work/ckpt"
+    expect_rc 1
+    expect_grep "trainer: error: 3 steps in a row \(seen at step 27\) were skipped as spikes or for non-finite gradients \(train.max_skipped_steps = 3\)"
+    expect_grep "The last good state \(the skipped steps changed nothing\) is in .*/ckpt/step_000027.safetensors; resuming from it goes on after step 27"
+    [ -f "$work/ckpt/step_000027.safetensors" ] || fail "no checkpoint of the last good state"
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${guard[@]}" --set log.every=10 --set checkpoint.dir="$work/ckpt" \
+      --set checkpoint.resume=auto
+    expect_rc 0
+    expect_grep "done: 40 steps \(13 in this run\)" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

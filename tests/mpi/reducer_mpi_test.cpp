@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 
+#include <cmath>
 #include <optional>
 
 #include "common/mpi_test_env.h"
 #include "ddp/reducer.h"
+#include "train/optimizer.h"
 
 namespace {
 
@@ -175,5 +177,58 @@ INSTANTIATE_TEST_SUITE_P(Modes, ReducerMpiHooks,
                          [](const auto& info) {
                            return std::string(ddp::kShardModeNames[static_cast<int>(info.param)]);
                          });
+
+// The rider (ReducerOptions::rider_slots, the spike guard's global loss) is summed over ranks in
+// the first bucket's all-reduce, with and without a reduce_dtype copy, and leaves the gradients
+// exactly as a reducer without it reduces them.
+void expect_rider_sums(c10::ScalarType reduce_dtype) {
+  auto comm = world();
+  torch::nn::Linear a(4, 3), b(4, 3);
+  for (auto& p : a->parameters()) p.data().fill_(0.25);
+  for (auto& p : b->parameters()) p.data().fill_(0.25);
+  ddp::Reducer plain(
+      {{"w", a->weight}, {"b", a->bias}}, *comm,
+      {16, 16, false, reduce_dtype, ddp::ShardMode::kNone, {}, c10::ScalarType::Undefined});
+  ddp::Reducer riding(
+      {{"w", b->weight}, {"b", b->bias}}, *comm,
+      {16, 16, false, reduce_dtype, ddp::ShardMode::kNone, {}, c10::ScalarType::Undefined, 2});
+  ASSERT_FALSE(plain.rider().defined());
+  ASSERT_EQ(riding.rider().numel(), 2);
+  const at::Tensor x = at::arange(8, at::kFloat).view({2, 4}) * (comm->rank() + 1);
+  for (auto* r : {&plain, &riding}) {
+    r->zero_grad();
+    r->begin_micro_batch(true);
+  }
+  riding.rider().copy_(at::tensor({1.0f * (comm->rank() + 1), 0.5f}));
+  a(x).sum().backward();
+  b(x).sum().backward();
+  plain.finish();
+  riding.finish();
+  const double n = comm->size();
+  EXPECT_EQ(riding.rider()[0].item<double>(), n * (n + 1) / 2);
+  EXPECT_EQ(riding.rider()[1].item<double>(), 0.5 * n);
+  EXPECT_TRUE(at::equal(a->weight.grad(), b->weight.grad()));
+  EXPECT_TRUE(at::equal(a->bias.grad(), b->bias.grad()));
+}
+
+TEST(ReducerMpi, RiderIsSummedWithTheFirstBucket) { expect_rider_sums(c10::ScalarType::Undefined); }
+
+TEST(ReducerMpi, RiderIsSummedInTheReduceDtype) { expect_rider_sums(at::kBFloat16); }
+
+// Sharded gradients: the rider goes with the clipper's all-reduce of the squared norms instead.
+TEST(ReducerMpi, ClipperRiderIsSummedWithTheNorm) {
+  auto comm = world();
+  const double r = comm->rank() + 1;
+  train::GradClipper clipper({at::full({4}, r)}, comm.get(), 1);
+  ASSERT_EQ(clipper.rider().numel(), 1);
+  clipper.rider().fill_(r);
+  clipper.clip(0);
+  const double n = comm->size();
+  double squares = 0;
+  for (int k = 1; k <= comm->size(); ++k) squares += 4.0 * k * k;
+  EXPECT_FLOAT_EQ(clipper.rider().item<float>(), static_cast<float>(n * (n + 1) / 2));
+  EXPECT_FLOAT_EQ(clipper.norm().item<float>(), static_cast<float>(std::sqrt(squares)));
+  EXPECT_FALSE(train::GradClipper({at::ones({4})}, nullptr, 1).rider().defined());
+}
 
 }  // namespace

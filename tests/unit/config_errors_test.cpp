@@ -53,6 +53,25 @@ TEST(ConfigErrors, NonScalarKeyIsAConfigError) {
 
 // ---- wrong types ----
 
+// train.skip_spikes is off or a map of loss_z, grad_norm_z and window: each bad part is named.
+TEST(ConfigErrors, SkipSpikesNamesTheBadPart) {
+  EXPECT_EQ(config_error(kMinimal + "  skip_spikes: {loss_z: -1}\n"),
+            "bad.yaml:5: train.skip_spikes: loss_z: -1 is below 0");
+  EXPECT_EQ(config_error(kMinimal + "  skip_spikes: {window: 1}\n"),
+            "bad.yaml:5: train.skip_spikes: window: 1 is below 2");
+  EXPECT_EQ(config_error(kMinimal + "  skip_spikes: {loss: 3}\n"),
+            "bad.yaml:5: train.skip_spikes: loss: unknown key (expected loss_z, grad_norm_z, "
+            "window)");
+  EXPECT_EQ(config_error(kMinimal + "  skip_spikes: {loss_z: 0, grad_norm_z: 0}\n"),
+            "bad.yaml:5: train.skip_spikes: loss_z and grad_norm_z are both 0: nothing would be "
+            "judged (write train.skip_spikes: off)");
+  EXPECT_THAT(config_error(kMinimal + "  skip_spikes: 6\n"),
+              StartsWith("bad.yaml:5: train.skip_spikes: expected off or a map"));
+  EXPECT_EQ(config_error(kMinimal + "  inject_spike: 'x'\n"),
+            "bad.yaml:5: train.inject_spike: 'x' is not a step (an integer >= 1; several: 'STEP; "
+            "STEP')");
+}
+
 TEST(ConfigErrors, StringForInteger) {
   const std::string message = config_error(kMinimal + "  steps: ten\n");
   EXPECT_EQ(message, "bad.yaml:5: train.steps: expected an integer, got 'ten'");

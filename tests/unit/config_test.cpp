@@ -232,6 +232,7 @@ TEST(Config, YamlDumpRoundTrips) {
   const Config original =
       parse_config(kMinimal + "  micro_batch_size: 5\n  steps: 77\n  lr: 0.0003\n  eps: 1.5e-9\n"
                               "  seed: 9223372036854775807\n  threads: 3\n"
+                              "  skip_spikes: {loss_z: 4.5, window: 20}\n"
                               "data:\n  label_noise: 0.1\n  num_samples: 1099511627776\n"
                               "ddp:\n  backend: mpi\n  timeout_s: 12.75\n"
                               "checkpoint:\n  dir: /tmp/ckpt/run-1\n  every: 3\n"
@@ -242,6 +243,11 @@ TEST(Config, YamlDumpRoundTrips) {
   expect_same_config(original, again);
   EXPECT_EQ(config::config_to_yaml(again), dumped);
   EXPECT_EQ(again.train.seed, 9223372036854775807ull);
+  // A key left out of train.skip_spikes takes its default.
+  EXPECT_EQ(again.train.skip_spikes.loss_z, 4.5);
+  EXPECT_EQ(again.train.skip_spikes.grad_norm_z, 6.0);
+  EXPECT_EQ(again.train.skip_spikes.window, 20);
+  EXPECT_FALSE(parse_config(kMinimal, "run.yaml").train.skip_spikes.enabled());
 }
 
 TEST(Config, YamlDumpOfDefaultsRoundTrips) {
@@ -352,6 +358,8 @@ const std::vector<std::string> kEveryKey = {"model.name",
                                             "train.loss_scale_interval",
                                             "train.max_skipped_steps",
                                             "train.inject_nonfinite",
+                                            "train.skip_spikes",
+                                            "train.inject_spike",
                                             "train.tf32",
                                             "train.cudnn_benchmark",
                                             "train.channels_last",

@@ -60,6 +60,7 @@ struct RunSummary {
   std::string throughput;  // " N tokens/s MFU M%" for token models; empty otherwise
   bool stopped = false;
   int fallbacks = 0;
+  int64_t skipped_steps = 0;  // not applied: non-finite, or spikes (train.skip_spikes)
 };
 
 }  // namespace train

@@ -43,10 +43,11 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
                      double data_wait_s, int64_t micro_batch, int fallbacks,
                      int64_t skipped_steps) {
   const double samples_per_s = window_steps * facts_.global_batch / elapsed_s;
-  spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{} {:>9.1f} samples/s{} "
+  spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{}{} {:>9.1f} samples/s{} "
                "data wait {:.0f}% rss {:.0f} MiB{}",
                step, facts_.steps, r.loss, r.lr, r.grad_norm,
-               r.loss_scale > 0 ? fmt::format(" scale {:g}", r.loss_scale) : "", samples_per_s,
+               r.loss_scale > 0 ? fmt::format(" scale {:g}", r.loss_scale) : "",
+               skipped_steps > 0 ? fmt::format(" skipped {}", skipped_steps) : "", samples_per_s,
                throughput(samples_per_s), 100.0 * data_wait_s / elapsed_s,
                memory::sample_process_memory().resident_bytes / 1048576.0, progress_.eta_suffix());
   progress_.set_loss(r.loss);
@@ -128,11 +129,12 @@ std::string done_line(const RunSummary& summary, int64_t start_step) {
   }
   return fmt::format(
       "done: {} steps{}, loss {:.4f} -> {:.4f}, {:.1f} samples/s{} in training{}, {} "
-      "memory fallback(s)",
+      "memory fallback(s){}",
       summary.steps_done,
       start_step > 0 ? fmt::format(" ({} in this run)", summary.steps_done - start_step) : "",
       summary.first_loss, summary.last_loss, summary.samples_per_s, summary.throughput,
-      aside.empty() ? "" : " (" + aside + " apart)", summary.fallbacks);
+      aside.empty() ? "" : " (" + aside + " apart)", summary.fallbacks,
+      summary.skipped_steps > 0 ? fmt::format(", {} step(s) skipped", summary.skipped_steps) : "");
 }
 
 }  // namespace train
