@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <string_view>
 
 #include "common/mpi_test_env.h"
@@ -109,16 +110,22 @@ std::vector<train::StepResult> run_logging_every_4th(Trained& run) {
 
 class HostSync : public ::testing::TestWithParam<std::string> {};
 
-// The parameter: "PRECISION" or "PRECISION/SHARD" (ddp.shard; none when absent).
+// The parameter: "PRECISION" or "PRECISION/SHARD" (ddp.shard; none when absent), with "+spikes"
+// for the loss-spike guard and a spike injected at step 6.
 TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
-  const std::string param = GetParam();
+  std::string param = GetParam();
+  const bool spikes = param.ends_with("+spikes");
+  if (spikes) param.resize(param.size() - std::string_view("+spikes").size());
   const std::string precision = param.substr(0, param.find('/'));
   const std::string shard =
       param.find('/') == std::string::npos ? "none" : param.substr(param.find('/') + 1);
-  // fp16: an inf on the last rank at step 6, between two logged steps (4 and 8).
+  // fp16: an inf on the last rank at step 6, between two logged steps (4 and 8); spikes: a spike
+  // there instead, skipped by the guard.
   const std::string extra =
-      precision == "fp16" ? fmt::format(", inject_nonfinite: '{}:6'", world->size() - 1) : "";
+      spikes ? ", skip_spikes: {loss_z: 50, grad_norm_z: 50, window: 3}, inject_spike: '6'"
+      : precision == "fp16" ? fmt::format(", inject_nonfinite: '{}:6'", world->size() - 1)
+                            : "";
   Trained lazy = make(*world, precision, extra, shard);
   const auto logged = run_logging_every_4th(lazy);
 
@@ -134,7 +141,12 @@ TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
     EXPECT_EQ(logged[i].grad_norm, e.grad_norm);
     EXPECT_EQ(logged[i].loss_scale, e.loss_scale);
   }
-  if (precision == "fp16") {
+  if (spikes) {
+    EXPECT_TRUE(every[5].skipped);
+    for (const auto& r : logged) EXPECT_FALSE(r.skipped);
+    EXPECT_EQ(lazy.trainer->skipped_steps(), 1);
+  }
+  if (precision == "fp16" && !spikes) {
     EXPECT_TRUE(every[5].skipped);                         // every rank skipped step 6 ...
     for (const auto& r : logged) EXPECT_FALSE(r.skipped);  // ... which no logged step was
     // 1024 grew after steps 3 (2048); 6 backed off (1024); 9 and 12 grew it again (4096).
@@ -143,6 +155,17 @@ TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, HostSync, ::testing::Values("fp32", "bf16", "fp16"));
+// The spike guard judges on the device: its global loss rides in the first bucket's all-reduce
+// (replicated) or the norm's (sharded).
+INSTANTIATE_TEST_SUITE_P(SpikeGuard, HostSync,
+                         ::testing::Values("fp32+spikes", "bf16/gradients+spikes",
+                                           "fp16/optimizer+spikes"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& c : n)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return n;
+                         });
 // Sharded: the norm and the fp16 verdict are combined across ranks on the device, not read.
 INSTANTIATE_TEST_SUITE_P(Sharded, HostSync,
                          ::testing::Values("fp32/optimizer", "fp16/optimizer", "fp16/gradients"),
