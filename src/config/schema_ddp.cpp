@@ -33,11 +33,12 @@ std::vector<KeyDef> ddp_keys() {
       boolean("ddp.prefetch_units", FIELD(ddp.prefetch_units), "true",
               "ddp.shard: parameters: all-gather the next unit while the current one computes, in "
               "forward and in backward (false: gather each unit when it is reached)"),
-      enum_choice("ddp.mpi_progress", FIELD(ddp.mpi_progress), "caller", ddp::kMpiProgressModeNames,
+      enum_choice("ddp.mpi_progress", FIELD(ddp.mpi_progress), "auto", ddp::kMpiProgressModeNames,
                   "what moves the MPI data plane's posted operations (gradient buckets on CPU) "
                   "forward while backward computes: thread (a progress thread tests them; "
-                  "MPI_THREAD_MULTIPLE) or caller (only the training thread's own MPI calls, as "
-                  "Open MPI does by itself)"),
+                  "MPI_THREAD_MULTIPLE), caller (only the training thread's own MPI calls, as "
+                  "Open MPI does by itself), or auto (thread under ddp.shard: parameters at more "
+                  "than one rank, whose prefetched gathers need it; caller otherwise)"),
       real("ddp.mpi_poll_us", FIELD(ddp.mpi_poll_us), "50", 1.0, 1e6, false, false,
            "ddp.mpi_progress: thread: microseconds between the progress thread's rounds of "
            "MPI_Test while the training thread computes")};

@@ -19,8 +19,16 @@ inline constexpr std::array<const char*, 4> kShardModeNames = {"none", "optimize
                                                                "parameters"};
 
 // ddp.mpi_progress: what moves posted MPI operations forward (ddp/mpi_progress.h).
-enum class MpiProgressMode { kThread, kCaller };
-inline constexpr std::array<const char*, 2> kMpiProgressModeNames = {"thread", "caller"};
+enum class MpiProgressMode { kAuto, kThread, kCaller };
+inline constexpr std::array<const char*, 3> kMpiProgressModeNames = {"auto", "thread", "caller"};
+
+// ddp.mpi_progress: auto is the progress thread where a step waits on many posted operations
+// (ddp.shard: parameters gathers each unit ahead while the one before computes: without the
+// thread a posted gather moves only inside the next MPI call) and the caller otherwise.
+inline bool mpi_progress_thread(MpiProgressMode mode, ShardMode shard, int world_size) {
+  if (mode != MpiProgressMode::kAuto) return mode == MpiProgressMode::kThread;
+  return shard == ShardMode::kParameters && world_size > 1;
+}
 
 struct DdpOptions {
   std::string backend;         // auto | nccl | mpi
@@ -32,7 +40,7 @@ struct DdpOptions {
   ShardMode shard{};                  // none | optimizer | gradients | parameters (ddp/shard.h)
   bool reshard_after_forward = true;  // parameters: free each unit after its forward
   bool prefetch_units = true;         // parameters: gather the next unit while one computes
-  MpiProgressMode mpi_progress{};     // thread | caller (ddp/mpi_progress.h)
+  MpiProgressMode mpi_progress{};     // auto | thread | caller (ddp/mpi_progress.h)
   double mpi_poll_us = 0;             // the progress thread's pause between rounds of MPI_Test
 };
 

@@ -150,12 +150,18 @@ int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
 
 int prepare(ddp::MpiRuntime& mpi, Startup& s) {
   s.control = mpi.world(std::chrono::duration<double>(s.config.ddp.timeout_s));
-  if (s.config.ddp.mpi_progress == ddp::MpiProgressMode::kThread &&
-      !mpi.start_progress_thread(
-          std::chrono::microseconds(static_cast<int64_t>(s.config.ddp.mpi_poll_us)))) {
-    if (s.rank == 0) {
-      spdlog::warn("ddp.mpi_progress = thread: MPI did not provide MPI_THREAD_MULTIPLE; the "
-                   "training thread drives MPI operations itself");
+  const auto progress = s.config.ddp.mpi_progress;
+  if (ddp::mpi_progress_thread(progress, s.config.ddp.shard, s.launch.world_size)) {
+    if (!mpi.start_progress_thread(
+            std::chrono::microseconds(static_cast<int64_t>(s.config.ddp.mpi_poll_us)))) {
+      if (s.rank == 0) {
+        spdlog::warn("ddp.mpi_progress = {}: MPI did not provide MPI_THREAD_MULTIPLE; the "
+                     "training thread drives MPI operations itself",
+                     ddp::kMpiProgressModeNames.at(static_cast<size_t>(progress)));
+      }
+    } else if (progress == ddp::MpiProgressMode::kAuto && s.rank == 0) {
+      spdlog::info("ddp.mpi_progress = auto: a progress thread moves posted MPI operations "
+                   "(ddp.shard: parameters prefetches unit gathers)");
     }
   }
   s.cpus = bind_cpus(s.launch.local_rank, s.launch.local_size, s.config.train.threads);

@@ -6,6 +6,7 @@
 
 #include "ddp/backend.h"
 #include "ddp/communicator.h"
+#include "ddp/options.h"
 
 namespace {
 
@@ -20,6 +21,19 @@ TEST(Backend, AutoPicksNcclForCudaAndMpiForCpu) {
   EXPECT_EQ(resolve_backend("auto", kGpu, false), "mpi");
   EXPECT_EQ(resolve_backend("mpi", kGpu, true), "mpi");
   EXPECT_EQ(resolve_backend("nccl", kGpu, true), "nccl");
+}
+
+// ddp.mpi_progress: auto starts the progress thread only where prefetched gathers need it.
+TEST(Backend, MpiProgressAutoIsTheThreadUnderShardedParametersOnly) {
+  using ddp::MpiProgressMode;
+  using ddp::ShardMode;
+  EXPECT_TRUE(ddp::mpi_progress_thread(MpiProgressMode::kAuto, ShardMode::kParameters, 2));
+  EXPECT_FALSE(ddp::mpi_progress_thread(MpiProgressMode::kAuto, ShardMode::kParameters, 1));
+  for (const ShardMode m : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients}) {
+    EXPECT_FALSE(ddp::mpi_progress_thread(MpiProgressMode::kAuto, m, 4));
+  }
+  EXPECT_TRUE(ddp::mpi_progress_thread(MpiProgressMode::kThread, ShardMode::kNone, 1));
+  EXPECT_FALSE(ddp::mpi_progress_thread(MpiProgressMode::kCaller, ShardMode::kParameters, 4));
 }
 
 TEST(Backend, NcclOnCpuIsAnErrorNamingTheKey) {
