@@ -21,6 +21,10 @@ namespace {
 
 constexpr const char* kSuffix = ".safetensors";
 
+using Clock = std::chrono::steady_clock;
+using seconds = std::chrono::duration<double>;
+double seconds_since(Clock::time_point t) { return seconds(Clock::now() - t).count(); }
+
 std::string without_suffix(const std::string& path) {
   const std::string suffix = kSuffix;
   if (path.size() > suffix.size() && path.ends_with(suffix)) {
@@ -61,6 +65,7 @@ void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
   } else {
     // Sharded: the moments are gathered into full tensors on rank 0 (collective), so the file
     // is the one an unsharded run writes and resumes on any world size, sharded or not.
+    const auto started = Clock::now();
     std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
     const auto pinned = pin_parameters();  // parameters: the whole model, on every rank
     if (reducer_->sharded()) {
@@ -72,7 +77,8 @@ void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
                      reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs(),
                      {steps_done, options_.train.global_batch_size, options_.train.seed,
                       control_.size(), options_.config_text});
-    spdlog::info("checkpoint written: {} ({} steps done)", path, steps_done);
+    spdlog::info("checkpoint written: {} ({} steps done), the step waited {:.3f} s", path,
+                 steps_done, seconds_since(started));
   }
   if (control_.rank() != 0) return;
   // Older periodic checkpoints go only once the new one is complete (renamed into place).
@@ -97,6 +103,8 @@ void Trainer::save_sharded_checkpoint(const std::string& step_dir, int64_t steps
   state.exp_avg_sqs = optimizer_->exp_avg_sqs();
   const int world = control_.size();
   const int rank = control_.rank();
+  const auto started = Clock::now();
+  auto copied = started, written = started;
   // The copy to host memory, then the file: a rank's failure is voted, so every rank agrees.
   std::string vote;
   try {
@@ -104,7 +112,9 @@ void Trainer::save_sharded_checkpoint(const std::string& step_dir, int64_t steps
     for (const auto& [key, t] : shard_content(state, world, rank, true).tensors) {
       host[key] = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
     }
+    copied = Clock::now();
     vote = vote_of(write_shard_file(step_dir + ".tmp", rank, host));
+    written = Clock::now();
     pause_if_asked(rank, steps_done);
   } catch (const std::exception& e) {
     vote = "error " + first_line(e.what());
@@ -134,8 +144,12 @@ void Trainer::save_sharded_checkpoint(const std::string& step_dir, int64_t steps
   }
   if (rank != 0) return;
   commit_sharded_checkpoint(step_dir, manifest);
-  spdlog::info("checkpoint written: {} ({} steps done, {} shard files)", step_dir, steps_done,
-               world);
+  // bench/checkpoint_stall.sh reads the times (rank 0's).
+  spdlog::info(
+      "checkpoint written: {} ({} steps done), {} shard files, the step waited {:.3f} s: host "
+      "copy {:.3f} s, file and fsync {:.3f} s, vote and manifest {:.3f} s",
+      step_dir, steps_done, world, seconds_since(started), seconds(copied - started).count(),
+      seconds(written - copied).count(), seconds_since(written));
 }
 
 }  // namespace train
