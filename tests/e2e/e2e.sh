@@ -391,6 +391,20 @@ SH
       expect_rc 0; expect_grep "wrote .*/$d/final.safetensors \(60 steps done, written by 2 rank\(s\)\)"
     done
     same_tensors "$work/ck/final.safetensors" "$work/whole/final.safetensors" 0 ;;
+  sharded_checkpoint_generate_export_np2)
+    # gpt-tiny, 2 ranks, ddp.shard: parameters: checkpoint.format is sharded by default, and
+    # --generate and --export-hf take their weights from the sharded final directory.
+    g=(--config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample"
+       --set train.device=cpu --set checkpoint.dir="$work/ck")
+    run mpirun -np 2 "$trainer" "${g[@]}" --set train.steps=4 --set train.warmup_steps=1 \
+      --set train.eval_every=0 --set ddp.shard=parameters
+    expect_rc 0
+    [ -f "$work/ck/final/manifest.json" ] || fail "no sharded final checkpoint"
+    run "$trainer" "${g[@]}" --generate "The " --max-new-tokens 4
+    expect_rc 0; expect_grep "weights: checkpoint .*/ck/final \(4 steps done\)"
+    run "$trainer" "${g[@]}" --export-hf "$work/hf"
+    expect_rc 0; expect_grep "wrote .*/hf/model.safetensors from checkpoint .*/ck/final"
+    [ -f "$work/hf/model.safetensors" ] || fail "no exported model" ;;
   resume_errors)
     # A missing file, a checkpoint of another model, 'auto' without a directory: exit 2, named.
     run mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.resume="$work/nope.safetensors"
