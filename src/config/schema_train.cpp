@@ -189,7 +189,11 @@ std::vector<KeyDef> checkpoint_keys() {
               "is complete (0: keep all)"),
       text("checkpoint.resume", FIELD(checkpoint.resume), "",
            "resume from this checkpoint file; 'auto': the newest in checkpoint.dir that "
-           "verifies, if any (empty: start fresh)")};
+           "verifies, if any (empty: start fresh)"),
+      choice("checkpoint.format", FIELD(checkpoint.format), "auto", {"auto", "sharded", "single"},
+             "sharded: every rank writes its own shard of the parameters and optimizer state "
+             "into a step directory with a manifest (no gather); single: rank 0 gathers and "
+             "writes one file; auto: sharded when ddp.shard is not none, else single")};
 }
 
 std::vector<KeyDef> log_keys() {

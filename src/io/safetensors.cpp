@@ -40,20 +40,6 @@ constexpr std::array<DtypeInfo, 10> kDtypes{{
     {"BOOL", at::kBool},
 }};
 
-std::optional<at::ScalarType> dtype_from_name(const std::string& name) {
-  for (const auto& d : kDtypes) {
-    if (name == d.name) return d.type;
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> dtype_name(at::ScalarType type) {
-  for (const auto& d : kDtypes) {
-    if (type == d.type) return std::string(d.name);
-  }
-  return std::nullopt;
-}
-
 std::vector<std::string> dtype_names() {
   std::vector<std::string> names;
   for (const auto& d : kDtypes) names.emplace_back(d.name);
@@ -186,6 +172,20 @@ std::map<std::string, std::string> metadata_of(const std::string& path, const js
 }
 
 }  // namespace
+
+std::optional<at::ScalarType> dtype_from_name(const std::string& name) {
+  for (const auto& d : kDtypes) {
+    if (name == d.name) return d.type;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> dtype_name(at::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (type == d.type) return std::string(d.name);
+  }
+  return std::nullopt;
+}
 
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
   std::ifstream in;

@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -25,6 +26,10 @@ class SafetensorsError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The safetensors name of a dtype ("F32", "BF16", ...) and back; nullopt: not supported.
+std::optional<at::ScalarType> dtype_from_name(const std::string& name);
+std::optional<std::string> dtype_name(at::ScalarType type);
 
 // Reads every tensor of the file at `path`, and its string metadata when `metadata` is given.
 // Throws SafetensorsError.

@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "io/safetensors_shards.h"
+#include "io/shard_manifest.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
@@ -23,6 +24,7 @@
 #include "models/llama/hf_llama.h"
 #include "models/llama/llama.h"
 #include "models/registry.h"
+#include "train/checkpoint_sharded.h"
 
 namespace launcher {
 namespace {
@@ -168,6 +170,27 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
     say(fmt::format("wrote {}/config.json and {}/model.safetensors from {} (load with "
                     "transformers.GPT2LMHeadModel.from_pretrained(\"{}\"))",
                     dir, dir, loaded.weights, dir));
+    return kExitOk;
+  });
+}
+
+int run_consolidate(const std::string& config_path, const std::vector<std::string>& overrides,
+                    const std::string& step_dir) {
+  if (other_rank()) return kExitOk;
+  return guarded("in --consolidate", [&] {
+    config::load_config(config_path, overrides);  // the command line is checked as for training
+    std::string dir = step_dir;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    if (!train::is_sharded_checkpoint(dir)) {
+      throw train::CheckpointError(
+          fmt::format("--consolidate: {} is not a sharded checkpoint (no {} in it)", dir,
+                      io::kShardManifestName));
+    }
+    const train::Checkpoint ckpt = train::read_checkpoint(dir);  // every file verified
+    const std::string path = dir + ".safetensors";
+    train::write_checkpoint_tensors(path, ckpt.tensors, ckpt.meta);
+    say(fmt::format("wrote {} ({} steps done, written by {} rank(s)) from {}", path, ckpt.meta.step,
+                    ckpt.meta.world_size, dir));
     return kExitOk;
   });
 }

@@ -42,6 +42,7 @@ struct CommandLine {
   bool generate = false;  // --generate PROMPT (launcher/generate_command.h)
   GenerateArgs generate_args;
   std::string export_hf;               // --export-hf DIR
+  std::string consolidate;             // --consolidate DIR
   std::string max_shard_size = "5GB";  // --max-shard-size (llama's --export-hf)
   bool evaluate = false;               // --evaluate: the evaluations only, then exit
   // --dry-run --plan-ranks N --plan-device-memory SIZE (launcher/dry_run_plan.h); 0: not asked.
@@ -94,6 +95,11 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
                                    "write the config's weights as a Hugging Face GPT-2 or Llama "
                                    "(config.json, model.safetensors) to DIR, exit")
                         ->excludes(generate);
+  app.add_option("--consolidate", cli.consolidate,
+                 "write the sharded checkpoint directory DIR (checkpoint.format: sharded) as one "
+                 "checkpoint file, DIR.safetensors, exit")
+      ->excludes(generate)
+      ->excludes(export_hf);
   app.add_flag("--evaluate", cli.evaluate,
                "run only the evaluations (validation loss and bits per byte, eval.tasks) on the "
                "weights --generate would use, on one process or under mpirun, and exit")
@@ -150,6 +156,8 @@ int run(int argc, char** argv) {
   if (cli.generate) return run_generate(cli.config_path, cli.overrides, cli.generate_args);
   if (!cli.export_hf.empty())
     return run_export_hf(cli.config_path, cli.overrides, cli.export_hf, cli.max_shard_size);
+  if (!cli.consolidate.empty())
+    return run_consolidate(cli.config_path, cli.overrides, cli.consolidate);
   try {
     check_launch_before_mpi(process_environment());
   } catch (const LaunchError& e) {

@@ -21,29 +21,14 @@
 #include "io/checkpoint_keys.h"
 #include "io/output_dir.h"
 #include "io/safetensors.h"
+#include "io/shard_manifest.h"
 #include "models/capabilities.h"
+#include "train/checkpoint_sharded.h"
 
 namespace train {
 namespace {
 
 constexpr const char* kFormat = "trainer-checkpoint-1";
-
-// The model's tensors in a checkpoint, under their keys: parameters first (the likeliest to differ
-// and the clearest to report), then every buffer but the caches (build_cache() rebuilds those).
-std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : model.named_parameters()) {
-    out.emplace_back(std::string(io::kParamKeyPrefix) + item.key(), item.value());
-  }
-  const auto* cache = models::as<models::EmbeddingCache>(model);
-  const auto caches = cache != nullptr ? cache->cache_buffer_names() : std::vector<std::string>{};
-  for (const auto& item : model.named_buffers()) {
-    if (std::find(caches.begin(), caches.end(), item.key()) == caches.end()) {
-      out.emplace_back("buffer." + item.key(), item.value());
-    }
-  }
-  return out;
-}
 
 // Everything a checkpoint of `model` holds: its entries, then both moments of each parameter
 // (with the parameter, whose shape and dtype they share).
@@ -94,6 +79,21 @@ static std::string tensor_checksum(const std::map<std::string, at::Tensor>& tens
   return fmt::format("crc32:{:08x}", static_cast<uint32_t>(crc));
 }
 
+std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : model.named_parameters()) {
+    out.emplace_back(std::string(io::kParamKeyPrefix) + item.key(), item.value());
+  }
+  const auto* cache = models::as<models::EmbeddingCache>(model);
+  const auto caches = cache != nullptr ? cache->cache_buffer_names() : std::vector<std::string>{};
+  for (const auto& item : model.named_buffers()) {
+    if (std::find(caches.begin(), caches.end(), item.key()) == caches.end()) {
+      out.emplace_back("buffer." + item.key(), item.value());
+    }
+  }
+  return out;
+}
+
 std::string exp_avg_key(const std::string& param) { return "adamw.exp_avg." + param; }
 std::string exp_avg_sq_key(const std::string& param) { return "adamw.exp_avg_sq." + param; }
 
@@ -110,6 +110,12 @@ void write_checkpoint(const std::string& path, models::Model& model,
     tensors.emplace(exp_avg_key(params[i].key()), exp_avgs[i]);
     tensors.emplace(exp_avg_sq_key(params[i].key()), exp_avg_sqs[i]);
   }
+  write_checkpoint_tensors(path, tensors, meta);
+}
+
+void write_checkpoint_tensors(const std::string& path,
+                              const std::map<std::string, at::Tensor>& tensors,
+                              const CheckpointMeta& meta) {
   std::map<std::string, std::string> metadata = {
       {"format", kFormat},
       {"step", std::to_string(meta.step)},
@@ -140,6 +146,8 @@ void write_checkpoint(const std::string& path, models::Model& model,
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return read_sharded_checkpoint(path);
   Checkpoint ckpt;
   ckpt.path = path;
   std::map<std::string, std::string> meta;
@@ -250,8 +258,17 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   if (!fs::is_directory(dir, ec)) return {};
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
     const std::string path = entry.path().string();
+    if (is_sharded_checkpoint(path)) {                     // a step directory with its manifest
+      int64_t step = std::numeric_limits<int64_t>::max();  // unparsable: first, as below
+      try {
+        step = io::read_manifest(path).step;
+      } catch (const io::ShardManifestError&) {
+      }
+      found.emplace_back(step, path);
+      continue;
+    }
+    if (!entry.is_regular_file() || entry.path().extension() != ".safetensors") continue;
     // An unreadable header (a truncated or damaged file) cannot be ordered by step: such files
     // come first, so that the caller tries them (they fail at once) and reports them.
     int64_t step = std::numeric_limits<int64_t>::max();
@@ -298,14 +315,20 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep)
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     int64_t step = 0;
-    if (std::sscanf(name.c_str(), "step_%ld.safetensors", &step) == 1 &&
-        name == fmt::format("step_{:06d}.safetensors", step)) {
+    const bool file = std::sscanf(name.c_str(), "step_%ld.safetensors", &step) == 1 &&
+                      name == fmt::format("step_{:06d}.safetensors", step);
+    // Sharded: a complete step directory (one with its manifest) counts like a file.
+    if (file || (std::sscanf(name.c_str(), "step_%ld", &step) == 1 &&
+                 name == io::step_dir_name(step) && is_sharded_checkpoint(entry.path().string()))) {
       periodic.emplace_back(step, entry.path().string());
     }
   }
   std::sort(periodic.rbegin(), periodic.rend());
   for (size_t i = static_cast<size_t>(keep); i < periodic.size(); ++i) {
-    if (std::remove(periodic[i].second.c_str()) == 0) deleted.push_back(periodic[i].second);
+    const std::string& path = periodic[i].second;
+    const bool removed =
+        is_sharded_checkpoint(path) ? remove_step_dir(path) : std::remove(path.c_str()) == 0;
+    if (removed) deleted.push_back(path);
   }
   return deleted;
 }

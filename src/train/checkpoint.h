@@ -29,6 +29,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/model.h"
@@ -65,13 +66,24 @@ struct Checkpoint {
 std::string exp_avg_key(const std::string& param);
 std::string exp_avg_sq_key(const std::string& param);
 
+// The model's tensors in a checkpoint, under their keys: "param.<name>" first (the likeliest to
+// differ and the clearest to report), then "buffer.<name>" for every buffer but the caches
+// (build_cache() rebuilds those).
+std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model);
+
 // Rank 0 writes: the model (parameters, non-cache buffers), AdamW's moments (one pair per
 // parameter, in named_parameters() order) and `meta`. Throws CheckpointError.
 void write_checkpoint(const std::string& path, models::Model& model,
                       const std::vector<at::Tensor>& exp_avgs,
                       const std::vector<at::Tensor>& exp_avg_sqs, const CheckpointMeta& meta);
 
-// Reads a checkpoint file. Throws CheckpointError.
+// The same file from the tensors under their keys (as read_checkpoint gives them: --consolidate).
+void write_checkpoint_tensors(const std::string& path,
+                              const std::map<std::string, at::Tensor>& tensors,
+                              const CheckpointMeta& meta);
+
+// Reads a checkpoint: a file, or a sharded checkpoint's step directory
+// (train/checkpoint_sharded.h), into whole tensors. Throws CheckpointError.
 Checkpoint read_checkpoint(const std::string& path);
 
 // Throws CheckpointError unless `ckpt` holds exactly the parameters (with moments) and non-cache

@@ -129,8 +129,8 @@ std::string TrainingLoop::save_last_good_state(int64_t step, const std::string& 
   const std::string dir = trainer_.options().checkpoint.dir;
   if (dir.empty()) return why + " No checkpoint written (checkpoint.dir is not set).";
   // A skipped step changes nothing: the parameters and moments are the last applied step's.
-  const std::string path = fmt::format("{}/step_{:06d}.safetensors", dir, step);
-  trainer_.save_checkpoint(path, step);
+  const std::string path =
+      trainer_.save_checkpoint(fmt::format("{}/step_{:06d}.safetensors", dir, step), step);
   return fmt::format("{} The last good state (the skipped steps changed nothing) is in {}; "
                      "resuming from it goes on after step {}, past the skipped batches.",
                      why, path, step);

@@ -82,6 +82,9 @@ struct CheckpointOptions {
   int64_t every = 0;      // 0: only at the end
   std::string resume;     // a checkpoint file, "auto" (the latest in dir, if any) or empty
   int64_t keep_last = 0;  // periodic checkpoints kept (0: all)
+  // "auto" (sharded when ddp.shard is not none), "sharded" (a step directory, every rank writes
+  // its shard: train/checkpoint_sharded.h) or "single" (one file, rank 0 writes)
+  std::string format = "auto";
 };
 
 struct LogOptions {

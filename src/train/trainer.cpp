@@ -284,28 +284,6 @@ void Trainer::read_metrics(StepResult& r) {
   metrics_.read(r, control_, *clipper_, *scaler_, guard_.get(), options_.train.max_skipped_steps);
 }
 
-void Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
-  // Sharded: the moments are gathered into full tensors on rank 0 (collective), so the file is
-  // the one an unsharded run writes and resumes on any world size, sharded or not.
-  std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
-  const auto pinned = pin_parameters();  // parameters: the whole model, on every rank
-  if (reducer_->sharded()) {
-    exp_avgs = reducer_->unshard(optimizer_->exp_avgs(), 0);
-    exp_avg_sqs = reducer_->unshard(optimizer_->exp_avg_sqs(), 0);
-  }
-  if (control_.rank() != 0) return;
-  write_checkpoint(path, *model_, reducer_->sharded() ? exp_avgs : optimizer_->exp_avgs(),
-                   reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs(),
-                   {steps_done, options_.train.global_batch_size, options_.train.seed,
-                    control_.size(), options_.config_text});
-  spdlog::info("checkpoint written: {} ({} steps done)", path, steps_done);
-  // Older periodic checkpoints go only once the new one is complete (renamed into place).
-  for (const auto& old :
-       prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last)) {
-    spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.checkpoint.keep_last, old);
-  }
-}
-
 void Trainer::resume(const Checkpoint* ckpt) {
   // Rank 0 read the file (and already holds its parameters, broadcast at construction).
   at::Tensor step = at::tensor({ckpt != nullptr ? ckpt->meta.step : int64_t{-1}}, at::kLong);

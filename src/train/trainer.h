@@ -130,9 +130,13 @@ class Trainer {
   // tests reading the parameters); null otherwise. Collective: every rank, at the same point.
   std::unique_ptr<PinnedUnits> pin_parameters();
 
-  // Rank 0 writes a checkpoint (train/checkpoint.h) with `steps_done` optimizer steps to `path`;
-  // other ranks do nothing.
-  void save_checkpoint(const std::string& path, int64_t steps_done);
+  // Writes a checkpoint with `steps_done` optimizer steps to `path` (".../NAME.safetensors").
+  // checkpoint.format single: rank 0 writes that file (train/checkpoint.h); sharded: every rank
+  // writes its shard into the directory ".../NAME" (train/checkpoint_sharded.h,
+  // checkpoint_writer.cpp). Collective. Returns what was written (the file or the directory).
+  std::string save_checkpoint(const std::string& path, int64_t steps_done);
+  // Whether checkpoints are written sharded (checkpoint.format, and "auto" by the mode in force).
+  bool sharded_checkpoints() const;
 
   // Continues from a checkpoint that rank 0 read (and whose parameters it applied to the model
   // before construction): AdamW's moments and the step count are broadcast from rank 0, and
@@ -143,6 +147,8 @@ class Trainer {
   int64_t start_step() const { return start_step_; }
 
  private:
+  void save_sharded_checkpoint(const std::string& step_dir, int64_t steps_done);
+
   // Set-up, in the order the constructor runs it (trainer_setup.cpp).
   // The micro-batch every rank starts from: the configured one, or a whole per-rank slice (the
   // larger slice, so the number is the same on every rank).

@@ -2,7 +2,7 @@
 //
 // Cleanup uses POSIX calls, not std::filesystem::remove_all: the libtorch.so of the LibTorch wheel
 // exports its own copy of that function, which the dynamic linker binds to and which crashes.
-// Only a flat directory (files, no subdirectories) is cleaned up.
+// Files and one level of subdirectories (a sharded checkpoint's step directories) are cleaned up.
 #pragma once
 
 #include <cstdlib>
@@ -25,21 +25,27 @@ class TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    if (DIR* d = ::opendir(path_.c_str())) {
-      while (const dirent* e = ::readdir(d)) {
-        const std::string name = e->d_name;
-        if (name != "." && name != "..") ::unlink((path_ + "/" + name).c_str());
-      }
-      ::closedir(d);
-    }
-    ::rmdir(path_.c_str());
-  }
+  ~TempDir() { remove_flat(path_, /*depth=*/1); }
 
   const std::string& path() const { return path_; }
   std::string file(const std::string& name) const { return path_ + "/" + name; }
 
  private:
+  // Removes `dir`'s files, its subdirectories (a sharded checkpoint's step directory) to `depth`
+  // levels, and `dir`.
+  static void remove_flat(const std::string& dir, int depth) {
+    if (DIR* d = ::opendir(dir.c_str())) {
+      while (const dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name == "." || name == "..") continue;
+        const std::string path = dir + "/" + name;
+        if (::unlink(path.c_str()) != 0 && depth > 0) remove_flat(path, depth - 1);
+      }
+      ::closedir(d);
+    }
+    ::rmdir(dir.c_str());
+  }
+
   std::string path_;
 };
 

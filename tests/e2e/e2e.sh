@@ -327,7 +327,8 @@ SH
     # The rung shard_optimizer, listed first: an OOM on rank 1 at step 5 makes the run sharded
     # (ZeRO-1) on both ranks at the same micro-batch; it finishes, and its checkpoint is the one
     # format, equal to a run sharded from the start.
-    rung=(--set train.steps=30 --set train.micro_batch_size=64 --set "memory.fallback=[shard_optimizer,halve_micro_batch]")
+    rung=(--set train.steps=30 --set train.micro_batch_size=64 --set "memory.fallback=[shard_optimizer,halve_micro_batch]"
+      --set checkpoint.format=single)
     run mpirun -np 2 "$trainer" "${quick[@]}" "${rung[@]}" --set memory.inject_oom=1:5:backward \
       --set checkpoint.dir="$work/switched"
     expect_rc 0
@@ -354,6 +355,56 @@ SH
     echo "final loss $whole both ways"
     # The parameters and AdamW's moments themselves (3 ranks sum in another order: not bitwise).
     same_tensors "$work/resumed/final.safetensors" "$work/ckpt/final.safetensors" 1e-6 ;;
+  sharded_checkpoint_killed_mid_write_np2)
+    # checkpoint.format: sharded on 2 ranks. The step-40 write pauses after rank 1 wrote its file
+    # (TRAINER_TEST_SHARD_WRITE_PAUSE=1:40, test-only) and rank 1 is killed (SIGKILL): step_000040
+    # never gets its manifest, so resume: auto takes step_000020 and the run ends with the loss
+    # of an uninterrupted one (as many ranks: the same numbers).
+    c=(--set train.steps=60 --set checkpoint.every=20 --set checkpoint.format=sharded)
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.dir="$work/whole"
+    expect_rc 0
+    whole=$(grep -oE "done: 60 steps, loss [0-9.]+ -> [0-9.]+" "$out" | grep -oE "[0-9.]+$")
+    [ -n "$whole" ] || fail "no final loss"
+    [ -f "$work/whole/step_000040/manifest.json" ] || fail "no sharded step-40 checkpoint"
+    echo "+ mpirun -np 2 $trainer ... (TRAINER_TEST_SHARD_WRITE_PAUSE=1:40, then SIGKILL rank 1)"
+    mpirun -np 2 -x TRAINER_TEST_SHARD_WRITE_PAUSE=1:40 "$trainer" "${quick[@]}" "${c[@]}" \
+      --set checkpoint.dir="$work/ck" >"$out" 2>&1 &
+    mpirun_pid=$!
+    for _ in $(seq 600); do grep -q "rank 1 pauses in the write of step 40" "$out" && break; sleep 0.1; done
+    [ -f "$work/ck/step_000040.tmp/rank_00001.safetensors" ] || { kill -KILL $mpirun_pid; fail "rank 1 did not write its step-40 shard"; }
+    victim=$(rank_pid $mpirun_pid 1)
+    [ -n "$victim" ] || { kill -KILL $mpirun_pid; fail "could not find rank 1's process"; }
+    kill -KILL "$victim"
+    ends_within_60s $mpirun_pid || { kill -KILL $mpirun_pid; fail "the job still runs 60 s after rank 1 died"; }
+    wait $mpirun_pid
+    [ ! -e "$work/ck/step_000040" ] || fail "step_000040 exists after the killed write"
+    [ ! -e "$work/ck/step_000040.tmp/manifest.json" ] || fail "the killed write has a manifest"
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.dir="$work/ck" \
+      --set checkpoint.resume=auto
+    expect_rc 0
+    expect_grep "resumed from .*/ck/step_000020: 20 steps done"
+    expect_grep "done: 60 steps \(40 in this run\), loss [0-9.]+ -> $whole,"
+    echo "final loss $whole both ways"
+    # --consolidate writes each final directory as one file: the same tensors, bitwise.
+    for d in whole ck; do
+      run "$trainer" "${quick[@]}" --consolidate "$work/$d/final"
+      expect_rc 0; expect_grep "wrote .*/$d/final.safetensors \(60 steps done, written by 2 rank\(s\)\)"
+    done
+    same_tensors "$work/ck/final.safetensors" "$work/whole/final.safetensors" 0 ;;
+  sharded_checkpoint_generate_export_np2)
+    # gpt-tiny, 2 ranks, ddp.shard: parameters: checkpoint.format is sharded by default, and
+    # --generate and --export-hf take their weights from the sharded final directory.
+    g=(--config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample"
+       --set train.device=cpu --set checkpoint.dir="$work/ck")
+    run mpirun -np 2 "$trainer" "${g[@]}" --set train.steps=4 --set train.warmup_steps=1 \
+      --set train.eval_every=0 --set ddp.shard=parameters
+    expect_rc 0
+    [ -f "$work/ck/final/manifest.json" ] || fail "no sharded final checkpoint"
+    run "$trainer" "${g[@]}" --generate "The " --max-new-tokens 4
+    expect_rc 0; expect_grep "weights: checkpoint .*/ck/final \(4 steps done\)"
+    run "$trainer" "${g[@]}" --export-hf "$work/hf"
+    expect_rc 0; expect_grep "wrote .*/hf/model.safetensors from checkpoint .*/ck/final"
+    [ -f "$work/hf/model.safetensors" ] || fail "no exported model" ;;
   resume_errors)
     # A missing file, a checkpoint of another model, 'auto' without a directory: exit 2, named.
     run mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.resume="$work/nope.safetensors"

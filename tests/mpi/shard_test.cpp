@@ -25,8 +25,10 @@
 #include "common/temp_dir.h"
 #include "ddp/gather.h"
 #include "ddp/mpi_communicator.h"
+#include "io/shard_manifest.h"
 #include "memory/allocator_guard.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_sharded.h"
 
 namespace {
 
@@ -305,7 +307,9 @@ TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   const auto ddp = [&](const char* shard) {
     return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
   };
-  const std::string ladder = "memory: {fallback: [shard_optimizer, halve_micro_batch]}\n";
+  // One file per run (checkpoint.format: single), compared tensor by tensor below.
+  const std::string ladder =
+      "memory: {fallback: [shard_optimizer, halve_micro_batch]}\ncheckpoint: {format: single}\n";
   const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:"));  // ladder replaces it
   const RungRun none =
       train_with_rung(*world, yaml + ladder + ddp("none"), c.steps, "", dir + "/none.safetensors");
@@ -383,7 +387,8 @@ TEST_P(ShardParametersRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   const auto ddp = [&](const std::string& shard) {
     return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
   };
-  const std::string ladder = "memory: {fallback: [shard_parameters, halve_micro_batch]}\n";
+  const std::string ladder =
+      "memory: {fallback: [shard_parameters, halve_micro_batch]}\ncheckpoint: {format: single}\n";
   const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:"));
   const std::string start =
       c.name.find("from_gradients") != std::string::npos ? "gradients" : "none";
@@ -447,16 +452,23 @@ class ShardResume : public ::testing::Test {
     world_->barrier("cleanup");
     if (world_->rank() == 0) {
       for (const auto& f : files_) ::unlink(f.c_str());
+      for (const auto& d : dirs_) train::remove_step_dir(d);
       ::rmdir(dir_.c_str());
     }
   }
-  std::string yaml(const char* shard) const {
+  std::string yaml(const char* shard, const char* format = "single") const {
     return std::string(R"(
 model: {name: mlp, hidden_dim: 32, depth: 2}
 data: {num_samples: 2000, input_dim: 10, num_classes: 4, teacher_hidden: 8, seed: 2}
 train: {device: cpu, global_batch_size: 47, micro_batch_size: 8, steps: 12, lr: 0.01, warmup_steps: 2, grad_clip: 0.5, weight_decay: 0.1, seed: 9}
 memory: {check_every: 0}
-)") + fmt::format("ddp: {{shard: {}, first_bucket_mb: 0.002, bucket_mb: 0.005}}\n", shard);
+)") + fmt::format("ddp: {{shard: {}, first_bucket_mb: 0.002, bucket_mb: 0.005}}\n", shard) +
+           fmt::format("checkpoint: {{format: {}}}\n", format);
+  }
+  // A sharded checkpoint's step directory (saved as NAME.safetensors, read as NAME).
+  std::string step_dir(const std::string& name) {
+    dirs_.push_back(dir_ + "/" + name);
+    return dirs_.back();
   }
   std::string file(const std::string& name) {
     files_.push_back(dir_ + "/" + name);
@@ -469,6 +481,7 @@ memory: {check_every: 0}
   std::unique_ptr<ddp::Communicator> smaller_;  // ranks 0 .. W - 2; null on the last rank
   std::string dir_;
   std::vector<std::string> files_;
+  std::vector<std::string> dirs_;
 };
 
 void expect_same_checkpoints(const std::string& a_path, const std::string& b_path, double tol) {
@@ -523,6 +536,38 @@ void ShardResume::round_trip(const char* first, const char* second) {
 
 TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
   round_trip("optimizer", "gradients");
+}
+
+// checkpoint.format: sharded (every rank writes its shard, no gather): W ranks under ddp.shard:
+// parameters for 4 steps; from that step directory W - 1 ranks continue unsharded to step 12, and
+// W - 1 ranks under gradients to step 8, whose sharded checkpoint W ranks under parameters take to
+// step 12. Each ends where the uninterrupted run ends.
+TEST_F(ShardResume, ShardedFormatFromParametersIntoNoneAndGradientsAndBack) {
+  using trainer_test::train_until;
+  const double tol = 1e-5;  // another world size sums in another order (Equivalence: 1e-5)
+  const auto straight = train_until(*world_, yaml("none"), 12, 1, "", "");
+  const std::string first = step_dir("parameters_4");
+  train_until(*world_, yaml("parameters", "sharded"), 4, 1, "", first + ".safetensors");
+  const std::string second = step_dir("gradients_8");
+  if (smaller_) {
+    const auto resumed = train_until(*smaller_, yaml("none", "sharded"), 12, 77, first, "");
+    EXPECT_LT(relative_error(resumed, straight), tol) << "parameters W -> none W - 1";
+    train_until(*smaller_, yaml("gradients", "sharded"), 8, 77, first, second + ".safetensors");
+  }
+  world_->barrier("second checkpoint written");
+  const auto resumed = train_until(*world_, yaml("parameters", "sharded"), 12, 77, second, "");
+  EXPECT_LT(relative_error(resumed, straight), tol)
+      << "parameters W -> gradients W - 1 -> parameters W";
+  if (world_->rank() == 0) {
+    const auto manifest = io::read_manifest(first);
+    EXPECT_EQ(manifest.world_size, world_->size());
+    EXPECT_EQ(manifest.shard_mode, "parameters");
+    EXPECT_EQ(manifest.step, 4);
+    EXPECT_EQ(manifest.files.size(), static_cast<size_t>(world_->size()));
+    EXPECT_EQ(io::read_manifest(second).world_size, world_->size() - 1);
+    fmt::print("sharded checkpoints across world sizes and modes: relative error {:.2e}\n",
+               relative_error(resumed, straight));
+  }
 }
 
 // ddp.shard: parameters: W ranks (3 under mpirun -np 3) into W - 1 unsharded and back.

@@ -1,0 +1,270 @@
+#include "train/checkpoint_sharded.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ddp/shard.h"
+#include "io/checkpoint_keys.h"
+#include "io/safetensors.h"
+
+namespace train {
+namespace {
+
+std::string bucket_key(size_t bucket, const char* what) {
+  return fmt::format("bucket_{:05d}.{}", bucket, what);
+}
+
+// The three logical tensors of a parameter and the state that holds each.
+struct Part {
+  std::string (*key)(const std::string&);
+  const char* suffix;
+  const std::vector<at::Tensor> ShardedState::*state;
+};
+
+std::string param_key(const std::string& name) { return std::string(io::kParamKeyPrefix) + name; }
+
+const Part kParts[] = {{param_key, "param", &ShardedState::param_blocks},
+                       {exp_avg_key, "exp_avg", &ShardedState::exp_avgs},
+                       {exp_avg_sq_key, "exp_avg_sq", &ShardedState::exp_avg_sqs}};
+
+// Sharded: this rank's block of each bucket, a piece per parameter it owns elements of.
+void bucket_pieces(const ShardedState& s, int world, int rank, bool with_tensors,
+                   ShardContent& out) {
+  const auto& layout = *s.layout;
+  for (size_t b = 0; b < layout.size(); ++b) {
+    const ddp::BucketShard shard = ddp::shard_bucket(layout[b].numel, world, rank);
+    for (size_t i = 0; i < layout[b].params.size(); ++i) {
+      const auto& [name, param] = s.params[layout[b].params[i]];
+      const auto [first, last] = shard.owned(layout[b].offsets[i], param.numel());
+      if (first >= last) continue;
+      for (const Part& part : kParts) {
+        out.pieces.push_back({part.key(name), first - layout[b].offsets[i], last - first,
+                              bucket_key(b, part.suffix), first - shard.begin});
+      }
+    }
+    if (!with_tensors) continue;
+    for (const Part& part : kParts) out.tensors[bucket_key(b, part.suffix)] = (s.*part.state)[b];
+  }
+}
+
+// Unsharded: rank r's slice of every parameter and moment.
+void sliced_pieces(const ShardedState& s, int world, int rank, bool with_tensors,
+                   ShardContent& out) {
+  for (size_t p = 0; p < s.params.size(); ++p) {
+    const auto& [name, param] = s.params[p];
+    const int64_t n = param.numel();
+    const int64_t chunk = (n + world - 1) / world;
+    const int64_t first = std::min(n, rank * chunk);
+    const int64_t count = std::min(n, first + chunk) - first;
+    if (count == 0) continue;
+    for (const Part& part : kParts) {
+      const std::string key = part.key(name);
+      out.pieces.push_back({key, first, count, key, 0});
+      if (!with_tensors) continue;
+      const at::Tensor& full =
+          part.state == &ShardedState::param_blocks ? param : (s.*part.state)[p];
+      out.tensors[key] = full.detach().reshape({-1}).narrow(0, first, count);
+    }
+  }
+}
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw CheckpointError(fmt::format("cannot fsync {}: {}", path, std::strerror(err)));
+  }
+  ::close(fd);
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0) {
+    throw CheckpointError(
+        fmt::format("cannot move {} into place as {}: {}", from, to, std::strerror(errno)));
+  }
+}
+
+std::string parent_of(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
+std::vector<std::string> files_in(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    ::closedir(d);
+  }
+  return names;
+}
+
+// The logical tensor `name` assembled from its pieces.
+at::Tensor assemble(const io::ShardManifest& m, const std::string& dir, const std::string& name,
+                    const io::LogicalTensor& logical,
+                    const std::map<std::string, std::map<std::string, at::Tensor>>& files) {
+  const auto dtype = io::dtype_from_name(logical.dtype);
+  if (!dtype) {
+    throw CheckpointDamaged(fmt::format("{}/{}: '{}' has the unknown dtype '{}'", dir,
+                                        io::kShardManifestName, name, logical.dtype));
+  }
+  at::Tensor out = at::empty({logical.numel()}, at::TensorOptions().dtype(*dtype));
+  for (const auto& read : io::pieces_for(m, name, 0, logical.numel())) {
+    const auto& tensors = files.at(read.file);
+    const auto it = tensors.find(read.piece.key);
+    if (it == tensors.end() || it->second.numel() < read.piece.key_offset + read.piece.count) {
+      throw CheckpointDamaged(fmt::format("{}/{}: has no tensor '{}' of {} elements for '{}'", dir,
+                                          read.file, read.piece.key,
+                                          read.piece.key_offset + read.piece.count, name));
+    }
+    out.narrow(0, read.piece.offset, read.piece.count)
+        .copy_(it->second.reshape({-1}).narrow(0, read.piece.key_offset, read.piece.count));
+  }
+  return out.reshape(logical.shape);
+}
+
+}  // namespace
+
+ShardContent shard_content(const ShardedState& state, int world, int rank, bool with_tensors) {
+  ShardContent out;
+  if (state.layout != nullptr) {
+    bucket_pieces(state, world, rank, with_tensors, out);
+  } else {
+    sliced_pieces(state, world, rank, with_tensors, out);
+  }
+  if (rank != 0) return out;
+  for (const auto& [key, t] : state.buffers) {
+    if (t.numel() > 0) out.pieces.push_back({key, 0, t.numel(), key, 0});
+    if (with_tensors) out.tensors[key] = t.detach();
+  }
+  return out;
+}
+
+std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& state) {
+  std::map<std::string, io::LogicalTensor> out;
+  auto add = [&out](const std::string& key, const at::Tensor& t) {
+    const auto dtype = io::dtype_name(t.scalar_type());
+    if (!dtype) {
+      throw CheckpointError(fmt::format("'{}': dtype {} cannot be checkpointed", key,
+                                        c10::toString(t.scalar_type())));
+    }
+    out[key] = {*dtype, t.sizes().vec()};
+  };
+  for (const auto& [name, param] : state.params) {
+    for (const Part& part : kParts) add(part.key(name), param);
+  }
+  for (const auto& [key, t] : state.buffers) add(key, t);
+  return out;
+}
+
+io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
+                               const std::map<std::string, at::Tensor>& tensors) {
+  std::error_code ec;  // ranks race to create it: the mkdir below decides
+  std::filesystem::create_directories(parent_of(step_tmp_dir), ec);
+  if (::mkdir(step_tmp_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw CheckpointError(fmt::format("cannot create {}: {}", step_tmp_dir, std::strerror(errno)));
+  }
+  io::ShardFile file;
+  file.file = io::shard_file_name(rank);
+  file.rank = rank;
+  const std::string path = step_tmp_dir + "/" + file.file;
+  const std::string tmp = path + ".tmp";
+  try {
+    io::write_safetensors(tmp, tensors);
+  } catch (const io::SafetensorsError& e) {
+    std::remove(tmp.c_str());
+    throw CheckpointError(e.what());
+  }
+  fsync_path(tmp, O_RDONLY);
+  rename_or_throw(tmp, path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw CheckpointError(fmt::format("cannot stat {}: {}", path, std::strerror(errno)));
+  }
+  file.bytes = st.st_size;
+  try {
+    file.crc32 = io::file_crc32(path);
+  } catch (const io::ShardManifestError& e) {
+    throw CheckpointError(e.what());
+  }
+  return file;
+}
+
+void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManifest& manifest) {
+  const std::string tmp_dir = step_dir + ".tmp";
+  std::set<std::string> listed = {io::kShardManifestName};
+  for (const auto& f : manifest.files) listed.insert(f.file);
+  for (const auto& name : files_in(tmp_dir)) {
+    if (!listed.count(name)) std::remove((tmp_dir + "/" + name).c_str());
+  }
+  const std::string path = tmp_dir + "/" + io::kShardManifestName;
+  const std::string tmp = path + ".tmp";
+  if (std::FILE* f = std::fopen(tmp.c_str(), "wb")) {
+    const std::string text = io::manifest_to_json(manifest);
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !ok) {
+      throw CheckpointError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+    }
+  } else {
+    throw CheckpointError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+  }
+  fsync_path(tmp, O_RDONLY);
+  rename_or_throw(tmp, path);
+  fsync_path(tmp_dir, O_RDONLY | O_DIRECTORY);
+  if (is_sharded_checkpoint(step_dir)) remove_step_dir(step_dir);  // the same step written again
+  rename_or_throw(tmp_dir, step_dir);
+  fsync_path(parent_of(step_dir), O_RDONLY | O_DIRECTORY);
+}
+
+bool is_sharded_checkpoint(const std::string& path) {
+  struct stat st {};
+  return ::stat((path + "/" + io::kShardManifestName).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+Checkpoint read_sharded_checkpoint(const std::string& step_dir) {
+  Checkpoint ckpt;
+  ckpt.path = step_dir;
+  io::ShardManifest m;
+  std::map<std::string, std::map<std::string, at::Tensor>> files;
+  try {
+    m = io::read_manifest(step_dir);
+    io::verify_shard_files(step_dir, m);
+    for (const auto& f : m.files) files[f.file] = io::read_safetensors(step_dir + "/" + f.file);
+  } catch (const io::ShardManifestError& e) {
+    throw CheckpointDamaged(e.what());
+  } catch (const io::SafetensorsError& e) {
+    throw CheckpointDamaged(e.what());
+  }
+  for (const auto& [name, logical] : m.tensors) {
+    try {
+      ckpt.tensors[name] = assemble(m, step_dir, name, logical, files);
+    } catch (const io::ShardManifestError& e) {
+      throw CheckpointDamaged(e.what());
+    }
+  }
+  ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config};
+  return ckpt;
+}
+
+bool remove_step_dir(const std::string& step_dir) {
+  // The manifest first: a directory removed halfway is no longer a checkpoint.
+  std::remove((step_dir + "/" + io::kShardManifestName).c_str());
+  for (const auto& name : files_in(step_dir)) std::remove((step_dir + "/" + name).c_str());
+  return ::rmdir(step_dir.c_str()) == 0;
+}
+
+}  // namespace train

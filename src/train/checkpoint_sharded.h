@@ -1,0 +1,84 @@
+// Sharded checkpoints (checkpoint.format: sharded; docs/DESIGN.md "Checkpoints"): every rank
+// writes what it holds of the run's state into one step directory, with no gather; rank 0 writes
+// the manifest (io/shard_manifest.h) last.
+//
+// What a rank writes (shard_content):
+// - sharded modes (the Reducer's buckets, ddp/shard.h): its block of every bucket's parameters
+//   (under ddp.shard: parameters its fp32 master shard) and of both AdamW moments, as the tensors
+//   "bucket_NNNNN.param", ".exp_avg", ".exp_avg_sq"; a piece per parameter it owns elements of;
+// - unsharded: its slice (rank r of ceil(numel / world) elements) of every parameter and moment;
+// - rank 0 also the model's non-cache buffers, whole.
+// So nothing is written twice, and every rank can compute every rank's pieces (rank 0 builds the
+// manifest from them without receiving them).
+//
+// Protocol (Trainer::save_sharded_checkpoint): each rank writes DIR.tmp/rank_NNNNN.safetensors
+// (a temporary name, fsync'd, renamed), then every rank votes its file's size and CRC-32 (one
+// all-gather on the control plane); if any rank failed, every rank throws the same
+// CheckpointError. Rank 0 then writes manifest.json (temporary name, fsync'd, renamed) and renames
+// DIR.tmp to DIR (commit_sharded_checkpoint). A directory without a complete manifest is not a
+// checkpoint: a job killed while writing leaves the previous checkpoint the newest.
+//
+// Reading (read_sharded_checkpoint) verifies every file against the manifest (a missing or
+// damaged file is CheckpointDamaged naming it) and assembles whole tensors, so the result is the
+// Checkpoint a single file gives, and resumes on any world size and mode.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ddp/buckets.h"
+#include "io/shard_manifest.h"
+#include "train/checkpoint.h"
+
+namespace train {
+
+// The run's state as the writer sees it on one rank.
+struct ShardedState {
+  std::vector<std::pair<std::string, at::Tensor>> params;   // named parameters (shape, dtype)
+  std::vector<std::pair<std::string, at::Tensor>> buffers;  // "buffer.<name>", non-cache
+  // Sharded: the Reducer's buckets; nullptr: unsharded.
+  const std::vector<ddp::BucketLayout>* layout = nullptr;
+  // This rank's state: sharded, one block per bucket (parameter_shards(), the optimizer's
+  // per-bucket moments); unsharded, one full tensor per parameter (the moments).
+  std::vector<at::Tensor> param_blocks, exp_avgs, exp_avg_sqs;
+};
+
+struct ShardContent {
+  std::vector<io::ShardPiece> pieces;
+  std::map<std::string, at::Tensor> tensors;  // the file's tensors (views of the state)
+};
+
+// What `rank` of `world` writes. The tensors are filled only when `with_tensors` (the caller's own
+// rank); the pieces are computed for any rank.
+ShardContent shard_content(const ShardedState& state, int world, int rank, bool with_tensors);
+
+// The manifest's logical tensors: every parameter, its two moments and every buffer.
+std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& state);
+
+// Writes `tensors` (host copies) as step_tmp_dir/rank_NNNNN.safetensors: to a temporary name,
+// fsync'd, renamed. Creates the directory if needed. Returns the file's size and CRC-32 (pieces
+// and rank left to the caller). Throws CheckpointError.
+io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
+                               const std::map<std::string, at::Tensor>& tensors);
+
+// Rank 0, after every rank's file is complete: writes `step_dir`.tmp/manifest.json (temporary
+// name, fsync'd, renamed), removes files the manifest does not name (left by an interrupted
+// write), and renames the directory to `step_dir` (replacing one of the same name). Throws
+// CheckpointError.
+void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManifest& manifest);
+
+// Whether `path` is a directory holding a manifest.
+bool is_sharded_checkpoint(const std::string& path);
+
+// Reads and verifies a sharded checkpoint into whole tensors. Throws CheckpointDamaged (a
+// missing, damaged or unlisted file, a manifest that does not parse) or CheckpointError.
+Checkpoint read_sharded_checkpoint(const std::string& step_dir);
+
+// Removes a step directory and its files (not recursive beyond one level). Returns success.
+bool remove_step_dir(const std::string& step_dir);
+
+}  // namespace train

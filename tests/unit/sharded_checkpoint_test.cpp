@@ -1,0 +1,188 @@
+// Sharded checkpoints (train/checkpoint_sharded.h), written here rank by rank in one process as
+// the ranks of a job write them: what W ranks write (sliced unsharded state, or blocks of padded
+// buckets) reads back as the whole tensors; a missing or damaged shard file is refused by name
+// and resume "auto" takes the previous complete checkpoint; a directory without its manifest (an
+// interrupted write) is no checkpoint; keep_last prunes step directories.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/temp_dir.h"
+#include "ddp/shard.h"
+#include "models/registry.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_sharded.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<models::Model> mlp(uint64_t seed) {
+  at::manual_seed(seed);
+  models::ModelOptions o;
+  o.name = "mlp";
+  o.hidden_dim = 7;  // 5 parameters of sizes that no world size below divides
+  o.depth = 2;
+  core::Shape shape;
+  shape.input_dim = 5;
+  shape.num_classes = 3;
+  return models::create_model(o, shape);
+}
+
+// The state of a run of `model` on `world` ranks with moments filled from `fill`; `bucketed`: one
+// bucket of every parameter, padded and cut into blocks as a sharded mode holds it (the blocks
+// for `rank` only).
+struct FakeRun {
+  std::vector<ddp::BucketLayout> layout;
+  std::vector<at::Tensor> exp_avgs, exp_avg_sqs;  // full, per parameter
+  train::ShardedState state(models::Model& model, int world, int rank, bool bucketed) const {
+    train::ShardedState s;
+    for (const auto& item : model.named_parameters())
+      s.params.emplace_back(item.key(), item.value());
+    for (const auto& [key, t] : train::model_entries(model)) {
+      if (key.starts_with("buffer.")) s.buffers.emplace_back(key, t);
+    }
+    if (!bucketed) {
+      s.exp_avgs = exp_avgs;
+      s.exp_avg_sqs = exp_avg_sqs;
+      return s;
+    }
+    s.layout = &layout;
+    const ddp::BucketShard shard = ddp::shard_bucket(layout[0].numel, world, rank);
+    auto block = [&](std::vector<at::Tensor> parts) {
+      for (auto& p : parts) p = p.detach().reshape({-1});
+      at::Tensor flat = at::cat(parts);
+      flat = at::constant_pad_nd(flat, {0, shard.padded - flat.numel()});
+      return std::vector<at::Tensor>{flat.narrow(0, shard.begin, shard.size).clone()};
+    };
+    s.param_blocks = block(model.parameters());
+    s.exp_avgs = block(exp_avgs);
+    s.exp_avg_sqs = block(exp_avg_sqs);
+    return s;
+  }
+};
+
+FakeRun make_run(models::Model& model, double fill) {
+  FakeRun r;
+  ddp::BucketLayout bucket;
+  for (const auto& p : model.parameters()) {
+    bucket.params.push_back(bucket.params.size());
+    bucket.offsets.push_back(bucket.numel);
+    bucket.numel += p.numel();
+    r.exp_avgs.push_back(at::rand_like(p) * fill);
+    r.exp_avg_sqs.push_back(at::rand_like(p) * fill * fill);
+  }
+  r.layout.push_back(bucket);
+  return r;
+}
+
+// Every rank's file, then rank 0's manifest and commit, as Trainer::save_sharded_checkpoint does.
+void write_sharded(const std::string& step_dir, models::Model& model, const FakeRun& run, int world,
+                   bool bucketed, int64_t step) {
+  io::ShardManifest m;
+  m.world_size = world;
+  m.shard_mode = bucketed ? "optimizer" : "none";
+  m.step = step;
+  m.global_batch_size = 96;
+  m.seed = 42;
+  for (int r = 0; r < world; ++r) {
+    const auto s = run.state(model, world, r, bucketed);
+    if (r == 0) m.tensors = train::logical_tensors(s);
+    auto content = train::shard_content(s, world, r, true);
+    std::map<std::string, at::Tensor> host;
+    for (const auto& [key, t] : content.tensors) host[key] = t.contiguous().clone();
+    io::ShardFile file = train::write_shard_file(step_dir + ".tmp", r, host);
+    file.pieces = train::shard_content(s, world, r, false).pieces;
+    EXPECT_EQ(file.pieces.size(), content.pieces.size());
+    m.files.push_back(file);
+  }
+  train::commit_sharded_checkpoint(step_dir, m);
+}
+
+void expect_holds(const train::Checkpoint& ckpt, models::Model& model, const FakeRun& run) {
+  train::check_compatible(ckpt, model);
+  size_t i = 0;
+  for (const auto& item : model.named_parameters()) {
+    EXPECT_TRUE(ckpt.tensors.at("param." + item.key()).equal(item.value().detach())) << item.key();
+    EXPECT_TRUE(ckpt.tensors.at(train::exp_avg_key(item.key())).equal(run.exp_avgs[i]));
+    EXPECT_TRUE(ckpt.tensors.at(train::exp_avg_sq_key(item.key())).equal(run.exp_avg_sqs[i]));
+    ++i;
+  }
+}
+
+TEST(ShardedCheckpoint, SlicesAndBucketBlocksOfAnyWorldSizeReadBackWhole) {
+  test::TempDir dir;
+  auto model = mlp(1);
+  const FakeRun run = make_run(*model, 0.5);
+  for (int world : {1, 2, 3, 5}) {
+    for (bool bucketed : {false, true}) {
+      const std::string step_dir = dir.file(fmt::format("w{}_{}", world, bucketed));
+      write_sharded(step_dir, *model, run, world, bucketed, 7);
+      ASSERT_TRUE(train::is_sharded_checkpoint(step_dir));
+      const auto ckpt = train::read_checkpoint(step_dir);
+      EXPECT_EQ(ckpt.meta.step, 7);
+      EXPECT_EQ(ckpt.meta.world_size, world);
+      expect_holds(ckpt, *model, run);
+      // Each rank wrote its own part: no element of a parameter is in two files.
+      const auto manifest = io::read_manifest(step_dir);
+      EXPECT_EQ(manifest.files.size(), static_cast<size_t>(world));
+    }
+  }
+}
+
+TEST(ShardedCheckpoint, AMissingOrDamagedShardIsRefusedByNameAndAutoTakesThePrevious) {
+  test::TempDir dir;
+  auto model = mlp(1);
+  const FakeRun older = make_run(*model, 0.1), newer = make_run(*model, 0.2);
+  write_sharded(dir.file("step_000010"), *model, older, 3, true, 10);
+  write_sharded(dir.file("step_000020"), *model, newer, 3, true, 20);
+  write_sharded(dir.file("step_000030"), *model, newer, 3, false, 30);
+  {  // a byte of rank 1's file of step 20 flipped
+    std::fstream f(dir.file("step_000020/rank_00001.safetensors"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.write("\x7f", 1);
+  }
+  ASSERT_EQ(::unlink(dir.file("step_000030/rank_00002.safetensors").c_str()), 0);
+  // An interrupted write: files, no manifest.
+  ASSERT_EQ(::mkdir(dir.file("step_000040.tmp").c_str(), 0755), 0);
+  std::ofstream(dir.file("step_000040.tmp/rank_00000.safetensors")) << "partial";
+  std::vector<std::string> skipped;
+  train::Checkpoint ckpt;
+  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt), dir.file("step_000010"));
+  EXPECT_EQ(ckpt.meta.step, 10);
+  expect_holds(ckpt, *model, older);
+  EXPECT_THAT(skipped, ::testing::ElementsAre(HasSubstr("step_000030/rank_00002.safetensors"),
+                                              HasSubstr("step_000020/rank_00001.safetensors")));
+  try {
+    train::read_checkpoint(dir.file("step_000020"));
+    ADD_FAILURE() << "a damaged shard was read";
+  } catch (const train::CheckpointDamaged& e) {
+    EXPECT_THAT(e.what(), HasSubstr("rank_00001.safetensors"));
+  }
+}
+
+TEST(ShardedCheckpoint, KeepLastPrunesStepDirectoriesWithFiles) {
+  test::TempDir dir;
+  auto model = mlp(1);
+  const FakeRun run = make_run(*model, 0.1);
+  for (int s : {10, 20, 30}) {
+    write_sharded(dir.file(io::step_dir_name(s)), *model, run, 2, false, s);
+  }
+  write_sharded(dir.file("final"), *model, run, 2, false, 30);
+  const auto deleted = train::prune_checkpoints(dir.path(), 1);
+  EXPECT_THAT(deleted,
+              ::testing::UnorderedElementsAre(dir.file("step_000010"), dir.file("step_000020")));
+  EXPECT_FALSE(train::is_sharded_checkpoint(dir.file("step_000020")));
+  EXPECT_NE(::access(dir.file("step_000020").c_str(), F_OK), 0);
+  EXPECT_TRUE(train::is_sharded_checkpoint(dir.file("step_000030")));
+  EXPECT_TRUE(train::is_sharded_checkpoint(dir.file("final")));
+}
+
+}  // namespace
