@@ -195,6 +195,12 @@ class Loader {
             "parameters (or the memory.fallback rung shard_parameters) yet; sample from a "
             "checkpoint with --generate instead");
     }
+    if (c.ddp.shard_group == ddp::ShardGroup::kNode && c.ddp.shard == ddp::ShardMode::kNone &&
+        given("ddp.shard_group") && given("ddp.shard")) {
+      error(at("ddp.shard_group"),
+            "ddp.shard_group: 'node' shards within each node, but ddp.shard is none (set ddp.shard "
+            "to optimizer, gradients or parameters, or ddp.shard_group to world)");
+    }
     // A rule between keys only means something when both values were accepted.
     if (rejected_.count("train.warmup_steps") || rejected_.count("train.steps")) return;
     if (c.train.warmup_steps >= c.train.steps && c.train.steps > 1) {

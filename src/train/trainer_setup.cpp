@@ -13,13 +13,27 @@
 #include "train/trainer.h"
 
 namespace train {
+namespace {
+
+ddp::Communicator& shard_group_comm(ddp::ShardGroup group, ddp::Communicator& data,
+                                    const HybridComms& hybrid) {
+  if (group == ddp::ShardGroup::kWorld) return data;
+  if (hybrid.node == nullptr || hybrid.cross_node == nullptr) {
+    throw std::logic_error("ddp.shard_group: node needs the node and cross-node communicators");
+  }
+  return *hybrid.node;
+}
+
+}  // namespace
 
 Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp::Communicator& data,
                  std::shared_ptr<models::Model> model, const data::Dataset& dataset,
-                 c10::Device device)
-    : options_(options), control_(control), data_(data), model_(std::move(model)),
-      dataset_(dataset), device_(device), precision_(options.train.precision),
-      shard_(options.ddp.shard), micro_batch_(initial_micro_batch(options.train, control.size())),
+                 c10::Device device, HybridComms hybrid)
+    : options_(options), control_(control), data_(data),
+      shard_comm_(shard_group_comm(options.ddp.shard_group, data, hybrid)),
+      replicas_(hybrid.cross_node), model_(std::move(model)), dataset_(dataset), device_(device),
+      precision_(options.train.precision), shard_(options.ddp.shard),
+      micro_batch_(initial_micro_batch(options.train, control.size())),
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
       sampler_(dataset.size(), options.train.global_batch_size, options.train.seed) {
@@ -108,18 +122,19 @@ void Trainer::allocate_gradients() {
   // The Reducer checks the parameter lists (collective, before this rank can fail) and then
   // only allocates.
   reducer_ = std::make_unique<ddp::Reducer>(
-      std::move(named), data_,
+      std::move(named), shard_comm_,
       ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                           static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
-                          reduce_wire_dtype(), shard_, parameter_units(), gather_dtype()},
+                          reduce_wire_dtype(), shard_, parameter_units(), gather_dtype(),
+                          replicas_},
       &control_);
   const bool sharded = reducer_->sharded();
   if (sharded) {
     optimizer_ = make_sharded_optimizer();
     estimate_.optimizer_state = optimizer_->state_bytes();
   }
-  clipper_ =
-      std::make_unique<GradClipper>(reducer_->reduced_gradients(), sharded ? &data_ : nullptr);
+  clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(),
+                                           sharded ? &shard_comm_ : nullptr);
 }
 
 std::vector<std::vector<size_t>> Trainer::parameter_units() {
