@@ -27,6 +27,12 @@ std::vector<KeyDef> ddp_keys() {
                   "the reduced gradients between steps; parameters (ZeRO-3) also keeps only 1/N "
                   "of the parameters and gathers the model unit by unit (a transformer block, the "
                   "embeddings, the output layer) for forward and backward"),
+      enum_choice("ddp.shard_group", FIELD(ddp.shard_group), "world", ddp::kShardGroupNames,
+                  "the ranks ddp.shard shards over: world (every rank keeps 1/N of the world) or "
+                  "node (hybrid sharding: every rank keeps 1/N of its node's ranks; gradients are "
+                  "reduce-scattered within the node, then the shards all-reduced across nodes; "
+                  "needs ddp.shard other than none and every node running the same number of "
+                  "ranks)"),
       boolean("ddp.reshard_after_forward", FIELD(ddp.reshard_after_forward), "true",
               "ddp.shard: parameters: free each unit's gathered parameters after its forward and "
               "gather it again for backward (false: keep every unit gathered until its backward)"),

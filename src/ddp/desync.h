@@ -1,10 +1,11 @@
 // Desync diagnosis: when a collective misses ddp.timeout_s, name the rank that is missing.
 //
 // - Recording (hot path, no allocation, no formatting): every communicator that spans the whole
-//   job owns a Tracker. Posting an operation takes the next sequence number and copies what it
-//   is (kind, the caller's `what`, truncated, and the step) into a fixed-size OpRecord; the Work
-//   hands that record back when it completes. The tracker keeps the last posted and the last
-//   completed record.
+//   job owns a Tracker, and so do hybrid sharding's node and cross-node communicators (made on
+//   every rank in the same order, with the same role everywhere: MpiCommunicator's `tracked`).
+//   Posting an operation takes the next sequence number and copies what it is (kind, the caller's
+//   `what`, truncated, and the step) into a fixed-size OpRecord; the Work hands that record back
+//   when it completes. The tracker keeps the last posted and the last completed record.
 // - Exchange (on a timeout, before CommTimeout is thrown): the timed-out rank sends the records
 //   of every tracker of its process, and which operation it waits in, to every other rank, and
 //   collects theirs: point-to-point (MPI_Isend/MPI_Irecv, tag kExchangeTag) on a control-plane

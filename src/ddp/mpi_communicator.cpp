@@ -209,17 +209,19 @@ class MpiWork final : public TimedWork {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> timeout) {
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> timeout,
+                                 bool tracked) {
   TRAINER_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
   TRAINER_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
   TRAINER_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   TRAINER_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   timeout_ = timeout;
   oversubscribed_ = MpiRuntime::node_oversubscribed();
-  // Only a communicator over every rank of the job can be compared across ranks.
+  // Only a communicator over every rank of the job, or one of the same role on every rank, can be
+  // compared across ranks.
   int same = MPI_UNEQUAL;
   TRAINER_MPI_CHECK(MPI_Comm_compare(comm_, MPI_COMM_WORLD, &same));
-  if (same == MPI_CONGRUENT) tracker_ = std::make_shared<desync::Tracker>();
+  if (same == MPI_CONGRUENT || tracked) tracker_ = std::make_shared<desync::Tracker>();
 }
 
 MpiCommunicator::~MpiCommunicator() noexcept {

@@ -16,7 +16,10 @@ namespace ddp {
 class MpiCommunicator final : public Communicator {
  public:
   // Duplicates `comm`, so this communicator's traffic never mixes with other users of it.
-  MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> timeout);
+  // Operations are recorded for desync diagnosis (ddp/desync.h) when `comm` spans the whole job,
+  // or when `tracked`: a communicator every rank creates in the same order, with the same role
+  // on every rank (MpiRuntime::node / cross_node), so its tracker id names that role everywhere.
+  MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> timeout, bool tracked = false);
   ~MpiCommunicator() noexcept override;
 
   int rank() const override { return rank_; }

@@ -125,11 +125,11 @@ std::unique_ptr<Communicator> MpiRuntime::self(std::chrono::duration<double> tim
 }
 
 std::unique_ptr<Communicator> MpiRuntime::node(std::chrono::duration<double> timeout) const {
-  return std::make_unique<MpiCommunicator>(node_comms_->node, timeout);
+  return std::make_unique<MpiCommunicator>(node_comms_->node, timeout, /*tracked=*/true);
 }
 
 std::unique_ptr<Communicator> MpiRuntime::cross_node(std::chrono::duration<double> timeout) const {
-  return std::make_unique<MpiCommunicator>(node_comms_->cross_node, timeout);
+  return std::make_unique<MpiCommunicator>(node_comms_->cross_node, timeout, /*tracked=*/true);
 }
 
 bool MpiRuntime::start_progress_thread(std::chrono::microseconds poll) {

@@ -18,6 +18,11 @@ enum class ShardMode { kNone, kOptimizer, kGradients, kParameters };
 inline constexpr std::array<const char*, 4> kShardModeNames = {"none", "optimizer", "gradients",
                                                                "parameters"};
 
+// ddp.shard_group: the ranks a shard spans. node: shard within each node and replicate the
+// shards across nodes (hybrid sharding; MpiRuntime::node / cross_node).
+enum class ShardGroup { kWorld, kNode };
+inline constexpr std::array<const char*, 2> kShardGroupNames = {"world", "node"};
+
 // ddp.mpi_progress: what moves posted MPI operations forward (ddp/mpi_progress.h).
 enum class MpiProgressMode { kAuto, kThread, kCaller };
 inline constexpr std::array<const char*, 3> kMpiProgressModeNames = {"auto", "thread", "caller"};
@@ -38,6 +43,7 @@ struct DdpOptions {
   bool find_unused_parameters = false;
   ReduceDtype reduce_dtype{};         // fp32 | bf16: dtype of the gradient all-reduce
   ShardMode shard{};                  // none | optimizer | gradients | parameters (ddp/shard.h)
+  ShardGroup shard_group{};           // world | node: the ranks a shard spans
   bool reshard_after_forward = true;  // parameters: free each unit after its forward
   bool prefetch_units = true;         // parameters: gather the next unit while one computes
   MpiProgressMode mpi_progress{};     // auto | thread | caller (ddp/mpi_progress.h)

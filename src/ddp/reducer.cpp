@@ -294,6 +294,7 @@ void Reducer::wait_all() {
     bucket.work->wait();
     complete_bucket(bucket);
   }
+  reduce_replicas();
   state_ = StepState::kDone;
 }
 

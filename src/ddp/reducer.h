@@ -99,6 +99,11 @@ struct ReducerOptions {
   c10::ScalarType gather_dtype = c10::ScalarType::Undefined;
   // Unsharded: float values summed over ranks in the first bucket's all-reduce (rider()).
   int64_t rider_slots = 0;
+  // ddp.shard_group: node (hybrid sharding): `comm` spans this node's ranks and the shards are
+  // replicated over `replicas` (the ranks of every node with this node rank): each reduced block
+  // is all-reduced over it after the node's reduce-scatter, and shard_from() broadcasts over it
+  // first. nullptr: the shards span `comm` alone.
+  Communicator* replicas = nullptr;
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -241,6 +246,7 @@ class Reducer {
   void post_ready_buckets();  // in bucket order, stopping at the first bucket not yet ready
   void mark_all_ready();
   void wait_all();
+  void reduce_replicas();  // hybrid sharding: every block all-reduced across nodes, in bucket order
   void drive_progress();
   void post_bucket(size_t b);
   void complete_bucket(Bucket& bucket);  // after its collective completed: cast back, release

@@ -92,6 +92,20 @@ std::vector<at::Tensor> Reducer::parameter_shards() const {
   return out;
 }
 
+void Reducer::reduce_replicas() {
+  Communicator* replicas = options_.replicas;
+  if (!sharded() || replicas == nullptr || replicas->size() == 1) return;
+  // After the node's reduce-scatters, in bucket order on every rank (not in completion order,
+  // which differs between ranks): each rank's block summed with the same block on the other
+  // nodes, so the sum spans the world. All in flight at once, then waited for.
+  std::vector<WorkPtr> works;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    works.push_back(replicas->all_reduce_async(buckets_[b].reduced, ReduceOp::kSum,
+                                               fmt::format("bucket {} across nodes", b)));
+  }
+  for (auto& w : works) w->wait();
+}
+
 void Reducer::gather_parameters() {
   // shard parameters: the masters are the parameters; units are gathered when used.
   if (!sharded() || comm_.size() == 1 || zero3()) return;
@@ -144,7 +158,14 @@ void Reducer::shard_from(const std::vector<at::Tensor>* full,
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const BucketShard& shard = buckets_[b].shard;
     at::Tensor flat = flat_bucket(full, layout_[b], blocks[b].options());
-    if (comm_.size() > 1) comm_.broadcast(flat, 0, fmt::format("optimizer state of bucket {}", b));
+    const std::string what = fmt::format("optimizer state of bucket {}", b);
+    // Hybrid: rank 0 of the world is rank 0 of its node and of its replicas; the other nodes'
+    // first ranks get the state from it before their nodes do.
+    Communicator* replicas = options_.replicas;
+    if (replicas != nullptr && replicas->size() > 1 && comm_.rank() == 0) {
+      replicas->broadcast(flat, 0, what);
+    }
+    if (comm_.size() > 1) comm_.broadcast(flat, 0, what);
     blocks[b].copy_(flat.narrow(0, shard.begin, shard.size));
   }
 }

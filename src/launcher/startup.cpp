@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <functional>
@@ -134,6 +135,27 @@ void load_data_and_model(Startup& s) {
   }
 }
 
+// ddp.shard_group: node needs every node to run the same number of ranks: otherwise every rank
+// stops here (exit 2) with each node's size. Collective over the world when it refuses.
+int check_node_layout(const ddp::MpiTopology& t, Startup& s) {
+  if (s.config.ddp.shard_group != ddp::ShardGroup::kNode || t.uniform_nodes) return kExitOk;
+  at::Tensor sizes = at::empty({t.world_size}, at::kInt);
+  s.bootstrap->all_gather(sizes, at::tensor({t.node_rank == 0 ? t.node_size : 0}, at::kInt),
+                          "node sizes");
+  std::vector<std::string> nodes;
+  for (int r = 0; r < t.world_size; ++r) {
+    const int n = sizes[r].item<int>();
+    if (n > 0) nodes.push_back(fmt::format("{} (from rank {})", n, r));
+  }
+  return agree(*s.bootstrap, attempt("checking the node layout", [&] {
+    throw LaunchError(fmt::format(
+        "ddp.shard_group: 'node' needs every node to run the same number of ranks, and the "
+        "nodes run {} ranks; launch the same number of ranks per node or set ddp.shard_group: "
+        "world",
+        fmt::join(nodes, ", ")));
+  }));
+}
+
 }  // namespace
 
 int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
@@ -144,12 +166,18 @@ int read_configuration(ddp::MpiRuntime& mpi, const std::string& config_path,
     s.launch = resolve_launch(mpi.topology(), process_environment());
     s.config = config::load_config(config_path, overrides);
   }));
-  if (code == kExitOk) setup_logging(s.rank, s.launch.world_size, s.config.log.level);
-  return code;
+  if (code != kExitOk) return code;
+  setup_logging(s.rank, s.launch.world_size, s.config.log.level);
+  return check_node_layout(mpi.topology(), s);
 }
 
 int prepare(ddp::MpiRuntime& mpi, Startup& s) {
-  s.control = mpi.world(std::chrono::duration<double>(s.config.ddp.timeout_s));
+  const std::chrono::duration<double> timeout(s.config.ddp.timeout_s);
+  s.control = mpi.world(timeout);
+  if (s.config.ddp.shard_group == ddp::ShardGroup::kNode) {
+    s.node_control = mpi.node(timeout);
+    s.cross_control = mpi.cross_node(timeout);
+  }
   const auto progress = s.config.ddp.mpi_progress;
   if (ddp::mpi_progress_thread(progress, s.config.ddp.shard, s.launch.world_size)) {
     if (!mpi.start_progress_thread(
@@ -174,13 +202,20 @@ int prepare(ddp::MpiRuntime& mpi, Startup& s) {
 
 int build_trainer(Startup& s) {
   const int code = agree(*s.control, attempt("setting up the trainer", [&] {
-    s.data_comm =
-        ddp::make_data_communicator(s.backend, s.binding.device, *s.control,
-                                    std::chrono::duration<double>(s.config.ddp.timeout_s));
+    const std::chrono::duration<double> timeout(s.config.ddp.timeout_s);
+    s.data_comm = ddp::make_data_communicator(s.backend, s.binding.device, *s.control, timeout);
+    train::HybridComms hybrid;
+    if (s.node_control) {  // ddp.shard_group: node; in this order on every rank
+      s.node_data =
+          ddp::make_data_communicator(s.backend, s.binding.device, *s.node_control, timeout);
+      s.cross_data =
+          ddp::make_data_communicator(s.backend, s.binding.device, *s.cross_control, timeout);
+      hybrid = {s.node_data.get(), s.cross_data.get()};
+    }
     train::TrainerOptions options = s.config.trainer_options();
     options.config_text = config::config_to_yaml(s.config);  // recorded in every checkpoint
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
-                                                 *s.dataset, s.binding.device);
+                                                 *s.dataset, s.binding.device, hybrid);
     s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
     s.trainer->set_eval_inputs(std::move(s.eval_inputs));
     if (s.config.train.sample_every > 0 && s.rank == 0) {

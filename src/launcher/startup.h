@@ -53,6 +53,9 @@ struct Startup {
   bool weights_only = false;
   train::EvalInputs eval_inputs;  // eval.tasks and bits per byte, handed to the Trainer
   std::unique_ptr<ddp::Communicator> data_comm;
+  // ddp.shard_group: node: the control (MPI) and data-plane communicators over this node's ranks
+  // and across nodes (train::HybridComms); empty otherwise.
+  std::unique_ptr<ddp::Communicator> node_control, cross_control, node_data, cross_data;
   std::unique_ptr<train::Trainer> trainer;
   std::string device_flags;  // what train::apply_device_flags set, for the banner
 };

@@ -56,7 +56,10 @@ void pause_if_asked(int rank, int64_t step) {
 bool Trainer::sharded_checkpoints() const {
   const std::string& format = options_.checkpoint.format;
   // auto: by ddp.shard as configured, so that a run a fallback rung shards keeps its format.
-  return format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone);
+  // Hybrid sharding (every node holds the same blocks) writes the single file: the shard files'
+  // layout assumes that the world's ranks hold disjoint blocks (config: sharded is refused there).
+  return format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone &&
+                                 options_.ddp.shard_group == ddp::ShardGroup::kWorld);
 }
 
 std::string Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {

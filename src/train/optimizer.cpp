@@ -71,8 +71,8 @@ int64_t FusedAdamW::state_bytes() const {
 }
 
 GradClipper::GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over,
-                         int64_t rider_slots)
-    : grads_(std::move(flat_grads)), sum_over_(sum_over) {
+                         int64_t rider_slots, int replicas)
+    : grads_(std::move(flat_grads)), sum_over_(sum_over), replicas_(replicas) {
   const auto device = grads_.empty() ? c10::Device(c10::kCPU) : grads_.front().device();
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
   norms_ = at::zeros({static_cast<int64_t>(grads_.size())}, options);
@@ -93,6 +93,7 @@ void GradClipper::clip(double max_norm) {
   if (sum_over_ != nullptr) {  // this rank's blocks only: sqrt(sum over ranks of norm^2)
     total_.square_();
     sum_over_->all_reduce(reduced_, ddp::ReduceOp::kSum, "gradient norm");
+    if (replicas_ > 1) total_.div_(replicas_);
     total_.sqrt_();
   }
   if (max_norm <= 0) return;

@@ -80,9 +80,11 @@ class GradClipper {
   // `flat_grads`: every gradient exactly once (the Reducer's bucket buffers); one device. With
   // `sum_over` (sharded), each rank holds a disjoint part of the gradients and the squared norms
   // are summed across its ranks (a collective in every clip()).
-  // `rider_slots` float values ride in that all-reduce (rider()).
+  // `rider_slots` float values ride in that all-reduce (rider()). `replicas`: how many ranks of
+  // `sum_over` hold each block (hybrid sharding summed over the world); the summed squares are
+  // divided by it.
   explicit GradClipper(std::vector<at::Tensor> flat_grads, ddp::Communicator* sum_over = nullptr,
-                       int64_t rider_slots = 0);
+                       int64_t rider_slots = 0, int replicas = 1);
 
   // Computes the global L2 norm before clipping into norm() and scales the gradients so the norm
   // is at most `max_norm` (max_norm <= 0: no clipping). Queues device work only: no host read.
@@ -98,6 +100,7 @@ class GradClipper {
  private:
   std::vector<at::Tensor> grads_;
   ddp::Communicator* sum_over_ = nullptr;
+  int replicas_ = 1;
   at::Tensor norms_;    // one float32 slot per buffer
   at::Tensor reduced_;  // float32 [1 + rider slots]: what the all-reduce carries
   at::Tensor total_;    // float32 scalar: reduced_[0]

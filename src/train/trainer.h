@@ -64,10 +64,20 @@
 
 namespace train {
 
+// ddp.shard_group: node (hybrid sharding): the data-plane communicators over this node's ranks
+// (the shards span it) and over the ranks of every node with this node rank (the shards are
+// replicated over it); from ddp::MpiRuntime::node() / cross_node(). Both or neither.
+struct HybridComms {
+  ddp::Communicator* node = nullptr;
+  ddp::Communicator* cross_node = nullptr;
+};
+
 class Trainer {
  public:
+  // `hybrid`: required when options.ddp.shard_group is node (std::logic_error otherwise).
   Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp::Communicator& data,
-          std::shared_ptr<models::Model> model, const data::Dataset& dataset, c10::Device device);
+          std::shared_ptr<models::Model> model, const data::Dataset& dataset, c10::Device device,
+          HybridComms hybrid = {});
 
   // Runs the steps after start_step() up to train.steps (TrainingLoop, train/loop.h);
   // `stop_requested` is polled each step and voted on by all ranks.
@@ -234,6 +244,10 @@ class Trainer {
   TrainerOptions options_;
   ddp::Communicator& control_;
   ddp::Communicator& data_;
+  // The ranks a shard spans (ddp.shard_group: data_, or the node's) and, hybrid, the ones its
+  // shards are replicated over (nullptr: none).
+  ddp::Communicator& shard_comm_;
+  ddp::Communicator* replicas_;
   std::shared_ptr<models::Model> model_;
   const data::Dataset& dataset_;
   c10::Device device_;

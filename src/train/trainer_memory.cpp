@@ -63,7 +63,7 @@ int64_t largest_bytes(const std::vector<ddp::BucketLayout>& layout) {
 }  // namespace
 
 ddp::ShardFootprint Trainer::footprint(ddp::ShardMode mode) const {
-  return ddp::shard_footprint(planned_layout(mode), control_.size(), mode, reduce_wire_dtype());
+  return ddp::shard_footprint(planned_layout(mode), shard_comm_.size(), mode, reduce_wire_dtype());
 }
 
 std::vector<ddp::BucketLayout> Trainer::planned_layout(ddp::ShardMode mode) const {

@@ -13,13 +13,27 @@
 #include "train/trainer.h"
 
 namespace train {
+namespace {
+
+ddp::Communicator& shard_group_comm(ddp::ShardGroup group, ddp::Communicator& data,
+                                    const HybridComms& hybrid) {
+  if (group == ddp::ShardGroup::kWorld) return data;
+  if (hybrid.node == nullptr || hybrid.cross_node == nullptr) {
+    throw std::logic_error("ddp.shard_group: node needs the node and cross-node communicators");
+  }
+  return *hybrid.node;
+}
+
+}  // namespace
 
 Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp::Communicator& data,
                  std::shared_ptr<models::Model> model, const data::Dataset& dataset,
-                 c10::Device device)
-    : options_(options), control_(control), data_(data), model_(std::move(model)),
-      dataset_(dataset), device_(device), precision_(options.train.precision),
-      shard_(options.ddp.shard), micro_batch_(initial_micro_batch(options.train, control.size())),
+                 c10::Device device, HybridComms hybrid)
+    : options_(options), control_(control), data_(data),
+      shard_comm_(shard_group_comm(options.ddp.shard_group, data, hybrid)),
+      replicas_(hybrid.cross_node), model_(std::move(model)), dataset_(dataset), device_(device),
+      precision_(options.train.precision), shard_(options.ddp.shard),
+      micro_batch_(initial_micro_batch(options.train, control.size())),
       plan_(ddp::BatchPlan::make(options.train.global_batch_size, control.size(), control.rank(),
                                  options.train.micro_batch_size)),
       sampler_(dataset.size(), options.train.global_batch_size, options.train.seed) {
@@ -110,11 +124,11 @@ void Trainer::allocate_gradients() {
   // The Reducer checks the parameter lists (collective, before this rank can fail) and then
   // only allocates.
   reducer_ = std::make_unique<ddp::Reducer>(
-      std::move(named), data_,
+      std::move(named), shard_comm_,
       ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                           static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
                           reduce_wire_dtype(), shard_, parameter_units(), gather_dtype(),
-                          /*rider_slots=*/guard_ != nullptr ? 1 : 0},
+                          /*rider_slots=*/guard_ != nullptr ? 1 : 0, replicas_},
       &control_);
   const bool sharded = reducer_->sharded();
   if (sharded) {
@@ -125,9 +139,17 @@ void Trainer::allocate_gradients() {
 }
 
 void Trainer::make_clipper(bool sharded) {
+  // Sharded: the squared norms are summed over the ranks that hold distinct blocks (the node's,
+  // under hybrid sharding). The spike guard's loss must be summed over every rank: under hybrid
+  // sharding its clipper sums over the world instead and divides the squares by the replicas
+  // (every node holds each block once).
   const int64_t slots = guard_ != nullptr ? 1 : 0;
+  const bool world = guard_ != nullptr && replicas_ != nullptr;
   clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(),
-                                           sharded ? &data_ : nullptr, slots);
+                                           !sharded ? nullptr
+                                           : world  ? &data_
+                                                    : &shard_comm_,
+                                           slots, world ? replicas_->size() : 1);
   loss_rider_ = guard_ == nullptr ? at::Tensor() : sharded ? clipper_->rider() : reducer_->rider();
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "common/temp_dir.h"
 #include "config/config.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -10,6 +11,7 @@
 #include <optional>
 
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 namespace trainer_test {
@@ -49,20 +51,34 @@ void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Te
   }
 }
 
-CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name) {
+CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name,
+                    train::HybridComms hybrid) {
   const auto config = config::parse_config(yaml, name);
   CpuRun r;
   r.dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   r.model = models::create_model(config.model, r.dataset->shape());
   r.trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, r.model,
-                                               *r.dataset, c10::Device(c10::kCPU));
+                                               *r.dataset, c10::Device(c10::kCPU), hybrid);
   return r;
+}
+
+const std::string& token_shard_dir() {
+  static const test::TempDir dir;
+  static const bool written = [] {
+    const at::Tensor tokens = (at::arange(6000, at::kLong) * 7919 % 97).to(at::kShort);
+    FILE* f = std::fopen((dir.path() + "/train_000.bin").c_str(), "wb");
+    std::fwrite(tokens.data_ptr(), 2, 6000, f);
+    std::fclose(f);
+    return true;
+  }();
+  (void)written;
+  return dir.path();
 }
 
 std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml, int64_t until,
                                     uint64_t model_seed, const std::string& resume_from,
-                                    const std::string& save_to) {
+                                    const std::string& save_to, train::HybridComms hybrid) {
   const auto config = config::parse_config(yaml, "train_until.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(model_seed);
@@ -74,7 +90,7 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
     train::apply_model_state(*ckpt, *model);
   }
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
-                         c10::Device(c10::kCPU));
+                         c10::Device(c10::kCPU), hybrid);
   trainer.resume(ckpt ? &*ckpt : nullptr);
   for (int64_t s = trainer.start_step() + 1; s <= until; ++s) trainer.step(s);
   if (!save_to.empty()) {

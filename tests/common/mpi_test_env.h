@@ -28,7 +28,13 @@ struct CpuRun {
   std::shared_ptr<models::Model> model;
   std::unique_ptr<train::Trainer> trainer;
 };
-CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name);
+// `hybrid`: ddp.shard_group: node's communicators (train::HybridComms).
+CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name,
+                    train::HybridComms hybrid = {});
+
+// A directory, kept for the whole process, holding one token shard (train_000.bin: 6000 uint16
+// tokens below 97) for gpt and llama on `data: {dataset: tokens}`.
+const std::string& token_shard_dir();
 
 // Trains steps [the checkpoint's step, until) of a CPU run of `yaml` whose model is first seeded
 // with `model_seed` (overwritten by `resume_from` when set: rank 0 reads it, as main does); then
@@ -36,6 +42,6 @@ CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std:
 // Collective.
 std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& yaml, int64_t until,
                                     uint64_t model_seed, const std::string& resume_from,
-                                    const std::string& save_to);
+                                    const std::string& save_to, train::HybridComms hybrid = {});
 
 }  // namespace trainer_test

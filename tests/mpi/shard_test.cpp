@@ -88,18 +88,9 @@ std::string mlp(int64_t global, const std::string& micro, double clip) {
 
 // gpt on token shards written into a directory that lives as long as the process.
 std::string gpt_yaml() {
-  static test::TempDir dir;
-  static bool written = false;
-  if (!written) {
-    const at::Tensor tokens = (at::arange(6000, at::kLong) * 7919 % 97).to(at::kShort);
-    FILE* f = std::fopen((dir.path() + "/train_000.bin").c_str(), "wb");
-    std::fwrite(tokens.data_ptr(), 2, 6000, f);
-    std::fclose(f);
-    written = true;
-  }
   return "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}\n"
          "data: {dataset: tokens, path: " +
-         dir.path() +
+         trainer_test::token_shard_dir() +
          ", context: 16, vocab_size: 100}\n"
          "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 5, lr: 0.003, "
          "warmup_steps: 1, seed: 11, grad_clip: 1.0}\n"

@@ -48,8 +48,9 @@ TEST(ConfigChoices, EveryNameRoundTripsThroughTheConfig) {
     if (key.type != "choice") continue;
     for (const auto& name : split(key.range, " | ")) {
       SCOPED_TRACE(key.path + " = " + name);
-      // data.path: data.dataset movielens requires one.
-      const Config c = parse_config(kMinimal, "run.yaml", {"data.path=d", key.path + "=" + name});
+      // data.path: data.dataset movielens requires one; ddp.shard: ddp.shard_group node does.
+      const Config c = parse_config(kMinimal, "run.yaml",
+                                    {"data.path=d", "ddp.shard=optimizer", key.path + "=" + name});
       EXPECT_EQ(key.get(c), name);
       EXPECT_EQ(printed(c, key.path), name);
       EXPECT_EQ(key.get(parse_config(config::config_to_yaml(c), "dump.yaml")), name);

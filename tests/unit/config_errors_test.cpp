@@ -262,6 +262,23 @@ TEST(ConfigErrors, SamplesWhileTrainingWithShardedParametersAreRefused) {
                                             "ddp.shard: parameters"));
 }
 
+// Hybrid sharding shards within the node: with nothing sharded it means nothing.
+TEST(ConfigErrors, ShardGroupNodeWithoutShardingIsRefused) {
+  const std::string message = config_error(kMinimal, {"ddp.shard_group=node"});
+  expect_one_problem(message, "--set ddp.shard_group=node",
+                     {"ddp.shard_group: 'node' shards within each node, but ddp.shard is none"});
+  EXPECT_THAT(config_error(kMinimal, {"ddp.shard_group=rack"}),
+              ::testing::HasSubstr("ddp.shard_group"));
+  const Config hybrid =
+      parse_config(kMinimal, "good.yaml", {"ddp.shard=gradients", "ddp.shard_group=node"});
+  EXPECT_EQ(hybrid.ddp.shard_group, ddp::ShardGroup::kNode);
+  EXPECT_EQ(parse_config(kMinimal, "good.yaml").ddp.shard_group, ddp::ShardGroup::kWorld);
+  EXPECT_THAT(config_error(kMinimal, {"ddp.shard=gradients", "ddp.shard_group=node",
+                                      "checkpoint.format=sharded"}),
+              ::testing::HasSubstr("checkpoint.format: 'sharded' is not supported with "
+                                   "ddp.shard_group: node yet"));
+}
+
 TEST(ConfigErrors, WarmupRelationBrokenByAnOverride) {
   const std::string message = config_error(kMinimal, {"train.steps=8"});
   EXPECT_EQ(message, "--set train.steps=8: train.warmup_steps (default) = 10 must be smaller than "
