@@ -291,6 +291,31 @@ case $case_name in
     expect_grep "train.sbatch: job [0-9]+ on n1, SLURM_RESTART_COUNT=0"
     expect_two_node_ranks
     expect_one_node_result "$work/two" ;;
+  twonode_hybrid_shard)
+    # Hybrid sharding on two real nodes: ddp.shard_group: node shards the gradients and moments
+    # within each node (2 ranks: each keeps half of the moments, not a quarter) and all-reduces the
+    # shards across the nodes. Its checkpoint equals, bitwise, the same hybrid run simulated on one
+    # machine (TRAINER_TEST_RANKS_PER_NODE=2: each sum adds the same two values), and the unsharded
+    # one-node run's within 1e-4 (its sums add four values in another order; 30 AdamW steps).
+    run_two_nodes timeout 120 srun "${two_nodes[@]}" --mpi=pmix "$trainer" "${gpt_short[@]}" \
+      --set ddp.shard=gradients --set ddp.shard_group=node --set checkpoint.dir="$work/two"
+    expect_rc 0
+    expect_two_node_ranks
+    state=$(grep -oE "per-rank state by ddp.shard .*" "$out" | head -1)
+    none_m=$(sed -E 's/.* none [0-9.]+ \/ [0-9.]+ \/ ([0-9.]+) .*/\1/' <<<"$state")
+    grad_m=$(sed -E 's/.* gradients [0-9.]+ \/ [0-9.]+ \/ ([0-9.]+) .*/\1/' <<<"$state")
+    echo "optimizer state per rank: none $none_m MiB, hybrid gradients $grad_m MiB"
+    awk -v n="$none_m" -v g="$grad_m" 'BEGIN { exit !(n > 0 && g / n > 0.45 && g / n < 0.55) }' ||
+      fail "hybrid gradients should keep half of the moments per rank (2 ranks a node): $state"
+    TRAINER_TEST_RANKS_PER_NODE=2 timeout 120 mpirun -np 4 "$trainer" "${gpt_short[@]}" \
+      --set ddp.shard=gradients --set ddp.shard_group=node --set checkpoint.dir="$work/sim" \
+      >"$work/sim.txt" 2>&1 || { cat "$work/sim.txt" >>"$out"; fail "the simulated run failed"; }
+    compare_checkpoints "$work/sim/final.safetensors" "$work/two/final.safetensors" 0 ||
+      fail "the two-node hybrid run differs from its one-machine simulation"
+    timeout 120 mpirun -np 4 "$trainer" "${gpt_short[@]}" --set checkpoint.dir="$work/one" \
+      >"$work/one.txt" 2>&1 || { cat "$work/one.txt" >>"$out"; fail "the one-node run failed"; }
+    compare_checkpoints "$work/one/final.safetensors" "$work/two/final.safetensors" 1e-4 ||
+      fail "the hybrid two-node run's checkpoint differs from the unsharded one-node run's" ;;
   twonode_node_failure_restart)
     # The trainer ranks on n2 are killed (SIGKILL) after the checkpoint of step 10: the ranks on
     # n1 name them within ddp.timeout_s (checkpoint.dir/failure.json), the batch script restarts
