@@ -114,11 +114,13 @@ TEST_F(HybridShard, EveryModeEqualsUnshardedOnGpt) {
 // the replicas, so that the loss riding with them is the world's; the norms stay those of
 // ddp.shard: none, and the injected spike at step 6 is skipped on every rank.
 TEST_F(HybridShard, SpikeGuardKeepsTheNormAndSkipsTheSpike) {
-  std::string guarded = mlp_yaml();
+  const std::string base = mlp_yaml();
   const std::string seed = "seed: 11}";
-  guarded.replace(guarded.find(seed), seed.size(),
-                  "seed: 11, skip_spikes: {loss_z: 50, grad_norm_z: 0, window: 3}, "
-                  "inject_spike: '6'}");
+  const size_t at = base.find(seed);
+  const std::string guarded = base.substr(0, at) +
+                              "seed: 11, skip_spikes: {loss_z: 50, grad_norm_z: 0, window: 3}, "
+                              "inject_spike: '6'}" +
+                              base.substr(at + seed.size());
   const Trained none = train(*world_, mlp_yaml() + "ddp: {shard: none}\n", 8, {});
   for (const char* shard : {"gradients", "parameters"}) {
     const Trained hyb =
