@@ -193,7 +193,11 @@ std::vector<KeyDef> checkpoint_keys() {
       choice("checkpoint.format", FIELD(checkpoint.format), "auto", {"auto", "sharded", "single"},
              "sharded: every rank writes its own shard of the parameters and optimizer state "
              "into a step directory with a manifest (no gather); single: rank 0 gathers and "
-             "writes one file; auto: sharded when ddp.shard is not none, else single")};
+             "writes one file; auto: sharded when ddp.shard is not none, else single"),
+      boolean("checkpoint.async", FIELD(checkpoint.async), "true",
+              "the step waits only for the copy to host memory; a background thread writes and "
+              "fsyncs the files, and the next checkpoint or the end of the run waits for it and "
+              "commits it (false: the step waits for the whole write)")};
 }
 
 std::vector<KeyDef> log_keys() {

@@ -97,20 +97,26 @@ std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& mod
 std::string exp_avg_key(const std::string& param) { return "adamw.exp_avg." + param; }
 std::string exp_avg_sq_key(const std::string& param) { return "adamw.exp_avg_sq." + param; }
 
-void write_checkpoint(const std::string& path, models::Model& model,
-                      const std::vector<at::Tensor>& exp_avgs,
-                      const std::vector<at::Tensor>& exp_avg_sqs, const CheckpointMeta& meta) {
+std::map<std::string, at::Tensor> checkpoint_tensors(models::Model& model,
+                                                     const std::vector<at::Tensor>& exp_avgs,
+                                                     const std::vector<at::Tensor>& exp_avg_sqs) {
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [key, t] : model_entries(model)) tensors.emplace(key, t.detach());
   const auto params = model.named_parameters();
   if (exp_avgs.size() != params.size() || exp_avg_sqs.size() != params.size()) {
-    throw std::logic_error("write_checkpoint: one pair of moments per parameter");
+    throw std::logic_error("checkpoint_tensors: one pair of moments per parameter");
   }
   for (size_t i = 0; i < params.size(); ++i) {
     tensors.emplace(exp_avg_key(params[i].key()), exp_avgs[i]);
     tensors.emplace(exp_avg_sq_key(params[i].key()), exp_avg_sqs[i]);
   }
-  write_checkpoint_tensors(path, tensors, meta);
+  return tensors;
+}
+
+void write_checkpoint(const std::string& path, models::Model& model,
+                      const std::vector<at::Tensor>& exp_avgs,
+                      const std::vector<at::Tensor>& exp_avg_sqs, const CheckpointMeta& meta) {
+  write_checkpoint_tensors(path, checkpoint_tensors(model, exp_avgs, exp_avg_sqs), meta);
 }
 
 void write_checkpoint_tensors(const std::string& path,
@@ -139,10 +145,12 @@ void write_checkpoint_tensors(const std::string& path,
     std::remove(tmp.c_str());
     throw CheckpointError(e.what());
   }
+  fsync_path(tmp, /*directory=*/false);  // the data on disk before the name
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw CheckpointError(fmt::format("cannot move {} into place as {}", tmp, path));
   }
+  fsync_path(target.has_parent_path() ? target.parent_path().string() : ".", /*directory=*/true);
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
@@ -331,6 +339,25 @@ std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep)
     if (removed) deleted.push_back(path);
   }
   return deleted;
+}
+
+std::vector<std::string> remove_unfinished_writes(const std::string& dir, const std::string& keep) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> removed;
+  std::error_code ec;
+  const std::string suffix = ".tmp";
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string path = entry.path().string();
+    if (!name.ends_with(suffix) || path == keep) continue;
+    const bool ours =
+        name.starts_with("step_") || name.starts_with("final") || name.starts_with("oom_step_");
+    if (!ours) continue;
+    const bool gone =
+        entry.is_directory(ec) ? remove_step_dir(path) : std::remove(path.c_str()) == 0;
+    if (gone) removed.push_back(path);
+  }
+  return removed;
 }
 
 }  // namespace train

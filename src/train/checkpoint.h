@@ -13,8 +13,8 @@
 // resumed from a checkpoint on as many ranks continues exactly as the uninterrupted one.
 //
 // Contract:
-// - write_checkpoint writes a temporary file next to `path` and renames it into place, so a job
-//   killed while writing leaves the previous checkpoint whole.
+// - write_checkpoint writes a temporary file next to `path`, fsyncs it, renames it into place and
+//   fsyncs the directory, so a job killed while writing leaves the previous checkpoint whole.
 // - read_checkpoint + check_compatible run on one rank (rank 0) before any collective; every
 //   problem (missing, empty, truncated or damaged file, tensor data whose checksum differs from
 //   the metadata's, another format, a parameter, buffer or moment that is missing or has another
@@ -71,6 +71,12 @@ std::string exp_avg_sq_key(const std::string& param);
 // (build_cache() rebuilds those).
 std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model);
 
+// What a single-file checkpoint holds under its keys: the model's entries (model_entries) and
+// AdamW's moments (one pair per parameter, in named_parameters() order). Views, not copies.
+std::map<std::string, at::Tensor> checkpoint_tensors(models::Model& model,
+                                                     const std::vector<at::Tensor>& exp_avgs,
+                                                     const std::vector<at::Tensor>& exp_avg_sqs);
+
 // Rank 0 writes: the model (parameters, non-cache buffers), AdamW's moments (one pair per
 // parameter, in named_parameters() order) and `meta`. Throws CheckpointError.
 void write_checkpoint(const std::string& path, models::Model& model,
@@ -116,5 +122,11 @@ std::string newest_good_checkpoint(const std::string& dir, std::vector<std::stri
 // `keep` with the most steps; final and out-of-memory checkpoints stay. keep <= 0: none deleted.
 // Returns the deleted paths.
 std::vector<std::string> prune_checkpoints(const std::string& dir, int64_t keep);
+
+// What interrupted writes left in `dir`: checkpoint names (step_N, final, oom_step_N, as files or
+// step directories) with ".tmp" appended, except `keep` (the one being committed). Removes them
+// (a directory one level deep) and returns the removed paths. Rank 0, while no other write is in
+// flight.
+std::vector<std::string> remove_unfinished_writes(const std::string& dir, const std::string& keep);
 
 }  // namespace train

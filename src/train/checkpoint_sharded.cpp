@@ -79,16 +79,6 @@ void sliced_pieces(const ShardedState& s, int world, int rank, bool with_tensors
   }
 }
 
-void fsync_path(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    throw CheckpointError(fmt::format("cannot fsync {}: {}", path, std::strerror(err)));
-  }
-  ::close(fd);
-}
-
 void rename_or_throw(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
     throw CheckpointError(
@@ -138,6 +128,16 @@ at::Tensor assemble(const io::ShardManifest& m, const std::string& dir, const st
 }
 
 }  // namespace
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw CheckpointError(fmt::format("cannot fsync {}: {}", path, std::strerror(err)));
+  }
+  ::close(fd);
+}
 
 ShardContent shard_content(const ShardedState& state, int world, int rank, bool with_tensors) {
   ShardContent out;
@@ -189,7 +189,7 @@ io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
     std::remove(tmp.c_str());
     throw CheckpointError(e.what());
   }
-  fsync_path(tmp, O_RDONLY);
+  fsync_path(tmp, /*directory=*/false);
   rename_or_throw(tmp, path);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
@@ -222,12 +222,12 @@ void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManif
   } else {
     throw CheckpointError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
   }
-  fsync_path(tmp, O_RDONLY);
+  fsync_path(tmp, /*directory=*/false);
   rename_or_throw(tmp, path);
-  fsync_path(tmp_dir, O_RDONLY | O_DIRECTORY);
+  fsync_path(tmp_dir, /*directory=*/true);
   if (is_sharded_checkpoint(step_dir)) remove_step_dir(step_dir);  // the same step written again
   rename_or_throw(tmp_dir, step_dir);
-  fsync_path(parent_of(step_dir), O_RDONLY | O_DIRECTORY);
+  fsync_path(parent_of(step_dir), /*directory=*/true);
 }
 
 bool is_sharded_checkpoint(const std::string& path) {

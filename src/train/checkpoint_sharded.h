@@ -71,6 +71,9 @@ io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
 // CheckpointError.
 void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManifest& manifest);
 
+// fsync of a file or (`directory`) a directory. Throws CheckpointError naming it.
+void fsync_path(const std::string& path, bool directory);
+
 // Whether `path` is a directory holding a manifest.
 bool is_sharded_checkpoint(const std::string& path);
 

@@ -1,5 +1,16 @@
-// Trainer::save_checkpoint: the single-file format (rank 0 gathers and writes) and the sharded one
-// (every rank writes its shard; train/checkpoint_sharded.h). docs/DESIGN.md, "Checkpoints".
+// Trainer::save_checkpoint and finish_checkpoint: the single-file format (rank 0 gathers and
+// writes) and the sharded one (every rank writes its shard; train/checkpoint_sharded.h).
+// docs/DESIGN.md, "Checkpoints".
+//
+// A checkpoint is written in two halves:
+// - save_checkpoint (the step waits for it): the copy of the state to host memory (single-file:
+//   after the gathers to rank 0), then the write of this rank's file starts, on a background
+//   thread under checkpoint.async, else at once on this thread;
+// - finish_checkpoint (the next checkpoint, or the end of the run, waits for it): the write is
+//   waited for, every rank votes on its file (one all-gather on the control plane), and rank 0
+//   commits (the manifest and the directory's rename; a single file renamed itself into place),
+//   removes what interrupted writes left and applies checkpoint.keep_last.
+// The background thread touches only its host copies and files: no collective, no device.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -7,6 +18,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <future>
 #include <thread>
 
 #include "ddp/gather.h"
@@ -14,15 +27,18 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_sharded.h"
 #include "train/error_text.h"
+#include "train/pending_checkpoint.h"
 #include "train/trainer.h"
 
 namespace train {
+
+using Clock = std::chrono::steady_clock;
+using seconds = std::chrono::duration<double>;
+
 namespace {
 
 constexpr const char* kSuffix = ".safetensors";
 
-using Clock = std::chrono::steady_clock;
-using seconds = std::chrono::duration<double>;
 double seconds_since(Clock::time_point t) { return seconds(Clock::now() - t).count(); }
 
 std::string without_suffix(const std::string& path) {
@@ -33,22 +49,53 @@ std::string without_suffix(const std::string& path) {
   return path;
 }
 
-// "ok BYTES CRC" or "error WHY": a rank's vote on its shard file.
 std::string vote_of(const io::ShardFile& file) {
   return fmt::format("ok {} {}", file.bytes, file.crc32);
 }
 
-// Test-only (tests/e2e/e2e.sh, sharded_checkpoint_killed_mid_write_np2):
-// TRAINER_TEST_SHARD_WRITE_PAUSE=R:S makes rank R sleep after writing its shard of step S, before
-// the vote, so that the test can kill it in the middle of a sharded write.
+// Test-only (tests/e2e/e2e.sh): TRAINER_TEST_SHARD_WRITE_PAUSE=R:S[:FILE] makes rank R's write of
+// step S's shard pause after its file is written, before the vote: until FILE exists when given
+// (at most 600 s), else for 600 s, so that a test can kill the rank in the middle of the write or
+// check that training goes on while the write waits.
 void pause_if_asked(int rank, int64_t step) {
   const char* value = std::getenv("TRAINER_TEST_SHARD_WRITE_PAUSE");
   int r = -1;
   long long s = -1;
-  if (value != nullptr && std::sscanf(value, "%d:%lld", &r, &s) == 2 && r == rank && s == step) {
-    spdlog::warn("TRAINER_TEST_SHARD_WRITE_PAUSE: rank {} pauses in the write of step {}", r, s);
-    std::this_thread::sleep_for(std::chrono::seconds(600));
+  char release[4096] = {};
+  const int n = value == nullptr ? 0 : std::sscanf(value, "%d:%lld:%4095s", &r, &s, release);
+  if (n < 2 || r != rank || s != step) return;
+  spdlog::warn("TRAINER_TEST_SHARD_WRITE_PAUSE: rank {} pauses in the write of step {}", r, s);
+  for (int tenths = 0; tenths < 6000; ++tenths) {
+    std::error_code ec;
+    if (n == 3 && std::filesystem::exists(release, ec)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+}
+
+// Runs `job` (which returns this rank's vote) on a background thread when `background`, else now;
+// an exception becomes an "error" vote, so that every rank learns of it at the vote.
+template <class Job>
+std::future<WriteOutcome> launch_write(bool background, Job job) {
+  auto run = [job = std::move(job)]() -> WriteOutcome {
+    const auto started = Clock::now();
+    WriteOutcome out;
+    try {
+      out.vote = job();
+    } catch (const std::exception& e) {
+      out.vote = "error " + first_line(e.what());
+    }
+    out.seconds = seconds_since(started);
+    return out;
+  };
+  if (background) return std::async(std::launch::async, std::move(run));
+  std::promise<WriteOutcome> done;
+  done.set_value(run());
+  return done.get_future();
+}
+
+// A copy of `t` in host memory that the step's later updates do not touch.
+at::Tensor host_copy(const at::Tensor& t) {
+  return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
 }
 
 }  // namespace
@@ -63,37 +110,64 @@ bool Trainer::sharded_checkpoints() const {
 }
 
 std::string Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
-  const std::string written = sharded_checkpoints() ? without_suffix(path) : path;
-  if (sharded_checkpoints()) {
-    save_sharded_checkpoint(written, steps_done);
-  } else {
-    // Sharded: the moments are gathered into full tensors on rank 0 (collective), so the file
-    // is the one an unsharded run writes and resumes on any world size, sharded or not.
-    const auto started = Clock::now();
-    std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
-    const auto pinned = pin_parameters();  // parameters: the whole model, on every rank
-    if (reducer_->sharded()) {
-      exp_avgs = reducer_->unshard(optimizer_->exp_avgs(), 0);
-      exp_avg_sqs = reducer_->unshard(optimizer_->exp_avg_sqs(), 0);
-    }
-    if (control_.rank() != 0) return written;
-    write_checkpoint(path, *model_, reducer_->sharded() ? exp_avgs : optimizer_->exp_avgs(),
-                     reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs(),
-                     {steps_done, options_.train.global_batch_size, options_.train.seed,
-                      control_.size(), options_.config_text});
-    spdlog::info("checkpoint written: {} ({} steps done), the step waited {:.3f} s", path,
-                 steps_done, seconds_since(started));
-  }
-  if (control_.rank() != 0) return written;
-  // Older periodic checkpoints go only once the new one is complete (renamed into place).
-  for (const auto& old :
-       prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last)) {
-    spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.checkpoint.keep_last, old);
+  finish_checkpoint();  // one write at a time
+  const bool sharded = sharded_checkpoints();
+  const std::string written = sharded ? without_suffix(path) : path;
+  pending_checkpoint_ = sharded ? start_sharded_checkpoint(written, steps_done)
+                                : start_single_checkpoint(written, steps_done);
+  if (!options_.checkpoint.async) {
+    finish_checkpoint();
+  } else if (control_.rank() == 0) {
+    spdlog::info("checkpoint {} ({} steps done): the step waited {:.3f} s for the copy to host "
+                 "memory; the files are written in the background",
+                 written, steps_done, pending_checkpoint_->host_copy_s);
   }
   return written;
 }
 
-void Trainer::save_sharded_checkpoint(const std::string& step_dir, int64_t steps_done) {
+std::unique_ptr<PendingCheckpoint> Trainer::start_single_checkpoint(const std::string& path,
+                                                                    int64_t steps_done) {
+  auto p = std::make_unique<PendingCheckpoint>();
+  p->path = path;
+  p->tmp = path + ".tmp";
+  p->steps_done = steps_done;
+  const auto started = Clock::now();
+  // Sharded: the moments are gathered into full tensors on rank 0 (collective), so the file is
+  // the one an unsharded run writes and resumes on any world size, sharded or not.
+  std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
+  const auto pinned = pin_parameters();  // parameters: the whole model, on every rank
+  if (reducer_->sharded()) {
+    exp_avgs = reducer_->unshard(optimizer_->exp_avgs(), 0);
+    exp_avg_sqs = reducer_->unshard(optimizer_->exp_avg_sqs(), 0);
+  }
+  if (control_.rank() != 0) {  // rank 0 writes alone; the others vote that they agree
+    p->write = launch_write(false, [] { return std::string("ok 0 -"); });
+    return p;
+  }
+  std::map<std::string, at::Tensor> host;
+  std::string failed;
+  try {
+    for (const auto& [key, t] :
+         checkpoint_tensors(*model_, reducer_->sharded() ? exp_avgs : optimizer_->exp_avgs(),
+                            reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs())) {
+      host[key] = host_copy(t);
+    }
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  p->host_copy_s = seconds_since(started);
+  const CheckpointMeta meta{steps_done, options_.train.global_batch_size, options_.train.seed,
+                            control_.size(), options_.config_text};
+  p->write = launch_write(options_.checkpoint.async, [host = std::move(host), path, meta, failed] {
+    if (!failed.empty()) throw CheckpointError(failed);
+    write_checkpoint_tensors(path, host, meta);
+    return std::string("ok 0 -");
+  });
+  return p;
+}
+
+std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::string& step_dir,
+                                                                     int64_t steps_done) {
   ShardedState state;
   for (const auto& item : model_->named_parameters())
     state.params.emplace_back(item.key(), item.value());
@@ -108,53 +182,96 @@ void Trainer::save_sharded_checkpoint(const std::string& step_dir, int64_t steps
   state.exp_avg_sqs = optimizer_->exp_avg_sqs();
   const int world = control_.size();
   const int rank = control_.rank();
+  auto p = std::make_unique<PendingCheckpoint>();
+  p->path = step_dir;
+  p->tmp = step_dir + ".tmp";
+  p->steps_done = steps_done;
+  p->sharded = true;
   const auto started = Clock::now();
-  auto copied = started, written = started;
-  // The copy to host memory, then the file: a rank's failure is voted, so every rank agrees.
-  std::string vote;
+  std::map<std::string, at::Tensor> host;
+  std::string failed;  // a rank's failure is voted, so every rank agrees
   try {
-    std::map<std::string, at::Tensor> host;
     for (const auto& [key, t] : shard_content(state, world, rank, true).tensors) {
-      host[key] = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+      host[key] = host_copy(t);
     }
-    copied = Clock::now();
-    vote = vote_of(write_shard_file(step_dir + ".tmp", rank, host));
-    written = Clock::now();
-    pause_if_asked(rank, steps_done);
   } catch (const std::exception& e) {
-    vote = "error " + first_line(e.what());
+    failed = e.what();
   }
-  const auto votes = ddp::all_gather_strings(control_, vote);  // the one collective
-  io::ShardManifest manifest{
-      world,
-      std::string(ddp::kShardModeNames[static_cast<size_t>(reducer_->shard_mode())]),
-      steps_done,
-      options_.train.global_batch_size,
-      options_.train.seed,
-      options_.config_text,
-      logical_tensors(state),
-      {}};
-  for (int r = 0; r < world; ++r) {
-    io::ShardFile file{io::shard_file_name(r), r, 0, "",
-                       shard_content(state, world, r, false).pieces};
+  p->host_copy_s = seconds_since(started);
+  p->manifest = {world,
+                 std::string(ddp::kShardModeNames[static_cast<size_t>(reducer_->shard_mode())]),
+                 steps_done,
+                 options_.train.global_batch_size,
+                 options_.train.seed,
+                 options_.config_text,
+                 logical_tensors(state),
+                 {}};
+  for (int r = 0; r < world; ++r) {  // every rank's pieces; sizes and CRCs come with the votes
+    p->manifest.files.push_back(
+        {io::shard_file_name(r), r, 0, "", shard_content(state, world, r, false).pieces});
+  }
+  p->write = launch_write(options_.checkpoint.async,
+                          [host = std::move(host), dir = p->tmp, rank, steps_done, failed] {
+                            if (!failed.empty()) throw CheckpointError(failed);
+                            const std::string vote = vote_of(write_shard_file(dir, rank, host));
+                            pause_if_asked(rank, steps_done);
+                            return vote;
+                          });
+  return p;
+}
+
+void Trainer::finish_checkpoint() {
+  if (pending_checkpoint_ == nullptr) return;  // the same on every rank
+  const std::unique_ptr<PendingCheckpoint> p = std::move(pending_checkpoint_);
+  const auto waited_from = Clock::now();
+  const WriteOutcome mine = p->write.get();
+  const double waited = seconds_since(waited_from);
+  const int rank = control_.rank();
+  const std::string dir = std::filesystem::path(p->path).parent_path().string();
+  if (rank == 0) {  // no other write is in flight: every rank is at this vote or writing p's
+    for (const auto& left : remove_unfinished_writes(dir.empty() ? "." : dir, p->tmp)) {
+      spdlog::info("removed {}, left by an interrupted checkpoint write", left);
+    }
+  }
+  const auto voted_from = Clock::now();
+  const auto votes = ddp::all_gather_strings(control_, mine.vote);  // the one collective
+  for (int r = 0; r < control_.size(); ++r) {
     char crc[64] = {};
     long long bytes = 0;
     if (std::sscanf(votes[r].c_str(), "ok %lld %63s", &bytes, crc) != 2) {
-      throw CheckpointError(fmt::format("checkpoint {}: rank {} could not write its shard: {}",
-                                        step_dir, r, votes[r]));
+      throw CheckpointError(fmt::format("checkpoint {}: rank {} could not write its {}: {}",
+                                        p->path, r, p->sharded ? "shard" : "file",
+                                        votes[r].substr(votes[r].find(' ') + 1)));
     }
-    file.bytes = bytes;
-    file.crc32 = crc;
-    manifest.files.push_back(std::move(file));
+    if (p->sharded) {
+      p->manifest.files[r].bytes = bytes;
+      p->manifest.files[r].crc32 = crc;
+    }
   }
   if (rank != 0) return;
-  commit_sharded_checkpoint(step_dir, manifest);
-  // bench/checkpoint_stall.sh reads the times (rank 0's).
-  spdlog::info(
-      "checkpoint written: {} ({} steps done), {} shard files, the step waited {:.3f} s: host "
-      "copy {:.3f} s, file and fsync {:.3f} s, vote and manifest {:.3f} s",
-      step_dir, steps_done, world, seconds_since(started), seconds(copied - started).count(),
-      seconds(written - copied).count(), seconds_since(written));
+  if (p->sharded) commit_sharded_checkpoint(p->path, p->manifest);
+  const std::string what =
+      p->sharded ? fmt::format(", {} shard files", p->manifest.files.size()) : "";
+  const char* copied = p->sharded ? "host copy" : "gathers and host copy";
+  // bench/checkpoint_stall.sh reads these lines (rank 0's times).
+  if (options_.checkpoint.async) {
+    spdlog::info("checkpoint written: {} ({} steps done{}): the step waited {:.3f} s ({}); in the "
+                 "background, file and fsync {:.3f} s; then the run waited {:.3f} s for the write "
+                 "and {:.3f} s for the vote and commit",
+                 p->path, p->steps_done, what, p->host_copy_s, copied, mine.seconds, waited,
+                 seconds_since(voted_from));
+  } else {
+    spdlog::info("checkpoint written: {} ({} steps done{}), the step waited {:.3f} s: {} {:.3f} "
+                 "s, file and fsync {:.3f} s, vote and commit {:.3f} s",
+                 p->path, p->steps_done, what,
+                 p->host_copy_s + mine.seconds + seconds_since(voted_from), copied, p->host_copy_s,
+                 mine.seconds, seconds_since(voted_from));
+  }
+  // Older periodic checkpoints go only once the new one is complete (renamed into place).
+  for (const auto& old :
+       prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last)) {
+    spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.checkpoint.keep_last, old);
+  }
 }
 
 }  // namespace train

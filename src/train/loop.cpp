@@ -122,6 +122,7 @@ void TrainingLoop::add_checkpoint_actions() {
   actions_.add(
       {"final checkpoint", "checkpoints", {.after_last = true}, [&trainer, &o](int64_t step) {
          trainer.save_checkpoint(o.checkpoint.dir + "/final.safetensors", step);
+         trainer.finish_checkpoint();  // the run ends with every checkpoint complete
        }});
 }
 
@@ -131,6 +132,7 @@ std::string TrainingLoop::save_last_good_state(int64_t step, const std::string& 
   // A skipped step changes nothing: the parameters and moments are the last applied step's.
   const std::string path =
       trainer_.save_checkpoint(fmt::format("{}/step_{:06d}.safetensors", dir, step), step);
+  trainer_.finish_checkpoint();  // the job ends: complete before the message names it
   return fmt::format("{} The last good state (the skipped steps changed nothing) is in {}; "
                      "resuming from it goes on after step {}, past the skipped batches.",
                      why, path, step);
@@ -199,6 +201,7 @@ RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
     }
   }
   profiler.finish();
+  trainer_.finish_checkpoint();  // none pending after the final checkpoint; this covers the rest
   if (summary.steps_done - start > 1) {
     summary.samples_per_s =
         static_cast<double>((summary.steps_done - start - 1) * plan.global_batch) /

@@ -54,6 +54,7 @@
 #include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "train/options.h"
+#include "train/pending_checkpoint.h"
 #include "train/periodic.h"
 #include "train/precision.h"
 #include "train/report/results.h"
@@ -143,8 +144,16 @@ class Trainer {
   // Writes a checkpoint with `steps_done` optimizer steps to `path` (".../NAME.safetensors").
   // checkpoint.format single: rank 0 writes that file (train/checkpoint.h); sharded: every rank
   // writes its shard into the directory ".../NAME" (train/checkpoint_sharded.h,
-  // checkpoint_writer.cpp). Collective. Returns what was written (the file or the directory).
+  // checkpoint_writer.cpp). First finishes the previous checkpoint (finish_checkpoint). The state
+  // is copied to host memory before it returns; under checkpoint.async the files are written in
+  // the background and the checkpoint is complete only after finish_checkpoint, otherwise at
+  // once. Collective. Returns what is written (the file or the directory).
   std::string save_checkpoint(const std::string& path, int64_t steps_done);
+  // Waits for the checkpoint being written (if any), then every rank votes on its file and rank 0
+  // commits it (the manifest, the rename), removes what interrupted writes left and applies
+  // checkpoint.keep_last. A failed write on any rank is the same CheckpointError on every rank.
+  // Collective; a no-op on every rank when nothing is pending.
+  void finish_checkpoint();
   // Whether checkpoints are written sharded (checkpoint.format, and "auto" by the mode in force).
   bool sharded_checkpoints() const;
 
@@ -157,7 +166,11 @@ class Trainer {
   int64_t start_step() const { return start_step_; }
 
  private:
-  void save_sharded_checkpoint(const std::string& step_dir, int64_t steps_done);
+  // The two formats' host copy and background write (checkpoint_writer.cpp).
+  std::unique_ptr<PendingCheckpoint> start_sharded_checkpoint(const std::string& step_dir,
+                                                              int64_t steps_done);
+  std::unique_ptr<PendingCheckpoint> start_single_checkpoint(const std::string& path,
+                                                             int64_t steps_done);
 
   // Set-up, in the order the constructor runs it (trainer_setup.cpp).
   // The micro-batch every rank starts from: the configured one, or a whole per-rank slice (the
@@ -279,6 +292,9 @@ class Trainer {
   int fallbacks_ = 0;
   int64_t start_step_ = 0;  // optimizer steps already done (resumed from a checkpoint)
   std::vector<PeriodicAction> periodic_;  // add_periodic: run() runs them
+  // Written, not yet committed. Destroyed (the Trainer too): waits for the write, which is then
+  // not committed (no collective there), so it is not a checkpoint.
+  std::unique_ptr<PendingCheckpoint> pending_checkpoint_;
   EvalInputs eval_inputs_;
 };
 

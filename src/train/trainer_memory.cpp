@@ -334,6 +334,7 @@ memory::OutOfMemoryFatal Trainer::fallbacks_spent(int64_t step,
     const std::string path =
         fmt::format("{}/oom_step_{:06d}.safetensors", options_.checkpoint.dir, step);
     save_checkpoint(path, /*steps_done=*/step - 1);
+    finish_checkpoint();  // the job ends: written before the error
     // checkpoint.format: sharded writes the directory of that name, without ".safetensors".
     where = "checkpoint written to " +
             (sharded_checkpoints() ? path.substr(0, path.rfind(".safetensors")) : path);

@@ -95,6 +95,7 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
   for (int64_t s = trainer.start_step() + 1; s <= until; ++s) trainer.step(s);
   if (!save_to.empty()) {
     trainer.save_checkpoint(save_to, until);
+    trainer.finish_checkpoint();  // checkpoint.async: the write, the vote, rank 0's commit
     comm.barrier("checkpoint written");
   }
   const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters: the whole model

@@ -391,6 +391,48 @@ SH
       expect_rc 0; expect_grep "wrote .*/$d/final.safetensors \(60 steps done, written by 2 rank\(s\)\)"
     done
     same_tensors "$work/ck/final.safetensors" "$work/whole/final.safetensors" 0 ;;
+  async_checkpoint_np2)
+    # checkpoint.async (the default), sharded, 2 ranks: rank 1's write of step 20 is held
+    # (TRAINER_TEST_SHARD_WRITE_PAUSE=1:20:FILE, test-only) until the log shows step 40, so
+    # training goes on while a write is in flight; step_000020 is committed only after that
+    # (when the step-40 checkpoint starts). Then a resume from step_000020 ends with the loss of
+    # an uninterrupted run, and checkpoint.async: false writes the same tensors.
+    c=(--set train.steps=60 --set checkpoint.every=20 --set checkpoint.format=sharded
+       --set log.every=5)
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.dir="$work/sync" \
+      --set checkpoint.async=false
+    expect_rc 0
+    whole=$(grep -oE "done: 60 steps, loss [0-9.]+ -> [0-9.]+" "$out" | grep -oE "[0-9.]+$")
+    [ -n "$whole" ] || fail "no final loss"
+    expect_grep "checkpoint written: .*/sync/step_000020 \(20 steps done, 2 shard files\), the step waited"
+    echo "+ mpirun -np 2 $trainer ... (TRAINER_TEST_SHARD_WRITE_PAUSE=1:20:$work/release)"
+    mpirun -np 2 -x TRAINER_TEST_SHARD_WRITE_PAUSE="1:20:$work/release" "$trainer" "${quick[@]}" \
+      "${c[@]}" --set checkpoint.dir="$work/ck" >"$work/held.txt" 2>&1 &
+    mpirun_pid=$!
+    out=$work/held.txt  # its own file: the last run's log also has a step-40 line
+    for _ in $(seq 600); do grep -qE "\] step +40/" "$out" && break; sleep 0.1; done
+    grep -qE "\] step +40/" "$out" || { kill -KILL $mpirun_pid; cat "$out"; fail "training did not reach step 40 while the step-20 write was held"; }
+    [ ! -e "$work/ck/step_000020" ] || { kill -KILL $mpirun_pid; fail "step_000020 was committed while rank 1 still wrote it"; }
+    touch "$work/release"
+    ends_within_60s $mpirun_pid || { kill -KILL $mpirun_pid; fail "the job still runs 60 s after the release"; }
+    wait $mpirun_pid; rc=$?
+    echo "exit code $rc"; expect_rc 0
+    expect_grep "checkpoint .*/ck/step_000020 \(20 steps done\): the step waited [0-9.]+ s for the copy to host memory"
+    expect_grep "checkpoint written: .*/ck/step_000020 \(20 steps done, 2 shard files\): the step waited"
+    expect_grep "done: 60 steps, loss [0-9.]+ -> $whole,"
+    # The commit of step 20 comes after the step-40 line (it waited for the release).
+    awk '/\] step +40\// { s = NR } /checkpoint written: .*step_000020/ { c = NR } END { exit !(s && c > s) }' "$out" ||
+      fail "step_000020 was committed before step 40 was logged"
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.dir="$work/ck2" \
+      --set checkpoint.resume="$work/ck/step_000020"
+    expect_rc 0
+    expect_grep "done: 60 steps \(40 in this run\), loss [0-9.]+ -> $whole,"
+    for d in sync ck; do
+      run "$trainer" "${quick[@]}" --consolidate "$work/$d/step_000040"
+      expect_rc 0
+    done
+    same_tensors "$work/ck/step_000040.safetensors" "$work/sync/step_000040.safetensors" 0
+    echo "final loss $whole; async and sync step-40 checkpoints bitwise equal" ;;
   sharded_checkpoint_generate_export_np2)
     # gpt-tiny, 2 ranks, ddp.shard: parameters: checkpoint.format is sharded by default, and
     # --generate and --export-hf take their weights from the sharded final directory.

@@ -281,6 +281,7 @@ RungRun train_with_rung(ddp::Communicator& comm, const std::string& yaml, int64_
   r.fallbacks = run.trainer->fallbacks();
   r.micro_batch = run.trainer->plan().micro_batch;
   run.trainer->save_checkpoint(save_to, steps);
+  run.trainer->finish_checkpoint();
   comm.barrier("checkpoint written");
   return r;
 }

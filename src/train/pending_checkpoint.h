@@ -1,0 +1,29 @@
+// A checkpoint between its two halves (Trainer::save_checkpoint and finish_checkpoint,
+// train/checkpoint_writer.cpp): its host copy taken, its files being written.
+#pragma once
+
+#include <cstdint>
+#include <future>
+#include <string>
+
+#include "io/shard_manifest.h"
+
+namespace train {
+
+// One rank's write: its vote ("ok BYTES CRC" or "error WHY") and how long it took.
+struct WriteOutcome {
+  std::string vote;
+  double seconds = 0;
+};
+
+struct PendingCheckpoint {
+  std::string path;  // the file, or the step directory
+  std::string tmp;   // its name while being written (the cleanup of unfinished writes keeps it)
+  int64_t steps_done = 0;
+  bool sharded = false;
+  io::ShardManifest manifest;       // sharded: all but the files' sizes and CRC-32s
+  double host_copy_s = 0;           // the step's wait: (single-file: the gathers and) the host copy
+  std::future<WriteOutcome> write;  // destroyed: waits for the write
+};
+
+}  // namespace train
