@@ -379,10 +379,18 @@ SH
     wait $mpirun_pid
     [ ! -e "$work/ck/step_000040" ] || fail "step_000040 exists after the killed write"
     [ ! -e "$work/ck/step_000040.tmp/manifest.json" ] || fail "the killed write has a manifest"
+    # Leftovers of other interrupted writes go at the resumed run's first commit.
+    mkdir "$work/ck/step_000010.tmp" && touch "$work/ck/step_000010.tmp/rank_00000.safetensors.tmp"
+    touch "$work/ck/final.safetensors.tmp" "$work/ck/notes.tmp"
     run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.dir="$work/ck" \
       --set checkpoint.resume=auto
     expect_rc 0
     expect_grep "resumed from .*/ck/step_000020: 20 steps done"
+    expect_grep "removed .*/ck/step_000010.tmp, left by an interrupted checkpoint write"
+    expect_grep "removed .*/ck/final.safetensors.tmp, left by an interrupted checkpoint write"
+    [ ! -e "$work/ck/step_000010.tmp" ] && [ ! -e "$work/ck/final.safetensors.tmp" ] &&
+      [ ! -e "$work/ck/step_000040.tmp" ] || fail "an unfinished write was left in $work/ck"
+    [ -e "$work/ck/notes.tmp" ] || fail "a file that is not a checkpoint's was removed"
     expect_grep "done: 60 steps \(40 in this run\), loss [0-9.]+ -> $whole,"
     echo "final loss $whole both ways"
     # --consolidate writes each final directory as one file: the same tensors, bitwise.
