@@ -201,12 +201,6 @@ class Loader {
             "ddp.shard_group: 'node' shards within each node, but ddp.shard is none (set ddp.shard "
             "to optimizer, gradients or parameters, or ddp.shard_group to world)");
     }
-    if (c.ddp.shard_group == ddp::ShardGroup::kNode && c.checkpoint.format == "sharded" &&
-        given("ddp.shard_group") && given("checkpoint.format")) {
-      error(at("checkpoint.format"),
-            "checkpoint.format: 'sharded' is not supported with ddp.shard_group: node yet (every "
-            "node holds the same blocks); use single or auto, which writes the single file there");
-    }
     // A rule between keys only means something when both values were accepted.
     if (rejected_.count("train.warmup_steps") || rejected_.count("train.steps")) return;
     if (c.train.warmup_steps >= c.train.steps && c.train.steps > 1) {

@@ -49,8 +49,11 @@ std::string without_suffix(const std::string& path) {
   return path;
 }
 
-std::string vote_of(const io::ShardFile& file) {
-  return fmt::format("ok {} {}", file.bytes, file.crc32);
+// A rank's vote: "ok BYTES CRC FILE" (FILE: the index of the file it wrote), "nothing" (it writes
+// no file) or "error WHY".
+constexpr const char* kNothing = "nothing";
+std::string vote_of(const io::ShardFile& file, int index) {
+  return fmt::format("ok {} {} {}", file.bytes, file.crc32, index);
 }
 
 // Test-only (tests/e2e/e2e.sh): TRAINER_TEST_SHARD_WRITE_PAUSE=R:S[:FILE] makes rank R's write of
@@ -98,15 +101,34 @@ at::Tensor host_copy(const at::Tensor& t) {
   return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
 }
 
+// Rank r's vote on its file, into the pending checkpoint's manifest (sharded); throws the same
+// CheckpointError on every rank when a rank failed.
+void take_vote(PendingCheckpoint& p, int r, const std::string& vote, std::vector<int>& votes_of) {
+  if (vote == kNothing) return;
+  char crc[64] = {};
+  long long bytes = 0;
+  int index = -1;
+  if (std::sscanf(vote.c_str(), "ok %lld %63s %d", &bytes, crc, &index) != 3) {
+    throw CheckpointError(fmt::format("checkpoint {}: rank {} could not write its {}: {}", p.path,
+                                      r, p.sharded ? "shard" : "file",
+                                      vote.substr(vote.find(' ') + 1)));
+  }
+  if (!p.sharded) return;
+  if (index < 0 || index >= static_cast<int>(p.manifest.files.size())) {
+    throw std::logic_error(
+        fmt::format("rank {} voted for file {} of {}", r, index, p.manifest.files.size()));
+  }
+  p.manifest.files[index].bytes = bytes;
+  p.manifest.files[index].crc32 = crc;
+  ++votes_of[index];
+}
+
 }  // namespace
 
 bool Trainer::sharded_checkpoints() const {
   const std::string& format = options_.checkpoint.format;
   // auto: by ddp.shard as configured, so that a run a fallback rung shards keeps its format.
-  // Hybrid sharding (every node holds the same blocks) writes the single file: the shard files'
-  // layout assumes that the world's ranks hold disjoint blocks (config: sharded is refused there).
-  return format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone &&
-                                 options_.ddp.shard_group == ddp::ShardGroup::kWorld);
+  return format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone);
 }
 
 std::string Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
@@ -140,8 +162,8 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_single_checkpoint(const std::s
     exp_avgs = reducer_->unshard(optimizer_->exp_avgs(), 0);
     exp_avg_sqs = reducer_->unshard(optimizer_->exp_avg_sqs(), 0);
   }
-  if (control_.rank() != 0) {  // rank 0 writes alone; the others vote that they agree
-    p->write = launch_write(false, [] { return std::string("ok 0 -"); });
+  if (control_.rank() != 0) {  // rank 0 writes alone; the others write nothing
+    p->write = launch_write(false, [] { return std::string(kNothing); });
     return p;
   }
   std::map<std::string, at::Tensor> host;
@@ -161,7 +183,7 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_single_checkpoint(const std::s
   p->write = launch_write(options_.checkpoint.async, [host = std::move(host), path, meta, failed] {
     if (!failed.empty()) throw CheckpointError(failed);
     write_checkpoint_tensors(path, host, meta);
-    return std::string("ok 0 -");
+    return std::string("ok 0 - 0");
   });
   return p;
 }
@@ -180,7 +202,11 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::
   }
   state.exp_avgs = optimizer_->exp_avgs();
   state.exp_avg_sqs = optimizer_->exp_avg_sqs();
-  const int world = control_.size();
+  // The files: one per rank of the shard group (the world; hybrid, a node), written by the first
+  // node's ranks (every node holds the same blocks), file f by the group's rank f.
+  const int files = shard_comm_.size();
+  const int index = shard_comm_.rank();
+  const bool writes = replicas_ == nullptr || replicas_->rank() == 0;
   const int rank = control_.rank();
   auto p = std::make_unique<PendingCheckpoint>();
   p->path = step_dir;
@@ -191,14 +217,16 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::
   std::map<std::string, at::Tensor> host;
   std::string failed;  // a rank's failure is voted, so every rank agrees
   try {
-    for (const auto& [key, t] : shard_content(state, world, rank, true).tensors) {
-      host[key] = host_copy(t);
+    if (writes) {
+      for (const auto& [key, t] : shard_content(state, files, index, true).tensors) {
+        host[key] = host_copy(t);
+      }
     }
   } catch (const std::exception& e) {
     failed = e.what();
   }
   p->host_copy_s = seconds_since(started);
-  p->manifest = {world,
+  p->manifest = {control_.size(),
                  std::string(ddp::kShardModeNames[static_cast<size_t>(reducer_->shard_mode())]),
                  steps_done,
                  options_.train.global_batch_size,
@@ -206,17 +234,18 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::
                  options_.config_text,
                  logical_tensors(state),
                  {}};
-  for (int r = 0; r < world; ++r) {  // every rank's pieces; sizes and CRCs come with the votes
+  for (int f = 0; f < files; ++f) {  // every file's pieces; sizes and CRCs come with the votes
     p->manifest.files.push_back(
-        {io::shard_file_name(r), r, 0, "", shard_content(state, world, r, false).pieces});
+        {io::shard_file_name(f), f, 0, "", shard_content(state, files, f, false).pieces});
   }
-  p->write = launch_write(options_.checkpoint.async,
-                          [host = std::move(host), dir = p->tmp, rank, steps_done, failed] {
-                            if (!failed.empty()) throw CheckpointError(failed);
-                            const std::string vote = vote_of(write_shard_file(dir, rank, host));
-                            pause_if_asked(rank, steps_done);
-                            return vote;
-                          });
+  p->write = launch_write(options_.checkpoint.async, [host = std::move(host), dir = p->tmp, writes,
+                                                      index, rank, steps_done, failed] {
+    if (!failed.empty()) throw CheckpointError(failed);
+    if (!writes) return std::string(kNothing);
+    const std::string vote = vote_of(write_shard_file(dir, index, host), index);
+    pause_if_asked(rank, steps_done);
+    return vote;
+  });
   return p;
 }
 
@@ -235,17 +264,12 @@ void Trainer::finish_checkpoint() {
   }
   const auto voted_from = Clock::now();
   const auto votes = ddp::all_gather_strings(control_, mine.vote);  // the one collective
-  for (int r = 0; r < control_.size(); ++r) {
-    char crc[64] = {};
-    long long bytes = 0;
-    if (std::sscanf(votes[r].c_str(), "ok %lld %63s", &bytes, crc) != 2) {
-      throw CheckpointError(fmt::format("checkpoint {}: rank {} could not write its {}: {}",
-                                        p->path, r, p->sharded ? "shard" : "file",
-                                        votes[r].substr(votes[r].find(' ') + 1)));
-    }
-    if (p->sharded) {
-      p->manifest.files[r].bytes = bytes;
-      p->manifest.files[r].crc32 = crc;
+  std::vector<int> votes_of(p->manifest.files.size(), 0);
+  for (int r = 0; r < control_.size(); ++r) take_vote(*p, r, votes[r], votes_of);
+  for (size_t f = 0; f < votes_of.size(); ++f) {
+    if (votes_of[f] != 1) {
+      throw std::logic_error(fmt::format("checkpoint {}: {} votes for {}", p->path, votes_of[f],
+                                         p->manifest.files[f].file));
     }
   }
   if (rank != 0) return;

@@ -388,8 +388,9 @@ SH
     expect_grep "resumed from .*/ck/step_000020: 20 steps done"
     expect_grep "removed .*/ck/step_000010.tmp, left by an interrupted checkpoint write"
     expect_grep "removed .*/ck/final.safetensors.tmp, left by an interrupted checkpoint write"
-    [ ! -e "$work/ck/step_000010.tmp" ] && [ ! -e "$work/ck/final.safetensors.tmp" ] &&
-      [ ! -e "$work/ck/step_000040.tmp" ] || fail "an unfinished write was left in $work/ck"
+    for left in step_000010.tmp final.safetensors.tmp step_000040.tmp; do
+      [ ! -e "$work/ck/$left" ] || fail "the unfinished write $work/ck/$left was left"
+    done
     [ -e "$work/ck/notes.tmp" ] || fail "a file that is not a checkpoint's was removed"
     expect_grep "done: 60 steps \(40 in this run\), loss [0-9.]+ -> $whole,"
     echo "final loss $whole both ways"

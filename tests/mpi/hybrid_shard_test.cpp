@@ -5,7 +5,8 @@
 //   (fp32; gpt with clipping, the MLP with an uneven batch and micro-batches), the same on every
 //   rank; a norm summed over the world instead of the node would count every shard twice;
 // - per-rank optimizer state is 1/node_size of the unsharded one, not 1/world;
-// - a hybrid run's checkpoint is the single file: it resumes under ddp.shard: none (and a plain
+// - a hybrid run's checkpoint, the single file or sharded (one file per rank of a node, written by
+//   the first node's ranks), resumes under ddp.shard: none and under hybrid sharding (and a plain
 //   checkpoint resumes hybrid), equal to the run without a break.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 #include "common/mpi_test_env.h"
 #include "ddp/gather.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_sharded.h"
 
 namespace {
 
@@ -138,13 +140,13 @@ TEST_F(HybridShard, SpikeGuardKeepsTheNormAndSkipsTheSpike) {
   }
 }
 
-// Hybrid `gradients` for 6 steps -> none for 6 (and none -> hybrid `parameters`): the single-file
-// checkpoint, equal to 12 steps without a break.
+// Hybrid `gradients` for 6 steps -> none for 6 (and none -> hybrid `parameters`):
+// checkpoint.format: single (rank 0 gathers within its node), equal to 12 steps without a break.
 TEST_F(HybridShard, CheckpointResumesUnshardedAndBack) {
   using trainer_test::train_until;
   const std::string dir =
       ddp::all_gather_strings(*world_, fmt::format("/tmp/trainer_hybrid_resume_{}", ::getpid()))[0];
-  const std::string yaml = mlp_yaml();
+  const std::string yaml = mlp_yaml() + "checkpoint: {format: single}\n";
   const auto ddp = [](const char* rest) { return fmt::format("ddp: {{{}}}\n", rest); };
   const auto straight = train_until(*world_, yaml + ddp("shard: none"), 12, 1, "", "");
 
@@ -168,6 +170,51 @@ TEST_F(HybridShard, CheckpointResumesUnshardedAndBack) {
   if (world_->rank() == 0) {
     ::unlink(hybrid_half.c_str());
     ::unlink(plain_half.c_str());
+  }
+}
+
+// checkpoint.format: sharded under hybrid sharding: the first node's ranks write one file each
+// (every node holds the same blocks). Hybrid gradients -> none on the world, hybrid parameters ->
+// hybrid optimizer, and a plain 4-rank sharded checkpoint -> hybrid parameters, each 6 + 6 steps,
+// equal to 12 steps without a break.
+TEST_F(HybridShard, ShardedCheckpointHasOneFilePerNodeRankAndResumesAnywhere) {
+  using trainer_test::train_until;
+  const std::string dir = ddp::all_gather_strings(
+      *world_, fmt::format("/tmp/trainer_hybrid_sharded_{}", ::getpid()))[0];
+  const std::string yaml = mlp_yaml() + "checkpoint: {format: sharded}\n";
+  const auto ddp = [](const char* rest) { return fmt::format("ddp: {{{}}}\n", rest); };
+  const auto straight = train_until(*world_, yaml + ddp("shard: none"), 12, 1, "", "");
+  struct Case {
+    const char* name;
+    const char* first;
+    bool first_hybrid;
+    const char* second;
+    bool second_hybrid;
+  };
+  const Case cases[] = {
+      {"node gradients -> none", "shard: gradients, shard_group: node", true, "shard: none", false},
+      {"node parameters -> node optimizer", "shard: parameters, shard_group: node", true,
+       "shard: optimizer, shard_group: node", true},
+      {"world optimizer -> node parameters", "shard: optimizer", false,
+       "shard: parameters, shard_group: node", true}};
+  int i = 0;
+  for (const Case& c : cases) {
+    const std::string half = fmt::format("{}_{}", dir, i++);  // the step directory
+    train_until(*world_, yaml + ddp(c.first), 6, 1, "", half + ".safetensors",
+                c.first_hybrid ? hybrid() : train::HybridComms{});
+    const auto resumed = train_until(*world_, yaml + ddp(c.second), 12, 77, half, "",
+                                     c.second_hybrid ? hybrid() : train::HybridComms{});
+    EXPECT_LT(relative_error(resumed, straight), 1e-6) << c.name;
+    if (world_->rank() == 0) {
+      const io::ShardManifest m = io::read_manifest(half);
+      EXPECT_EQ(m.world_size, world_->size()) << c.name;
+      EXPECT_EQ(static_cast<int>(m.files.size()), c.first_hybrid ? node_->size() : world_->size())
+          << c.name;
+      fmt::print("hybrid sharded checkpoint {}: {} files, relative error {:.2e}\n", c.name,
+                 m.files.size(), relative_error(resumed, straight));
+    }
+    world_->barrier("cleanup");
+    if (world_->rank() == 0) train::remove_step_dir(half);
   }
 }
 

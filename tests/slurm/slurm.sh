@@ -310,6 +310,15 @@ case $case_name in
     TRAINER_TEST_RANKS_PER_NODE=2 timeout 120 mpirun -np 4 "$trainer" "${gpt_short[@]}" \
       --set ddp.shard=gradients --set ddp.shard_group=node --set checkpoint.dir="$work/sim" \
       >"$work/sim.txt" 2>&1 || { cat "$work/sim.txt" >>"$out"; fail "the simulated run failed"; }
+    # checkpoint.format auto is sharded here: n1's ranks write one file each (n2 holds the same
+    # blocks); --consolidate turns each final directory into one file to compare.
+    if [ ! -f "$work/two/final/rank_00001.safetensors" ] || [ -e "$work/two/final/rank_00002.safetensors" ]; then
+      fail "the two-node hybrid checkpoint should have one file per rank of a node: $(ls "$work/two/final")"
+    fi
+    for d in two sim; do
+      "$trainer" "${gpt_short[@]}" --consolidate "$work/$d/final" >>"$out" 2>&1 ||
+        fail "--consolidate $work/$d/final failed"
+    done
     compare_checkpoints "$work/sim/final.safetensors" "$work/two/final.safetensors" 0 ||
       fail "the two-node hybrid run differs from its one-machine simulation"
     timeout 120 mpirun -np 4 "$trainer" "${gpt_short[@]}" --set checkpoint.dir="$work/one" \
