@@ -3,7 +3,8 @@
 // - optimizer, gradients and parameters sharded within each node and replicated across nodes give
 //   the parameters and the gradient norms of ddp.shard: none on the same 4 ranks within 1e-6
 //   (fp32; gpt with clipping, the MLP with an uneven batch and micro-batches), the same on every
-//   rank; a norm summed over the world instead of the node would count every shard twice;
+//   rank; the norm is summed over the world and divided by the nodes (not dividing would count
+//   every shard twice), with the spike guard or without;
 // - per-rank optimizer state is 1/node_size of the unsharded one, not 1/world, and so is the
 //   plan's (Trainer::footprint: the check before step 1 and --dry-run's per-rank state);
 // - a hybrid run's checkpoint is the single file: it resumes under ddp.shard: none (and a plain
