@@ -16,6 +16,21 @@ namespace {
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
+// Which ranks the sharded modes' per-rank state divides by.
+std::string describe_shard_ranks(const DevicePlan& plan) {
+  const PlannedWorld& w = plan.world;
+  const std::string nodes =
+      w.ranks_per_node > 0
+          ? fmt::format(", {} node(s) of {}", w.ranks / w.ranks_per_node, w.ranks_per_node)
+          : "";
+  if (w.shard_group == ddp::ShardGroup::kWorld) {
+    return fmt::format("ddp.shard_group: world: a shard spans all {} rank(s){}", w.ranks, nodes);
+  }
+  return fmt::format("ddp.shard_group: node: a shard spans the {} rank(s) of one node "
+                     "(--plan-ranks-per-node) and is replicated on each of the {} node(s)",
+                     plan.shard_ranks, w.ranks / plan.shard_ranks);
+}
+
 }  // namespace
 
 int64_t parse_device_memory(const std::string& text, std::string_view flag) {
@@ -50,10 +65,31 @@ int64_t cuda_reserve_bytes() {
   return total;
 }
 
+int plan_shard_ranks(const PlannedWorld& world) {
+  const int n = world.ranks;
+  const int m = world.ranks_per_node;
+  if (m > 0 && n % m != 0) {
+    throw ddp::PlanError(fmt::format(
+        "--plan-ranks-per-node {} does not divide --plan-ranks {}: every node runs the same "
+        "number of ranks; plan a multiple of {} ranks or another number per node",
+        m, n, m));
+  }
+  if (world.shard_group == ddp::ShardGroup::kWorld) return n;
+  if (m <= 0) {
+    throw ddp::PlanError(fmt::format(
+        "ddp.shard_group is node: the shards span the ranks of one node, so the plan needs "
+        "--plan-ranks-per-node M (the ranks on each node, e.g. its GPUs; M divides --plan-ranks "
+        "{})",
+        n));
+  }
+  return m;
+}
+
 DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::ScalarType reduce_dtype,
                        const memory::MemoryEstimate& probe, int64_t global_batch,
-                       int64_t micro_batch, int ranks, int64_t device_bytes, double target_fraction,
-                       ddp::ShardMode in_force) {
+                       int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
+                       double target_fraction, ddp::ShardMode in_force) {
+  const int ranks = world.ranks;
   if (global_batch < ranks) {
     throw ddp::PlanError(fmt::format(
         "--plan-ranks {} is more than train.global_batch_size = {}: every rank needs at least one "
@@ -61,7 +97,8 @@ DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::Scalar
         ranks, global_batch));
   }
   DevicePlan plan;
-  plan.ranks = ranks;
+  plan.world = world;
+  plan.shard_ranks = plan_shard_ranks(world);
   plan.device_bytes = device_bytes;
   plan.in_force = in_force;
   plan.budget = static_cast<int64_t>(target_fraction * static_cast<double>(device_bytes)) -
@@ -78,7 +115,7 @@ DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::Scalar
   for (size_t m = 0; m < ddp::kShardModeNames.size(); ++m) {
     ModePlan row;
     row.mode = static_cast<ddp::ShardMode>(m);
-    row.state = ddp::shard_footprint(layout, ranks, row.mode, reduce_dtype);
+    row.state = ddp::shard_footprint(layout, plan.shard_ranks, row.mode, reduce_dtype);
     memory::MemoryEstimate e = a;
     e.parameters = row.state.parameters;
     e.gradients = row.state.gradients;
@@ -106,7 +143,8 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
   lines.push_back(fmt::format(
       "plan for {} rank(s) of {} device memory: budget {} (memory.target_fraction of it, less "
       "the reserves{})",
-      plan.ranks, mib(plan.device_bytes), mib(plan.budget), reserves));
+      plan.world.ranks, mib(plan.device_bytes), mib(plan.budget), reserves));
+  lines.push_back(describe_shard_ranks(plan));
   const memory::MemoryEstimate& a = plan.activations;
   lines.push_back(fmt::format(
       "activations (CPU-measured estimate of CUDA memory, at the config's precision): {} fixed + "
@@ -125,7 +163,7 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
                                 m.mode == in_force ? "  (in force)" : ""));
   }
   lines.push_back(fmt::format("global batch {} at {} rank(s): rank 0 takes {}",
-                              plan.batch.global_batch, plan.ranks, plan.batch.describe()));
+                              plan.batch.global_batch, plan.world.ranks, plan.batch.describe()));
   const ModePlan& force = plan.modes[static_cast<size_t>(in_force)];
   std::string verdict;
   if (micro_batch <= 0) {
@@ -154,13 +192,14 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
   return lines;
 }
 
-void log_device_plan(const Startup& s, int ranks, int64_t device_bytes) {
+void log_device_plan(const Startup& s, PlannedWorld world, int64_t device_bytes) {
   const train::Trainer& trainer = *s.trainer;
   const config::Config& c = s.config;
   const auto wire =
       c.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined;
+  world.shard_group = c.ddp.shard_group;
   const DevicePlan plan = plan_device(trainer.reducer().layout(), wire, trainer.memory_estimate(),
-                                      c.train.global_batch_size, c.train.micro_batch_size, ranks,
+                                      c.train.global_batch_size, c.train.micro_batch_size, world,
                                       device_bytes, c.memory.target_fraction, c.ddp.shard);
   for (const auto& line : describe_device_plan(plan, c.train.micro_batch_size)) {
     spdlog::info("{}", line);

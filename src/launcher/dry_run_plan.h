@@ -1,10 +1,11 @@
 // --dry-run --plan-ranks N --plan-device-memory SIZE: a CUDA job planned where it is not run (a
 // login node without a GPU). The model is built on the CPU of this one process; its bucket layout
 // gives each ddp.shard mode's per-rank state at N ranks (ddp::shard_footprint, every mode of
-// ddp::kShardModeNames), and its activation probe, run on the CPU at the config's precision, stands
-// in for the device's (docs/DESIGN.md, "Planning without the device"). The
-// CUDA memory the probe cannot see is a fixed reserve of named parts (kCudaReserves). Pure
-// arithmetic except print_device_plan: the unit tests check it in closed form.
+// ddp::kShardModeNames; under ddp.shard_group: node the shards span the M ranks of a node,
+// --plan-ranks-per-node M, not the N), and its activation probe, run on the CPU at the config's
+// precision, stands in for the device's (docs/DESIGN.md, "Planning without the device"). The CUDA
+// memory the probe cannot see is a fixed reserve of named parts (kCudaReserves). Pure arithmetic
+// except print_device_plan: the unit tests check it in closed form.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,19 @@ inline constexpr CudaReserve kCudaReserves[] = {
 };
 int64_t cuda_reserve_bytes();
 
+// The planned world: --plan-ranks, --plan-ranks-per-node and the config's ddp.shard_group.
+struct PlannedWorld {
+  int ranks = 0;
+  int ranks_per_node = 0;  // 0: not stated
+  ddp::ShardGroup shard_group = ddp::ShardGroup::kWorld;
+};
+
+// The ranks one shard spans in `world` (docs/reference.md, ddp.shard_group): all of them under
+// ddp.shard_group: world, the ranks of one node under node. Throws ddp::PlanError naming
+// --plan-ranks-per-node where it does not divide the ranks, or where node needs it and it is not
+// stated.
+int plan_shard_ranks(const PlannedWorld& world);
+
 // One ddp.shard mode at the planned world size.
 struct ModePlan {
   ddp::ShardMode mode{};
@@ -45,7 +59,9 @@ struct ModePlan {
 };
 
 struct DevicePlan {
-  int ranks = 0;
+  PlannedWorld world;
+  int shard_ranks =
+      0;  // the ranks a shard spans (plan_shard_ranks): the sharded modes divide by it
   int64_t device_bytes = 0;
   int64_t budget = 0;         // target_fraction x device_bytes, less the reserves
   ddp::ShardMode in_force{};  // ddp.shard of the config
@@ -56,18 +72,19 @@ struct DevicePlan {
 
 // `probe` holds the CPU probe's activation terms; `micro_batch` is train.micro_batch_size (<= 0:
 // auto: the batch split then takes auto's pick under `in_force`, the mode in force). Throws
-// ddp::PlanError when the global batch is smaller than `ranks`.
+// ddp::PlanError when the global batch is smaller than `world.ranks`, and as plan_shard_ranks.
 DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::ScalarType reduce_dtype,
                        const memory::MemoryEstimate& probe, int64_t global_batch,
-                       int64_t micro_batch, int ranks, int64_t device_bytes, double target_fraction,
-                       ddp::ShardMode in_force);
+                       int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
+                       double target_fraction, ddp::ShardMode in_force);
 
 // The plan as lines for the log: the table of modes, activations, the batch split, the verdict
 // for `in_force`.
 std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t micro_batch);
 
-// Rank 0 of a one-process --dry-run logs the plan of its config for `ranks` devices of
-// `device_bytes` each. Throws ddp::PlanError (a global batch smaller than `ranks`).
-void log_device_plan(const Startup& s, int ranks, int64_t device_bytes);
+// Rank 0 of a one-process --dry-run logs the plan of its config for `world` (its shard_group
+// taken from the config) with devices of `device_bytes` each. Throws ddp::PlanError (a global
+// batch smaller than the ranks, and as plan_shard_ranks).
+void log_device_plan(const Startup& s, PlannedWorld world, int64_t device_bytes);
 
 }  // namespace launcher

@@ -45,8 +45,10 @@ struct CommandLine {
   std::string consolidate;             // --consolidate DIR
   std::string max_shard_size = "5GB";  // --max-shard-size (llama's --export-hf)
   bool evaluate = false;               // --evaluate: the evaluations only, then exit
-  // --dry-run --plan-ranks N --plan-device-memory SIZE (launcher/dry_run_plan.h); 0: not asked.
+  // --dry-run --plan-ranks N --plan-device-memory SIZE [--plan-ranks-per-node M]
+  // (launcher/dry_run_plan.h); 0: not asked.
   int plan_ranks = 0;
+  int plan_ranks_per_node = 0;
   std::string plan_device_memory;
   int64_t plan_device_bytes = 0;
   bool planning() const { return plan_ranks > 0; }
@@ -89,6 +91,11 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
       ->needs(dry_run)
       ->needs(plan_ranks);
   plan_ranks->needs(app.get_option("--plan-device-memory"));
+  app.add_option("--plan-ranks-per-node", cli.plan_ranks_per_node,
+                 "--plan-ranks: the ranks on each planned node, a divisor of N (needed under "
+                 "ddp.shard_group: node, whose shards span one node)")
+      ->check(CLI::PositiveNumber)
+      ->needs(plan_ranks);
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
   CLI::Option* generate = add_generate_options(app, cli.generate_args);
   auto* export_hf = app.add_option("--export-hf", cli.export_hf,
@@ -248,6 +255,15 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   if (const int code = read_configuration(mpi, cli.config_path, overrides, s); code != kExitOk) {
     return code;
   }
+  const PlannedWorld planned{cli.plan_ranks, cli.plan_ranks_per_node, s.config.ddp.shard_group};
+  if (cli.planning()) {
+    try {
+      plan_shard_ranks(planned);  // before the model is built: a flag the plan cannot use
+    } catch (const ddp::PlanError& e) {
+      print_error(0, e.what());
+      return kExitUsage;
+    }
+  }
   if (cli.print_config) {
     if (s.rank == 0) fmt::print("{}", config::config_to_yaml(s.config));
     return kExitOk;
@@ -258,7 +274,7 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   if (cli.dry_run) {
     if (cli.planning()) {
       try {
-        log_device_plan(s, cli.plan_ranks, cli.plan_device_bytes);
+        log_device_plan(s, planned, cli.plan_device_bytes);
       } catch (const ddp::PlanError& e) {
         print_error(0, e.what());
         return kExitUsage;

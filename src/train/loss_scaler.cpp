@@ -70,12 +70,12 @@ void LossScaler::update(int64_t step) {
 
 void LossScaler::write_state(at::Tensor out) {
   at::NoGradGuard no_grad;
-  out.narrow(0, 0, 1).copy_(skip_);
-  out.narrow(0, 1, 1).copy_(scale_);
-  out.narrow(0, 2, 1).copy_(longest_run_);
-  out.narrow(0, 3, 1).copy_(skipped_total_);
-  out.narrow(0, 4, 1).copy_(spikes_total_);
-  out.narrow(0, 5, 1).copy_(last_skipped_);
+  out.narrow(0, kSkipSlot, 1).copy_(skip_);
+  out.narrow(0, kScaleSlot, 1).copy_(scale_);
+  out.narrow(0, kLongestRunSlot, 1).copy_(longest_run_);
+  out.narrow(0, kSkippedTotalSlot, 1).copy_(skipped_total_);
+  out.narrow(0, kSpikesTotalSlot, 1).copy_(spikes_total_);
+  out.narrow(0, kLastSkippedSlot, 1).copy_(last_skipped_);
   longest_run_.copy_(in_a_row_);
 }
 

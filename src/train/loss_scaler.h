@@ -70,12 +70,20 @@ class LossScaler {
   // After update(): float [1], 1 where the step is skipped (the optimizer kernel reads it).
   const at::Tensor& skip() const { return skip_; }
 
-  // Device state for the log, as float64 into `out` (6 slots on the device): the last skip
-  // verdict, the scale, the longest run of skipped steps in a row since the last write_state,
-  // skipped steps in total, of those the spikes, and the last skipped step's number. Resets the
-  // longest run to the current one. Queues device work only.
+  // write_state's slots, in this order; the last enumerator is their number. Readers index by
+  // these names (StepMetrics::read), so a slot added here moves no other.
+  enum StateSlot : int64_t {
+    kSkipSlot,          // the last step's verdict: 1 skipped, 0 applied
+    kScaleSlot,         // the loss scale (1 when disabled)
+    kLongestRunSlot,    // the longest run of skipped steps in a row since the last write_state
+    kSkippedTotalSlot,  // skipped steps in total
+    kSpikesTotalSlot,   // of those, skipped as spikes
+    kLastSkippedSlot,   // the last skipped step's number (0: none)
+    kStateSlots
+  };
+  // Device state for the log, as float64 into `out` (kStateSlots values on the device, as
+  // StateSlot says). Resets the longest run to the current one. Queues device work only.
   void write_state(at::Tensor out);
-  static constexpr int64_t kStateSlots = 6;
 
  private:
   LossScalerOptions options_;

@@ -44,30 +44,40 @@ class SpikeGuard {
   // step's loss and norm enter the window. Queues device work only.
   void record(const at::Tensor& skip);
 
-  // The last spike's loss, its window's mean and standard deviation, then the same three for the
-  // gradient norm (float64, kStateSlots values into `out` on the device; zeros before the first
-  // spike). Queues device work only.
+  // The values judged, in this order wherever they sit side by side (this step's values, the
+  // window's rows, the thresholds, write_state's slots); the last enumerator is their number.
+  enum Judged : int64_t { kLoss, kGradNorm, kJudgedValues };
+  // What write_state keeps of each judged value, in this order.
+  enum Stat : int64_t { kStepValue, kWindowMean, kWindowStd, kStats };
+  static constexpr int64_t kStateSlots = int64_t{kJudgedValues} * kStats;
+  // Where write_state puts `stat` of `value`.
+  static constexpr int64_t state_slot(Judged value, Stat stat) {
+    return int64_t{value} * kStats + stat;
+  }
+  // For the last spike, each judged value's kStats numbers: the value, its window's mean and
+  // standard deviation (float64, kStateSlots values into `out` on the device, at state_slot;
+  // zeros before the first spike). Queues device work only.
   void write_state(at::Tensor out) const;
-  static constexpr int64_t kStateSlots = 6;
 
   const SpikeGuardOptions& options() const { return options_; }
 
  private:
   SpikeGuardOptions options_;
-  at::Tensor window_;   // float64 [2, window]: losses (row 0) and norms (row 1) of applied steps
+  at::Tensor window_;   // float64 [kJudgedValues, window]: the judged values of applied steps
   at::Tensor filled_;   // float64 [1]: applied steps in the window (at most `window`)
   at::Tensor next_;     // int64 [1]: the slot the next applied step overwrites
   at::Tensor slots_;    // int64 [window]: 0 .. window - 1
   at::Tensor at_next_;  // bool [window]: scratch
-  at::Tensor values_;   // float64 [2]: this step's loss and norm
-  at::Tensor mean_;     // float64 [2]
-  at::Tensor std_;      // float64 [2]
-  at::Tensor z_;        // float64 [2]: the thresholds (0 where a value is not judged)
-  at::Tensor judged_;   // bool [2]: which values are judged
-  at::Tensor over_;     // bool [2]: scratch
+  at::Tensor values_;   // float64 [kJudgedValues]: this step's loss and norm
+  at::Tensor mean_;     // float64 [kJudgedValues]
+  at::Tensor std_;      // float64 [kJudgedValues]
+  at::Tensor z_;        // float64 [kJudgedValues]: the thresholds (0 where a value is not judged)
+  at::Tensor judged_;   // bool [kJudgedValues]: which values are judged
+  at::Tensor over_;     // bool [kJudgedValues]: scratch
   at::Tensor spike_;    // float [1]
-  at::Tensor stats_;  // float64 [6]: this step's values, means and deviations (write_state's order)
-  at::Tensor last_spike_;  // float64 [6]: stats_ of the last spike
+  at::Tensor
+      stats_;  // float64 [kStateSlots]: this step's values, means and deviations (state_slot)
+  at::Tensor last_spike_;  // float64 [kStateSlots]: stats_ of the last spike
 };
 
 // train.inject_spike: "STEP[; STEP ...]" (steps from 1): the loss of that step is multiplied by

@@ -5,10 +5,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include <array>
 #include <cmath>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace train {
@@ -16,41 +14,41 @@ namespace train {
 StepMetrics::StepMetrics(c10::Device device) {
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
   loss_ = at::zeros({}, f64);
-  slots_ = at::zeros({2 + LossScaler::kStateSlots + SpikeGuard::kStateSlots}, f64);
+  slots_ = at::zeros({kSlots}, f64);
 }
 
 void StepMetrics::read(StepResult& r, ddp::Communicator& control, const GradClipper& clipper,
                        LossScaler& scaler, const SpikeGuard* guard, int64_t max_skipped_steps) {
   // The one device-to-host read of a logged step: everything the log needs, copied at once.
   at::NoGradGuard no_grad;
-  constexpr int64_t kGuard = 2 + LossScaler::kStateSlots;  // v[2 .. kGuard): the scaler's
-  slots_.narrow(0, 0, 1).copy_(loss_.view({1}));
-  slots_.narrow(0, 1, 1).copy_(clipper.norm().view({1}));
-  scaler.write_state(slots_.narrow(0, 2, LossScaler::kStateSlots));
-  if (guard != nullptr) guard->write_state(slots_.narrow(0, kGuard, SpikeGuard::kStateSlots));
+  slots_.narrow(0, kLossSlot, 1).copy_(loss_.view({1}));
+  slots_.narrow(0, kNormSlot, 1).copy_(clipper.norm().view({1}));
+  scaler.write_state(slots_.narrow(0, kScalerSlots, LossScaler::kStateSlots));
+  if (guard != nullptr) guard->write_state(slots_.narrow(0, kGuardSlots, SpikeGuard::kStateSlots));
   const at::Tensor host = slots_.to(at::kCPU);
   ++host_reads_;
   const double* v = host.data_ptr<double>();
-  at::Tensor loss = at::tensor({v[0]}, at::kDouble);
+  at::Tensor loss = at::tensor({v[kLossSlot]}, at::kDouble);
   control.all_reduce(loss, ddp::ReduceOp::kSum, "loss");
   r.loss = loss.data_ptr<double>()[0];
-  r.grad_norm = v[1];
+  r.grad_norm = v[kNormSlot];
   r.metrics_read = true;
+  const double* s = v + kScalerSlots;  // LossScaler::write_state's
   Skips skips;
   skips.since = last_read_step_;
   last_read_step_ = r.step;
-  r.skipped = v[2] > 0;
-  if (scaler.enabled()) r.loss_scale = v[3];
-  const auto total = static_cast<int64_t>(v[5]);
-  const auto spikes = static_cast<int64_t>(v[6]);
+  r.skipped = s[LossScaler::kSkipSlot] > 0;
+  if (scaler.enabled()) r.loss_scale = s[LossScaler::kScaleSlot];
+  const auto total = static_cast<int64_t>(s[LossScaler::kSkippedTotalSlot]);
+  const auto spikes = static_cast<int64_t>(s[LossScaler::kSpikesTotalSlot]);
   skips.new_skips = total - skipped_total_;
   skips.new_spikes = spikes - spikes_total_;
-  skips.longest_run = static_cast<int64_t>(v[4]);
-  skips.last = static_cast<int64_t>(v[7]);
+  skips.longest_run = static_cast<int64_t>(s[LossScaler::kLongestRunSlot]);
+  skips.last = static_cast<int64_t>(s[LossScaler::kLastSkippedSlot]);
   skipped_total_ = total;
   spikes_total_ = spikes;
   if (guard != nullptr) {
-    skips.guard = v + kGuard;
+    skips.guard = v + kGuardSlots;
     skips.spikes = &guard->options();
   }
   check_skipped(r, skips, control.rank(), max_skipped_steps, scaler.enabled());
@@ -61,17 +59,23 @@ namespace {
 // "loss 3.1e+03 is 2.4e+04 standard deviations above the mean 3.12 of the last 100 applied steps",
 // for the values of the last judged step that the guard found outliers (SpikeGuard::write_state).
 std::string describe_spike(const double* g, const SpikeGuardOptions& o) {
+  struct Value {
+    SpikeGuard::Judged slot;
+    const char* name;
+    double z;
+  };
   std::vector<std::string> parts;
-  const std::array<std::pair<const char*, double>, 2> names = {
-      {{"loss", o.loss_z}, {"grad_norm", o.grad_norm_z}}};
-  for (size_t i = 0; i < names.size(); ++i) {
-    const double value = g[3 * i], mean = g[3 * i + 1], sd = g[3 * i + 2];
-    if (names[i].second <= 0) continue;
+  for (const Value& j : {Value{SpikeGuard::kLoss, "loss", o.loss_z},
+                         Value{SpikeGuard::kGradNorm, "grad_norm", o.grad_norm_z}}) {
+    const double value = g[SpikeGuard::state_slot(j.slot, SpikeGuard::kStepValue)];
+    const double mean = g[SpikeGuard::state_slot(j.slot, SpikeGuard::kWindowMean)];
+    const double sd = g[SpikeGuard::state_slot(j.slot, SpikeGuard::kWindowStd)];
+    if (j.z <= 0) continue;
     if (!std::isfinite(value)) {
-      parts.push_back(fmt::format("{} is {}", names[i].first, value));
-    } else if (sd > 0 && value - mean > names[i].second * sd) {
+      parts.push_back(fmt::format("{} is {}", j.name, value));
+    } else if (sd > 0 && value - mean > j.z * sd) {
       parts.push_back(fmt::format("{} {:.4g} is {:.3g} standard deviations above the mean {:.4g}",
-                                  names[i].first, value, (value - mean) / sd, mean));
+                                  j.name, value, (value - mean) / sd, mean));
     }
   }
   return fmt::format("{} of the last {} applied steps (train.skip_spikes)",

@@ -62,8 +62,17 @@ class StepMetrics {
   void check_skipped(const StepResult& r, const Skips& s, int rank, int64_t max_skipped_steps,
                      bool fp16) const;
 
+  // slots_'s layout, which read() packs and copies out at once: the loss, the gradient norm, then
+  // LossScaler's and SpikeGuard's write_state slots (indexed by their own names). Each offset is
+  // the one before plus its width, so a slot added anywhere moves the ones after it.
+  static constexpr int64_t kLossSlot = 0;
+  static constexpr int64_t kNormSlot = kLossSlot + 1;
+  static constexpr int64_t kScalerSlots = kNormSlot + 1;
+  static constexpr int64_t kGuardSlots = kScalerSlots + LossScaler::kStateSlots;
+  static constexpr int64_t kSlots = kGuardSlots + SpikeGuard::kStateSlots;
+
   at::Tensor loss_;             // float64 [] on the device
-  at::Tensor slots_;            // float64 on the device: what read() copies out at once
+  at::Tensor slots_;            // float64 [kSlots] on the device
   int64_t skipped_total_ = 0;   // skipped steps as of the last read
   int64_t spikes_total_ = 0;    // of those, spikes
   int64_t last_read_step_ = 0;  // the step of the last read

@@ -139,17 +139,15 @@ void Trainer::allocate_gradients() {
 }
 
 void Trainer::make_clipper(bool sharded) {
-  // Sharded: the squared norms are summed over the ranks that hold distinct blocks (the node's,
-  // under hybrid sharding). The spike guard's loss must be summed over every rank: under hybrid
-  // sharding its clipper sums over the world instead and divides the squares by the replicas
-  // (every node holds each block once).
+  // Sharded: each rank holds distinct blocks of the gradients, and the squared norms are summed
+  // over the world. Under hybrid sharding every node holds each block once, so the sum counts
+  // each block once per node: it is divided by the replicas (the nodes). Over the world, not the
+  // node, so that the spike guard's loss riding in the same all-reduce is the world's; one
+  // mechanism with the guard or without (docs/DESIGN.md, "Hybrid sharding").
   const int64_t slots = guard_ != nullptr ? 1 : 0;
-  const bool world = guard_ != nullptr && replicas_ != nullptr;
+  const int replicas = replicas_ != nullptr ? replicas_->size() : 1;
   clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(),
-                                           !sharded ? nullptr
-                                           : world  ? &data_
-                                                    : &shard_comm_,
-                                           slots, world ? replicas_->size() : 1);
+                                           sharded ? &data_ : nullptr, slots, replicas);
   loss_rider_ = guard_ == nullptr ? at::Tensor() : sharded ? clipper_->rider() : reducer_->rider();
 }
 

@@ -184,7 +184,34 @@ SH
     run "$trainer" "${quick[@]}" --set train.global_batch_size=32 --dry-run --plan-ranks 64 --plan-device-memory 80GB
     expect_rc 2; expect_grep "--plan-ranks 64 is more than train.global_batch_size = 32"
     run mpirun -np 2 "$trainer" "${quick[@]}" --dry-run --plan-ranks 8 --plan-device-memory 80GB
-    expect_rc 2; expect_grep "run it without mpirun" ;;
+    expect_rc 2; expect_grep "run it without mpirun"
+    run "$trainer" "${quick[@]}" --dry-run --plan-ranks 8 --plan-ranks-per-node 3 --plan-device-memory 80GB
+    expect_rc 2; expect_grep "--plan-ranks-per-node 3 does not divide --plan-ranks 8"
+    expect_no_grep "dry run: nothing trained"
+    run "$trainer" "${quick[@]}" --dry-run --plan-ranks 8 --plan-ranks-per-node 0 --plan-device-memory 80GB
+    expect_rc 2; expect_grep "--plan-ranks-per-node"
+    run "$trainer" "${quick[@]}" --dry-run --plan-ranks-per-node 4
+    expect_rc 2; expect_grep "--plan-ranks-per-node requires --plan-ranks"
+    run "$trainer" "${quick[@]}" --set ddp.shard=gradients --set ddp.shard_group=node \
+      --dry-run --plan-ranks 8 --plan-device-memory 80GB
+    expect_rc 2; expect_grep "ddp.shard_group is node: .* needs --plan-ranks-per-node M"
+    expect_no_grep "dry run: nothing trained" ;;
+  dry_run_plan_hybrid)
+    # ddp.shard_group: node planned for 8 ranks, 4 per node: the moments per rank under
+    # ddp.shard: optimizer are twice those of the same 8 ranks sharded over the world (an MLP of
+    # 8.5M parameters, so that the MiB figures show it).
+    plan=(--set model.hidden_dim=2048 --set ddp.shard=optimizer --dry-run --plan-ranks 8
+      --plan-device-memory 80GB)
+    run "$trainer" "${quick[@]}" "${plan[@]}" --set ddp.shard_group=node --plan-ranks-per-node 4
+    expect_rc 0
+    expect_grep "ddp.shard_group: node: a shard spans the 4 rank\(s\) of one node \(--plan-ranks-per-node\) and is replicated on each of the 2 node\(s\)"
+    node=$(grep -oE "optimizer +[0-9.]+ MiB +[0-9.]+ MiB +[0-9.]+ MiB" "$out" | awk '{print $6}')
+    run "$trainer" "${quick[@]}" "${plan[@]}"
+    expect_rc 0; expect_grep "ddp.shard_group: world: a shard spans all 8 rank\(s\)"
+    world=$(grep -oE "optimizer +[0-9.]+ MiB +[0-9.]+ MiB +[0-9.]+ MiB" "$out" | awk '{print $6}')
+    echo "optimizer state per rank under ddp.shard: optimizer: node $node MiB, world $world MiB"
+    awk -v n="$node" -v w="$world" 'BEGIN { exit !(w > 0 && n / w > 1.9 && n / w < 2.1) }' ||
+      fail "4 ranks per node should keep twice the moments of 8 ranks over the world" ;;
   print_config_roundtrip)
     # The printed configuration, fed back in, prints the same text: every value survives the
     # round trip, the --set ones (a float, an integer, a list, a choice) included.

@@ -3,8 +3,10 @@
 // - optimizer, gradients and parameters sharded within each node and replicated across nodes give
 //   the parameters and the gradient norms of ddp.shard: none on the same 4 ranks within 1e-6
 //   (fp32; gpt with clipping, the MLP with an uneven batch and micro-batches), the same on every
-//   rank; a norm summed over the world instead of the node would count every shard twice;
-// - per-rank optimizer state is 1/node_size of the unsharded one, not 1/world;
+//   rank; the norm is summed over the world and divided by the nodes (not dividing would count
+//   every shard twice), with the spike guard or without;
+// - per-rank optimizer state is 1/node_size of the unsharded one, not 1/world, and so is the
+//   plan's (Trainer::footprint: the check before step 1 and --dry-run's per-rank state);
 // - a hybrid run's checkpoint, the single file or sharded (one file per rank of a node, written by
 //   the first node's ranks), resumes under ddp.shard: none and under hybrid sharding (and a plain
 //   checkpoint resumes hybrid), equal to the run without a break.
@@ -47,6 +49,7 @@ struct Trained {
   std::vector<at::Tensor> params;
   std::vector<train::StepResult> results;
   int64_t optimizer_state = 0;
+  int64_t planned_optimizer_state = 0;  // Trainer::footprint: the plan before step 1, --dry-run
 };
 
 Trained train(ddp::Communicator& world, const std::string& yaml, int64_t steps,
@@ -57,6 +60,7 @@ Trained train(ddp::Communicator& world, const std::string& yaml, int64_t steps,
   const auto pinned = run.trainer->pin_parameters();
   t.params = snapshot(*run.model);
   t.optimizer_state = run.trainer->memory_estimate().optimizer_state;
+  t.planned_optimizer_state = run.trainer->footprint(run.trainer->shard_mode()).optimizer_state;
   return t;
 }
 
@@ -97,6 +101,8 @@ void expect_hybrid_equals_none(ddp::Communicator& world, train::HybridComms hybr
     // AdamW's moments: 1/node_size of the unsharded ones (buckets padded to the node size).
     const double share = static_cast<double>(hyb.optimizer_state) / none.optimizer_state;
     EXPECT_NEAR(share, 1.0 / hybrid.node->size(), 0.05) << name << " " << shard;
+    // The plan (the check before step 1, --dry-run's per-rank state) divides by the node too.
+    EXPECT_EQ(hyb.planned_optimizer_state, hyb.optimizer_state) << name << " " << shard;
     if (world.rank() == 0) {
       fmt::print("hybrid {} {} on {} nodes x {}: relative error {:.2e}, optimizer state {:.3f}\n",
                  name, shard, hybrid.cross_node->size(), hybrid.node->size(), err, share);

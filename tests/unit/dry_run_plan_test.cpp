@@ -1,5 +1,6 @@
-// --dry-run --plan-ranks/--plan-device-memory (launcher/dry_run_plan.h): the size parser and the
-// planning arithmetic, in closed form on one bucket of 1000 fp32 parameters at 4 ranks.
+// --dry-run --plan-ranks/--plan-device-memory/--plan-ranks-per-node (launcher/dry_run_plan.h): the
+// size parser and the planning arithmetic, in closed form on one bucket of 1000 fp32 parameters
+// at 4 ranks (and at 8 ranks, sharded over the world or within nodes of 4).
 #include "launcher/dry_run_plan.h"
 
 #include <gtest/gtest.h>
@@ -54,7 +55,7 @@ memory::MemoryEstimate probe() {
 const int64_t kDevice = cuda_reserve_bytes() + 16000 + 1000 + 6 * 500;
 
 TEST(PlanDevice, EveryShardModePerRankStateAtThePlannedWorld) {
-  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, 4,
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, {4},
                                    kDevice, 1.0, ddp::ShardMode::kNone);
   ASSERT_EQ(p.modes.size(), ddp::kShardModeNames.size());
   // none: all of it; optimizer: full buckets + the reduced block (250), moments of the block;
@@ -71,7 +72,7 @@ TEST(PlanDevice, EveryShardModePerRankStateAtThePlannedWorld) {
 }
 
 TEST(PlanDevice, AutoPicksTheLargestMicroBatchOfTheModeAndSplitsTheGlobalBatch) {
-  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, 4,
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, {4},
                                    kDevice, 1.0, ddp::ShardMode::kNone);
   EXPECT_EQ(p.modes[0].micro_auto, 6);   // (budget - 16000 - 1000) / 500
   EXPECT_EQ(p.modes[1].micro_auto, 10);  // capped at the 40 / 4 samples per rank
@@ -85,7 +86,7 @@ TEST(PlanDevice, AutoPicksTheLargestMicroBatchOfTheModeAndSplitsTheGlobalBatch) 
 }
 
 TEST(PlanDevice, ConfiguredMicroBatchThatDoesNotFitNamesAModeThatDoes) {
-  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 8, 4,
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 8, {4},
                                    kDevice, 1.0, ddp::ShardMode::kNone);
   EXPECT_FALSE(p.modes[0].configured_fits);
   EXPECT_TRUE(p.modes[1].configured_fits);
@@ -98,20 +99,84 @@ TEST(PlanDevice, ConfiguredMicroBatchThatDoesNotFitNamesAModeThatDoes) {
 }
 
 TEST(PlanDevice, TargetFractionScalesTheBudgetBeforeTheReserves) {
-  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, 4,
+  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, {4},
                                    int64_t{1} << 30, 0.5, ddp::ShardMode::kNone);
   EXPECT_EQ(p.budget, (int64_t{1} << 29) - cuda_reserve_bytes());
 }
 
 TEST(PlanDevice, RefusesAGlobalBatchSmallerThanThePlannedRanks) {
   try {
-    plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 32, 0, 64, kDevice, 1.0,
+    plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 32, 0, {64}, kDevice, 1.0,
                 ddp::ShardMode::kNone);
     FAIL() << "planned 64 ranks for a global batch of 32";
   } catch (const ddp::PlanError& e) {
     EXPECT_NE(std::string(e.what()).find("--plan-ranks 64"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("train.global_batch_size = 32"), std::string::npos);
   }
+}
+
+// ddp.shard_group: node at 8 ranks, 4 per node: every sharded mode's blocks are a node's quarter,
+// twice those of 8 ranks sharded over the world (one node of 8); none does not change.
+TEST(PlanDevice, HybridShardingDividesByTheRanksPerNode) {
+  const auto plan = [](PlannedWorld w) {
+    return plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 0, w, kDevice, 1.0,
+                       ddp::ShardMode::kNone);
+  };
+  const DevicePlan world = plan({8, 0, ddp::ShardGroup::kWorld});
+  const DevicePlan node = plan({8, 4, ddp::ShardGroup::kNode});
+  EXPECT_EQ(world.shard_ranks, 8);
+  EXPECT_EQ(node.shard_ranks, 4);
+  const auto& w = world.modes;
+  const auto& n = node.modes;
+  EXPECT_EQ(n[0].state.total(), w[0].state.total());
+  // optimizer: moments of a block of 1000 / 4 (not / 8) elements; gradients: the block too.
+  EXPECT_EQ(w[1].state.optimizer_state, 1000);
+  EXPECT_EQ(n[1].state.optimizer_state, 2 * w[1].state.optimizer_state);
+  EXPECT_EQ(n[2].state.gradients, 2 * w[2].state.gradients);
+  EXPECT_EQ(n[2].state.optimizer_state, 2 * w[2].state.optimizer_state);
+  // parameters: the blocks (1000 / 4 x 4 bytes), plus two gathered units of 4000 bytes.
+  const int64_t units = 2 * 4000;
+  EXPECT_EQ(n[3].state.parameters - units, 1000);
+  EXPECT_EQ(n[3].state.parameters - units, 2 * (w[3].state.parameters - units));
+  EXPECT_EQ(n[3].state.optimizer_state, 2 * w[3].state.optimizer_state);
+  // The same as ddp::shard_footprint at 4 ranks, for every mode.
+  for (const ModePlan& m : n) {
+    EXPECT_EQ(m.state.total(), ddp::shard_footprint(one_bucket(), 4, m.mode).total())
+        << ddp::to_string(m.mode);
+  }
+  // Stated under world, the nodes do not change the shards.
+  EXPECT_EQ(plan({8, 4, ddp::ShardGroup::kWorld}).modes[2].state.total(), w[2].state.total());
+  const auto lines = describe_device_plan(node, 0);
+  EXPECT_NE(lines[1].find("a shard spans the 4 rank(s) of one node (--plan-ranks-per-node) and is "
+                          "replicated on each of the 2 node(s)"),
+            std::string::npos)
+      << lines[1];
+}
+
+TEST(PlanDeviceRanksPerNode, RefusesRanksPerNodeThatDoNotDivideOrAreMissingUnderNode) {
+  EXPECT_EQ(plan_shard_ranks({8, 0, ddp::ShardGroup::kWorld}), 8);
+  EXPECT_EQ(plan_shard_ranks({8, 8, ddp::ShardGroup::kNode}), 8);
+  EXPECT_EQ(plan_shard_ranks({8, 1, ddp::ShardGroup::kNode}), 1);
+  const auto message = [](PlannedWorld w) {
+    try {
+      plan_shard_ranks(w);
+    } catch (const ddp::PlanError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const auto group : {ddp::ShardGroup::kWorld, ddp::ShardGroup::kNode}) {
+    EXPECT_NE(message({8, 3, group}).find("--plan-ranks-per-node 3 does not divide --plan-ranks 8"),
+              std::string::npos)
+        << message({8, 3, group});
+    EXPECT_NE(message({8, 16, group}).find("--plan-ranks-per-node 16 does not divide"),
+              std::string::npos);
+  }
+  EXPECT_NE(message({8, 0, ddp::ShardGroup::kNode})
+                .find("ddp.shard_group is node: the shards span the ranks of one node, so the plan "
+                      "needs --plan-ranks-per-node M"),
+            std::string::npos)
+      << message({8, 0, ddp::ShardGroup::kNode});
 }
 
 }  // namespace

@@ -92,6 +92,14 @@ TEST(SpikeGuard, StateHoldsTheLastStepAndItsWindow) {
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_DOUBLE_EQ(out[static_cast<int64_t>(i)].item<double>(), want[i]) << "slot " << i;
   }
+  // The names readers use (StepMetrics) point at the same slots.
+  using G = train::SpikeGuard;
+  const double by_name[2][3] = {{10.0, 2.0, 1.0}, {4.0, 4.0, 1.0}};
+  for (const G::Judged v : {G::kLoss, G::kGradNorm}) {
+    for (const G::Stat s : {G::kStepValue, G::kWindowMean, G::kWindowStd}) {
+      EXPECT_DOUBLE_EQ(out[G::state_slot(v, s)].item<double>(), by_name[v][s]) << v << " " << s;
+    }
+  }
 }
 
 TEST(SpikeGuard, InjectionSpecs) {
