@@ -30,6 +30,8 @@ echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 peaks() {
   local label=$1 bin=$2
   shift 2
+  # The single quotes are meant: each rank's own shell expands its rank.
+  # shellcheck disable=SC2016
   mpirun -np 2 bash -c '/usr/bin/time -f "rank ${OMPI_COMM_WORLD_RANK} max_rss_kib %M" \
     -o "$0.rank${OMPI_COMM_WORLD_RANK}" "$@"' "$work/time" "$bin" "${gpt25m[@]}" \
     --set train.steps=2 --set checkpoint.dir="$work/out" --dry-run "$@" >"$work/run.log" 2>&1 ||
