@@ -6,12 +6,16 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 // Tensor bytes are copied as they lie in memory; the format is little-endian.
 static_assert(std::endian::native == std::endian::little,
@@ -21,6 +25,8 @@ namespace io {
 namespace {
 
 using nlohmann::json;
+
+std::atomic<int64_t> g_bytes_read{0};  // safetensors_bytes_read()
 
 struct DtypeInfo {
   const char* name;
@@ -213,10 +219,77 @@ std::map<std::string, at::Tensor> read_safetensors(const std::string& path,
       if (!in || in.gcount() != bytes) {
         throw error(path, "tensor '{}': cannot read its {} bytes", name, bytes);
       }
+      g_bytes_read += bytes;
     }
     tensors.emplace(name, std::move(t));
   }
   return tensors;
+}
+
+int64_t safetensors_bytes_read() { return g_bytes_read.load(); }
+
+SafetensorsRangeReader::SafetensorsRangeReader(const std::string& path) : path_(path) {
+  uint64_t file_bytes = 0, header_bytes = 0;
+  json j;
+  {
+    std::ifstream in;
+    j = read_header(path, in, &file_bytes, &header_bytes);
+  }
+  const uint64_t data_start = 8 + header_bytes;
+  for (const auto& [name, value] : j.items()) {
+    if (name == "__metadata__") continue;
+    const Entry e = parse_entry(path, name, value, file_bytes - data_start);
+    const auto elem = static_cast<uint64_t>(c10::elementSize(e.dtype));
+    tensors_.emplace(name,
+                     TensorInfo{e.dtype, e.shape, static_cast<int64_t>((e.end - e.begin) / elem),
+                                data_start + e.begin});
+  }
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw error(path, "cannot open the file: {}", std::strerror(errno));
+}
+
+SafetensorsRangeReader::~SafetensorsRangeReader() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsRangeReader::TensorInfo& SafetensorsRangeReader::info(
+    const std::string& key) const {
+  const auto it = tensors_.find(key);
+  if (it == tensors_.end()) throw error(path_, "has no tensor '{}'", key);
+  return it->second;
+}
+
+void SafetensorsRangeReader::read(const std::string& key, int64_t offset, int64_t count,
+                                  const at::Tensor& out) {
+  const TensorInfo& t = info(key);
+  if (offset < 0 || count < 0 || offset > t.numel || count > t.numel - offset) {
+    throw error(path_, "tensor '{}': elements [{}, {}) are outside its {} elements", key, offset,
+                offset + count, t.numel);
+  }
+  if (out.device().type() != at::kCPU || !out.is_contiguous() || out.scalar_type() != t.dtype ||
+      out.numel() != count) {
+    throw error(path_,
+                "tensor '{}' is {}: its elements cannot be read into a {} tensor of {} elements "
+                "(a contiguous CPU tensor of its dtype and {} elements)",
+                key, c10::toString(t.dtype), c10::toString(out.scalar_type()), out.numel(), count);
+  }
+  const auto elem = static_cast<int64_t>(c10::elementSize(t.dtype));
+  auto* dst = static_cast<char*>(out.data_ptr());
+  int64_t left = count * elem;
+  auto pos = static_cast<off_t>(t.begin + offset * elem);
+  while (left > 0) {
+    const ssize_t got = ::pread(fd_, dst, static_cast<size_t>(left), pos);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      throw error(path_, "tensor '{}': cannot read elements [{}, {}): {}", key, offset,
+                  offset + count, got < 0 ? std::strerror(errno) : "the file ends early");
+    }
+    dst += got;
+    pos += got;
+    left -= got;
+    bytes_read_ += got;
+    g_bytes_read += got;
+  }
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,

@@ -15,10 +15,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace io {
 
@@ -45,5 +47,46 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 // Throws SafetensorsError for an unsupported dtype or a file that cannot be written.
 void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// One file opened for ranged reads (sharded checkpoints: each rank reads only the elements it
+// keeps). The constructor reads and checks the header (the same checks, and messages, as
+// read_safetensors); read() then preads only the bytes of the elements asked for. Holds the file
+// open; not copyable; not thread-safe. Every error is a SafetensorsError naming the file and,
+// where it applies, the tensor.
+class SafetensorsRangeReader {
+ public:
+  struct TensorInfo {
+    at::ScalarType dtype;
+    std::vector<int64_t> shape;
+    int64_t numel = 0;
+    uint64_t begin = 0;  // byte offset of its data in the file
+  };
+
+  explicit SafetensorsRangeReader(const std::string& path);
+  ~SafetensorsRangeReader() noexcept;
+  SafetensorsRangeReader(const SafetensorsRangeReader&) = delete;
+  SafetensorsRangeReader& operator=(const SafetensorsRangeReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& key) const { return tensors_.count(key) != 0; }
+  // Throws SafetensorsError when the file has no tensor `key`.
+  const TensorInfo& info(const std::string& key) const;
+  // Elements [offset, offset + count) of `key`, seen flat (row-major), into `out`: a contiguous
+  // CPU tensor of the tensor's dtype and `count` elements. Throws SafetensorsError for an unknown
+  // key, a range outside the tensor, another dtype or a short read.
+  void read(const std::string& key, int64_t offset, int64_t count, const at::Tensor& out);
+  // Tensor bytes this reader has read so far.
+  int64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::map<std::string, TensorInfo> tensors_;
+  int64_t bytes_read_ = 0;
+};
+
+// Tensor bytes read by this process so far, by read_safetensors and every SafetensorsRangeReader
+// (a test hook: what a rank read to resume).
+int64_t safetensors_bytes_read();
 
 }  // namespace io

@@ -14,7 +14,8 @@ namespace {
 std::optional<train::Checkpoint> newest_in(const std::string& dir, const std::string& key) {
   std::vector<std::string> skipped;
   train::Checkpoint found;
-  const std::string path = train::newest_good_checkpoint(dir, &skipped, &found);
+  const std::string path =
+      train::newest_good_checkpoint(dir, &skipped, &found, train::ShardedRead::kOpen);
   for (const auto& why : skipped) {
     spdlog::warn("{}: passing over a damaged checkpoint: {}", key, why);
   }
@@ -36,7 +37,7 @@ std::optional<train::Checkpoint> select_resume(const train::CheckpointOptions& o
   std::optional<train::Checkpoint> checkpoint;
   try {
     if (file) {
-      checkpoint = train::read_checkpoint(resume);
+      checkpoint = train::read_checkpoint(resume, train::ShardedRead::kOpen);
     } else {
       checkpoint = newest_in(options.dir, resume.empty() ? key : key + ": auto");
     }

@@ -1,6 +1,8 @@
 // Resume selection: the checkpoint a run continues from (checkpoint.resume), and the one whose
 // weights --generate and --export-hf use. Rank 0 alone calls it; the Trainer broadcasts what it
-// holds to the other ranks.
+// holds to the other ranks. A sharded checkpoint is opened, not read whole
+// (train::ShardedRead::kOpen): its files are verified (streamed CRC-32s), the model's tensors are
+// read from them, and Trainer::resume has every rank read the moments it keeps.
 //
 // For training (ResumeFor::kTraining):
 // - "" (the default): none, start at step 1.

@@ -127,7 +127,9 @@ void load_data_and_model(Startup& s) {
     train::check_metrics_path(metrics);
   }
   if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
-  // Rank 0 alone reads a checkpoint to resume from; the Trainer broadcasts what it holds.
+  // Rank 0 alone chooses the checkpoint to resume from and loads the model's tensors; the
+  // Trainer broadcasts the model, and the moments (a single file) or the path of a sharded
+  // checkpoint, whose files every rank then reads its own moments from (Trainer::resume).
   s.checkpoint = select_resume(config.checkpoint, *s.model,
                                s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining);
   if (s.checkpoint && !config.model.init_from.empty()) {

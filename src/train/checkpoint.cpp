@@ -55,8 +55,31 @@ T parse_number(const std::string& path, const std::map<std::string, std::string>
   return v;
 }
 
-std::string describe(const at::Tensor& t) {
-  return fmt::format("{} {}", t.sizes(), c10::toString(t.scalar_type()));
+// A tensor's shape and dtype, as a checkpoint holds it (a tensor, or an opened sharded
+// checkpoint's logical tensor).
+struct Held {
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype;
+};
+
+std::string describe(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return fmt::format("{} {}", sizes, c10::toString(dtype));
+}
+std::string describe(const at::Tensor& t) { return describe(t.sizes(), t.scalar_type()); }
+
+std::map<std::string, Held> held_tensors(const Checkpoint& ckpt) {
+  std::map<std::string, Held> out;
+  for (const auto& [key, t] : ckpt.tensors) out[key] = {t.sizes().vec(), t.scalar_type()};
+  if (!ckpt.manifest) return out;
+  for (const auto& [key, logical] : ckpt.manifest->tensors) {
+    const auto dtype = io::dtype_from_name(logical.dtype);
+    if (!dtype) {
+      throw CheckpointDamaged(fmt::format("{}/{}: '{}' has the unknown dtype '{}'", ckpt.path,
+                                          io::kShardManifestName, key, logical.dtype));
+    }
+    out[key] = {logical.shape, *dtype};
+  }
+  return out;
 }
 
 }  // namespace
@@ -153,9 +176,12 @@ void write_checkpoint_tensors(const std::string& path,
   fsync_path(target.has_parent_path() ? target.parent_path().string() : ".", /*directory=*/true);
 }
 
-Checkpoint read_checkpoint(const std::string& path) {
+Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) return read_sharded_checkpoint(path);
+  if (std::filesystem::is_directory(path, ec)) {
+    return sharded == ShardedRead::kOpen ? open_sharded_checkpoint(path)
+                                         : read_sharded_checkpoint(path);
+  }
   Checkpoint ckpt;
   ckpt.path = path;
   std::map<std::string, std::string> meta;
@@ -194,36 +220,43 @@ Checkpoint read_checkpoint(const std::string& path) {
 
 void check_compatible(const Checkpoint& ckpt, models::Model& model) {
   const auto expected = expected_tensors(model);
+  const auto held = held_tensors(ckpt);
   for (const auto& [key, t] : expected) {
-    const auto it = ckpt.tensors.find(key);
-    if (it == ckpt.tensors.end()) {
+    const auto it = held.find(key);
+    if (it == held.end()) {
       throw CheckpointError(fmt::format(
           "{}: the model has '{}' ({}), the checkpoint does not: it was written for another model "
           "(compare the model section of the config)",
           ckpt.path, key, describe(t)));
     }
-    if (it->second.sizes() != t.sizes() || it->second.scalar_type() != t.scalar_type()) {
+    if (t.sizes() != at::IntArrayRef(it->second.sizes) || it->second.dtype != t.scalar_type()) {
       throw CheckpointError(fmt::format(
           "{}: '{}' is {} in the checkpoint but {} in the model (compare the model section of "
           "the config)",
-          ckpt.path, key, describe(it->second), describe(t)));
+          ckpt.path, key, describe(it->second.sizes, it->second.dtype), describe(t)));
     }
   }
   std::set<std::string> keys;
   for (const auto& [key, t] : expected) keys.insert(key);
-  for (const auto& [key, t] : ckpt.tensors) {
+  for (const auto& [key, h] : held) {
     if (!keys.count(key)) {
       throw CheckpointError(fmt::format(
           "{}: the checkpoint has '{}' ({}), the model does not: it was written for another "
           "model (compare the model section of the config)",
-          ckpt.path, key, describe(t)));
+          ckpt.path, key, describe(h.sizes, h.dtype)));
     }
   }
 }
 
 void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
   at::NoGradGuard no_grad;
-  for (auto& [key, t] : model_entries(model)) t.copy_(ckpt.tensors.at(key));
+  if (!ckpt.manifest) {
+    for (auto& [key, t] : model_entries(model)) t.copy_(ckpt.tensors.at(key));
+    return;
+  }
+  // Straight from the files into the model's tensors: no copy of the model besides the model.
+  ShardedReader reader(ckpt.path, *ckpt.manifest);
+  for (auto& [key, t] : model_entries(model)) reader.read_whole(key, t);
 }
 
 void check_checkpoint_dir(const std::string& dir) {
@@ -298,10 +331,10 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
 }
 
 std::string newest_good_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
-                                   Checkpoint* out) {
+                                   Checkpoint* out, ShardedRead sharded) {
   for (const auto& path : checkpoints_newest_first(dir)) {
     try {
-      *out = read_checkpoint(path);
+      *out = read_checkpoint(path, sharded);
       return path;
     } catch (const CheckpointDamaged& e) {
       skipped->push_back(e.what());

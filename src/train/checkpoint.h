@@ -21,17 +21,23 @@
 //   shape or dtype) is a CheckpointError naming the file and the tensor.
 // - apply_model_state copies parameters and buffers into the model (on rank 0; the Trainer then
 //   broadcasts them); the Trainer restores the moments and the step itself (Trainer::resume).
+// - A sharded checkpoint opened for resume (ShardedRead::kOpen) holds its manifest and no
+//   tensors: check_compatible checks the manifest's logical tensors, apply_model_state reads the
+//   model's tensors straight from the files, and Trainer::resume has every rank read its own
+//   moments (train/checkpoint_sharded.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "io/shard_manifest.h"
 #include "models/model.h"
 
 namespace train {
@@ -59,8 +65,15 @@ class CheckpointDamaged : public CheckpointError {
 struct Checkpoint {
   std::string path;
   CheckpointMeta meta;
-  std::map<std::string, at::Tensor> tensors;  // CPU
+  std::map<std::string, at::Tensor> tensors;  // CPU; empty when opened (`manifest`)
+  // A sharded checkpoint opened, not read (ShardedRead::kOpen): where every element lies.
+  std::optional<io::ShardManifest> manifest;
 };
+
+// How read_checkpoint takes a sharded checkpoint's step directory: kWhole assembles every tensor
+// (one process: --consolidate, tests); kOpen verifies the files and reads no tensor data
+// (resume: each rank reads its ranges). A single file is read whole either way.
+enum class ShardedRead { kWhole, kOpen };
 
 // Keys of AdamW's moments for the parameter named `param`.
 std::string exp_avg_key(const std::string& param);
@@ -89,14 +102,17 @@ void write_checkpoint_tensors(const std::string& path,
                               const CheckpointMeta& meta);
 
 // Reads a checkpoint: a file, or a sharded checkpoint's step directory
-// (train/checkpoint_sharded.h), into whole tensors. Throws CheckpointError.
-Checkpoint read_checkpoint(const std::string& path);
+// (train/checkpoint_sharded.h), into whole tensors unless `sharded` is kOpen. Throws
+// CheckpointError.
+Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded = ShardedRead::kWhole);
 
 // Throws CheckpointError unless `ckpt` holds exactly the parameters (with moments) and non-cache
-// buffers of `model`, with the same shapes and dtypes.
+// buffers of `model`, with the same shapes and dtypes (an opened sharded checkpoint: its
+// manifest's logical tensors; the same messages).
 void check_compatible(const Checkpoint& ckpt, models::Model& model);
 
-// Copies the checkpoint's parameters and non-cache buffers into `model`.
+// Copies the checkpoint's parameters and non-cache buffers into `model` (an opened sharded
+// checkpoint: read from its files straight into the model's tensors).
 void apply_model_state(const Checkpoint& ckpt, models::Model& model);
 
 // Creates `dir` if needed and checks that a file can be written there, so that a typo in
@@ -116,7 +132,7 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir);
 // The newest checkpoint in `dir` that reads and verifies; the ones passed over and why go to
 // `skipped` ("" and none when there is none). Throws only for problems that are not damage.
 std::string newest_good_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
-                                   Checkpoint* out);
+                                   Checkpoint* out, ShardedRead sharded = ShardedRead::kWhole);
 
 // checkpoint.keep_last: deletes periodic checkpoints (step_N.safetensors) of `dir` other than the
 // `keep` with the most steps; final and out-of-memory checkpoints stay. keep <= 0: none deleted.

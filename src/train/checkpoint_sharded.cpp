@@ -260,6 +260,92 @@ Checkpoint read_sharded_checkpoint(const std::string& step_dir) {
   return ckpt;
 }
 
+Checkpoint open_sharded_checkpoint(const std::string& step_dir) {
+  Checkpoint ckpt;
+  ckpt.path = step_dir;
+  try {
+    io::ShardManifest m = io::read_manifest(step_dir);
+    io::verify_shard_files(step_dir, m);
+    ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config};
+    ShardedReader reader(step_dir, std::move(m));
+    reader.check_pieces();
+    ckpt.manifest = reader.manifest();
+  } catch (const io::ShardManifestError& e) {
+    throw CheckpointDamaged(e.what());
+  }
+  return ckpt;
+}
+
+ShardedReader::ShardedReader(std::string step_dir, io::ShardManifest manifest)
+    : dir_(std::move(step_dir)), manifest_(std::move(manifest)) {}
+
+io::SafetensorsRangeReader& ShardedReader::file(const std::string& name) {
+  auto& slot = files_[name];
+  if (!slot) {
+    try {
+      slot = std::make_unique<io::SafetensorsRangeReader>(dir_ + "/" + name);
+    } catch (const io::SafetensorsError& e) {
+      files_.erase(name);
+      throw CheckpointDamaged(e.what());
+    }
+  }
+  return *slot;
+}
+
+void ShardedReader::read(const std::string& name, int64_t offset, const at::Tensor& out) {
+  const auto it = manifest_.tensors.find(name);
+  const auto dtype =
+      it == manifest_.tensors.end() ? std::nullopt : io::dtype_from_name(it->second.dtype);
+  if (!dtype || *dtype != out.scalar_type()) {
+    throw CheckpointDamaged(
+        fmt::format("{}/{}: '{}' is {} there; it is read as {}", dir_, io::kShardManifestName, name,
+                    it == manifest_.tensors.end() ? "not a logical tensor" : it->second.dtype,
+                    c10::toString(out.scalar_type())));
+  }
+  const bool direct = out.device().is_cpu() && out.is_contiguous();
+  at::Tensor flat =
+      direct ? out.view({out.numel()}) : at::empty({out.numel()}, out.options().device(at::kCPU));
+  try {
+    for (const auto& read : io::pieces_for(manifest_, name, offset, out.numel())) {
+      file(read.file).read(read.piece.key, read.piece.key_offset, read.piece.count,
+                           flat.narrow(0, read.piece.offset - offset, read.piece.count));
+      bytes_read_ += read.piece.count * static_cast<int64_t>(flat.element_size());
+    }
+  } catch (const io::ShardManifestError& e) {
+    throw CheckpointDamaged(e.what());
+  } catch (const io::SafetensorsError& e) {
+    throw CheckpointDamaged(fmt::format("{} (for '{}')", e.what(), name));
+  }
+  if (!direct) out.copy_(flat.view(out.sizes()));
+}
+
+void ShardedReader::read_whole(const std::string& name, const at::Tensor& out) {
+  if (out.is_contiguous()) return read(name, 0, out);
+  at::Tensor whole = at::empty(out.sizes(), out.options().device(at::kCPU));  // row-major
+  read(name, 0, whole);
+  out.copy_(whole);
+}
+
+void ShardedReader::check_pieces() {
+  for (const auto& f : manifest_.files) {
+    auto& reader = file(f.file);
+    for (const auto& piece : f.pieces) {
+      const std::string& dtype = manifest_.tensors.at(piece.name).dtype;
+      const bool known = reader.has(piece.key);
+      const auto info = known ? reader.info(piece.key) : io::SafetensorsRangeReader::TensorInfo{};
+      if (!known || io::dtype_name(info.dtype) != dtype ||
+          info.numel < piece.key_offset + piece.count) {
+        throw CheckpointDamaged(fmt::format("{}/{}: has no {} tensor '{}' of {} elements for '{}'",
+                                            dir_, f.file, dtype, piece.key,
+                                            piece.key_offset + piece.count, piece.name));
+      }
+    }
+    files_.erase(f.file);  // one file open at a time, whatever the writers' world size
+  }
+}
+
+int64_t ShardedReader::bytes_read() const { return bytes_read_; }
+
 bool remove_step_dir(const std::string& step_dir) {
   // The manifest first: a directory removed halfway is no longer a checkpoint.
   std::remove((step_dir + "/" + io::kShardManifestName).c_str());

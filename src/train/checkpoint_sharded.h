@@ -18,19 +18,27 @@
 // DIR.tmp to DIR (commit_sharded_checkpoint). A directory without a complete manifest is not a
 // checkpoint: a job killed while writing leaves the previous checkpoint the newest.
 //
-// Reading (read_sharded_checkpoint) verifies every file against the manifest (a missing or
-// damaged file is CheckpointDamaged naming it) and assembles whole tensors, so the result is the
-// Checkpoint a single file gives, and resumes on any world size and mode.
+// Reading, two ways. Both verify every file against the manifest first (streamed CRC-32s: a
+// missing or damaged file is CheckpointDamaged naming it).
+// - read_sharded_checkpoint assembles whole tensors: the Checkpoint a single file gives (one
+//   process: --consolidate, tests).
+// - open_sharded_checkpoint reads no tensor data: the Checkpoint holds the manifest, and a
+//   ShardedReader reads element ranges of logical tensors straight from the files. Resume takes
+//   this way (docs/DESIGN.md "Checkpoints", "Who reads"): rank 0 chooses and checks the
+//   checkpoint and reads the model's parameters into its model; every rank reads only the moments
+//   it keeps (Trainer::resume), so no rank assembles state it does not keep.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ddp/buckets.h"
+#include "io/safetensors.h"
 #include "io/shard_manifest.h"
 #include "train/checkpoint.h"
 
@@ -80,6 +88,40 @@ bool is_sharded_checkpoint(const std::string& path);
 // Reads and verifies a sharded checkpoint into whole tensors. Throws CheckpointDamaged (a
 // missing, damaged or unlisted file, a manifest that does not parse) or CheckpointError.
 Checkpoint read_sharded_checkpoint(const std::string& step_dir);
+
+// Reads the manifest and verifies every file (size and CRC-32, streamed) and that its header holds
+// the pieces the manifest places in it, reading no tensor data: a Checkpoint with `manifest` set
+// and no tensors. Throws CheckpointDamaged or CheckpointError as read_sharded_checkpoint does.
+Checkpoint open_sharded_checkpoint(const std::string& step_dir);
+
+// Element ranges of a sharded checkpoint's logical tensors, read straight from its files (each
+// file's header once, when first needed; then only the bytes asked for). Local: no collectives.
+// Not thread-safe. Throws CheckpointDamaged naming the file and the tensor.
+class ShardedReader {
+ public:
+  ShardedReader(std::string step_dir, io::ShardManifest manifest);
+
+  const io::ShardManifest& manifest() const { return manifest_; }
+  // Elements [offset, offset + out.numel()) of the logical tensor `name`, seen flat (row-major),
+  // into `out` (the logical dtype; any device and layout: read through a host copy unless `out`
+  // is a contiguous CPU tensor).
+  void read(const std::string& name, int64_t offset, const at::Tensor& out);
+  // The whole logical tensor into `out` (of its shape; any strides: elements go by index).
+  void read_whole(const std::string& name, const at::Tensor& out);
+  // Checks that every file's header holds the pieces the manifest places in it (dtype and
+  // elements). Reads headers only.
+  void check_pieces();
+  // Tensor bytes read from the files so far (headers not counted).
+  int64_t bytes_read() const;
+
+ private:
+  io::SafetensorsRangeReader& file(const std::string& name);
+
+  std::string dir_;
+  io::ShardManifest manifest_;
+  std::map<std::string, std::unique_ptr<io::SafetensorsRangeReader>> files_;
+  int64_t bytes_read_ = 0;
+};
 
 // Removes a step directory and its files (not recursive beyond one level). Returns success.
 bool remove_step_dir(const std::string& step_dir);

@@ -6,13 +6,17 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
+#include <exception>
 #include <limits>
 #include <optional>
 
+#include "ddp/gather.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_sharded.h"
 #include "train/error_text.h"
 #include "train/loop.h"
 #include "train/precision.h"
@@ -285,13 +289,25 @@ void Trainer::read_metrics(StepResult& r) {
 }
 
 void Trainer::resume(const Checkpoint* ckpt) {
-  // Rank 0 read the file (and already holds its parameters, broadcast at construction).
-  at::Tensor step = at::tensor({ckpt != nullptr ? ckpt->meta.step : int64_t{-1}}, at::kLong);
-  control_.broadcast(step, 0, "resume step");
-  const int64_t steps_done = step.item<int64_t>();
+  // Rank 0 chose the checkpoint (and applied its parameters to the model before construction:
+  // they were broadcast then). The step, and for an opened sharded checkpoint the length of its
+  // path (-1: rank 0 holds whole tensors), go to every rank.
+  const bool opened = ckpt != nullptr && ckpt->manifest.has_value();
+  at::Tensor head = at::tensor({ckpt != nullptr ? ckpt->meta.step : int64_t{-1},
+                                opened ? static_cast<int64_t>(ckpt->path.size()) : int64_t{-1}},
+                               at::kLong);
+  control_.broadcast(head, 0, "resume step");
+  const int64_t steps_done = head[0].item<int64_t>();
+  const int64_t path_length = head[1].item<int64_t>();
   if (steps_done < 0) return;
   at::NoGradGuard no_grad;
-  if (reducer_->sharded()) {  // rank 0 holds full moments; each rank takes its blocks
+  if (path_length >= 0) {
+    at::Tensor path = at::zeros({path_length}, at::kByte);
+    if (opened) std::memcpy(path.data_ptr(), ckpt->path.data(), ckpt->path.size());
+    control_.broadcast(path, 0, "resume path");
+    read_own_moments(std::string(static_cast<const char*>(path.data_ptr()), path_length),
+                     opened ? &*ckpt->manifest : nullptr);
+  } else if (reducer_->sharded()) {  // rank 0 holds full moments; each rank takes its blocks
     std::vector<at::Tensor> m, v;
     if (ckpt != nullptr) {
       for (const auto& item : model_->named_parameters()) {
@@ -301,24 +317,105 @@ void Trainer::resume(const Checkpoint* ckpt) {
     }
     reducer_->shard_from(ckpt != nullptr ? &m : nullptr, optimizer_->exp_avgs());
     reducer_->shard_from(ckpt != nullptr ? &v : nullptr, optimizer_->exp_avg_sqs());
-    optimizer_->set_steps(steps_done);
-    start_step_ = steps_done;
-    return;
-  }
-  size_t i = 0;
-  for (const auto& item : model_->named_parameters()) {
-    const at::Tensor& m = optimizer_->exp_avgs()[i];
-    const at::Tensor& v = optimizer_->exp_avg_sqs()[i];
-    if (ckpt != nullptr) {
-      m.copy_(ckpt->tensors.at(exp_avg_key(item.key())));
-      v.copy_(ckpt->tensors.at(exp_avg_sq_key(item.key())));
+  } else {
+    size_t i = 0;
+    for (const auto& item : model_->named_parameters()) {
+      const at::Tensor& m = optimizer_->exp_avgs()[i];
+      const at::Tensor& v = optimizer_->exp_avg_sqs()[i];
+      if (ckpt != nullptr) {
+        m.copy_(ckpt->tensors.at(exp_avg_key(item.key())));
+        v.copy_(ckpt->tensors.at(exp_avg_sq_key(item.key())));
+      }
+      data_.broadcast(m, 0, "AdamW state of " + item.key());
+      data_.broadcast(v, 0, "AdamW state of " + item.key());
+      ++i;
     }
-    data_.broadcast(m, 0, "AdamW state of " + item.key());
-    data_.broadcast(v, 0, "AdamW state of " + item.key());
-    ++i;
   }
   optimizer_->set_steps(steps_done);
   start_step_ = steps_done;
+}
+
+void Trainer::read_own_moments(const std::string& step_dir, const io::ShardManifest* manifest) {
+  std::string failure;
+  std::exception_ptr mine;
+  resume_bytes_read_ = 0;
+  try {
+    io::ShardManifest read;
+    if (manifest == nullptr) {  // rank 0 verified the files; the others read the layout only
+      try {
+        read = io::read_manifest(step_dir);
+      } catch (const io::ShardManifestError& e) {
+        throw CheckpointDamaged(e.what());
+      }
+    }
+    ShardedReader reader(step_dir, manifest != nullptr ? *manifest : std::move(read));
+    if (reducer_->sharded()) {
+      read_moment_blocks(reader);
+    } else {
+      // Unsharded, every rank keeps whole moments: each reads them itself, straight into its
+      // optimizer state, rather than rank 0 reading and broadcasting them (no copy on rank 0).
+      size_t i = 0;
+      for (const auto& item : model_->named_parameters()) {
+        reader.read_whole(exp_avg_key(item.key()), optimizer_->exp_avgs()[i]);
+        reader.read_whole(exp_avg_sq_key(item.key()), optimizer_->exp_avg_sqs()[i]);
+        ++i;
+      }
+    }
+    resume_bytes_read_ = reader.bytes_read();
+  } catch (const std::exception& e) {
+    failure = first_line(e.what());
+    mine = std::current_exception();
+  }
+  // Voted: a rank that cannot read its part must not leave the others waiting in a collective;
+  // every rank fails, with the message naming the file.
+  const auto failures = ddp::all_gather_strings(control_, failure);
+  if (mine) std::rethrow_exception(mine);
+  for (int r = 0; r < control_.size(); ++r) {
+    if (!failures[r].empty()) {
+      throw CheckpointError(
+          fmt::format("rank {} could not read its part of {}: {}", r, step_dir, failures[r]));
+    }
+  }
+}
+
+void Trainer::read_moment_blocks(ShardedReader& reader) {
+  const auto named = model_->named_parameters();
+  const auto& layout = reducer_->layout();
+  const auto shards = reducer_->shards();
+  const std::vector<at::Tensor>* moments[] = {&optimizer_->exp_avgs(), &optimizer_->exp_avg_sqs()};
+  std::string (*const keys[])(const std::string&) = {exp_avg_key, exp_avg_sq_key};
+  for (size_t b = 0; b < layout.size(); ++b) {
+    const ddp::BucketShard& shard = shards[b];
+    for (size_t k = 0; k < 2; ++k) {
+      const at::Tensor& block = (*moments[k])[b];
+      // As Reducer::shard_from cuts it from whole tensors: zeros in the padding. A CPU block is
+      // read in place; a device block through one host block at a time.
+      const bool in_place = block.device().is_cpu() && block.is_contiguous();
+      at::Tensor host =
+          in_place ? block : at::empty({shard.size}, block.options().device(at::kCPU));
+      host.zero_();
+      for (size_t j = 0; j < layout[b].params.size(); ++j) {
+        const at::Tensor& p = named[layout[b].params[j]].value();
+        const int64_t offset = layout[b].offsets[j];
+        const auto [first, last] = shard.owned(offset, p.numel());
+        if (first >= last) continue;
+        at::Tensor into = host.narrow(0, first - shard.begin, last - first);
+        const std::string key = keys[k](named[layout[b].params[j]].key());
+        if (p.is_contiguous()) {
+          reader.read(key, first - offset, into);
+          continue;
+        }
+        // The bucket holds this parameter by its strides (channels-last), not row-major: read it
+        // whole and lay it out so, as the Reducer's view of it does.
+        at::Tensor whole = at::empty(p.sizes(), host.options());
+        reader.read(key, 0, whole);
+        at::Tensor laid = at::empty({p.numel()}, host.options());
+        laid.as_strided(p.sizes(), p.strides()).copy_(whole);
+        into.copy_(laid.narrow(0, first - offset, last - first));
+      }
+      if (!in_place) block.copy_(host);
+    }
+  }
 }
 
 }  // namespace train

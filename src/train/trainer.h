@@ -24,7 +24,8 @@
 // Sharded (ddp.shard, ddp/reducer.h): the Reducer reduce-scatters the gradients, the optimizer
 // updates this rank's blocks, and the Reducer all-gathers the parameters after the update; the
 // clip norm and fp16's verdict are combined across ranks on the device after the status vote, so
-// every rank posts them. Checkpoints gather the moments into the unsharded file format.
+// every rank posts them. Checkpoints gather the moments into the unsharded file format
+// (checkpoint.format: single) or are written by every rank (sharded; train/checkpoint_sharded.h).
 #pragma once
 
 #include <c10/core/Device.h>
@@ -49,6 +50,7 @@
 #include "memory/oom.h"
 #include "models/model.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_sharded.h"
 #include "train/evaluation.h"
 #include "train/graph_step.h"
 #include "train/loss_scaler.h"
@@ -120,6 +122,7 @@ class Trainer {
   double data_wait_s() const { return loader_->waited_s(); }          // the loader's wait so far
   int64_t skipped_steps() const { return metrics_.skipped_total(); }  // as of the last read
   const ddp::Reducer& reducer() const { return *reducer_; }
+  const FusedAdamW& optimizer() const { return *optimizer_; }  // this rank's moments
   models::Model& model() { return *model_; }
   int fallbacks() const { return fallbacks_; }
   const GraphStep& graphs() const { return *graphs_; }
@@ -158,10 +161,15 @@ class Trainer {
   bool sharded_checkpoints() const;
 
   // Continues from a checkpoint that rank 0 read (and whose parameters it applied to the model
-  // before construction): AdamW's moments and the step count are broadcast from rank 0, and
-  // run() starts after the checkpoint's last step. Other ranks pass nullptr; so does rank 0
-  // when there is nothing to resume. Collective.
+  // before construction); run() starts after the checkpoint's last step. Other ranks pass
+  // nullptr; so does rank 0 when there is nothing to resume. A checkpoint read whole: AdamW's
+  // moments are broadcast from rank 0 (sharded modes: each rank keeps its blocks). A sharded one
+  // opened (ShardedRead::kOpen): its path goes to every rank, and each rank reads only the
+  // moments it keeps from the files (sharded modes: its blocks; unsharded: the whole moments);
+  // a rank that cannot read its part fails every rank, naming the file (voted). Collective.
   void resume(const Checkpoint* ckpt);
+  // Tensor bytes this rank read from a sharded checkpoint's files in resume() (a test hook).
+  int64_t resume_bytes_read() const { return resume_bytes_read_; }
   // Optimizer steps already done (resumed from a checkpoint): the next step is start_step() + 1.
   int64_t start_step() const { return start_step_; }
 
@@ -171,6 +179,11 @@ class Trainer {
                                                               int64_t steps_done);
   std::unique_ptr<PendingCheckpoint> start_single_checkpoint(const std::string& path,
                                                              int64_t steps_done);
+  // resume() from an opened sharded checkpoint (`manifest`: rank 0's, verified; nullptr: read
+  // it). Voted.
+  void read_own_moments(const std::string& step_dir, const io::ShardManifest* manifest);
+  // Sharded modes: this rank's block of every bucket of both moments, from the files.
+  void read_moment_blocks(ShardedReader& reader);
 
   // Set-up, in the order the constructor runs it (trainer_setup.cpp).
   // The micro-batch every rank starts from: the configured one, or a whole per-rank slice (the
@@ -291,6 +304,7 @@ class Trainer {
   memory::FallbackLadder ladder_;
   int fallbacks_ = 0;
   int64_t start_step_ = 0;  // optimizer steps already done (resumed from a checkpoint)
+  int64_t resume_bytes_read_ = 0;
   std::vector<PeriodicAction> periodic_;  // add_periodic: run() runs them
   // Written, not yet committed. Destroyed (the Trainer too): waits for the write, which is then
   // not committed (no collective there), so it is not a checkpoint.

@@ -85,7 +85,7 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
   auto model = models::create_model(config.model, dataset->shape());
   std::optional<train::Checkpoint> ckpt;
   if (!resume_from.empty() && comm.rank() == 0) {
-    ckpt = train::read_checkpoint(resume_from);
+    ckpt = train::read_checkpoint(resume_from, train::ShardedRead::kOpen);  // as the launcher
     train::check_compatible(*ckpt, *model);
     train::apply_model_state(*ckpt, *model);
   }

@@ -469,6 +469,31 @@ SH
     done
     same_tensors "$work/ck/step_000040.safetensors" "$work/sync/step_000040.safetensors" 0
     echo "final loss $whole; async and sync step-40 checkpoints bitwise equal" ;;
+  sharded_resume_damaged_shard_np2)
+    # checkpoint.format: sharded, 2 ranks under ddp.shard: optimizer; on resume rank 0 verifies
+    # and chooses, and each rank reads only its own moments from the files. A flipped byte in rank
+    # 1's file of the two newest step directories: resume auto passes over both, naming the file,
+    # takes step_000015, and the run ends where the uninterrupted one does. Asked for by name, the
+    # damaged directory is an error naming the file (exit 2).
+    final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }
+    flip() { printf '\x42' | dd of="$1" bs=1 seek=$(( $(stat -c %s "$1") - 5 )) conv=notrunc 2>/dev/null; }
+    c=(--set train.steps=30 --set checkpoint.every=15 --set log.every=15 --set ddp.shard=optimizer
+       --set checkpoint.format=sharded --set checkpoint.dir="$work/ck")
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}"
+    expect_rc 0; whole=$(final_loss)
+    [ -n "$whole" ] || fail "no final loss"
+    flip "$work/ck/step_000030/rank_00001.safetensors"
+    flip "$work/ck/final/rank_00001.safetensors"
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.resume=auto
+    expect_rc 0
+    expect_grep "passing over a damaged checkpoint: .*/ck/final/rank_00001.safetensors"
+    expect_grep "passing over a damaged checkpoint: .*/ck/step_000030/rank_00001.safetensors"
+    expect_grep "resumed from .*/ck/step_000015: 15 steps done"
+    [ "$(final_loss)" = "$whole" ] || fail "resumed run ended at $(final_loss), the uninterrupted one at $whole"
+    echo "final loss $whole both ways"
+    flip "$work/ck/step_000030/rank_00001.safetensors"  # the resumed run wrote it again
+    run mpirun -np 2 "$trainer" "${quick[@]}" "${c[@]}" --set checkpoint.resume="$work/ck/step_000030"
+    expect_rc 2; expect_grep "checkpoint.resume: .*/ck/step_000030/rank_00001.safetensors" ;;
   sharded_checkpoint_generate_export_np2)
     # gpt-tiny, 2 ranks, ddp.shard: parameters: checkpoint.format is sharded by default, and
     # --generate and --export-hf take their weights from the sharded final directory.

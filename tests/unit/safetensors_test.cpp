@@ -1,5 +1,7 @@
 // The safetensors reader and writer: round trips in every supported dtype, a file written by
 // hand from the format's description, and every kind of bad file, whose message names the file.
+// The ranged reader (SafetensorsRangeReader): exactly the bytes of the elements asked for, and
+// errors naming the file and the tensor.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -185,6 +187,74 @@ TEST_F(Safetensors, MalformedEntries) {
   const std::string r =
       raw("nodtype.safetensors", R"({"w":{"shape":[1],"data_offsets":[0,4]}})", "1234");
   EXPECT_THAT(read_error(r), AllOf(HasSubstr(r), HasSubstr("'w'"), HasSubstr("dtype")));
+}
+
+TEST_F(Safetensors, RangeReaderReadsExactlyTheElementsAskedFor) {
+  // Two tensors, so the second's data does not start at the data section's start.
+  const at::Tensor a = at::arange(10, at::kFloat).mul(0.5);
+  const at::Tensor b = at::arange(12, at::kBFloat16).sub(6).view({3, 4});
+  const std::string p = path("ranged.safetensors");
+  write_safetensors(p, {{"a", a}, {"b", b}});
+  io::SafetensorsRangeReader reader(p);
+  EXPECT_TRUE(reader.has("b"));
+  EXPECT_FALSE(reader.has("c"));
+  EXPECT_EQ(reader.info("b").shape, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(reader.info("b").numel, 12);
+  const int64_t before = io::safetensors_bytes_read();
+  at::Tensor out = at::full({4}, -1.0f);
+  reader.read("a", 3, 4, out);
+  EXPECT_TRUE(at::equal(out, a.narrow(0, 3, 4)));
+  // Row-major across rows of b: elements 2..8 of the flat tensor, bit for bit.
+  at::Tensor bout = at::zeros({7}, at::kBFloat16);
+  reader.read("b", 2, 7, bout);
+  EXPECT_TRUE(at::equal(bout, b.reshape({-1}).narrow(0, 2, 7)));
+  at::Tensor last = at::zeros({1}, at::kBFloat16);
+  reader.read("b", 11, 1, last);
+  EXPECT_TRUE(at::equal(last, b.reshape({-1}).narrow(0, 11, 1)));
+  reader.read("a", 10, 0, at::empty({0}));  // an empty range at the end
+  // Only those bytes were read: 4 floats, 8 bf16 values.
+  EXPECT_EQ(reader.bytes_read(), 4 * 4 + 8 * 2);
+  EXPECT_EQ(io::safetensors_bytes_read() - before, 4 * 4 + 8 * 2);
+}
+
+TEST_F(Safetensors, RangeReaderRefusesOutOfRangeBadKeysAndBadFiles) {
+  const std::string p = path("ranged.safetensors");
+  write_safetensors(p, {{"w", at::arange(6, at::kFloat)}});
+  io::SafetensorsRangeReader reader(p);
+  const auto error_of = [&](const std::string& key, int64_t offset, int64_t count,
+                            const at::Tensor& out) {
+    try {
+      reader.read(key, offset, count, out);
+    } catch (const SafetensorsError& e) {
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "no SafetensorsError for " << key << " " << offset << " " << count;
+    return std::string();
+  };
+  EXPECT_THAT(error_of("w", 4, 3, at::empty({3})),
+              AllOf(HasSubstr(p), HasSubstr("'w'"), HasSubstr("[4, 7)"), HasSubstr("6 elements")));
+  EXPECT_THAT(error_of("w", -1, 1, at::empty({1})), AllOf(HasSubstr(p), HasSubstr("'w'")));
+  EXPECT_THAT(error_of("v", 0, 1, at::empty({1})),
+              AllOf(HasSubstr(p), HasSubstr("has no tensor 'v'")));
+  EXPECT_THAT(error_of("w", 0, 2, at::empty({2}, at::kDouble)),
+              AllOf(HasSubstr(p), HasSubstr("'w'"), HasSubstr("Double")));
+  EXPECT_THAT(error_of("w", 0, 2, at::empty({3})), AllOf(HasSubstr(p), HasSubstr("'w'")));
+  EXPECT_EQ(reader.bytes_read(), 0);
+  // The header's checks are read_safetensors's.
+  const std::string q = raw("bad.safetensors",
+                            R"({"w":{"dtype":"F32","shape":[2],)"
+                            R"("data_offsets":[0,8]}})",
+                            "1234");
+  try {
+    io::SafetensorsRangeReader bad(q);
+    ADD_FAILURE() << "a truncated file opened";
+  } catch (const SafetensorsError& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr(q), HasSubstr("'w'"), HasSubstr("out of range")));
+  }
+  // A file cut short after it was opened: the read says so, naming the file and the tensor.
+  ASSERT_EQ(::truncate(p.c_str(), 8 + 16), 0);
+  EXPECT_THAT(error_of("w", 0, 6, at::empty({6})),
+              AllOf(HasSubstr(p), HasSubstr("'w'"), HasSubstr("ends early")));
 }
 
 TEST_F(Safetensors, WriterRejectsUnsupportedDtypes) {

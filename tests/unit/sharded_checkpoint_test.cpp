@@ -2,7 +2,9 @@
 // the ranks of a job write them: what W ranks write (sliced unsharded state, or blocks of padded
 // buckets) reads back as the whole tensors; a missing or damaged shard file is refused by name
 // and resume "auto" takes the previous complete checkpoint; a directory without its manifest (an
-// interrupted write) is no checkpoint; keep_last prunes step directories.
+// interrupted write) is no checkpoint; keep_last prunes step directories. Opened for resume
+// (ShardedRead::kOpen), a checkpoint is verified without reading tensor data, and its ranges and
+// model state read from the files equal the whole read.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -166,6 +168,84 @@ TEST(ShardedCheckpoint, AMissingOrDamagedShardIsRefusedByNameAndAutoTakesThePrev
   } catch (const train::CheckpointDamaged& e) {
     EXPECT_THAT(e.what(), HasSubstr("rank_00001.safetensors"));
   }
+}
+
+TEST(ShardedCheckpoint, OpenedReadsNoTensorDataAndItsRangesEqualTheWholeRead) {
+  test::TempDir dir;
+  auto model = mlp(1);
+  const FakeRun run = make_run(*model, 0.5);
+  for (bool bucketed : {false, true}) {
+    const std::string step_dir = dir.file(fmt::format("w3_{}", bucketed));
+    write_sharded(step_dir, *model, run, 3, bucketed, 7);
+    const auto whole = train::read_checkpoint(step_dir);
+    const int64_t before = io::safetensors_bytes_read();
+    const auto opened = train::read_checkpoint(step_dir, train::ShardedRead::kOpen);
+    EXPECT_EQ(io::safetensors_bytes_read(), before) << "opening read tensor data";
+    EXPECT_TRUE(opened.tensors.empty());
+    ASSERT_TRUE(opened.manifest.has_value());
+    EXPECT_EQ(opened.meta.step, 7);
+    train::check_compatible(opened, *model);
+    // The model's tensors, read from the files, equal the whole read's.
+    auto fresh = mlp(2);
+    train::apply_model_state(opened, *fresh);
+    for (const auto& [key, t] : train::model_entries(*fresh)) {
+      EXPECT_TRUE(t.equal(whole.tensors.at(key))) << key;
+    }
+    // Any range of any logical tensor, across the writers' pieces.
+    train::ShardedReader reader(step_dir, *opened.manifest);
+    for (const auto& [name, t] : whole.tensors) {
+      const at::Tensor flat = t.reshape({-1});
+      const int64_t n = flat.numel();
+      for (const auto& [offset, count] :
+           std::vector<std::pair<int64_t, int64_t>>{{0, n}, {1, n - 2}, {n / 2, n - n / 2}}) {
+        at::Tensor out = at::empty({count}, t.options());
+        reader.read(name, offset, out);
+        EXPECT_TRUE(out.equal(flat.narrow(0, offset, count))) << name << " " << offset;
+      }
+    }
+  }
+}
+
+TEST(ShardedCheckpoint, OpenedRefusesDamageAndCheckCompatibleSaysWhatDiffers) {
+  test::TempDir dir;
+  auto model = mlp(1);
+  const FakeRun older = make_run(*model, 0.1), newer = make_run(*model, 0.2);
+  write_sharded(dir.file("step_000010"), *model, older, 2, true, 10);
+  write_sharded(dir.file("step_000020"), *model, newer, 2, true, 20);
+  {  // a byte of rank 0's file of step 20 flipped
+    std::fstream f(dir.file("step_000020/rank_00000.safetensors"),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.write("\x7f", 1);
+  }
+  std::vector<std::string> skipped;
+  train::Checkpoint ckpt;
+  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt, train::ShardedRead::kOpen),
+            dir.file("step_000010"));
+  EXPECT_THAT(skipped, ::testing::ElementsAre(HasSubstr("step_000020/rank_00000.safetensors")));
+  // Another model: the same message as for a checkpoint read whole.
+  models::ModelOptions o;
+  o.name = "mlp";
+  o.hidden_dim = 8;
+  o.depth = 2;
+  core::Shape shape;
+  shape.input_dim = 5;
+  shape.num_classes = 3;
+  auto wider = models::create_model(o, shape);
+  const auto whole = train::read_checkpoint(dir.file("step_000010"));
+  std::string opened_error, whole_error;
+  try {
+    train::check_compatible(ckpt, *wider);
+  } catch (const train::CheckpointError& e) {
+    opened_error = e.what();
+  }
+  try {
+    train::check_compatible(whole, *wider);
+  } catch (const train::CheckpointError& e) {
+    whole_error = e.what();
+  }
+  EXPECT_THAT(opened_error, HasSubstr("in the checkpoint but"));
+  EXPECT_EQ(opened_error, whole_error);
 }
 
 TEST(ShardedCheckpoint, KeepLastPrunesStepDirectoriesWithFiles) {
