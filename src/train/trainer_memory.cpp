@@ -333,11 +333,9 @@ memory::OutOfMemoryFatal Trainer::fallbacks_spent(int64_t step,
     // The steps before this one are complete; resuming from it re-runs this step.
     const std::string path =
         fmt::format("{}/oom_step_{:06d}.safetensors", options_.checkpoint.dir, step);
-    save_checkpoint(path, /*steps_done=*/step - 1);
-    finish_checkpoint();  // the job ends: written before the error
     // checkpoint.format: sharded writes the directory of that name, without ".safetensors".
-    where = "checkpoint written to " +
-            (sharded_checkpoints() ? path.substr(0, path.rfind(".safetensors")) : path);
+    where = "checkpoint written to " + save_checkpoint(path, /*steps_done=*/step - 1);
+    finish_checkpoint();  // the job ends: written before the error
   }
   // Accumulation keeps the global batch whatever the micro-batch: only a smaller micro-batch,
   // model or footprint helps, never a smaller global batch.

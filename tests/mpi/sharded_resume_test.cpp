@@ -203,11 +203,31 @@ TEST_F(ShardedResume, OnFewerRanksEachRankReadsOnlyItsShare) {
   if (smaller_) check_resumes(*smaller_, step_dir, {"none", "gradients"});
 }
 
-// A CNN whose convolution weights are channels-last (train.channels_last: on): the buckets hold
-// them by their strides, and each rank lays out what it reads as the Reducer's views do.
+// A CNN whose convolution weights are channels-last (train.channels_last: on), written unsharded
+// (row-major slices): the buckets of a sharded reader hold them by their strides, and each rank
+// lays out what it reads as the Reducer's views do.
 TEST_F(ShardedResume, ChannelsLastWeightsAreLaidOutByTheirStrides) {
-  const std::string step_dir = write(smaller_.get(), "optimizer", "cnn", kChannelsLastCnn);
+  const std::string step_dir = write(smaller_.get(), "none", "cnn", kChannelsLastCnn);
   check_resumes(*world_, step_dir, {"none", "optimizer"}, kChannelsLastCnn);
+}
+
+// Under a sharded mode the buckets hold channels-last weights in their memory order, which the
+// sharded format's row-major pieces cannot describe: the checkpoint is the single file instead
+// (checkpoint.format: sharded asked for), and 3 steps + 3 resumed equal 6 steps.
+TEST_F(ShardedResume, ChannelsLastUnderAShardedModeWritesTheSingleFile) {
+  const std::string file = dir_ + "_cnn_optimizer.safetensors";
+  trainer_test::train_until(*world_, yaml("optimizer", kChannelsLastCnn), 3, 1, "", file);
+  if (world_->rank() == 0) {
+    EXPECT_FALSE(train::is_sharded_checkpoint(dir_ + "_cnn_optimizer"));
+    EXPECT_EQ(train::read_checkpoint(file).meta.step, 3);
+  }
+  const auto straight =
+      trainer_test::train_until(*world_, yaml("none", kChannelsLastCnn), 6, 1, "", "");
+  const auto resumed =
+      trainer_test::train_until(*world_, yaml("none", kChannelsLastCnn), 6, 77, file, "");
+  EXPECT_LT(trainer_test::relative_error(resumed, straight), 1e-6);
+  world_->barrier("compared");
+  if (world_->rank() == 0) ::unlink(file.c_str());
 }
 
 // Rank 0 chose and verified the checkpoint; then its manifest is damaged, so every other rank
