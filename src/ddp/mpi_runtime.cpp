@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -27,7 +28,7 @@ int test_ranks_per_node(int world_size) {
   if (value == nullptr) return 0;
   char* end = nullptr;
   const long k = std::strtol(value, &end, 10);
-  if (end == value || *end != '\0' || k < 1 || world_size % k != 0) return 0;
+  if (end == value || *end != '\0' || k < 1 || k > world_size) return 0;
   return static_cast<int>(k);
 }
 
@@ -85,9 +86,10 @@ void MpiRuntime::split_nodes() {
   topology_.node_rank = topology_.local_rank;
   topology_.node_size = topology_.local_size;
   if (const int k = test_ranks_per_node(topology_.world_size); k > 0) {
-    topology_.node_size = k;
     topology_.node_rank = topology_.rank % k;
     leader = topology_.rank - topology_.node_rank;
+    // The last node runs the ranks left over when k does not divide the world (uneven nodes).
+    topology_.node_size = std::min(k, topology_.world_size - leader);
   }
   std::array<int, 2> sizes = {-topology_.node_size, topology_.node_size};
   TRAINER_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes.data(), 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));

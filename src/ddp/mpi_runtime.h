@@ -16,7 +16,8 @@
 namespace ddp {
 
 // The environment variable that makes MpiRuntime pretend every K consecutive ranks form a node
-// (tests only: the mpi tier runs on one machine). Ignored unless it divides the world size.
+// (tests only: the mpi tier runs on one machine); the last node runs what is left when K does not
+// divide the world size (uneven nodes). Ignored when K is not in [1, world size].
 inline constexpr const char* kTestRanksPerNodeEnv = "TRAINER_TEST_RANKS_PER_NODE";
 
 // What MPI itself says about this process's place in the job.

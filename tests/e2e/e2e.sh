@@ -427,6 +427,19 @@ SH
       expect_rc 0; expect_grep "wrote .*/$d/final.safetensors \(60 steps done, written by 2 rank\(s\)\)"
     done
     same_tensors "$work/ck/final.safetensors" "$work/whole/final.safetensors" 0 ;;
+  hybrid_uneven_nodes_np3)
+    # ddp.shard_group: node on nodes of unequal size (3 ranks as nodes of 2 and 1:
+    # TRAINER_TEST_RANKS_PER_NODE=2, test-only): every rank stops at start-up with exit 2 naming
+    # each node's size, before any training; ddp.shard_group: world runs.
+    h=(--set train.steps=3 --set train.warmup_steps=1 --set ddp.shard=gradients)
+    run env TRAINER_TEST_RANKS_PER_NODE=2 mpirun -np 3 -x TRAINER_TEST_RANKS_PER_NODE "$trainer" \
+      "${quick[@]}" "${h[@]}" --set ddp.shard_group=node
+    expect_rc 2
+    expect_grep "ddp.shard_group: 'node' needs every node to run the same number of ranks, and the nodes run 2 \(from rank 0\), 1 \(from rank 2\) ranks"
+    ! grep -qE "\] step +1/" "$out" || fail "a step ran on uneven nodes"
+    run env TRAINER_TEST_RANKS_PER_NODE=2 mpirun -np 3 -x TRAINER_TEST_RANKS_PER_NODE "$trainer" \
+      "${quick[@]}" "${h[@]}" --set ddp.shard_group=world
+    expect_rc 0 ;;
   async_checkpoint_np2)
     # checkpoint.async (the default), sharded, 2 ranks: rank 1's write of step 20 is held
     # (TRAINER_TEST_SHARD_WRITE_PAUSE=1:20:FILE, test-only) until the log shows step 40, so
