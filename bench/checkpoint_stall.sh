@@ -21,11 +21,8 @@ every=${CKPT_EVERY:-2}
 trainer=${TRAINER_BIN:-build/trainer}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gpt25m=(--config configs/gpt-tiny.yaml --set model.num_layers=8 --set model.d_model=512
-        --set model.heads=8 --set data.context=64 --set train.global_batch_size=8
-        --set train.micro_batch_size=2 --set train.device=cpu --set train.warmup_steps=1
-        --set train.eval_every=0 --set log.progress=off --set log.metrics=off
-        --set ddp.shard=parameters --set checkpoint.every="$every" --set train.steps="$steps")
+source bench/gpt25m.sh  # the model: gpt25m=(...)
+gpt25m+=(--set ddp.shard=parameters --set checkpoint.every="$every" --set train.steps="$steps")
 # Rank 0's "checkpoint written" lines (periodic ones) as the line format above.
 parse() {
   local round=$1 format=$2 mode=$3

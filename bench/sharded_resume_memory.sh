@@ -17,11 +17,8 @@ before=${2:-}
 after=${TRAINER_BIN:-build/trainer}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-gpt25m=(--config configs/gpt-tiny.yaml --set model.num_layers=8 --set model.d_model=512
-        --set model.heads=8 --set data.context=64 --set train.global_batch_size=8
-        --set train.micro_batch_size=2 --set train.device=cpu --set train.warmup_steps=1
-        --set train.eval_every=0 --set log.progress=off --set log.metrics=off
-        --set ddp.shard=optimizer --set checkpoint.format=sharded)
+source bench/gpt25m.sh  # the model: gpt25m=(...)
+gpt25m+=(--set ddp.shard=optimizer --set checkpoint.format=sharded)
 mpirun -np 2 "$after" "${gpt25m[@]}" --set train.steps=1 --set checkpoint.dir="$work/ck" \
   >"$work/write.log" 2>&1 || { cat "$work/write.log"; exit 1; }
 [ -f "$work/ck/final/manifest.json" ] || { echo "no sharded checkpoint written"; exit 1; }

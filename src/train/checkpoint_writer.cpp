@@ -96,9 +96,18 @@ std::future<WriteOutcome> launch_write(bool background, Job job) {
   return done.get_future();
 }
 
-// A copy of `t` in host memory that the step's later updates do not touch.
-at::Tensor host_copy(const at::Tensor& t) {
-  return t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+// Copies of `tensors` in host memory that the step's later updates do not touch, into `host`;
+// a failure (host memory) is returned, not thrown: the rank votes it, so every rank agrees.
+std::string copy_to_host(const std::map<std::string, at::Tensor>& tensors,
+                         std::map<std::string, at::Tensor>& host) {
+  try {
+    for (const auto& [key, t] : tensors) {
+      host[key] = t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // Rank r's vote on its file, into the pending checkpoint's manifest (sharded); throws the same
@@ -133,20 +142,20 @@ std::string Trainer::unshardable_parameter() const {
   return "";
 }
 
-bool Trainer::sharded_checkpoints() const {
+bool Trainer::sharded_checkpoints_asked() const {
   const std::string& format = options_.checkpoint.format;
   // auto: by ddp.shard as configured, so that a run a fallback rung shards keeps its format.
-  const bool asked =
-      format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone);
-  return asked && unshardable_parameter().empty();
+  return format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone);
+}
+
+bool Trainer::sharded_checkpoints() const {
+  return sharded_checkpoints_asked() && unshardable_parameter().empty();
 }
 
 std::string Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
   finish_checkpoint();  // one write at a time
   const bool sharded = sharded_checkpoints();
-  const std::string& format = options_.checkpoint.format;
-  if (!sharded && !layout_warned_ && control_.rank() == 0 &&
-      (format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone))) {
+  if (!sharded && !layout_warned_ && control_.rank() == 0 && sharded_checkpoints_asked()) {
     // The buckets hold such a parameter in its memory order (channels-last), which the manifest's
     // row-major pieces cannot describe: the single file is written instead (gathered, correct).
     spdlog::warn("checkpoint.format: writing single-file checkpoints, not sharded ones: the "
@@ -189,16 +198,10 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_single_checkpoint(const std::s
     return p;
   }
   std::map<std::string, at::Tensor> host;
-  std::string failed;
-  try {
-    for (const auto& [key, t] :
-         checkpoint_tensors(*model_, reducer_->sharded() ? exp_avgs : optimizer_->exp_avgs(),
-                            reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs())) {
-      host[key] = host_copy(t);
-    }
-  } catch (const std::exception& e) {
-    failed = e.what();
-  }
+  const std::string failed = copy_to_host(
+      checkpoint_tensors(*model_, reducer_->sharded() ? exp_avgs : optimizer_->exp_avgs(),
+                         reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs()),
+      host);
   p->host_copy_s = seconds_since(started);
   const CheckpointMeta meta{steps_done, options_.train.global_batch_size, options_.train.seed,
                             control_.size(), options_.config_text};
@@ -237,16 +240,8 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::
   p->sharded = true;
   const auto started = Clock::now();
   std::map<std::string, at::Tensor> host;
-  std::string failed;  // a rank's failure is voted, so every rank agrees
-  try {
-    if (writes) {
-      for (const auto& [key, t] : shard_content(state, files, index, true).tensors) {
-        host[key] = host_copy(t);
-      }
-    }
-  } catch (const std::exception& e) {
-    failed = e.what();
-  }
+  const std::string failed =
+      writes ? copy_to_host(shard_content(state, files, index, true).tensors, host) : "";
   p->host_copy_s = seconds_since(started);
   p->manifest = {control_.size(),
                  std::string(ddp::kShardModeNames[static_cast<size_t>(reducer_->shard_mode())]),

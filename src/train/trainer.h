@@ -159,6 +159,9 @@ class Trainer {
   void finish_checkpoint();
   // Whether checkpoints are written sharded (checkpoint.format, and "auto" by the mode in force).
   bool sharded_checkpoints() const;
+  // Whether checkpoint.format asks for sharded checkpoints (sharded, or auto with ddp.shard not
+  // none); sharded_checkpoints() is that unless a parameter cannot be described.
+  bool sharded_checkpoints_asked() const;
   // A parameter that a sharded checkpoint cannot describe (held in another memory order than
   // row-major, e.g. channels-last, under a sharded mode: the buckets hold it by its strides); ""
   // when there is none.

@@ -5,8 +5,11 @@
 
 #include "common/temp_dir.h"
 #include "config/config.h"
+#include "ddp/mpi_communicator.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
+
+#include <mpi.h>
 
 #include <optional>
 
@@ -49,6 +52,16 @@ void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Te
     comm.all_reduce(min, ddp::ReduceOp::kMin);
     EXPECT_TRUE(at::equal(max, min)) << "the ranks hold different values";
   }
+}
+
+std::unique_ptr<ddp::Communicator> all_but_last_rank(const ddp::Communicator& world) {
+  const int rank = world.rank();
+  MPI_Comm split = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < world.size() - 1 ? 0 : MPI_UNDEFINED, rank, &split);
+  if (split == MPI_COMM_NULL) return nullptr;
+  auto out = std::make_unique<ddp::MpiCommunicator>(split, std::chrono::seconds(60));
+  MPI_Comm_free(&split);
+  return out;
 }
 
 CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name,

@@ -21,6 +21,10 @@ std::vector<at::Tensor> snapshot(models::Model& m);
 // Expects every rank of `comm` to hold exactly the same tensors. Collective.
 void expect_same_on_every_rank(ddp::Communicator& comm, const std::vector<at::Tensor>& params);
 
+// The first W - 1 ranks of the world as a communicator of their own (a smaller job beside the
+// world); null on the last rank. Collective over MPI_COMM_WORLD.
+std::unique_ptr<ddp::Communicator> all_but_last_rank(const ddp::Communicator& world);
+
 // A Trainer on CPU from a YAML configuration (its data set and model seeded by train.seed),
 // and what it borrows.
 struct CpuRun {

@@ -13,7 +13,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,7 +23,6 @@
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
 #include "ddp/gather.h"
-#include "ddp/mpi_communicator.h"
 #include "io/shard_manifest.h"
 #include "memory/allocator_guard.h"
 #include "train/checkpoint.h"
@@ -429,13 +427,7 @@ class ShardResume : public ::testing::Test {
   void SetUp() override {
     world_ = trainer_test::runtime().world(std::chrono::seconds(60));
     if (world_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-    const int rank = world_->rank();
-    MPI_Comm split = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, rank < world_->size() - 1 ? 0 : MPI_UNDEFINED, rank, &split);
-    if (split != MPI_COMM_NULL) {
-      smaller_ = std::make_unique<ddp::MpiCommunicator>(split, std::chrono::seconds(60));
-      MPI_Comm_free(&split);
-    }
+    smaller_ = trainer_test::all_but_last_rank(*world_);
     dir_ = ddp::all_gather_strings(*world_,
                                    fmt::format("/tmp/trainer_shard_resume_{}", ::getpid()))[0];
   }

@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <fstream>
 #include <optional>
@@ -25,7 +24,6 @@
 #include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "ddp/gather.h"
-#include "ddp/mpi_communicator.h"
 #include "io/safetensors.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -127,13 +125,7 @@ class ShardedResume : public ::testing::Test {
   void SetUp() override {
     world_ = trainer_test::runtime().world(std::chrono::seconds(60));
     if (world_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-    const int rank = world_->rank();
-    MPI_Comm split = MPI_COMM_NULL;
-    MPI_Comm_split(MPI_COMM_WORLD, rank < world_->size() - 1 ? 0 : MPI_UNDEFINED, rank, &split);
-    if (split != MPI_COMM_NULL) {
-      smaller_ = std::make_unique<ddp::MpiCommunicator>(split, std::chrono::seconds(60));
-      MPI_Comm_free(&split);
-    }
+    smaller_ = trainer_test::all_but_last_rank(*world_);
     dir_ = ddp::all_gather_strings(*world_,
                                    fmt::format("/tmp/trainer_sharded_resume_{}", ::getpid()))[0];
   }
