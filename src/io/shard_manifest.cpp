@@ -1,6 +1,7 @@
 #include "shard_manifest.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -52,13 +53,38 @@ ShardManifest parse_fields(const json& j) {
   m.seed = j.at("seed").get<uint64_t>();
   m.config = j.at("config").get<std::string>();
   for (const auto& [name, t] : j.at("tensors").items()) {
-    m.tensors[name] = {t.at("dtype").get<std::string>(), t.at("shape").get<std::vector<int64_t>>()};
+    m.tensors[name] = {t.at("dtype").get<std::string>(), t.at("shape").get<std::vector<int64_t>>(),
+                       t.value("order", std::vector<int64_t>{})};
   }
   for (const auto& f : j.at("files")) m.files.push_back(parse_file(f));
   return m;
 }
 
 }  // namespace
+
+std::vector<int64_t> element_order(const std::vector<int64_t>& sizes,
+                                   const std::vector<int64_t>& strides) {
+  if (sizes.size() != strides.size()) {
+    throw std::invalid_argument(
+        fmt::format("element_order: {} sizes, {} strides", sizes.size(), strides.size()));
+  }
+  std::vector<int64_t> ones, order;
+  for (size_t d = 0; d < sizes.size(); ++d) (sizes[d] == 1 ? ones : order).push_back(d);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  int64_t expected = 1;  // dense: each stride is the product of the sizes after it in the order
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (strides[*it] != expected) {
+      throw std::invalid_argument(fmt::format("element_order: sizes [{}] with strides [{}] are not "
+                                              "a dense tensor",
+                                              fmt::join(sizes, ", "), fmt::join(strides, ", ")));
+    }
+    expected *= sizes[*it];
+  }
+  if (std::is_sorted(order.begin(), order.end())) return {};  // row-major
+  ones.insert(ones.end(), order.begin(), order.end());
+  return ones;
+}
 
 int64_t LogicalTensor::numel() const {
   int64_t n = 1;
@@ -71,7 +97,12 @@ std::string shard_file_name(int rank) { return fmt::format("rank_{:05d}.safetens
 
 std::string manifest_to_json(const ShardManifest& m) {
   json tensors = json::object();
-  for (const auto& [name, t] : m.tensors) tensors[name] = {{"dtype", t.dtype}, {"shape", t.shape}};
+  bool ordered = false;
+  for (const auto& [name, t] : m.tensors) {
+    tensors[name] = {{"dtype", t.dtype}, {"shape", t.shape}};
+    if (!t.order.empty()) tensors[name]["order"] = t.order;
+    ordered = ordered || !t.order.empty();
+  }
   json files = json::array();
   for (const auto& f : m.files) {
     json pieces = json::array();
@@ -82,7 +113,7 @@ std::string manifest_to_json(const ShardManifest& m) {
                      {"crc32", f.crc32},
                      {"pieces", pieces}});
   }
-  json j = {{"format", kShardManifestFormat},
+  json j = {{"format", ordered ? kShardManifestFormatV2 : kShardManifestFormat},
             {"world_size", m.world_size},
             {"shard_mode", m.shard_mode},
             {"step", m.step},
@@ -98,10 +129,11 @@ ShardManifest parse_manifest(const std::string& text, const std::string& source)
   ShardManifest m;
   try {
     const json j = json::parse(text);
-    if (j.value("format", "") != kShardManifestFormat) {
+    const std::string format = j.value("format", "");
+    if (format != kShardManifestFormat && format != kShardManifestFormatV2) {
       throw ShardManifestError(fmt::format("{}: not a sharded checkpoint manifest (format is not "
-                                           "'{}')",
-                                           source, kShardManifestFormat));
+                                           "'{}' or '{}')",
+                                           source, kShardManifestFormat, kShardManifestFormatV2));
     }
     m = parse_fields(j);
   } catch (const json::exception& e) {
@@ -121,6 +153,18 @@ ShardManifest read_manifest(const std::string& step_dir) {
 }
 
 void check_layout(const ShardManifest& m, const std::string& source) {
+  for (const auto& [name, t] : m.tensors) {
+    if (t.order.empty()) continue;
+    std::vector<int64_t> dims = t.order;
+    std::sort(dims.begin(), dims.end());
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims.size() != t.shape.size() || dims[d] != static_cast<int64_t>(d)) {
+        throw ShardManifestError(
+            fmt::format("{}: the order [{}] of '{}' is not a permutation of its {} dimensions",
+                        source, fmt::join(t.order, ", "), name, t.shape.size()));
+      }
+    }
+  }
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> spans;
   for (const auto& f : m.files) {
     for (const auto& p : f.pieces) {

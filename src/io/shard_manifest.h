@@ -7,7 +7,11 @@
 // any world size and any ddp.shard mode reads only the ranges it needs.
 //
 // Layout, described generically (no knowledge of buckets or modes): a logical tensor (for example
-// "adamw.exp_avg.h.0.attn.weight", with its dtype and shape) is seen flat, row-major. A ShardPiece
+// "adamw.exp_avg.h.0.attn.weight", with its dtype and shape) is seen flat, in its element order:
+// row-major, or, when the tensor has an `order` (a permutation of its dimensions), row-major over
+// tensor.permute(order), the order memory holds a tensor of other strides in (a channels-last
+// NCHW weight is [0, 2, 3, 1]: N, H, W, C), since a sharded mode's buckets hold a parameter by its
+// strides and ranks write ranges of those buckets. A ShardPiece
 // says that `count` of its elements, starting at element `offset`, are stored in the piece's file
 // as the tensor `key`, starting at element `key_offset` of that (flat) tensor. A rank that owns
 // (name, offset, count) ranges of a flat buffer records one piece per range. A mode that also
@@ -42,13 +46,26 @@ class ShardFileDamaged : public ShardManifestError {
 };
 
 inline constexpr const char* kShardManifestName = "manifest.json";
+// v2 adds LogicalTensor::order; a manifest with no order is written as v1 (older readers take it,
+// and refuse a v2 one rather than read its ranges row-major). Both are read.
 inline constexpr const char* kShardManifestFormat = "trainer-sharded-checkpoint-v1";
+inline constexpr const char* kShardManifestFormatV2 = "trainer-sharded-checkpoint-v2";
 
 struct LogicalTensor {
   std::string dtype;           // safetensors dtype name: "F32", "BF16", ...
   std::vector<int64_t> shape;  // the tensor's shape; elements = product
+  // The element order (above): empty for row-major, else a permutation of the dimensions.
+  std::vector<int64_t> order = {};
   int64_t numel() const;
 };
+
+// The element order of a dense tensor of these sizes and strides, as LogicalTensor::order: the
+// dimensions by decreasing stride (those of size 1, which do not change the order, first), or
+// empty when that is row-major. Canonical: two tensors hold their elements in the same order
+// exactly when their element_order is equal. Throws std::invalid_argument when the strides do
+// not describe a dense tensor (overlapping or with gaps).
+std::vector<int64_t> element_order(const std::vector<int64_t>& sizes,
+                                   const std::vector<int64_t>& strides);
 
 struct ShardPiece {
   std::string name;  // the logical tensor
@@ -86,8 +103,8 @@ std::string manifest_to_json(const ShardManifest& manifest);
 ShardManifest parse_manifest(const std::string& text, const std::string& source);
 ShardManifest read_manifest(const std::string& step_dir);
 
-// Every element of every logical tensor is in exactly one piece, and every piece names a known
-// tensor and lies inside it.
+// Every element of every logical tensor is in exactly one piece, every piece names a known
+// tensor and lies inside it, and every order is a permutation of its tensor's dimensions.
 void check_layout(const ShardManifest& manifest, const std::string& source);
 
 // The pieces holding elements [offset, offset + count) of `name`, clipped to that range and in

@@ -58,11 +58,24 @@ void bucket_pieces(const ShardedState& s, int world, int rank, bool with_tensors
   }
 }
 
-// Unsharded: rank r's slice of every parameter and moment.
+// The parameter's element order (io::element_order): what its logical tensors and its moments'
+// take in the manifest.
+std::vector<int64_t> order_of(const at::Tensor& param) {
+  return io::element_order(param.sizes().vec(), param.strides().vec());
+}
+
+// `t` (of the logical tensor's shape) flat in the element order `order`: a view when `t` is held
+// so (a channels-last weight), else a copy.
+at::Tensor flat_in_order(const at::Tensor& t, const std::vector<int64_t>& order) {
+  return (order.empty() ? t : t.permute(order)).reshape({-1});
+}
+
+// Unsharded: rank r's slice of every parameter and moment, in the parameter's element order.
 void sliced_pieces(const ShardedState& s, int world, int rank, bool with_tensors,
                    ShardContent& out) {
   for (size_t p = 0; p < s.params.size(); ++p) {
     const auto& [name, param] = s.params[p];
+    const std::vector<int64_t> order = order_of(param);
     const int64_t n = param.numel();
     const int64_t chunk = (n + world - 1) / world;
     const int64_t first = std::min(n, rank * chunk);
@@ -74,7 +87,7 @@ void sliced_pieces(const ShardedState& s, int world, int rank, bool with_tensors
       if (!with_tensors) continue;
       const at::Tensor& full =
           part.state == &ShardedState::param_blocks ? param : (s.*part.state)[p];
-      out.tensors[key] = full.detach().reshape({-1}).narrow(0, first, count);
+      out.tensors[key] = flat_in_order(full.detach(), order).narrow(0, first, count);
     }
   }
 }
@@ -103,6 +116,22 @@ std::vector<std::string> files_in(const std::string& dir) {
   return names;
 }
 
+// The shape of `logical` permuted by its order (the shape its flat elements are row-major in).
+std::vector<int64_t> ordered_shape(const io::LogicalTensor& logical) {
+  if (logical.order.empty()) return logical.shape;
+  std::vector<int64_t> shape;
+  for (int64_t d : logical.order) shape.push_back(logical.shape[d]);
+  return shape;
+}
+
+// `flat`, the elements of `logical` in its element order, as a row-major tensor of its shape.
+at::Tensor from_order(const at::Tensor& flat, const io::LogicalTensor& logical) {
+  if (logical.order.empty()) return flat.view(logical.shape);
+  std::vector<int64_t> inverse(logical.order.size());
+  for (size_t i = 0; i < logical.order.size(); ++i) inverse[logical.order[i]] = i;
+  return flat.view(ordered_shape(logical)).permute(inverse).contiguous();
+}
+
 // The logical tensor `name` assembled from its pieces.
 at::Tensor assemble(const io::ShardManifest& m, const std::string& dir, const std::string& name,
                     const io::LogicalTensor& logical,
@@ -124,7 +153,7 @@ at::Tensor assemble(const io::ShardManifest& m, const std::string& dir, const st
     out.narrow(0, read.piece.offset, read.piece.count)
         .copy_(it->second.reshape({-1}).narrow(0, read.piece.key_offset, read.piece.count));
   }
-  return out.reshape(logical.shape);
+  return from_order(out, logical);
 }
 
 }  // namespace
@@ -165,9 +194,12 @@ std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& sta
     out[key] = {*dtype, t.sizes().vec()};
   };
   for (const auto& [name, param] : state.params) {
-    for (const Part& part : kParts) add(part.key(name), param);
+    for (const Part& part : kParts) {
+      add(part.key(name), param);
+      out[part.key(name)].order = order_of(param);  // the buckets' order, and sliced_pieces'
+    }
   }
-  for (const auto& [key, t] : state.buffers) add(key, t);
+  for (const auto& [key, t] : state.buffers) add(key, t);  // whole, row-major
   return out;
 }
 
@@ -319,11 +351,25 @@ void ShardedReader::read(const std::string& name, int64_t offset, const at::Tens
   if (!direct) out.copy_(flat.view(out.sizes()));
 }
 
+const std::vector<int64_t>& ShardedReader::order(const std::string& name) const {
+  const auto it = manifest_.tensors.find(name);
+  if (it == manifest_.tensors.end()) {
+    throw CheckpointDamaged(
+        fmt::format("{}/{}: has no tensor '{}'", dir_, io::kShardManifestName, name));
+  }
+  return it->second.order;
+}
+
 void ShardedReader::read_whole(const std::string& name, const at::Tensor& out) {
-  if (out.is_contiguous()) return read(name, 0, out);
-  at::Tensor whole = at::empty(out.sizes(), out.options().device(at::kCPU));  // row-major
+  const std::vector<int64_t>& order = this->order(name);
+  const at::Tensor ordered = order.empty() ? out : out.permute(order);
+  if (ordered.is_contiguous()) {  // `out` holds the elements in the file's order
+    return read(name, 0, ordered.view({-1}));
+  }
+  // Through a host tensor in the file's order.
+  at::Tensor whole = at::empty(ordered.sizes(), out.options().device(at::kCPU));
   read(name, 0, whole);
-  out.copy_(whole);
+  ordered.copy_(whole);
 }
 
 void ShardedReader::check_pieces() {

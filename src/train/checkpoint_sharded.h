@@ -6,10 +6,13 @@
 // - sharded modes (the Reducer's buckets, ddp/shard.h): its block of every bucket's parameters
 //   (under ddp.shard: parameters its fp32 master shard) and of both AdamW moments, as the tensors
 //   "bucket_NNNNN.param", ".exp_avg", ".exp_avg_sq"; a piece per parameter it owns elements of;
-// - unsharded: its slice (rank r of ceil(numel / world) elements) of every parameter and moment;
+// - unsharded: its slice (rank r of ceil(numel / world) elements) of every parameter and moment,
+//   in the parameter's element order too;
 // - rank 0 also the model's non-cache buffers, whole.
 // So nothing is written twice, and every rank can compute every rank's pieces (rank 0 builds the
-// manifest from them without receiving them).
+// manifest from them without receiving them). A parameter's three logical tensors take its element
+// order (io::element_order of its strides; a channels-last weight's is not row-major), the order
+// its bucket holds it in.
 //
 // Protocol (Trainer::save_sharded_checkpoint): each rank writes DIR.tmp/rank_NNNNN.safetensors
 // (a temporary name, fsync'd, renamed), then every rank votes its file's size and CRC-32 (one
@@ -102,12 +105,15 @@ class ShardedReader {
   ShardedReader(std::string step_dir, io::ShardManifest manifest);
 
   const io::ShardManifest& manifest() const { return manifest_; }
-  // Elements [offset, offset + out.numel()) of the logical tensor `name`, seen flat (row-major),
-  // into `out` (the logical dtype; any device and layout: read through a host copy unless `out`
-  // is a contiguous CPU tensor).
+  // Elements [offset, offset + out.numel()) of the logical tensor `name`, seen flat in its
+  // element order (order(name)), into `out` (the logical dtype; any device and layout, taken
+  // flat in its own row-major order: read through a host copy unless `out` is a contiguous CPU
+  // tensor).
   void read(const std::string& name, int64_t offset, const at::Tensor& out);
   // The whole logical tensor into `out` (of its shape; any strides: elements go by index).
   void read_whole(const std::string& name, const at::Tensor& out);
+  // The element order of `name` (io::LogicalTensor::order; empty: row-major).
+  const std::vector<int64_t>& order(const std::string& name) const;
   // Checks that every file's header holds the pieces the manifest places in it (dtype and
   // elements). Reads headers only.
   void check_pieces();

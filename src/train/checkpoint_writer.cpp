@@ -134,37 +134,15 @@ void take_vote(PendingCheckpoint& p, int r, const std::string& vote, std::vector
 
 }  // namespace
 
-std::string Trainer::unshardable_parameter() const {
-  if (!reducer_->sharded()) return "";  // unsharded: each slice is cut from the row-major tensor
-  for (const auto& item : model_->named_parameters()) {
-    if (!item.value().is_contiguous()) return item.key();
-  }
-  return "";
-}
-
-bool Trainer::sharded_checkpoints_asked() const {
+bool Trainer::sharded_checkpoints() const {
   const std::string& format = options_.checkpoint.format;
   // auto: by ddp.shard as configured, so that a run a fallback rung shards keeps its format.
   return format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone);
 }
 
-bool Trainer::sharded_checkpoints() const {
-  return sharded_checkpoints_asked() && unshardable_parameter().empty();
-}
-
 std::string Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
   finish_checkpoint();  // one write at a time
   const bool sharded = sharded_checkpoints();
-  if (!sharded && !layout_warned_ && control_.rank() == 0 && sharded_checkpoints_asked()) {
-    // The buckets hold such a parameter in its memory order (channels-last), which the manifest's
-    // row-major pieces cannot describe: the single file is written instead (gathered, correct).
-    spdlog::warn("checkpoint.format: writing single-file checkpoints, not sharded ones: the "
-                 "parameter '{}' is not stored row-major (train.channels_last), which the sharded "
-                 "format cannot describe under ddp.shard: {} yet",
-                 unshardable_parameter(),
-                 ddp::kShardModeNames[static_cast<size_t>(reducer_->shard_mode())]);
-    layout_warned_ = true;
-  }
   const std::string written = sharded ? without_suffix(path) : path;
   pending_checkpoint_ = sharded ? start_sharded_checkpoint(written, steps_done)
                                 : start_single_checkpoint(written, steps_done);

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "ddp/gather.h"
+#include "io/shard_manifest.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"
@@ -401,16 +402,14 @@ void Trainer::read_moment_blocks(ShardedReader& reader) {
         if (first >= last) continue;
         at::Tensor into = host.narrow(0, first - shard.begin, last - first);
         const std::string key = keys[k](named[layout[b].params[j]].key());
-        if (p.is_contiguous()) {
-          reader.read(key, first - offset, into);
+        if (reader.order(key) == io::element_order(p.sizes().vec(), p.strides().vec())) {
+          reader.read(key, first - offset, into);  // the file's order is the bucket's
           continue;
         }
-        // The bucket holds this parameter by its strides (channels-last), not row-major: read it
-        // whole and lay it out so, as the Reducer's view of it does.
-        at::Tensor whole = at::empty(p.sizes(), host.options());
-        reader.read(key, 0, whole);
+        // The bucket holds this parameter by its strides (say channels-last), the checkpoint in
+        // another order (say row-major): read it whole and lay it out as the Reducer's view does.
         at::Tensor laid = at::empty({p.numel()}, host.options());
-        laid.as_strided(p.sizes(), p.strides()).copy_(whole);
+        reader.read_whole(key, laid.as_strided(p.sizes(), p.strides()));
         into.copy_(laid.narrow(0, first - offset, last - first));
       }
       if (!in_place) block.copy_(host);

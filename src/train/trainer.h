@@ -157,15 +157,9 @@ class Trainer {
   // checkpoint.keep_last. A failed write on any rank is the same CheckpointError on every rank.
   // Collective; a no-op on every rank when nothing is pending.
   void finish_checkpoint();
-  // Whether checkpoints are written sharded (checkpoint.format, and "auto" by the mode in force).
+  // Whether checkpoints are written sharded (checkpoint.format: sharded, or auto with ddp.shard
+  // configured not none).
   bool sharded_checkpoints() const;
-  // Whether checkpoint.format asks for sharded checkpoints (sharded, or auto with ddp.shard not
-  // none); sharded_checkpoints() is that unless a parameter cannot be described.
-  bool sharded_checkpoints_asked() const;
-  // A parameter that a sharded checkpoint cannot describe (held in another memory order than
-  // row-major, e.g. channels-last, under a sharded mode: the buckets hold it by its strides); ""
-  // when there is none.
-  std::string unshardable_parameter() const;
 
   // Continues from a checkpoint that rank 0 read (and whose parameters it applied to the model
   // before construction); run() starts after the checkpoint's last step. Other ranks pass
@@ -316,7 +310,6 @@ class Trainer {
   // Written, not yet committed. Destroyed (the Trainer too): waits for the write, which is then
   // not committed (no collective there), so it is not a checkpoint.
   std::unique_ptr<PendingCheckpoint> pending_checkpoint_;
-  bool layout_warned_ = false;  // rank 0 said why sharded checkpoints are written single
   EvalInputs eval_inputs_;
 };
 

@@ -576,6 +576,31 @@ SH
     echo "final loss: contiguous $plain, channels-last $nhwc"
     awk -v a="$plain" -v b="$nhwc" 'BEGIN { d = (b - a) / a; exit !(d < 1e-3 && d > -1e-3) }' ||
       fail "channels-last final loss $nhwc differs from the contiguous run's $plain" ;;
+  cnn_channels_last_sharded_checkpoint_np2)
+    # Channels-last weights under ddp.shard: parameters write a sharded checkpoint in their memory
+    # order (the manifest's element order, format v2). It resumes bitwise under the same layout,
+    # and under row-major weights and ddp.shard: none to the same loss; --consolidate reads it.
+    cnn=(--config "$src/configs/cnn-denoise.yaml" --set data.path="$src/data/images-sample"
+         --set train.steps=20 --set checkpoint.every=10)
+    sharded_cl=(--set train.channels_last=on --set ddp.shard=parameters)
+    run mpirun -np 2 "$trainer" "${cnn[@]}" "${sharded_cl[@]}" --set checkpoint.dir="$work/a"
+    expect_rc 0; expect_no_grep "single-file"
+    grep -q '"trainer-sharded-checkpoint-v2"' "$work/a/step_000010/manifest.json" ||
+      fail "step_000010 is not a sharded checkpoint with element orders"
+    grep -q '"order"' "$work/a/step_000010/manifest.json" || fail "the manifest records no order"
+    for d in b c; do mkdir -p "$work/$d"; cp -r "$work/a/step_000010" "$work/$d/"; done
+    run mpirun -np 2 "$trainer" "${cnn[@]}" "${sharded_cl[@]}" --set checkpoint.dir="$work/b" \
+      --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "resumed from .*step_000010: 10 steps done"
+    run mpirun -np 2 "$trainer" "${cnn[@]}" --set train.channels_last=off --set ddp.shard=none \
+      --set checkpoint.dir="$work/c" --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "resumed from .*step_000010: 10 steps done"
+    for d in a b; do
+      run "$trainer" "${cnn[@]}" --consolidate "$work/$d/final"
+      expect_rc 0
+    done
+    same_tensors "$work/b/final.safetensors" "$work/a/final.safetensors" 0
+    same_tensors "$work/c/final.safetensors" "$work/a/final.safetensors" 1e-3 ;;
   reduce_bf16)
     # ddp.reduce_dtype: bf16 on 3 ranks: gpt-tiny's final loss within 2% of the fp32 reduction's.
     final_loss() { grep -E "done: " "$out" | sed -E 's/.*-> ([0-9.]+),.*/\1/'; }

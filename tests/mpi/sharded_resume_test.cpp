@@ -9,14 +9,18 @@
 //   no file), which is a share, not the whole, under a sharded mode; rank 0 read that plus the
 //   model's tensors and nothing else (io::safetensors_bytes_read(): a rank 0 that assembled every
 //   tensor again would read the whole files);
-// - channels-last weights (held by their strides in the buckets) come out the same way;
+// - channels-last weights (held by their strides in the buckets) come out the same way: written
+//   in their memory order (the manifest's element order), each rank reads only its ranges; into
+//   buckets of another order, it reads them whole and lays them out;
 // - a rank that cannot read its part fails every rank, naming the file, instead of hanging.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include <unistd.h>
@@ -25,6 +29,7 @@
 #include "config/config.h"
 #include "ddp/gather.h"
 #include "io/safetensors.h"
+#include "io/shard_manifest.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_sharded.h"
@@ -41,12 +46,14 @@ train: {device: cpu, global_batch_size: 47, micro_batch_size: 8, steps: 12, lr: 
 )";
 
 // Channels-last convolution weights: a bucket holds them by their strides, not row-major.
-const char* kChannelsLastCnn =
-    "model: {name: cnn, base_channels: 4, num_blocks: 1, loss: l1}\n"
-    "data: {dataset: images, path: " TRAINER_SOURCE_DIR
-    "/data/images-sample, patch_size: 8, scale: 2, crops_per_image: 2}\n"
-    "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 3, lr: 0.003, "
-    "warmup_steps: 1, seed: 11, channels_last: on}\n";
+#define TRAINER_TEST_CNN(CHANNELS_LAST)                                                   \
+  "model: {name: cnn, base_channels: 4, num_blocks: 1, loss: l1}\n"                       \
+  "data: {dataset: images, path: " TRAINER_SOURCE_DIR                                     \
+  "/data/images-sample, patch_size: 8, scale: 2, crops_per_image: 2}\n"                   \
+  "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 3, lr: 0.003, " \
+  "warmup_steps: 1, seed: 11, channels_last: " CHANNELS_LAST "}\n"
+const char* kChannelsLastCnn = TRAINER_TEST_CNN("on");
+const char* kRowMajorCnn = TRAINER_TEST_CNN("off");  // the same model, its weights row-major
 
 std::string yaml(const std::string& shard, const char* base = kMlp) {
   return std::string(base) + "memory: {check_every: 0}\ncheckpoint: {format: sharded}\n" +
@@ -63,7 +70,8 @@ struct Resumed {
   int64_t model_bytes = 0;  // the model's parameters and buffers
 };
 
-int64_t kept_moment_bytes(const train::Trainer& trainer, models::Model& model) {
+int64_t kept_moment_bytes(const train::Trainer& trainer, models::Model& model,
+                          const io::ShardManifest& manifest) {
   const auto named = model.named_parameters();
   const auto& reducer = trainer.reducer();
   int64_t elements = 0;
@@ -76,8 +84,12 @@ int64_t kept_moment_bytes(const train::Trainer& trainer, models::Model& model) {
       for (size_t j = 0; j < layout.params.size(); ++j) {
         const at::Tensor& p = named[layout.params[j]].value();
         const auto [first, last] = shards[b].owned(layout.offsets[j], p.numel());
-        // A parameter not held row-major (channels-last) is read whole, then laid out.
-        if (first < last) elements += p.is_contiguous() ? last - first : p.numel();
+        // A parameter the bucket holds in another order than the file (say channels-last and
+        // row-major) is read whole, then laid out.
+        const bool same_order =
+            manifest.tensors.at(train::exp_avg_key(named[layout.params[j]].key())).order ==
+            io::element_order(p.sizes().vec(), p.strides().vec());
+        if (first < last) elements += same_order ? last - first : p.numel();
       }
     }
   }
@@ -104,7 +116,7 @@ Resumed resume(ddp::Communicator& comm, const std::string& yaml_text, const std:
   trainer.resume(ckpt ? &*ckpt : nullptr);
   r.all_bytes = io::safetensors_bytes_read() - before;
   r.moment_bytes = trainer.resume_bytes_read();
-  r.kept_bytes = kept_moment_bytes(trainer, *model);
+  r.kept_bytes = kept_moment_bytes(trainer, *model, io::read_manifest(step_dir));
   for (const auto& p : model->parameters()) r.total_moment_bytes += 2 * p.nbytes();
   for (const auto& t : trainer.optimizer().exp_avgs()) r.exp_avgs.push_back(t.clone());
   for (const auto& t : trainer.optimizer().exp_avg_sqs()) r.exp_avg_sqs.push_back(t.clone());
@@ -143,7 +155,8 @@ class ShardedResume : public ::testing::Test {
     const std::string step_dir = dir_ + "/" + name;
     dirs_.push_back(step_dir);
     if (comm != nullptr) {
-      trainer_test::train_until(*comm, yaml(shard, base), 3, 1, "", step_dir + ".safetensors");
+      written_[step_dir] =
+          trainer_test::train_until(*comm, yaml(shard, base), 3, 1, "", step_dir + ".safetensors");
     }
     world_->barrier("checkpoint written");
     return step_dir;
@@ -161,6 +174,9 @@ class ShardedResume : public ::testing::Test {
       expect_bitwise(opened.exp_avg_sqs, whole.exp_avg_sqs, "exp_avg_sq, " + what);
       expect_bitwise(opened.masters, whole.masters, "master shards, " + what);
       expect_bitwise(opened.params, whole.params, "parameters, " + what);
+      if (comm.rank() == 0) {  // world rank 0, which wrote too: what it wrote, read back
+        expect_bitwise(opened.params, written_.at(step_dir), "parameters written, " + what);
+      }
       EXPECT_EQ(whole.moment_bytes, 0) << what;  // rank 0 handed them out
       EXPECT_EQ(opened.moment_bytes, opened.kept_bytes) << what;
       if (shard != "none" && base == kMlp) {  // a share: about 1/W of both moments
@@ -181,6 +197,7 @@ class ShardedResume : public ::testing::Test {
   std::unique_ptr<ddp::Communicator> smaller_;  // ranks 0 .. W - 2; null on the last rank
   std::string dir_;
   std::vector<std::string> dirs_;
+  std::map<std::string, std::vector<at::Tensor>> written_;  // the writers' parameters, by step_dir
 };
 
 // W - 1 ranks under parameters write; W ranks resume under none, optimizer and parameters.
@@ -195,31 +212,52 @@ TEST_F(ShardedResume, OnFewerRanksEachRankReadsOnlyItsShare) {
   if (smaller_) check_resumes(*smaller_, step_dir, {"none", "gradients"});
 }
 
-// A CNN whose convolution weights are channels-last (train.channels_last: on), written unsharded
-// (row-major slices): the buckets of a sharded reader hold them by their strides, and each rank
-// lays out what it reads as the Reducer's views do.
+// The conv weights' element order in a checkpoint's manifest ("" for row-major).
+std::string conv_order(const std::string& step_dir) {
+  return fmt::format("{}", io::read_manifest(step_dir).tensors.at("param.head.weight").order);
+}
+
+// A CNN whose convolution weights are channels-last (train.channels_last: on), written unsharded:
+// its slices are cut in the weights' memory order, the buckets' order, so each rank of a sharded
+// reader reads only its ranges of them.
 TEST_F(ShardedResume, ChannelsLastWeightsAreLaidOutByTheirStrides) {
   const std::string step_dir = write(smaller_.get(), "none", "cnn", kChannelsLastCnn);
+  if (world_->rank() == 0) {
+    EXPECT_EQ(conv_order(step_dir), "[0, 2, 3, 1]");
+  }
   check_resumes(*world_, step_dir, {"none", "optimizer"}, kChannelsLastCnn);
 }
 
-// Under a sharded mode the buckets hold channels-last weights in their memory order, which the
-// sharded format's row-major pieces cannot describe: the checkpoint is the single file instead
-// (checkpoint.format: sharded asked for), and 3 steps + 3 resumed equal 6 steps.
-TEST_F(ShardedResume, ChannelsLastUnderAShardedModeWritesTheSingleFile) {
-  const std::string file = dir_ + "_cnn_optimizer.safetensors";
-  trainer_test::train_until(*world_, yaml("optimizer", kChannelsLastCnn), 3, 1, "", file);
+// Written row-major (channels_last off), resumed channels-last: the orders differ, so each rank
+// reads the weights' moments whole and lays them out as its buckets hold them.
+TEST_F(ShardedResume, RowMajorWeightsIntoChannelsLastBuckets) {
+  const std::string step_dir = write(world_.get(), "optimizer", "cnn_row_major", kRowMajorCnn);
   if (world_->rank() == 0) {
-    EXPECT_FALSE(train::is_sharded_checkpoint(dir_ + "_cnn_optimizer"));
-    EXPECT_EQ(train::read_checkpoint(file).meta.step, 3);
+    EXPECT_EQ(conv_order(step_dir), "[]");
   }
-  const auto straight =
-      trainer_test::train_until(*world_, yaml("none", kChannelsLastCnn), 6, 1, "", "");
-  const auto resumed =
-      trainer_test::train_until(*world_, yaml("none", kChannelsLastCnn), 6, 77, file, "");
-  EXPECT_LT(trainer_test::relative_error(resumed, straight), 1e-6);
-  world_->barrier("compared");
-  if (world_->rank() == 0) ::unlink(file.c_str());
+  if (smaller_) check_resumes(*smaller_, step_dir, {"parameters"}, kChannelsLastCnn);
+}
+
+// Under a sharded mode the buckets hold channels-last weights in their memory order, which the
+// manifest records: the checkpoint is sharded, resumes both ways at another world size into
+// channels-last or row-major buckets, and 3 steps + 3 resumed equal 6 steps.
+TEST_F(ShardedResume, ChannelsLastUnderAShardedModeIsShardedInItsMemoryOrder) {
+  const std::string step_dir = write(world_.get(), "optimizer", "cnn_optimizer", kChannelsLastCnn);
+  if (world_->rank() == 0) {
+    ASSERT_TRUE(train::is_sharded_checkpoint(step_dir));
+    EXPECT_EQ(conv_order(step_dir), "[0, 2, 3, 1]");
+  }
+  if (smaller_) {
+    check_resumes(*smaller_, step_dir, {"none", "parameters"}, kChannelsLastCnn);
+    check_resumes(*smaller_, step_dir, {"gradients"}, kRowMajorCnn);
+  }
+  world_->barrier("resumed on fewer ranks");
+  for (const char* base : {kChannelsLastCnn, kRowMajorCnn}) {
+    const auto straight = trainer_test::train_until(*world_, yaml("none", base), 6, 1, "", "");
+    const auto resumed =
+        trainer_test::train_until(*world_, yaml("parameters", base), 6, 77, step_dir, "");
+    EXPECT_LT(trainer_test::relative_error(resumed, straight), 1e-6) << base;
+  }
 }
 
 // Rank 0 chose and verified the checkpoint; then its manifest is damaged, so every other rank

@@ -86,6 +86,48 @@ TEST(ShardManifest, RefusesAnotherFormatOrBrokenJson) {
   EXPECT_THROW(io::parse_manifest("{not json", "m.json"), io::ShardManifestError);
 }
 
+// A tensor's element order goes into the manifest (as v2) and back; a manifest without one stays
+// v1, which older readers take; an order that is not a permutation of the dimensions is refused.
+TEST(ShardManifest, RecordsAnElementOrder) {
+  io::ShardManifest m = two_way_manifest(2);
+  EXPECT_NE(io::manifest_to_json(m).find(io::kShardManifestFormat), std::string::npos);
+  EXPECT_TRUE(io::parse_manifest(io::manifest_to_json(m), "m.json").tensors.at("w").order.empty());
+  m.tensors["w"].order = {1, 0};
+  const std::string text = io::manifest_to_json(m);
+  EXPECT_NE(text.find(io::kShardManifestFormatV2), std::string::npos);
+  const io::ShardManifest back = io::parse_manifest(text, "m.json");
+  EXPECT_EQ(back.tensors.at("w").order, (std::vector<int64_t>{1, 0}));
+  EXPECT_TRUE(back.tensors.at("b").order.empty());
+  for (const std::vector<int64_t>& bad : {std::vector<int64_t>{0}, {1, 1}, {0, 2}}) {
+    m.tensors["w"].order = bad;
+    try {
+      io::check_layout(m, "m.json");
+      FAIL() << "order of " << bad.size() << " accepted";
+    } catch (const io::ShardManifestError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a permutation of its 2 dimensions"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// element_order: row-major is empty; channels-last NCHW is N, H, W, C; dimensions of size 1 do
+// not change the order, so a channels-last 1x1 kernel is row-major; strides with gaps or overlaps
+// are refused.
+TEST(ShardManifest, ElementOrderOfStrides) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(io::element_order({8, 4, 3, 3}, {36, 9, 3, 1}), V{});
+  EXPECT_EQ(io::element_order({8, 4, 3, 3}, {36, 1, 12, 4}), (V{0, 2, 3, 1}));
+  EXPECT_EQ(io::element_order({8, 4, 1, 1}, {4, 1, 4, 4}), V{});
+  EXPECT_EQ(io::element_order({8, 4, 1, 1}, {4, 1, 1, 1}), V{});
+  EXPECT_EQ(io::element_order({1, 4, 3, 3}, {36, 1, 12, 4}), (V{0, 2, 3, 1}));
+  EXPECT_EQ(io::element_order({1, 4, 3, 3}, {1, 1, 12, 4}), (V{0, 2, 3, 1}));
+  EXPECT_EQ(io::element_order({5, 3}, {1, 5}), (V{1, 0}));
+  EXPECT_EQ(io::element_order({}, {}), V{});
+  EXPECT_THROW(io::element_order({5, 3}, {4, 1}), std::invalid_argument);  // a gap
+  EXPECT_THROW(io::element_order({5, 3}, {1, 1}), std::invalid_argument);  // overlapping
+}
+
 // A reader at 3 ranks of a checkpoint written by 2: rank 1 of 3 owns elements [4, 8) of w,
 // which lie in both files.
 TEST(ShardManifest, PlansAReadAcrossFilesAtAnotherWorldSize) {
