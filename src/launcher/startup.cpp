@@ -8,6 +8,8 @@
 #include <functional>
 #include <thread>
 
+#include <malloc.h>
+
 #include "data/choice_tasks.h"
 #include "data/tokenizer.h"
 #include "ddp/backend.h"
@@ -219,6 +221,11 @@ int build_trainer(Startup& s) {
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
                                                  *s.dataset, s.binding.device, hybrid);
     s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
+    if (s.checkpoint) {  // applied: rank 0 keeps its path and step, not a copy of the state
+      s.checkpoint->tensors.clear();
+      s.checkpoint->manifest.reset();
+      ::malloc_trim(0);  // the freed heap pages back to the system, not only to malloc
+    }
     s.trainer->set_eval_inputs(std::move(s.eval_inputs));
     if (s.config.train.sample_every > 0 && s.rank == 0) {
       s.trainer->set_sampler(

@@ -48,7 +48,8 @@ struct Startup {
   int threads = 1;      // at::set_num_threads
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;
-  std::optional<train::Checkpoint> checkpoint;  // rank 0, when resuming
+  // Rank 0, when resuming; its tensors are dropped once the Trainer has taken them.
+  std::optional<train::Checkpoint> checkpoint;
   // --evaluate: the weights are --generate's (launcher/resume.h, ResumeFor::kWeights).
   bool weights_only = false;
   train::EvalInputs eval_inputs;  // eval.tasks and bits per byte, handed to the Trainer
