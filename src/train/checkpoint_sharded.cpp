@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -308,20 +309,30 @@ Checkpoint open_sharded_checkpoint(const std::string& step_dir) {
   return ckpt;
 }
 
-ShardedReader::ShardedReader(std::string step_dir, io::ShardManifest manifest)
-    : dir_(std::move(step_dir)), manifest_(std::move(manifest)) {}
+ShardedReader::ShardedReader(std::string step_dir, io::ShardManifest manifest,
+                             size_t max_open_files)
+    : dir_(std::move(step_dir)), manifest_(std::move(manifest)),
+      max_open_files_(std::max<size_t>(1, max_open_files)) {}
 
 io::SafetensorsRangeReader& ShardedReader::file(const std::string& name) {
-  auto& slot = files_[name];
-  if (!slot) {
+  auto it = files_.find(name);
+  if (it == files_.end()) {
+    if (files_.size() >= max_open_files_) {  // close the least recently used
+      files_.erase(std::min_element(files_.begin(), files_.end(), [](const auto& a, const auto& b) {
+        return a.second.last_use < b.second.last_use;
+      }));
+    }
     try {
-      slot = std::make_unique<io::SafetensorsRangeReader>(dir_ + "/" + name);
+      it = files_
+               .emplace(name,
+                        OpenFile{std::make_unique<io::SafetensorsRangeReader>(dir_ + "/" + name)})
+               .first;
     } catch (const io::SafetensorsError& e) {
-      files_.erase(name);
       throw CheckpointDamaged(e.what());
     }
   }
-  return *slot;
+  it->second.last_use = ++uses_;
+  return *it->second.reader;
 }
 
 void ShardedReader::read(const std::string& name, int64_t offset, const at::Tensor& out) {

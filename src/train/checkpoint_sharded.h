@@ -97,12 +97,16 @@ Checkpoint read_sharded_checkpoint(const std::string& step_dir);
 // and no tensors. Throws CheckpointDamaged or CheckpointError as read_sharded_checkpoint does.
 Checkpoint open_sharded_checkpoint(const std::string& step_dir);
 
-// Element ranges of a sharded checkpoint's logical tensors, read straight from its files (each
-// file's header once, when first needed; then only the bytes asked for). Local: no collectives.
-// Not thread-safe. Throws CheckpointDamaged naming the file and the tensor.
+// Element ranges of a sharded checkpoint's logical tensors, read straight from its files (a
+// file's header when it is opened; then only the bytes asked for). At most `max_open_files` files
+// are open at a time, the least recently used closed first, so that a reader of a checkpoint
+// written by thousands of ranks stays within the process's file descriptors. Local: no
+// collectives. Not thread-safe. Throws CheckpointDamaged naming the file and the tensor.
 class ShardedReader {
  public:
-  ShardedReader(std::string step_dir, io::ShardManifest manifest);
+  static constexpr size_t kMaxOpenFiles = 64;
+  ShardedReader(std::string step_dir, io::ShardManifest manifest,
+                size_t max_open_files = kMaxOpenFiles);
 
   const io::ShardManifest& manifest() const { return manifest_; }
   // Elements [offset, offset + out.numel()) of the logical tensor `name`, seen flat in its
@@ -119,13 +123,22 @@ class ShardedReader {
   void check_pieces();
   // Tensor bytes read from the files so far (headers not counted).
   int64_t bytes_read() const;
+  // Files open now (at most max_open_files).
+  size_t open_files() const { return files_.size(); }
 
  private:
+  struct OpenFile {
+    std::unique_ptr<io::SafetensorsRangeReader> reader;
+    uint64_t last_use = 0;
+  };
+  // The open reader of `name`; valid until the next call (which may close it).
   io::SafetensorsRangeReader& file(const std::string& name);
 
   std::string dir_;
   io::ShardManifest manifest_;
-  std::map<std::string, std::unique_ptr<io::SafetensorsRangeReader>> files_;
+  size_t max_open_files_;
+  std::map<std::string, OpenFile> files_;
+  uint64_t uses_ = 0;
   int64_t bytes_read_ = 0;
 };
 

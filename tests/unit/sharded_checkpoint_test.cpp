@@ -206,6 +206,26 @@ TEST(ShardedCheckpoint, OpenedReadsNoTensorDataAndItsRangesEqualTheWholeRead) {
   }
 }
 
+// A reader keeps at most max_open_files files open (the least recently used closed first), and
+// what it reads through files closed and opened again is still the whole read's.
+TEST(ShardedCheckpoint, AReaderKeepsAtMostItsOpenFileLimit) {
+  test::TempDir dir;
+  auto model = mlp(1);
+  const FakeRun run = make_run(*model, 0.5);
+  const std::string step_dir = dir.file("w5");
+  write_sharded(step_dir, *model, run, 5, /*bucketed=*/false, 7);  // each tensor in 5 files
+  const auto whole = train::read_checkpoint(step_dir);
+  train::ShardedReader reader(step_dir, io::read_manifest(step_dir), 2);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& [name, t] : whole.tensors) {
+      at::Tensor out = at::empty_like(t);
+      reader.read_whole(name, out);
+      EXPECT_TRUE(out.equal(t)) << name;
+      EXPECT_LE(reader.open_files(), 2u) << name;
+    }
+  }
+}
+
 TEST(ShardedCheckpoint, OpenedRefusesDamageAndCheckCompatibleSaysWhatDiffers) {
   test::TempDir dir;
   auto model = mlp(1);
