@@ -60,8 +60,8 @@ struct ModePlan {
 
 struct DevicePlan {
   PlannedWorld world;
-  int shard_ranks =
-      0;  // the ranks a shard spans (plan_shard_ranks): the sharded modes divide by it
+  // The ranks a shard spans (plan_shard_ranks): the sharded modes divide by it.
+  int shard_ranks = 0;
   int64_t device_bytes = 0;
   int64_t budget = 0;         // target_fraction x device_bytes, less the reserves
   ddp::ShardMode in_force{};  // ddp.shard of the config

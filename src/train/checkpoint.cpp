@@ -173,7 +173,7 @@ void write_checkpoint_tensors(const std::string& path,
     std::remove(tmp.c_str());
     throw CheckpointError(fmt::format("cannot move {} into place as {}", tmp, path));
   }
-  fsync_path(target.has_parent_path() ? target.parent_path().string() : ".", /*directory=*/true);
+  fsync_path(parent_dir(path), /*directory=*/true);
 }
 
 Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded) {

@@ -59,12 +59,6 @@ void bucket_pieces(const ShardedState& s, int world, int rank, bool with_tensors
   }
 }
 
-// The parameter's element order (io::element_order): what its logical tensors and its moments'
-// take in the manifest.
-std::vector<int64_t> order_of(const at::Tensor& param) {
-  return io::element_order(param.sizes().vec(), param.strides().vec());
-}
-
 // `t` (of the logical tensor's shape) flat in the element order `order`: a view when `t` is held
 // so (a channels-last weight), else a copy.
 at::Tensor flat_in_order(const at::Tensor& t, const std::vector<int64_t>& order) {
@@ -76,7 +70,7 @@ void sliced_pieces(const ShardedState& s, int world, int rank, bool with_tensors
                    ShardContent& out) {
   for (size_t p = 0; p < s.params.size(); ++p) {
     const auto& [name, param] = s.params[p];
-    const std::vector<int64_t> order = order_of(param);
+    const std::vector<int64_t> order = element_order_of(param);
     const int64_t n = param.numel();
     const int64_t chunk = (n + world - 1) / world;
     const int64_t first = std::min(n, rank * chunk);
@@ -98,11 +92,6 @@ void rename_or_throw(const std::string& from, const std::string& to) {
     throw CheckpointError(
         fmt::format("cannot move {} into place as {}: {}", from, to, std::strerror(errno)));
   }
-}
-
-std::string parent_of(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
 }
 
 std::vector<std::string> files_in(const std::string& dir) {
@@ -159,6 +148,15 @@ at::Tensor assemble(const io::ShardManifest& m, const std::string& dir, const st
 
 }  // namespace
 
+std::vector<int64_t> element_order_of(const at::Tensor& t) {
+  return io::element_order(t.sizes().vec(), t.strides().vec());
+}
+
+std::string parent_dir(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+}
+
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   if (fd < 0 || ::fsync(fd) != 0) {
@@ -197,7 +195,7 @@ std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& sta
   for (const auto& [name, param] : state.params) {
     for (const Part& part : kParts) {
       add(part.key(name), param);
-      out[part.key(name)].order = order_of(param);  // the buckets' order, and sliced_pieces'
+      out[part.key(name)].order = element_order_of(param);  // the buckets' and sliced_pieces'
     }
   }
   for (const auto& [key, t] : state.buffers) add(key, t);  // whole, row-major
@@ -207,7 +205,7 @@ std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& sta
 io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
                                const std::map<std::string, at::Tensor>& tensors) {
   std::error_code ec;  // ranks race to create it: the mkdir below decides
-  std::filesystem::create_directories(parent_of(step_tmp_dir), ec);
+  std::filesystem::create_directories(parent_dir(step_tmp_dir), ec);
   if (::mkdir(step_tmp_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     throw CheckpointError(fmt::format("cannot create {}: {}", step_tmp_dir, std::strerror(errno)));
   }
@@ -260,7 +258,7 @@ void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManif
   fsync_path(tmp_dir, /*directory=*/true);
   if (is_sharded_checkpoint(step_dir)) remove_step_dir(step_dir);  // the same step written again
   rename_or_throw(tmp_dir, step_dir);
-  fsync_path(parent_of(step_dir), /*directory=*/true);
+  fsync_path(parent_dir(step_dir), /*directory=*/true);
 }
 
 bool is_sharded_checkpoint(const std::string& path) {

@@ -14,12 +14,13 @@
 // order (io::element_order of its strides; a channels-last weight's is not row-major), the order
 // its bucket holds it in.
 //
-// Protocol (Trainer::save_sharded_checkpoint): each rank writes DIR.tmp/rank_NNNNN.safetensors
-// (a temporary name, fsync'd, renamed), then every rank votes its file's size and CRC-32 (one
-// all-gather on the control plane); if any rank failed, every rank throws the same
-// CheckpointError. Rank 0 then writes manifest.json (temporary name, fsync'd, renamed) and renames
-// DIR.tmp to DIR (commit_sharded_checkpoint). A directory without a complete manifest is not a
-// checkpoint: a job killed while writing leaves the previous checkpoint the newest.
+// Protocol (Trainer::save_checkpoint, then finish_checkpoint: checkpoint_writer.cpp): each rank
+// writes DIR.tmp/rank_NNNNN.safetensors (a temporary name, fsync'd, renamed), then every rank
+// votes its file's size and CRC-32 (one all-gather on the control plane); if any rank failed, every
+// rank throws the same CheckpointError. Rank 0 then writes manifest.json (temporary name, fsync'd,
+// renamed) and renames DIR.tmp to DIR (commit_sharded_checkpoint). A directory without a complete
+// manifest is not a checkpoint: a job killed while writing leaves the previous checkpoint the
+// newest.
 //
 // Reading, two ways. Both verify every file against the manifest first (streamed CRC-32s: a
 // missing or damaged file is CheckpointDamaged naming it).
@@ -81,6 +82,13 @@ io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
 // write), and renames the directory to `step_dir` (replacing one of the same name). Throws
 // CheckpointError.
 void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManifest& manifest);
+
+// The element order of `t`'s strides (io::element_order; empty: row-major): the order a bucket
+// holds a parameter in, which its logical tensors take in the manifest.
+std::vector<int64_t> element_order_of(const at::Tensor& t);
+
+// The directory `path` is in: "." for a bare name.
+std::string parent_dir(const std::string& path);
 
 // fsync of a file or (`directory`) a directory. Throws CheckpointError naming it.
 void fsync_path(const std::string& path, bool directory);

@@ -52,6 +52,9 @@ std::string without_suffix(const std::string& path) {
 // A rank's vote: "ok BYTES CRC FILE" (FILE: the index of the file it wrote), "nothing" (it writes
 // no file) or "error WHY".
 constexpr const char* kNothing = "nothing";
+// Rank 0's vote on a single file: an "ok" vote whose size, CRC and index nobody reads (the file
+// renamed itself into place; there is no manifest to fill).
+constexpr const char* kSingleFileWritten = "ok 0 - 0";
 std::string vote_of(const io::ShardFile& file, int index) {
   return fmt::format("ok {} {} {}", file.bytes, file.crc32, index);
 }
@@ -186,7 +189,7 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_single_checkpoint(const std::s
   p->write = launch_write(options_.checkpoint.async, [host = std::move(host), path, meta, failed] {
     if (!failed.empty()) throw CheckpointError(failed);
     write_checkpoint_tensors(path, host, meta);
-    return std::string("ok 0 - 0");
+    return std::string(kSingleFileWritten);
   });
   return p;
 }
@@ -251,9 +254,8 @@ void Trainer::finish_checkpoint() {
   const WriteOutcome mine = p->write.get();
   const double waited = seconds_since(waited_from);
   const int rank = control_.rank();
-  const std::string dir = std::filesystem::path(p->path).parent_path().string();
   if (rank == 0) {  // no other write is in flight: every rank is at this vote or writing p's
-    for (const auto& left : remove_unfinished_writes(dir.empty() ? "." : dir, p->tmp)) {
+    for (const auto& left : remove_unfinished_writes(parent_dir(p->path), p->tmp)) {
       spdlog::info("removed {}, left by an interrupted checkpoint write", left);
     }
   }

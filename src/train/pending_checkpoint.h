@@ -10,7 +10,8 @@
 
 namespace train {
 
-// One rank's write: its vote ("ok BYTES CRC" or "error WHY") and how long it took.
+// One rank's write: its vote ("ok BYTES CRC FILE", "nothing" or "error WHY":
+// checkpoint_writer.cpp) and how long it took.
 struct WriteOutcome {
   std::string vote;
   double seconds = 0;

@@ -75,8 +75,8 @@ class SpikeGuard {
   at::Tensor judged_;   // bool [kJudgedValues]: which values are judged
   at::Tensor over_;     // bool [kJudgedValues]: scratch
   at::Tensor spike_;    // float [1]
-  at::Tensor
-      stats_;  // float64 [kStateSlots]: this step's values, means and deviations (state_slot)
+  // float64 [kStateSlots]: this step's values, means and deviations (at state_slot).
+  at::Tensor stats_;
   at::Tensor last_spike_;  // float64 [kStateSlots]: stats_ of the last spike
 };
 

@@ -12,7 +12,6 @@
 #include <optional>
 
 #include "ddp/gather.h"
-#include "io/shard_manifest.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"
@@ -402,7 +401,7 @@ void Trainer::read_moment_blocks(ShardedReader& reader) {
         if (first >= last) continue;
         at::Tensor into = host.narrow(0, first - shard.begin, last - first);
         const std::string key = keys[k](named[layout[b].params[j]].key());
-        if (reader.order(key) == io::element_order(p.sizes().vec(), p.strides().vec())) {
+        if (reader.order(key) == element_order_of(p)) {
           reader.read(key, first - offset, into);  // the file's order is the bucket's
           continue;
         }

@@ -88,7 +88,7 @@ int64_t kept_moment_bytes(const train::Trainer& trainer, models::Model& model,
         // row-major) is read whole, then laid out.
         const bool same_order =
             manifest.tensors.at(train::exp_avg_key(named[layout.params[j]].key())).order ==
-            io::element_order(p.sizes().vec(), p.strides().vec());
+            train::element_order_of(p);
         if (first < last) elements += same_order ? last - first : p.numel();
       }
     }
