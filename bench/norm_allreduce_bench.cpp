@@ -1,6 +1,6 @@
 // norm_allreduce_bench: the gradient-norm all-reduce of a hybrid-sharded run (ddp.shard_group:
 // node) over this node's ranks, where the clipper summed it without the spike guard until the
-// clipper summed over the world in every case (Trainer::make_clipper), against the same
+// clipper summed over the world in every case (ModelState::make_clipper), against the same
 // all-reduce over the world: 1 + 1 float32 values (the squared norm and the guard's loss rider),
 // through ddp::MpiCommunicator, as the step issues it.
 //

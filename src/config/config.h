@@ -25,7 +25,7 @@ struct Config {
   train::TrainOptions train;
   ddp::DdpOptions ddp;
   memory::MemoryOptions memory;
-  train::CheckpointOptions checkpoint;
+  checkpoint::CheckpointOptions checkpoint;
   train::LogOptions log;
 
   train::TrainerOptions trainer_options() const {
@@ -37,8 +37,7 @@ struct Config {
             .loader = {.workers = data.workers,
                        .prefetch = data.prefetch,
                        .read_delay_ms = data.inject_read_delay_ms,
-                       .pin_memory = false},
-            .config_text = ""};
+                       .pin_memory = false}};
   }
 };
 

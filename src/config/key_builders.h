@@ -149,7 +149,7 @@ std::vector<KeyDef> train_keys();       // schema_train.cpp (train::TrainOptions
 std::vector<KeyDef> ddp_keys();         // schema_ddp.cpp (ddp::DdpOptions)
 std::vector<KeyDef> memory_keys();      // schema_memory.cpp (memory::MemoryOptions)
 std::vector<KeyDef> eval_keys();        // schema_train.cpp (train::TrainOptions::eval_tasks)
-std::vector<KeyDef> checkpoint_keys();  // schema_train.cpp (train::CheckpointOptions)
+std::vector<KeyDef> checkpoint_keys();  // schema_train.cpp (checkpoint::CheckpointOptions)
 std::vector<KeyDef> log_keys();         // schema_train.cpp (train::LogOptions)
 
 }  // namespace config::schema

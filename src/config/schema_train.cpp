@@ -190,10 +190,10 @@ std::vector<KeyDef> checkpoint_keys() {
       text("checkpoint.resume", FIELD(checkpoint.resume), "",
            "resume from this checkpoint file; 'auto': the newest in checkpoint.dir that "
            "verifies, if any (empty: start fresh)"),
-      choice("checkpoint.format", FIELD(checkpoint.format), "auto", {"auto", "sharded", "single"},
-             "sharded: every rank writes its own shard of the parameters and optimizer state "
-             "into a step directory with a manifest (no gather); single: rank 0 gathers and "
-             "writes one file; auto: sharded when ddp.shard is not none, else single"),
+      enum_choice("checkpoint.format", FIELD(checkpoint.format), "auto", checkpoint::kFormatNames,
+                  "sharded: every rank writes its own shard of the parameters and optimizer state "
+                  "into a step directory with a manifest (no gather); single: rank 0 gathers and "
+                  "writes one file; auto: sharded when ddp.shard is not none, else single"),
       boolean("checkpoint.async", FIELD(checkpoint.async), "true",
               "the step waits only for the copy to host memory; a background thread writes and "
               "fsyncs the files, and the next checkpoint or the end of the run waits for it and "

@@ -24,7 +24,7 @@ int count_nodes(const std::vector<std::string>& hosts) {
 
 // The checkpoint resumed from (rank 0 holds it), and a data order that will differ from the
 // original run's.
-void log_resume(const train::Checkpoint& checkpoint, const train::TrainOptions& train) {
+void log_resume(const checkpoint::Checkpoint& checkpoint, const train::TrainOptions& train) {
   const auto& meta = checkpoint.meta;
   spdlog::info("resumed from {}: {} steps done (written by {} rank(s)); continuing at step {}",
                checkpoint.path, meta.step, meta.world_size, meta.step + 1);
@@ -80,8 +80,8 @@ void log_banner(const Startup& s) {
     spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
                  config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
   }
-  if (s.checkpoint && !s.weights_only)
-    log_resume(*s.checkpoint, config.train);  // --evaluate says its own
+  if (s.resume_from && !s.weights_only)
+    log_resume(*s.resume_from, config.train);  // --evaluate says its own
 }
 
 }  // namespace launcher

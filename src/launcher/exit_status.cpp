@@ -6,15 +6,15 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "core/error_text.h"
 #include "data/errors.h"
 #include "ddp/errors.h"
 #include "launcher/device.h"
 #include "launcher/exit_codes.h"
 #include "launcher/launch.h"
 #include "memory/oom.h"
-#include "train/checkpoint.h"
-#include "train/error_text.h"
 #include "train/trainer.h"
 
 namespace launcher {
@@ -33,7 +33,7 @@ constexpr ExitRule kStartup[] = {
     {is<config::ConfigError>, kExitUsage, MessageForm::kWhat},
     {is<LaunchError>, kExitUsage, MessageForm::kWhat},
     {is<DeviceError>, kExitUsage, MessageForm::kWhat},
-    {is<train::CheckpointError>, kExitUsage, MessageForm::kWhat},
+    {is<checkpoint::CheckpointError>, kExitUsage, MessageForm::kWhat},
     // ddp::PlanError and data::DataError among them.
     {is<std::invalid_argument>, kExitUsage, MessageForm::kWhat},
     {is<memory::OutOfMemoryFatal>, kExitOutOfMemory, MessageForm::kWhat},  // agreed (Trainer)
@@ -70,7 +70,7 @@ std::string message_of(MessageForm form, const std::exception& e, const char* do
           "out of memory {}: {}\nGive each rank more memory (memory.cpu_budget_mb on CPU, "
           "memory.fraction on a GPU) or use a smaller model or data set.",
           doing,
-          train::first_line(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what()));
+          core::first_line(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what()));
   }
   return e.what();
 }

@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/single_file.h"
 #include "config/config.h"
 #include "io/safetensors_shards.h"
 #include "io/shard_manifest.h"
@@ -24,7 +27,6 @@
 #include "models/llama/hf_llama.h"
 #include "models/llama/llama.h"
 #include "models/registry.h"
-#include "train/checkpoint_sharded.h"
 
 namespace launcher {
 namespace {
@@ -181,14 +183,14 @@ int run_consolidate(const std::string& config_path, const std::vector<std::strin
     config::load_config(config_path, overrides);  // the command line is checked as for training
     std::string dir = step_dir;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    if (!train::is_sharded_checkpoint(dir)) {
-      throw train::CheckpointError(
+    if (!checkpoint::is_sharded_checkpoint(dir)) {
+      throw checkpoint::CheckpointError(
           fmt::format("--consolidate: {} is not a sharded checkpoint (no {} in it)", dir,
                       io::kShardManifestName));
     }
-    const train::Checkpoint ckpt = train::read_checkpoint(dir);  // every file verified
+    const checkpoint::Checkpoint ckpt = checkpoint::read_checkpoint(dir);  // every file verified
     const std::string path = dir + ".safetensors";
-    train::write_checkpoint_tensors(path, ckpt.tensors, ckpt.meta);
+    checkpoint::write_checkpoint_tensors(path, ckpt.tensors, ckpt.meta);
     say(fmt::format("wrote {} ({} steps done, written by {} rank(s)) from {}", path, ckpt.meta.step,
                     ckpt.meta.world_size, dir));
     return kExitOk;

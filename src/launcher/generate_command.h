@@ -42,7 +42,7 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
                  const GenerateArgs& args);
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir, const std::string& max_shard_size = "5GB");
-// --consolidate DIR: a sharded checkpoint's step directory (train/checkpoint_sharded.h), every
+// --consolidate DIR: a sharded checkpoint's step directory (checkpoint/sharded.h), every
 // file verified, written as the single-file format to DIR.safetensors.
 int run_consolidate(const std::string& config_path, const std::vector<std::string>& overrides,
                     const std::string& step_dir);

@@ -28,6 +28,7 @@
 #include "launcher/stop_policy.h"
 #include "memory/process_memory.h"
 #include "train/evaluation.h"
+#include "train/loop.h"
 #include "train/report/run_report.h"
 
 namespace launcher {
@@ -192,10 +193,11 @@ int run(int argc, char** argv) {
 int train_until_done(Startup& s) {
   install_stop_handlers();
   StopPolicy policy(s.rank, s.config.checkpoint);
-  train::Trainer& trainer = *s.trainer;
+  train::TrainingLoop loop(*s.trainer, *s.checkpointer, std::move(s.eval_inputs), s.start_step);
+  for (auto& action : s.actions) loop.add(std::move(action));
   train::RunSummary summary;
   try {
-    summary = trainer.run([&policy] { return policy.stop_requested(); });
+    summary = loop.run([&policy] { return policy.stop_requested(); });
   } catch (const std::exception& e) {
     const auto agreed = exit_status(agreed_run_rules(), e);
     if (!agreed) throw;  // one rank's failure: run() aborts the job
@@ -203,10 +205,9 @@ int train_until_done(Startup& s) {
     s.control->barrier(agreed->barrier);
     return agreed->code;
   }
-  const int64_t start = trainer.start_step();
-  if (summary.steps_done > start) {
+  if (summary.steps_done > s.start_step) {
     // Throughput of the training steps; periodic actions' time is reported apart, per bucket.
-    spdlog::info("{}", train::done_line(summary, start));
+    spdlog::info("{}", train::done_line(summary, s.start_step));
   }
   s.control->barrier("shutdown");
   return exit_code_after_run(summary.stopped, stop_signal(), summary.steps_done,
@@ -219,8 +220,8 @@ int train_until_done(Startup& s) {
 int evaluate_only(Startup& s) {
   if (s.rank == 0) {
     spdlog::info("evaluating {}",
-                 s.checkpoint ? fmt::format("checkpoint {} ({} steps done)", s.checkpoint->path,
-                                            s.checkpoint->meta.step)
+                 s.resume_from ? fmt::format("checkpoint {} ({} steps done)", s.resume_from->path,
+                                             s.resume_from->meta.step)
                  : !s.config.model.init_from.empty()
                      ? fmt::format("model.init_from {}", s.config.model.init_from)
                      : std::string("the untrained model (no checkpoint, no model.init_from)"));
@@ -228,8 +229,8 @@ int evaluate_only(Startup& s) {
   train::Trainer& t = *s.trainer;
   const auto pinned = t.pin_parameters();  // ddp.shard: parameters: the whole model, every rank
   const train::ValidationMetrics m =
-      train::evaluate_and_log(t.control(), t.model(), t.dataset(), t.start_step(),
-                              t.plan().micro_batch, s.config.train.eval_samples, t.eval_inputs());
+      train::evaluate_and_log(t.control(), t.model(), t.dataset(), s.start_step,
+                              t.plan().micro_batch, s.config.train.eval_samples, s.eval_inputs);
   if (s.rank == 0 && m.samples == 0 && m.tasks.empty()) {
     spdlog::warn("--evaluate: nothing to evaluate (no validation split, no eval.tasks)");
   }

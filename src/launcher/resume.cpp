@@ -6,16 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/read.h"
+
 namespace launcher {
 namespace {
 
 // The newest checkpoint in `dir` that verifies, passing over damaged ones with a warning each
 // (`key` names the setting that led here); nullopt when there is none.
-std::optional<train::Checkpoint> newest_in(const std::string& dir, const std::string& key) {
+std::optional<checkpoint::Checkpoint> newest_in(const std::string& dir, const std::string& key) {
   std::vector<std::string> skipped;
-  train::Checkpoint found;
+  checkpoint::Checkpoint found;
   const std::string path =
-      train::newest_good_checkpoint(dir, &skipped, &found, train::ShardedRead::kOpen);
+      checkpoint::newest_good_checkpoint(dir, &skipped, &found, checkpoint::ShardedRead::kOpen);
   for (const auto& why : skipped) {
     spdlog::warn("{}: passing over a damaged checkpoint: {}", key, why);
   }
@@ -25,8 +27,8 @@ std::optional<train::Checkpoint> newest_in(const std::string& dir, const std::st
 
 }  // namespace
 
-std::optional<train::Checkpoint> select_resume(const train::CheckpointOptions& options,
-                                               models::Model& model, ResumeFor purpose) {
+std::optional<checkpoint::Checkpoint> select_resume(const checkpoint::CheckpointOptions& options,
+                                                    models::Model& model, ResumeFor purpose) {
   const std::string& resume = options.resume;
   const bool file = !resume.empty() && resume != "auto";
   const bool search =
@@ -34,27 +36,27 @@ std::optional<train::Checkpoint> select_resume(const train::CheckpointOptions& o
   if (!file && !search) return std::nullopt;
   // The key whose setting chose the checkpoint, for messages.
   const std::string key = resume.empty() ? "checkpoint.dir" : "checkpoint.resume";
-  std::optional<train::Checkpoint> checkpoint;
+  std::optional<checkpoint::Checkpoint> chosen;
   try {
     if (file) {
-      checkpoint = train::read_checkpoint(resume, train::ShardedRead::kOpen);
+      chosen = checkpoint::read_checkpoint(resume, checkpoint::ShardedRead::kOpen);
     } else {
-      checkpoint = newest_in(options.dir, resume.empty() ? key : key + ": auto");
+      chosen = newest_in(options.dir, resume.empty() ? key : key + ": auto");
     }
-    if (checkpoint) train::check_compatible(*checkpoint, model);
-  } catch (const train::CheckpointError& e) {
-    throw train::CheckpointError(fmt::format("{}: {}", key, e.what()));
+    if (chosen) checkpoint::check_compatible(*chosen, model);
+  } catch (const checkpoint::CheckpointError& e) {
+    throw checkpoint::CheckpointError(fmt::format("{}: {}", key, e.what()));
   }
-  if (checkpoint) {
-    train::apply_model_state(*checkpoint, model);
+  if (chosen) {
+    checkpoint::apply_model_state(*chosen, model);
   } else if (purpose == ResumeFor::kTraining) {
     spdlog::info("checkpoint.resume: auto: no checkpoint in {} yet; starting at step 1",
                  options.dir);
   }
-  return checkpoint;
+  return chosen;
 }
 
-bool requeue_resumes(const train::CheckpointOptions& options) {
+bool requeue_resumes(const checkpoint::CheckpointOptions& options) {
   return !options.dir.empty() && options.resume == "auto";
 }
 

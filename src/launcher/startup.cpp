@@ -10,6 +10,7 @@
 
 #include <malloc.h>
 
+#include "checkpoint/files.h"
 #include "data/choice_tasks.h"
 #include "data/tokenizer.h"
 #include "ddp/backend.h"
@@ -24,6 +25,7 @@
 #include "models/capabilities.h"
 #include "models/language_model.h"
 #include "models/registry.h"
+#include "train/loop.h"
 #include "train/precision.h"
 #include "train/report/metrics.h"
 #include "train/report/tensorboard.h"
@@ -123,7 +125,7 @@ void load_data_and_model(Startup& s) {
   s.model = models::create_model(config.model, s.dataset->shape());
   load_eval_inputs(s);
   if (s.rank != 0) return;
-  if (!config.checkpoint.dir.empty()) train::check_checkpoint_dir(config.checkpoint.dir);
+  if (!config.checkpoint.dir.empty()) checkpoint::check_checkpoint_dir(config.checkpoint.dir);
   if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
       !metrics.empty()) {
     train::check_metrics_path(metrics);
@@ -131,11 +133,11 @@ void load_data_and_model(Startup& s) {
   if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
   // Rank 0 alone chooses the checkpoint to resume from and loads the model's tensors; the
   // Trainer broadcasts the model, and the moments (a single file) or the path of a sharded
-  // checkpoint, whose files every rank then reads its own moments from (Trainer::resume).
-  s.checkpoint = select_resume(config.checkpoint, *s.model,
-                               s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining);
-  if (s.checkpoint && !config.model.init_from.empty()) {
-    spdlog::info("model.init_from ignored: resuming from {}", s.checkpoint->path);
+  // checkpoint, whose files every rank then reads its own moments from (Checkpointer::resume).
+  s.resume_from = select_resume(config.checkpoint, *s.model,
+                                s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining);
+  if (s.resume_from && !config.model.init_from.empty()) {
+    spdlog::info("model.init_from ignored: resuming from {}", s.resume_from->path);
   }
 }
 
@@ -217,21 +219,22 @@ int build_trainer(Startup& s) {
       hybrid = {s.node_data.get(), s.cross_data.get()};
     }
     train::TrainerOptions options = s.config.trainer_options();
-    options.config_text = config::config_to_yaml(s.config);  // recorded in every checkpoint
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
                                                  *s.dataset, s.binding.device, hybrid);
-    s.trainer->resume(s.checkpoint ? &*s.checkpoint : nullptr);
-    if (s.checkpoint) {  // applied: rank 0 keeps its path and step, not a copy of the state
-      s.checkpoint->tensors.clear();
-      s.checkpoint->manifest.reset();
+    s.checkpointer = train::make_checkpointer(*s.trainer, config::config_to_yaml(s.config));
+    s.start_step =
+        train::resume(*s.checkpointer, *s.trainer, s.resume_from ? &*s.resume_from : nullptr);
+    if (s.resume_from) {  // applied: rank 0 keeps its path and step, not a copy of the state
+      s.resume_from->tensors.clear();
+      s.resume_from->manifest.reset();
       ::malloc_trim(0);  // the freed heap pages back to the system, not only to malloc
     }
-    s.trainer->set_eval_inputs(std::move(s.eval_inputs));
     if (s.config.train.sample_every > 0 && s.rank == 0) {
-      s.trainer->set_sampler(
+      s.actions.push_back(train::text_sample_action(
+          s.config.train.sample_every,
           train::make_text_sampler(s.model, s.config.model.name,
                                    data::choose_tokenizer(s.config.data, s.config.model.init_from),
-                                   s.config.train, *s.dataset));
+                                   s.config.train, *s.dataset)));
     }
   }));
   if (code == kExitOk) {

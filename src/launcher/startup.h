@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpointer.h"
 #include "config/config.h"
 #include "data/dataset.h"
 #include "ddp/communicator.h"
@@ -28,7 +30,8 @@
 #include "launcher/device.h"
 #include "launcher/launch.h"
 #include "models/model.h"
-#include "train/checkpoint.h"
+#include "train/evaluation.h"
+#include "train/periodic.h"
 #include "train/trainer.h"
 
 namespace launcher {
@@ -49,7 +52,7 @@ struct Startup {
   std::unique_ptr<data::Dataset> dataset;
   std::shared_ptr<models::Model> model;
   // Rank 0, when resuming; its tensors are dropped once the Trainer has taken them.
-  std::optional<train::Checkpoint> checkpoint;
+  std::optional<checkpoint::Checkpoint> resume_from;
   // --evaluate: the weights are --generate's (launcher/resume.h, ResumeFor::kWeights).
   bool weights_only = false;
   train::EvalInputs eval_inputs;  // eval.tasks and bits per byte, handed to the Trainer
@@ -58,6 +61,10 @@ struct Startup {
   // and across nodes (train::HybridComms); empty otherwise.
   std::unique_ptr<ddp::Communicator> node_control, cross_control, node_data, cross_data;
   std::unique_ptr<train::Trainer> trainer;
+  std::unique_ptr<checkpoint::Checkpointer> checkpointer;
+  int64_t start_step = 0;  // optimizer steps done before this run (the checkpoint's)
+  // What the loop runs between steps besides its own actions (rank 0's text samples).
+  std::vector<train::PeriodicAction> actions;
   std::string device_flags;  // what train::apply_device_flags set, for the banner
 };
 

@@ -11,7 +11,7 @@
 
 namespace launcher {
 
-StopPolicy::StopPolicy(int rank, const train::CheckpointOptions& checkpoint)
+StopPolicy::StopPolicy(int rank, const checkpoint::CheckpointOptions& checkpoint)
     : rank_(rank), checkpoint_(checkpoint), resumable_(requeue_resumes(checkpoint)) {}
 
 bool StopPolicy::stop_requested() {

@@ -17,13 +17,13 @@ namespace launcher {
 
 class StopPolicy {
  public:
-  StopPolicy(int rank, const train::CheckpointOptions& checkpoint);
+  StopPolicy(int rank, const checkpoint::CheckpointOptions& checkpoint);
   // Polled by the Trainer once per step: whether this rank asks to stop after it.
   bool stop_requested();
 
  private:
   int rank_;
-  train::CheckpointOptions checkpoint_;
+  checkpoint::CheckpointOptions checkpoint_;
   bool resumable_;
   bool warned_ = false;  // the SIGUSR1 warning was logged
 };

@@ -1,6 +1,6 @@
 #include "train/graph_step.h"
 
-#include "train/error_text.h"
+#include "core/error_text.h"
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
@@ -171,8 +171,8 @@ void GraphStep::run(const at::Tensor& inputs, const at::Tensor& targets, const B
     throw;  // the step's OOM: the protocol falls back, invalidate() follows
   } catch (const std::exception& e) {
     at::autocast::set_autocast_cache_enabled(cache);
-    disable(
-        fmt::format("capturing micro-batch {} failed: {}", inputs.sizes(), first_line(e.what())));
+    disable(fmt::format("capturing micro-batch {} failed: {}", inputs.sizes(),
+                        core::first_line(e.what())));
   }
   at::autocast::set_autocast_cache_enabled(cache);
   if (!captured) {

@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <chrono>
 
-#include "train/checkpoint.h"
-#include "train/evaluation.h"
+#include "train/fallbacks.h"
 #include "train/precision.h"
 #include "train/profiler.h"
 #include "train/report/metrics.h"
-#include "train/trainer.h"
+#include "train/step_metrics.h"
 
 namespace train {
 namespace {
@@ -20,6 +19,8 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+}  // namespace
 
 // Wall time of the training steps alone: the periodic actions' seconds are taken out of the log
 // window (the step lines' samples/s) and of the steady state after the first step (the `done:`
@@ -58,10 +59,146 @@ class TrainingClock {
   double aside_since_steady_ = 0;
 };
 
-}  // namespace
+std::unique_ptr<checkpoint::Checkpointer> make_checkpointer(Trainer& trainer,
+                                                            std::string config_text) {
+  const TrainerOptions& o = trainer.options();
+  const Placement& where = trainer.placement();
+  return std::make_unique<checkpoint::Checkpointer>(
+      o.checkpoint,
+      checkpoint::RunRecord{o.train.global_batch_size, o.train.seed, std::move(config_text),
+                            o.ddp.shard},
+      checkpoint::CheckpointComms{where.control, where.data, where.shard, where.replicas});
+}
 
-TrainingLoop::TrainingLoop(Trainer& trainer, const std::vector<PeriodicAction>& extra)
-    : trainer_(trainer), extra_(extra) {}
+int64_t resume(checkpoint::Checkpointer& checkpointer, Trainer& trainer,
+               const checkpoint::Checkpoint* ckpt) {
+  const int64_t steps_done = checkpointer.resume(ckpt, trainer.run_state());
+  if (steps_done > 0) trainer.set_steps_done(steps_done);
+  return steps_done;
+}
+
+TrainingLoop::TrainingLoop(Trainer& trainer, checkpoint::Checkpointer& checkpointer,
+                           EvalInputs eval, int64_t start_step)
+    : trainer_(trainer), checkpointer_(checkpointer), eval_(std::move(eval)), start_(start_step) {}
+
+TrainingLoop::~TrainingLoop() = default;
+
+// The loop, top to bottom: one step, its record, the periodic actions due after it.
+RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
+  summary_.steps_done = start_;
+  if (!begin()) return summary_;
+  const int64_t steps = trainer_.options().train.steps;
+  const auto& log = trainer_.options().log;
+  StepProfiler profiler(log.profile, log.profile_from, log.profile_steps, trainer_.control().rank(),
+                        trainer_.device().is_cuda());
+  for (int64_t step = start_ + 1; step <= steps; ++step) {
+    profiler.before_step(step);
+    const StepResult r = train_step(step, stop_requested);
+    profiler.after_step(step);
+    const bool last = step == steps || r.stop;
+    record(step, r, last);
+    clock_->aside(actions_.run_due(step, last));  // the last step's: the final evaluation, ...
+    if (last) break;
+  }
+  profiler.finish();
+  return end();
+}
+
+bool TrainingLoop::begin() {
+  const TrainerOptions& o = trainer_.options();
+  if (start_ >= o.train.steps) {
+    spdlog::info("the checkpoint has {} steps done, train.steps = {}: nothing to train", start_,
+                 o.train.steps);
+    return false;
+  }
+  const ddp::BatchPlan& plan = trainer_.plan();
+  spdlog::info("training {} steps{}, global batch {} on {} rank(s); rank {}: {}", o.train.steps,
+               start_ > 0 ? fmt::format(" from step {}", start_ + 1) : "", plan.global_batch,
+               plan.world_size, plan.rank, plan.describe());
+  trainer_.memory().report_memory(fmt::format(
+      "memory before step {}: parameters, buckets, optimizer state, caches", start_ + 1));
+  report_ = std::make_unique<RunReport>(
+      trainer_.control(),
+      ReportOptions{o.log.progress, metrics_path(o.log.metrics, o.checkpoint.dir),
+                    o.log.tensorboard},
+      trainer_.device(), facts(), start_);
+  add_builtin_actions();
+  for (PeriodicAction& action : extra_) actions_.add(std::move(action));
+  add_checkpoint_actions();  // last: a checkpoint follows everything else due at its step
+  clock_ = std::make_unique<TrainingClock>(trainer_.data_wait_s());
+  return true;
+}
+
+StepResult TrainingLoop::train_step(int64_t step, const std::function<bool()>& stop_requested) {
+  const auto& o = trainer_.options();
+  // Logged steps read the step's numbers from the device; the others read nothing (a step that
+  // turns out to be the agreed last one, after a signal, reads them below).
+  const bool logged = step == start_ + 1 || step % o.log.every == 0 || step == o.train.steps;
+  try {
+    StepResult r = trainer_.step(step, stop_requested && stop_requested(), logged);
+    if (r.stop && !r.metrics_read) trainer_.read_metrics(r);
+    return r;
+  } catch (const NonFiniteFatal& e) {  // every rank, at the same step
+    // A skipped step changes nothing: the parameters and moments are the last applied step's.
+    const std::string path = save_state_before_exit(fmt::format("step_{:06d}", step), step);
+    if (path.empty()) {
+      throw NonFiniteFatal(
+          fmt::format("{} No checkpoint written (checkpoint.dir is not set).", e.what()));
+    }
+    throw NonFiniteFatal(fmt::format("{} The last good state (the skipped steps changed nothing) "
+                                     "is in {}; resuming from it goes on after step {}, past the "
+                                     "skipped batches.",
+                                     e.what(), path, step));
+  } catch (const FallbacksSpent& e) {  // every rank, after the same vote
+    // The steps before this one are complete; resuming from it re-runs this step.
+    const std::string path = save_state_before_exit(fmt::format("oom_step_{:06d}", step), step - 1);
+    throw memory::OutOfMemoryFatal(
+        e.with_checkpoint(path.empty() ? "no checkpoint written (checkpoint.dir is not set)"
+                                       : "checkpoint written to " + path));
+  }
+}
+
+std::string TrainingLoop::save_state_before_exit(const std::string& name, int64_t steps_done) {
+  if (checkpointer_.options().dir.empty()) return "";
+  const std::string path =
+      checkpointer_.save(checkpointer_.path_of(name), steps_done, trainer_.run_state());
+  checkpointer_.finish();  // the job ends: complete before the message names it
+  return path;
+}
+
+void TrainingLoop::record(int64_t step, const StepResult& r, bool last) {
+  clock_->step_done(step == start_ + 1);
+  report_->tick(step);
+  summary_.steps_done = step;
+  if (step == start_ + 1) summary_.first_loss = r.loss;  // the first step is always logged
+  if (last) {
+    summary_.last_loss = r.loss;
+    summary_.stopped = r.stop;
+  }
+  if (r.metrics_read) {
+    report_->step(step, r, clock_->window_steps(), clock_->window_training_s(),
+                  clock_->window_data_wait_s(trainer_.data_wait_s()), trainer_.plan().micro_batch,
+                  trainer_.fallbacks(), trainer_.skipped_steps());
+    clock_->new_window(trainer_.data_wait_s());
+  }
+  if (r.stop && trainer_.control().rank() == 0) {
+    spdlog::warn("stop requested (signal): stopping after step {}", step);
+  }
+}
+
+RunSummary TrainingLoop::end() {
+  checkpointer_.finish();  // none pending after the final checkpoint; this covers the rest
+  const int64_t steps = summary_.steps_done - start_;
+  if (steps > 1) {
+    summary_.samples_per_s = static_cast<double>((steps - 1) * trainer_.plan().global_batch) /
+                             clock_->steady_training_s();
+    summary_.throughput = report_->throughput(summary_.samples_per_s);
+  }
+  summary_.fallbacks = trainer_.fallbacks();
+  summary_.skipped_steps = trainer_.skipped_steps();
+  summary_.aside = actions_.buckets();
+  return summary_;
+}
 
 RunFacts TrainingLoop::facts() const {
   const auto& t = trainer_.options().train;
@@ -77,21 +214,22 @@ RunFacts TrainingLoop::facts() const {
   return facts;
 }
 
-void TrainingLoop::add_builtin_actions(RunReport& report) {
+void TrainingLoop::add_builtin_actions() {
   const TrainerOptions& o = trainer_.options();
-  const int64_t start = trainer_.start_step();
   Trainer& trainer = trainer_;
   // The plan's peak against the measured one, a few steps in (before the next table resets the
   // peaks).
   actions_.add({"memory estimate",
                 "memory tables",
-                {.once_at = std::min(start + 3, o.train.steps)},
-                [&trainer](int64_t step) { trainer.compare_estimate(step); }});
+                {.once_at = std::min(start_ + 3, o.train.steps)},
+                [&trainer](int64_t step) {
+                  trainer.memory().compare_estimate(step, trainer.plan().micro_batch);
+                }});
   actions_.add({"memory table",
                 "memory tables",
                 {.every = o.memory.check_every, .after_last = true},
                 [&trainer](int64_t step) {
-                  trainer.report_memory(
+                  trainer.memory().report_memory(
                       fmt::format("memory at step {} (peak since the last table)", step));
                 }});
   // Collective: one all-reduce for datasets with a validation split or held-out items, and one
@@ -99,119 +237,26 @@ void TrainingLoop::add_builtin_actions(RunReport& report) {
   actions_.add({"evaluation",
                 "evaluation",
                 {.every = o.train.eval_every, .after_last = true},
-                [&trainer, &report, &o](int64_t step) {
+                [this, &trainer, &o](int64_t step) {
                   const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters
-                  report.eval(
-                      step, evaluate_and_log(trainer.control(), trainer.model(), trainer.dataset(),
-                                             step, trainer.plan().micro_batch, o.train.eval_samples,
-                                             trainer.eval_inputs()));
+                  report_->eval(
+                      step,
+                      evaluate_and_log(trainer.control(), trainer.model(), trainer.dataset(), step,
+                                       trainer.plan().micro_batch, o.train.eval_samples, eval_));
                 }});
 }
 
 void TrainingLoop::add_checkpoint_actions() {
-  const TrainerOptions& o = trainer_.options();
-  Trainer& trainer = trainer_;
-  if (o.checkpoint.dir.empty()) return;
-  actions_.add({"periodic checkpoint",
-                "checkpoints",
-                {.every = o.checkpoint.every},
-                [&trainer, &o](int64_t step) {
-                  trainer.save_checkpoint(
-                      fmt::format("{}/step_{:06d}.safetensors", o.checkpoint.dir, step), step);
+  const auto& c = checkpointer_.options();
+  if (c.dir.empty()) return;
+  actions_.add({"periodic checkpoint", "checkpoints", {.every = c.every}, [this](int64_t step) {
+                  checkpointer_.save(checkpointer_.path_of(fmt::format("step_{:06d}", step)), step,
+                                     trainer_.run_state());
                 }});
-  actions_.add(
-      {"final checkpoint", "checkpoints", {.after_last = true}, [&trainer, &o](int64_t step) {
-         trainer.save_checkpoint(o.checkpoint.dir + "/final.safetensors", step);
-         trainer.finish_checkpoint();  // the run ends with every checkpoint complete
-       }});
-}
-
-std::string TrainingLoop::save_last_good_state(int64_t step, const std::string& why) {
-  const std::string dir = trainer_.options().checkpoint.dir;
-  if (dir.empty()) return why + " No checkpoint written (checkpoint.dir is not set).";
-  // A skipped step changes nothing: the parameters and moments are the last applied step's.
-  const std::string path =
-      trainer_.save_checkpoint(fmt::format("{}/step_{:06d}.safetensors", dir, step), step);
-  trainer_.finish_checkpoint();  // the job ends: complete before the message names it
-  return fmt::format("{} The last good state (the skipped steps changed nothing) is in {}; "
-                     "resuming from it goes on after step {}, past the skipped batches.",
-                     why, path, step);
-}
-
-RunSummary TrainingLoop::run(const std::function<bool()>& stop_requested) {
-  const TrainerOptions& o = trainer_.options();
-  const auto& t = o.train;
-  const int64_t start = trainer_.start_step();  // steps done before this run
-  const int64_t first = start + 1;              // this run's first step
-  RunSummary summary;
-  summary.steps_done = start;
-  if (start >= t.steps) {
-    spdlog::info("the checkpoint has {} steps done, train.steps = {}: nothing to train", start,
-                 t.steps);
-    return summary;
-  }
-  const ddp::BatchPlan& plan = trainer_.plan();
-  spdlog::info("training {} steps{}, global batch {} on {} rank(s); rank {}: {}", t.steps,
-               start > 0 ? fmt::format(" from step {}", first) : "", plan.global_batch,
-               plan.world_size, plan.rank, plan.describe());
-  trainer_.report_memory(
-      fmt::format("memory before step {}: parameters, buckets, optimizer state, caches", first));
-  RunReport report(
-      trainer_.control(),
-      {o.log.progress, metrics_path(o.log.metrics, o.checkpoint.dir), o.log.tensorboard},
-      trainer_.device(), facts(), start);
-  add_builtin_actions(report);
-  for (const PeriodicAction& action : extra_) actions_.add(action);
-  add_checkpoint_actions();  // last: a checkpoint follows everything else due at its step
-  TrainingClock clock(trainer_.data_wait_s());
-  StepProfiler profiler(o.log.profile, o.log.profile_from, o.log.profile_steps,
-                        trainer_.control().rank(), trainer_.device().is_cuda());
-  for (int64_t step = first; step <= t.steps; ++step) {
-    // Logged steps read the step's numbers from the device; the others read nothing (a step that
-    // turns out to be the agreed last one, after a signal, reads them below).
-    const bool logged = step == first || step % o.log.every == 0 || step == t.steps;
-    profiler.before_step(step);
-    StepResult r;
-    try {
-      r = trainer_.step(step, stop_requested && stop_requested(), logged);
-      if (r.stop && !r.metrics_read) trainer_.read_metrics(r);
-    } catch (const NonFiniteFatal& e) {  // every rank, at the same step
-      throw NonFiniteFatal(save_last_good_state(step, e.what()));
-    }
-    profiler.after_step(step);
-    clock.step_done(step == first);
-    report.tick(step);
-    summary.steps_done = step;
-    if (step == first) summary.first_loss = r.loss;  // the first step is always logged
-    const bool last = step == t.steps || r.stop;
-    if (last) summary.last_loss = r.loss;
-    if (r.metrics_read) {
-      report.step(step, r, clock.window_steps(), clock.window_training_s(),
-                  clock.window_data_wait_s(trainer_.data_wait_s()), trainer_.plan().micro_batch,
-                  trainer_.fallbacks(), trainer_.skipped_steps());
-      clock.new_window(trainer_.data_wait_s());
-    }
-    if (r.stop && trainer_.control().rank() == 0) {
-      spdlog::warn("stop requested (signal): stopping after step {}", step);
-    }
-    clock.aside(actions_.run_due(step, last));  // the last step's: the final evaluation, ...
-    if (last) {
-      summary.stopped = r.stop;
-      break;
-    }
-  }
-  profiler.finish();
-  trainer_.finish_checkpoint();  // none pending after the final checkpoint; this covers the rest
-  if (summary.steps_done - start > 1) {
-    summary.samples_per_s =
-        static_cast<double>((summary.steps_done - start - 1) * plan.global_batch) /
-        clock.steady_training_s();
-    summary.throughput = report.throughput(summary.samples_per_s);
-  }
-  summary.fallbacks = trainer_.fallbacks();
-  summary.skipped_steps = trainer_.skipped_steps();
-  summary.aside = actions_.buckets();
-  return summary;
+  actions_.add({"final checkpoint", "checkpoints", {.after_last = true}, [this](int64_t step) {
+                  checkpointer_.save(checkpointer_.path_of("final"), step, trainer_.run_state());
+                  checkpointer_.finish();  // the run ends with every checkpoint complete
+                }});
 }
 
 }  // namespace train

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/options.h"
 #include "data/loader.h"
 #include "ddp/options.h"
 #include "memory/options.h"
@@ -77,20 +78,6 @@ struct TrainOptions {
   int64_t sample_top_k = 0;       // the samples draw among the K most likely ids (0: all)
 };
 
-struct CheckpointOptions {
-  std::string dir;        // empty: no checkpoints
-  int64_t every = 0;      // 0: only at the end
-  std::string resume;     // a checkpoint file, "auto" (the latest in dir, if any) or empty
-  int64_t keep_last = 0;  // periodic checkpoints kept (0: all)
-  // "auto" (sharded when ddp.shard is not none), "sharded" (a step directory, every rank writes
-  // its shard: train/checkpoint_sharded.h) or "single" (one file, rank 0 writes)
-  std::string format = "auto";
-  // The step waits only for the copy to host memory; a background thread writes and fsyncs, and
-  // the next checkpoint (or the end of the run) waits for it and commits it
-  // (checkpoint_writer.cpp).
-  bool async = true;
-};
-
 struct LogOptions {
   std::string level;
   int64_t every = 0;
@@ -111,10 +98,9 @@ struct TrainerOptions {
   TrainOptions train;
   ddp::DdpOptions ddp;
   memory::MemoryOptions memory;
-  CheckpointOptions checkpoint;
+  checkpoint::CheckpointOptions checkpoint;
   LogOptions log;
   data::LoaderOptions loader;  // pin_memory is decided by the Trainer (GPU runs)
-  std::string config_text;     // the effective configuration, recorded in checkpoints
 };
 
 }  // namespace train

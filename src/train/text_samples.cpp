@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -71,6 +72,12 @@ std::function<std::string()> make_text_sampler(std::shared_ptr<models::Model> mo
     const auto ids = models::generate(*model, prompt, o);
     return one_line(tokenizer->decode(prompt) + " | " + tokenizer->decode(ids));
   };
+}
+
+PeriodicAction text_sample_action(int64_t every, std::function<std::string()> sample) {
+  return {"text sample", "samples", {.every = every}, [sample = std::move(sample)](int64_t step) {
+            spdlog::info("sample at step {}: {}", step, sample());
+          }};
 }
 
 }  // namespace train

@@ -1,5 +1,5 @@
 // train.sample_every's text samples: rank 0 logs a continuation of one fixed prompt every N steps
-// (Trainer::set_sampler), so that a reader sees what the model has learned so far.
+// (text_sample_action), so that a reader sees what the model has learned so far.
 //
 // Contract: the prompt, the seed (train.seed), the temperature and top-k are fixed when the
 // sampler is made, so samples at different steps differ only by the weights. Sampling runs under
@@ -16,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "models/model.h"
 #include "train/options.h"
+#include "train/periodic.h"
 
 namespace train {
 
@@ -31,6 +32,12 @@ std::function<std::string()> make_text_sampler(std::shared_ptr<models::Model> mo
                                                std::shared_ptr<const data::Tokenizer> tokenizer,
                                                const TrainOptions& options,
                                                const data::Dataset& dataset);
+
+// train.sample_every: the periodic action that logs "sample at step S: TEXT" after every
+// `every`-th step (timed as "samples"). Rank 0 only: it does not communicate, and the others do
+// not wait for it (the next step's collectives do). `sample` must leave the training state alone
+// (models/gpt/generate.h: eval mode, its own generator).
+PeriodicAction text_sample_action(int64_t every, std::function<std::string()> sample);
 
 // `text` on one line of a log: newlines, backslashes and control characters escaped.
 std::string one_line(const std::string& text);

@@ -3,11 +3,16 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "checkpoint/checkpointer.h"
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/temp_dir.h"
 #include "config/config.h"
 #include "ddp/mpi_communicator.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
+#include "train/loop.h"
 
 #include <mpi.h>
 
@@ -96,19 +101,21 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(model_seed);
   auto model = models::create_model(config.model, dataset->shape());
-  std::optional<train::Checkpoint> ckpt;
+  std::optional<checkpoint::Checkpoint> ckpt;
   if (!resume_from.empty() && comm.rank() == 0) {
-    ckpt = train::read_checkpoint(resume_from, train::ShardedRead::kOpen);  // as the launcher
-    train::check_compatible(*ckpt, *model);
-    train::apply_model_state(*ckpt, *model);
+    ckpt = checkpoint::read_checkpoint(resume_from,
+                                       checkpoint::ShardedRead::kOpen);  // as the launcher
+    checkpoint::check_compatible(*ckpt, *model);
+    checkpoint::apply_model_state(*ckpt, *model);
   }
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
                          c10::Device(c10::kCPU), hybrid);
-  trainer.resume(ckpt ? &*ckpt : nullptr);
-  for (int64_t s = trainer.start_step() + 1; s <= until; ++s) trainer.step(s);
+  const auto checkpointer = train::make_checkpointer(trainer, "");
+  const int64_t start = train::resume(*checkpointer, trainer, ckpt ? &*ckpt : nullptr);
+  for (int64_t s = start + 1; s <= until; ++s) trainer.step(s);
   if (!save_to.empty()) {
-    trainer.save_checkpoint(save_to, until);
-    trainer.finish_checkpoint();  // checkpoint.async: the write, the vote, rank 0's commit
+    checkpointer->save(save_to, until, trainer.run_state());
+    checkpointer->finish();  // checkpoint.async: the write, the vote, rank 0's commit
     comm.barrier("checkpoint written");
   }
   const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters: the whole model

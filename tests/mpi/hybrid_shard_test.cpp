@@ -16,10 +16,12 @@
 
 #include <unistd.h>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/mpi_test_env.h"
 #include "ddp/gather.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_sharded.h"
 
 namespace {
 
@@ -168,7 +170,7 @@ TEST_F(HybridShard, CheckpointResumesUnshardedAndBack) {
                                        12, 77, plain_half, "", hybrid());
   EXPECT_LT(relative_error(into_hybrid, straight), 1e-6) << "none -> node";
   if (world_->rank() == 0) {
-    EXPECT_EQ(train::read_checkpoint(hybrid_half).meta.world_size, world_->size());
+    EXPECT_EQ(checkpoint::read_checkpoint(hybrid_half).meta.world_size, world_->size());
     fmt::print("hybrid resume: node -> none {:.2e}, none -> node {:.2e}\n",
                relative_error(from_hybrid, straight), relative_error(into_hybrid, straight));
   }
@@ -220,7 +222,7 @@ TEST_F(HybridShard, ShardedCheckpointHasOneFilePerNodeRankAndResumesAnywhere) {
                  m.files.size(), relative_error(resumed, straight));
     }
     world_->barrier("cleanup");
-    if (world_->rank() == 0) train::remove_step_dir(half);
+    if (world_->rank() == 0) checkpoint::remove_step_dir(half);
   }
 }
 

@@ -7,11 +7,14 @@
 
 #include <unistd.h>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "ddp/gather.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace {
@@ -48,8 +51,8 @@ TEST(Resume, HalfAndHalfEqualsOneRun) {
   const std::string again = dir + "/again.safetensors";
   train_until(*comm, 12, 77, half, again);
   if (comm->rank() == 0) {
-    const auto a = train::read_checkpoint(whole);
-    const auto b = train::read_checkpoint(again);
+    const auto a = checkpoint::read_checkpoint(whole);
+    const auto b = checkpoint::read_checkpoint(again);
     ASSERT_EQ(a.tensors.size(), b.tensors.size());
     for (const auto& [key, t] : a.tensors) {
       EXPECT_LT(relative_error({b.tensors.at(key)}, {t}), 1e-6) << key;

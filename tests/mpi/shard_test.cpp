@@ -20,13 +20,16 @@
 #include <cmath>
 #include <cstdio>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
 #include "ddp/gather.h"
 #include "io/shard_manifest.h"
 #include "memory/allocator_guard.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_sharded.h"
+#include "train/loop.h"
 
 namespace {
 
@@ -278,8 +281,9 @@ RungRun train_with_rung(ddp::Communicator& comm, const std::string& yaml, int64_
   r.mode = run.trainer->shard_mode();
   r.fallbacks = run.trainer->fallbacks();
   r.micro_batch = run.trainer->plan().micro_batch;
-  run.trainer->save_checkpoint(save_to, steps);
-  run.trainer->finish_checkpoint();
+  const auto checkpointer = train::make_checkpointer(*run.trainer, "");
+  checkpointer->save(save_to, steps, run.trainer->run_state());
+  checkpointer->finish();
   comm.barrier("checkpoint written");
   return r;
 }
@@ -325,9 +329,9 @@ TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   if (world->rank() == 0) {
     // Moments sliced, not reset: the checkpoint (the unsharded format) matches both, kind by kind
     // (one tensor alone can be noise: gpt's key bias gets no gradient but rounding).
-    const auto a = train::read_checkpoint(dir + "/switched.safetensors");
+    const auto a = checkpoint::read_checkpoint(dir + "/switched.safetensors");
     for (const char* other : {"/from_start.safetensors", "/none.safetensors"}) {
-      const auto b = train::read_checkpoint(dir + other);
+      const auto b = checkpoint::read_checkpoint(dir + other);
       ASSERT_EQ(a.tensors.size(), b.tensors.size());
       for (const std::string kind : {"param.", "adamw.exp_avg.", "adamw.exp_avg_sq."}) {
         std::vector<at::Tensor> mine, theirs;
@@ -436,7 +440,7 @@ class ShardResume : public ::testing::Test {
     world_->barrier("cleanup");
     if (world_->rank() == 0) {
       for (const auto& f : files_) ::unlink(f.c_str());
-      for (const auto& d : dirs_) train::remove_step_dir(d);
+      for (const auto& d : dirs_) checkpoint::remove_step_dir(d);
       ::rmdir(dir_.c_str());
     }
   }
@@ -469,8 +473,8 @@ memory: {check_every: 0}
 };
 
 void expect_same_checkpoints(const std::string& a_path, const std::string& b_path, double tol) {
-  const auto a = train::read_checkpoint(a_path);
-  const auto b = train::read_checkpoint(b_path);
+  const auto a = checkpoint::read_checkpoint(a_path);
+  const auto b = checkpoint::read_checkpoint(b_path);
   ASSERT_EQ(a.tensors.size(), b.tensors.size());
   for (const auto& [key, t] : a.tensors) {
     ASSERT_TRUE(b.tensors.count(key)) << key;
@@ -510,7 +514,7 @@ void ShardResume::round_trip(const char* first, const char* second) {
   if (world_->rank() == 0) {
     expect_same_checkpoints(straight_ckpt, end, tol);
     // The sharded run's file is the unsharded format: the same keys, shapes and metadata.
-    const auto half = train::read_checkpoint(sharded_half);
+    const auto half = checkpoint::read_checkpoint(sharded_half);
     EXPECT_EQ(half.meta.step, 6);
     EXPECT_EQ(half.meta.world_size, world_->size());
     fmt::print("resume across world sizes and modes ({} / {}): relative error {:.2e}\n", first,

@@ -25,14 +25,17 @@
 
 #include <unistd.h>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "ddp/gather.h"
 #include "io/safetensors.h"
 #include "io/shard_manifest.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_sharded.h"
+#include "train/loop.h"
 #include "train/trainer.h"
 
 namespace {
@@ -63,7 +66,7 @@ std::string yaml(const std::string& shard, const char* base = kMlp) {
 // One rank's state right after resume(), and what it read.
 struct Resumed {
   std::vector<at::Tensor> exp_avgs, exp_avg_sqs, masters, params;
-  int64_t moment_bytes = 0;  // Trainer::resume_bytes_read()
+  int64_t moment_bytes = 0;  // Checkpointer::resume_bytes_read()
   int64_t all_bytes = 0;     // every tensor byte this process read, rank 0's choice included
   int64_t kept_bytes = 0;    // the moments' bytes this rank keeps (its blocks without padding)
   int64_t total_moment_bytes = 0;
@@ -87,8 +90,8 @@ int64_t kept_moment_bytes(const train::Trainer& trainer, models::Model& model,
         // A parameter the bucket holds in another order than the file (say channels-last and
         // row-major) is read whole, then laid out.
         const bool same_order =
-            manifest.tensors.at(train::exp_avg_key(named[layout.params[j]].key())).order ==
-            train::element_order_of(p);
+            manifest.tensors.at(checkpoint::exp_avg_key(named[layout.params[j]].key())).order ==
+            checkpoint::element_order_of(p);
         if (first < last) elements += same_order ? last - first : p.numel();
       }
     }
@@ -97,25 +100,26 @@ int64_t kept_moment_bytes(const train::Trainer& trainer, models::Model& model,
 }
 
 Resumed resume(ddp::Communicator& comm, const std::string& yaml_text, const std::string& step_dir,
-               train::ShardedRead how) {
+               checkpoint::ShardedRead how) {
   const auto config = config::parse_config(yaml_text, "sharded_resume.yaml");
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(77);  // other initial weights: the checkpoint overwrites them
   auto model = models::create_model(config.model, dataset->shape());
   Resumed r;
-  for (const auto& [key, t] : train::model_entries(*model)) r.model_bytes += t.nbytes();
+  for (const auto& [key, t] : checkpoint::model_entries(*model)) r.model_bytes += t.nbytes();
   const int64_t before = io::safetensors_bytes_read();
-  std::optional<train::Checkpoint> ckpt;
+  std::optional<checkpoint::Checkpoint> ckpt;
   if (comm.rank() == 0) {  // as the launcher's select_resume
-    ckpt = train::read_checkpoint(step_dir, how);
-    train::check_compatible(*ckpt, *model);
-    train::apply_model_state(*ckpt, *model);
+    ckpt = checkpoint::read_checkpoint(step_dir, how);
+    checkpoint::check_compatible(*ckpt, *model);
+    checkpoint::apply_model_state(*ckpt, *model);
   }
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
                          c10::Device(c10::kCPU));
-  trainer.resume(ckpt ? &*ckpt : nullptr);
+  const auto checkpointer = train::make_checkpointer(trainer, "");
+  train::resume(*checkpointer, trainer, ckpt ? &*ckpt : nullptr);
   r.all_bytes = io::safetensors_bytes_read() - before;
-  r.moment_bytes = trainer.resume_bytes_read();
+  r.moment_bytes = checkpointer->resume_bytes_read();
   r.kept_bytes = kept_moment_bytes(trainer, *model, io::read_manifest(step_dir));
   for (const auto& p : model->parameters()) r.total_moment_bytes += 2 * p.nbytes();
   for (const auto& t : trainer.optimizer().exp_avgs()) r.exp_avgs.push_back(t.clone());
@@ -145,7 +149,7 @@ class ShardedResume : public ::testing::Test {
     if (!world_ || world_->size() < 2) return;
     world_->barrier("cleanup");
     if (world_->rank() == 0) {
-      for (const auto& d : dirs_) train::remove_step_dir(d);
+      for (const auto& d : dirs_) checkpoint::remove_step_dir(d);
       ::rmdir(dir_.c_str());
     }
   }
@@ -166,8 +170,8 @@ class ShardedResume : public ::testing::Test {
                      const std::vector<std::string>& modes, const char* base = kMlp) {
     for (const auto& shard : modes) {
       const std::string text = yaml(shard, base);
-      const Resumed whole = resume(comm, text, step_dir, train::ShardedRead::kWhole);
-      const Resumed opened = resume(comm, text, step_dir, train::ShardedRead::kOpen);
+      const Resumed whole = resume(comm, text, step_dir, checkpoint::ShardedRead::kWhole);
+      const Resumed opened = resume(comm, text, step_dir, checkpoint::ShardedRead::kOpen);
       const std::string what =
           fmt::format("{} on {} ranks, rank {}", shard, comm.size(), comm.rank());
       expect_bitwise(opened.exp_avgs, whole.exp_avgs, "exp_avg, " + what);
@@ -244,7 +248,7 @@ TEST_F(ShardedResume, RowMajorWeightsIntoChannelsLastBuckets) {
 TEST_F(ShardedResume, ChannelsLastUnderAShardedModeIsShardedInItsMemoryOrder) {
   const std::string step_dir = write(world_.get(), "optimizer", "cnn_optimizer", kChannelsLastCnn);
   if (world_->rank() == 0) {
-    ASSERT_TRUE(train::is_sharded_checkpoint(step_dir));
+    ASSERT_TRUE(checkpoint::is_sharded_checkpoint(step_dir));
     EXPECT_EQ(conv_order(step_dir), "[0, 2, 3, 1]");
   }
   if (smaller_) {
@@ -268,18 +272,19 @@ TEST_F(ShardedResume, ARankThatCannotReadFailsEveryRank) {
   const auto config = config::parse_config(yaml("optimizer"), "sharded_resume.yaml");
   const auto dataset = data::make_dataset(config.data);
   auto model = models::create_model(config.model, dataset->shape());
-  std::optional<train::Checkpoint> ckpt;
+  std::optional<checkpoint::Checkpoint> ckpt;
   if (world_->rank() == 0) {
-    ckpt = train::read_checkpoint(step_dir, train::ShardedRead::kOpen);
-    train::apply_model_state(*ckpt, *model);
+    ckpt = checkpoint::read_checkpoint(step_dir, checkpoint::ShardedRead::kOpen);
+    checkpoint::apply_model_state(*ckpt, *model);
     std::ofstream(step_dir + "/" + io::kShardManifestName) << "{ not json";
   }
   train::Trainer trainer(config.trainer_options(), *world_, *world_, model, *dataset,
                          c10::Device(c10::kCPU));
+  const auto checkpointer = train::make_checkpointer(trainer, "");
   try {
-    trainer.resume(ckpt ? &*ckpt : nullptr);
+    train::resume(*checkpointer, trainer, ckpt ? &*ckpt : nullptr);
     ADD_FAILURE() << "rank " << world_->rank() << " resumed";
-  } catch (const train::CheckpointError& e) {
+  } catch (const checkpoint::CheckpointError& e) {
     EXPECT_THAT(e.what(), HasSubstr(io::kShardManifestName));
     if (world_->rank() == 0) {
       EXPECT_THAT(e.what(), HasSubstr("rank 1 could not read its part"));

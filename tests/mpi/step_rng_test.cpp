@@ -12,11 +12,14 @@
 
 #include <optional>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "ddp/gather.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace {
@@ -59,8 +62,8 @@ void expect_exact_continuation(bool checkpoint_activations) {
   at::rand({1000});
   train_until(*comm, yaml, 8, 77, half, resumed);
   if (comm->rank() == 0) {
-    const auto a = train::read_checkpoint(straight);
-    const auto b = train::read_checkpoint(resumed);
+    const auto a = checkpoint::read_checkpoint(straight);
+    const auto b = checkpoint::read_checkpoint(resumed);
     ASSERT_EQ(a.tensors.size(), b.tensors.size());
     int params = 0;
     for (const auto& [key, t] : a.tensors) {

@@ -7,11 +7,14 @@
 
 #include <fstream>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "models/capabilities.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
 
 namespace {
 
@@ -41,16 +44,17 @@ std::pair<std::vector<at::Tensor>, std::vector<at::Tensor>> moments(models::Mode
 std::string error_of(const std::function<void()>& fn) {
   try {
     fn();
-  } catch (const train::CheckpointError& e) {
+  } catch (const checkpoint::CheckpointError& e) {
     return e.what();
   }
   return "";
 }
 
 // Writes a checkpoint of `model` with moments filled with `fill` and `fill`^2 to `path`.
-void write(const std::string& path, models::Model& model, double fill, train::CheckpointMeta meta) {
+void write(const std::string& path, models::Model& model, double fill,
+           checkpoint::CheckpointMeta meta) {
   const auto [m, v] = moments(model, fill);
-  train::write_checkpoint(path, model, m, v, meta);
+  checkpoint::write_checkpoint(path, model, m, v, meta);
 }
 
 TEST(Checkpoint, WhatIsWrittenIsWhatIsRead) {
@@ -60,14 +64,14 @@ TEST(Checkpoint, WhatIsWrittenIsWhatIsRead) {
   write(path, *written, 0.25, {7, 96, 42, 3, ""});
   EXPECT_NE(::access((path + ".tmp").c_str(), F_OK), 0) << "the temporary file was left behind";
 
-  const auto ckpt = train::read_checkpoint(path);
+  const auto ckpt = checkpoint::read_checkpoint(path);
   EXPECT_EQ(ckpt.meta.step, 7);
   EXPECT_EQ(ckpt.meta.global_batch_size, 96);
   EXPECT_EQ(ckpt.meta.seed, 42u);
   EXPECT_EQ(ckpt.meta.world_size, 3);
   auto resumed = mlp(8, 2);  // other weights, same architecture
-  EXPECT_EQ(error_of([&] { train::check_compatible(ckpt, *resumed); }), "");
-  train::apply_model_state(ckpt, *resumed);
+  EXPECT_EQ(error_of([&] { checkpoint::check_compatible(ckpt, *resumed); }), "");
+  checkpoint::apply_model_state(ckpt, *resumed);
   const auto a = written->named_parameters();
   const auto b = resumed->named_parameters();
   for (const auto& item : a) EXPECT_TRUE(item.value().equal(*b.find(item.key()))) << item.key();
@@ -81,9 +85,9 @@ TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
   auto written = mlp(8, 1);
   const std::string path = dir.file("final.safetensors");
   write(path, *written, 0.1, {3, 16, 1, 1, ""});
-  const auto ckpt = train::read_checkpoint(path);
+  const auto ckpt = checkpoint::read_checkpoint(path);
   auto wider = mlp(16, 1);
-  const std::string message = error_of([&] { train::check_compatible(ckpt, *wider); });
+  const std::string message = error_of([&] { checkpoint::check_compatible(ckpt, *wider); });
   EXPECT_THAT(message, HasSubstr(path + ": 'param.hidden.0.weight' is [8, 6] Float in the "
                                         "checkpoint but [16, 6] Float in the model"))
       << message;
@@ -96,31 +100,31 @@ TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
   shape.num_classes = 3;
   auto deeper = models::create_model(deeper_options, shape);
   EXPECT_THAT(
-      error_of([&] { train::check_compatible(ckpt, *deeper); }),
+      error_of([&] { checkpoint::check_compatible(ckpt, *deeper); }),
       HasSubstr("the model has 'param.hidden.2.weight' ([8, 8] Float), the checkpoint does not"));
 }
 
 TEST(Checkpoint, MissingFilesAndOtherSafetensorsAreErrorsNamingTheFile) {
   test::TempDir dir;
-  EXPECT_THAT(error_of([&] { train::read_checkpoint(dir.file("nope.safetensors")); }),
+  EXPECT_THAT(error_of([&] { checkpoint::read_checkpoint(dir.file("nope.safetensors")); }),
               HasSubstr(dir.file("nope.safetensors")));
   const std::string weights = dir.file("weights.safetensors");
   io::write_safetensors(weights, {{"w", at::ones({2})}});
-  EXPECT_THAT(error_of([&] { train::read_checkpoint(weights); }),
+  EXPECT_THAT(error_of([&] { checkpoint::read_checkpoint(weights); }),
               HasSubstr(weights + ": not a trainer checkpoint"));
 }
 
 TEST(Checkpoint, LatestIsTheOneWithTheMostStepsAndSkipsOthers) {
   test::TempDir dir;
-  EXPECT_EQ(train::latest_checkpoint(dir.path()), "");
-  EXPECT_EQ(train::latest_checkpoint(dir.file("absent")), "");
+  EXPECT_EQ(checkpoint::latest_checkpoint(dir.path()), "");
+  EXPECT_EQ(checkpoint::latest_checkpoint(dir.file("absent")), "");
   auto model = mlp(4, 1);
   write(dir.file("step_000020.safetensors"), *model, 0, {20, 8, 1, 1, ""});
   write(dir.file("step_000100.safetensors"), *model, 0, {100, 8, 1, 1, ""});
   write(dir.file("oom_step_000051.safetensors"), *model, 0, {50, 8, 1, 1, ""});
   io::write_safetensors(dir.file("weights.safetensors"), {{"w", at::ones({2})}});
   std::ofstream(dir.file("torn.safetensors")) << "garbage";
-  EXPECT_EQ(train::latest_checkpoint(dir.path()), dir.file("step_000100.safetensors"));
+  EXPECT_EQ(checkpoint::latest_checkpoint(dir.path()), dir.file("step_000100.safetensors"));
 }
 
 TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
@@ -142,11 +146,11 @@ TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
   ASSERT_TRUE(models::has_cache(*cached));
   const std::string path = dir.file("final.safetensors");
   write(path, *cached, 0, {1, 8, 1, 1, ""});
-  const auto ckpt = train::read_checkpoint(path);
+  const auto ckpt = checkpoint::read_checkpoint(path);
   EXPECT_FALSE(ckpt.tensors.count("buffer.item_cache"));
   EXPECT_TRUE(ckpt.tensors.count("buffer.item_text"));
   auto fresh = models::create_model(o, shape);  // no cache built yet
-  EXPECT_EQ(error_of([&] { train::check_compatible(ckpt, *fresh); }), "");
+  EXPECT_EQ(error_of([&] { checkpoint::check_compatible(ckpt, *fresh); }), "");
 }
 
 }  // namespace
@@ -171,19 +175,19 @@ TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName)
                     cut = dir.file("step_000002.safetensors"),
                     empty = dir.file("step_000003.safetensors");
   for (const auto& p : {flipped, cut, empty}) write(p, *model, 0.5, {1, 96, 42, 2, ""});
-  EXPECT_NO_THROW(train::read_checkpoint(flipped));
+  EXPECT_NO_THROW(checkpoint::read_checkpoint(flipped));
   damage(flipped, -3, "\x7f");  // in the last tensor's data
   truncate_to(cut, 500);
   truncate_to(empty, 0);
   for (const auto& p : {flipped, cut, empty}) {
     try {
-      train::read_checkpoint(p);
+      checkpoint::read_checkpoint(p);
       ADD_FAILURE() << p << " was read";
-    } catch (const train::CheckpointDamaged& e) {
+    } catch (const checkpoint::CheckpointDamaged& e) {
       EXPECT_THAT(e.what(), HasSubstr(p));
     }
   }
-  EXPECT_THAT(error_of([&] { train::read_checkpoint(flipped); }),
+  EXPECT_THAT(error_of([&] { checkpoint::read_checkpoint(flipped); }),
               HasSubstr("corrupt: the tensor data's checksum is crc32:"));
 }
 
@@ -196,8 +200,8 @@ TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
   damage(dir.file("final.safetensors"), -1, "\x01");
   truncate_to(dir.file("step_000020.safetensors"), 100);
   std::vector<std::string> skipped;
-  train::Checkpoint ckpt;
-  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt),
+  checkpoint::Checkpoint ckpt;
+  EXPECT_EQ(checkpoint::newest_good_checkpoint(dir.path(), &skipped, &ckpt),
             dir.file("step_000010.safetensors"));
   EXPECT_EQ(ckpt.meta.step, 10);
   EXPECT_THAT(skipped, ::testing::UnorderedElementsAre(HasSubstr("final.safetensors: corrupt"),
@@ -211,21 +215,22 @@ TEST(CheckpointIntegrity, KeepLastDeletesOnlyOlderPeriodicCheckpoints) {
     write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, {s, 96, 42, 2, ""});
   write(dir.file("final.safetensors"), *model, 0.1, {40, 96, 42, 2, ""});
   write(dir.file("oom_step_000005.safetensors"), *model, 0.1, {4, 96, 42, 2, ""});
-  const auto deleted = train::prune_checkpoints(dir.path(), 2);
+  const auto deleted = checkpoint::prune_checkpoints(dir.path(), 2);
   EXPECT_THAT(deleted, ::testing::UnorderedElementsAre(dir.file("step_000010.safetensors"),
                                                        dir.file("step_000020.safetensors")));
   for (const char* kept : {"step_000030.safetensors", "step_000040.safetensors",
                            "final.safetensors", "oom_step_000005.safetensors"}) {
     EXPECT_EQ(::access(dir.file(kept).c_str(), F_OK), 0) << kept;
   }
-  EXPECT_TRUE(train::prune_checkpoints(dir.path(), 0).empty());
+  EXPECT_TRUE(checkpoint::prune_checkpoints(dir.path(), 0).empty());
 }
 
 TEST(CheckpointIntegrity, TheConfigurationTravelsInTheMetadata) {
   test::TempDir dir;
   auto model = mlp(8, 1);
   write(dir.file("c.safetensors"), *model, 0.1, {3, 96, 42, 2, "model:\n  name: mlp\n"});
-  EXPECT_EQ(train::read_checkpoint(dir.file("c.safetensors")).meta.config, "model:\n  name: mlp\n");
+  EXPECT_EQ(checkpoint::read_checkpoint(dir.file("c.safetensors")).meta.config,
+            "model:\n  name: mlp\n");
 }
 
 }  // namespace

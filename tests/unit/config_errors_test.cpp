@@ -277,7 +277,7 @@ TEST(ConfigErrors, ShardGroupNodeWithoutShardingIsRefused) {
       parse_config(kMinimal, "good.yaml",
                    {"ddp.shard=gradients", "ddp.shard_group=node", "checkpoint.format=sharded"})
           .checkpoint.format,
-      "sharded");
+      checkpoint::Format::kSharded);
 }
 
 TEST(ConfigErrors, WarmupRelationBrokenByAnOverride) {

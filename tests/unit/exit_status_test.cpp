@@ -9,6 +9,7 @@
 #include <functional>
 #include <stdexcept>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config.h"
 #include "data/errors.h"
 #include "ddp/errors.h"
@@ -17,7 +18,6 @@
 #include "launcher/exit_status.h"
 #include "launcher/launch.h"
 #include "memory/oom.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace {
@@ -57,10 +57,11 @@ std::function<void()> raise_c10_error() {
 
 TEST(ExitStatus, StartupUserMistakesExit2WithTheirMessage) {
   const auto rules = launcher::startup_rules();
-  for (const auto& thrower : {raise<config::ConfigError>(), raise<launcher::LaunchError>(),
-                              raise<launcher::DeviceError>(), raise<ddp::PlanError>(),
-                              raise<train::CheckpointError>(), raise<train::CheckpointDamaged>(),
-                              raise<std::invalid_argument>(), raise<data::DataError>()}) {
+  for (const auto& thrower :
+       {raise<config::ConfigError>(), raise<launcher::LaunchError>(),
+        raise<launcher::DeviceError>(), raise<ddp::PlanError>(),
+        raise<checkpoint::CheckpointError>(), raise<checkpoint::CheckpointDamaged>(),
+        raise<std::invalid_argument>(), raise<data::DataError>()}) {
     const auto s = status_of(rules, thrower);
     ASSERT_TRUE(s);
     EXPECT_EQ(s->code, launcher::kExitUsage);

@@ -1,4 +1,4 @@
-// Sharded checkpoints (train/checkpoint_sharded.h), written here rank by rank in one process as
+// Sharded checkpoints (checkpoint/sharded.h), written here rank by rank in one process as
 // the ranks of a job write them: what W ranks write (sliced unsharded state, or blocks of padded
 // buckets) reads back as the whole tensors; a missing or damaged shard file is refused by name
 // and resume "auto" takes the previous complete checkpoint; a directory without its manifest (an
@@ -15,11 +15,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint/files.h"
+#include "checkpoint/read.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
 #include "common/temp_dir.h"
 #include "ddp/shard.h"
 #include "models/registry.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_sharded.h"
 
 namespace {
 
@@ -43,11 +45,11 @@ std::shared_ptr<models::Model> mlp(uint64_t seed) {
 struct FakeRun {
   std::vector<ddp::BucketLayout> layout;
   std::vector<at::Tensor> exp_avgs, exp_avg_sqs;  // full, per parameter
-  train::ShardedState state(models::Model& model, int world, int rank, bool bucketed) const {
-    train::ShardedState s;
+  checkpoint::ShardedState state(models::Model& model, int world, int rank, bool bucketed) const {
+    checkpoint::ShardedState s;
     for (const auto& item : model.named_parameters())
       s.params.emplace_back(item.key(), item.value());
-    for (const auto& [key, t] : train::model_entries(model)) {
+    for (const auto& [key, t] : checkpoint::model_entries(model)) {
       if (key.starts_with("buffer.")) s.buffers.emplace_back(key, t);
     }
     if (!bucketed) {
@@ -84,7 +86,7 @@ FakeRun make_run(models::Model& model, double fill) {
   return r;
 }
 
-// Every rank's file, then rank 0's manifest and commit, as Trainer::save_sharded_checkpoint does.
+// Every rank's file, then rank 0's manifest and commit, as Checkpointer::save and finish do.
 void write_sharded(const std::string& step_dir, models::Model& model, const FakeRun& run, int world,
                    bool bucketed, int64_t step) {
   io::ShardManifest m;
@@ -95,25 +97,25 @@ void write_sharded(const std::string& step_dir, models::Model& model, const Fake
   m.seed = 42;
   for (int r = 0; r < world; ++r) {
     const auto s = run.state(model, world, r, bucketed);
-    if (r == 0) m.tensors = train::logical_tensors(s);
-    auto content = train::shard_content(s, world, r, true);
+    if (r == 0) m.tensors = checkpoint::logical_tensors(s);
+    auto content = checkpoint::shard_content(s, world, r, true);
     std::map<std::string, at::Tensor> host;
     for (const auto& [key, t] : content.tensors) host[key] = t.contiguous().clone();
-    io::ShardFile file = train::write_shard_file(step_dir + ".tmp", r, host);
-    file.pieces = train::shard_content(s, world, r, false).pieces;
+    io::ShardFile file = checkpoint::write_shard_file(step_dir + ".tmp", r, host);
+    file.pieces = checkpoint::shard_content(s, world, r, false).pieces;
     EXPECT_EQ(file.pieces.size(), content.pieces.size());
     m.files.push_back(file);
   }
-  train::commit_sharded_checkpoint(step_dir, m);
+  checkpoint::commit_sharded_checkpoint(step_dir, m);
 }
 
-void expect_holds(const train::Checkpoint& ckpt, models::Model& model, const FakeRun& run) {
-  train::check_compatible(ckpt, model);
+void expect_holds(const checkpoint::Checkpoint& ckpt, models::Model& model, const FakeRun& run) {
+  checkpoint::check_compatible(ckpt, model);
   size_t i = 0;
   for (const auto& item : model.named_parameters()) {
     EXPECT_TRUE(ckpt.tensors.at("param." + item.key()).equal(item.value().detach())) << item.key();
-    EXPECT_TRUE(ckpt.tensors.at(train::exp_avg_key(item.key())).equal(run.exp_avgs[i]));
-    EXPECT_TRUE(ckpt.tensors.at(train::exp_avg_sq_key(item.key())).equal(run.exp_avg_sqs[i]));
+    EXPECT_TRUE(ckpt.tensors.at(checkpoint::exp_avg_key(item.key())).equal(run.exp_avgs[i]));
+    EXPECT_TRUE(ckpt.tensors.at(checkpoint::exp_avg_sq_key(item.key())).equal(run.exp_avg_sqs[i]));
     ++i;
   }
 }
@@ -126,8 +128,8 @@ TEST(ShardedCheckpoint, SlicesAndBucketBlocksOfAnyWorldSizeReadBackWhole) {
     for (bool bucketed : {false, true}) {
       const std::string step_dir = dir.file(fmt::format("w{}_{}", world, bucketed));
       write_sharded(step_dir, *model, run, world, bucketed, 7);
-      ASSERT_TRUE(train::is_sharded_checkpoint(step_dir));
-      const auto ckpt = train::read_checkpoint(step_dir);
+      ASSERT_TRUE(checkpoint::is_sharded_checkpoint(step_dir));
+      const auto ckpt = checkpoint::read_checkpoint(step_dir);
       EXPECT_EQ(ckpt.meta.step, 7);
       EXPECT_EQ(ckpt.meta.world_size, world);
       expect_holds(ckpt, *model, run);
@@ -156,16 +158,17 @@ TEST(ShardedCheckpoint, AMissingOrDamagedShardIsRefusedByNameAndAutoTakesThePrev
   ASSERT_EQ(::mkdir(dir.file("step_000040.tmp").c_str(), 0755), 0);
   std::ofstream(dir.file("step_000040.tmp/rank_00000.safetensors")) << "partial";
   std::vector<std::string> skipped;
-  train::Checkpoint ckpt;
-  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt), dir.file("step_000010"));
+  checkpoint::Checkpoint ckpt;
+  EXPECT_EQ(checkpoint::newest_good_checkpoint(dir.path(), &skipped, &ckpt),
+            dir.file("step_000010"));
   EXPECT_EQ(ckpt.meta.step, 10);
   expect_holds(ckpt, *model, older);
   EXPECT_THAT(skipped, ::testing::ElementsAre(HasSubstr("step_000030/rank_00002.safetensors"),
                                               HasSubstr("step_000020/rank_00001.safetensors")));
   try {
-    train::read_checkpoint(dir.file("step_000020"));
+    checkpoint::read_checkpoint(dir.file("step_000020"));
     ADD_FAILURE() << "a damaged shard was read";
-  } catch (const train::CheckpointDamaged& e) {
+  } catch (const checkpoint::CheckpointDamaged& e) {
     EXPECT_THAT(e.what(), HasSubstr("rank_00001.safetensors"));
   }
 }
@@ -177,22 +180,22 @@ TEST(ShardedCheckpoint, OpenedReadsNoTensorDataAndItsRangesEqualTheWholeRead) {
   for (bool bucketed : {false, true}) {
     const std::string step_dir = dir.file(fmt::format("w3_{}", bucketed));
     write_sharded(step_dir, *model, run, 3, bucketed, 7);
-    const auto whole = train::read_checkpoint(step_dir);
+    const auto whole = checkpoint::read_checkpoint(step_dir);
     const int64_t before = io::safetensors_bytes_read();
-    const auto opened = train::read_checkpoint(step_dir, train::ShardedRead::kOpen);
+    const auto opened = checkpoint::read_checkpoint(step_dir, checkpoint::ShardedRead::kOpen);
     EXPECT_EQ(io::safetensors_bytes_read(), before) << "opening read tensor data";
     EXPECT_TRUE(opened.tensors.empty());
     ASSERT_TRUE(opened.manifest.has_value());
     EXPECT_EQ(opened.meta.step, 7);
-    train::check_compatible(opened, *model);
+    checkpoint::check_compatible(opened, *model);
     // The model's tensors, read from the files, equal the whole read's.
     auto fresh = mlp(2);
-    train::apply_model_state(opened, *fresh);
-    for (const auto& [key, t] : train::model_entries(*fresh)) {
+    checkpoint::apply_model_state(opened, *fresh);
+    for (const auto& [key, t] : checkpoint::model_entries(*fresh)) {
       EXPECT_TRUE(t.equal(whole.tensors.at(key))) << key;
     }
     // Any range of any logical tensor, across the writers' pieces.
-    train::ShardedReader reader(step_dir, *opened.manifest);
+    checkpoint::ShardedReader reader(step_dir, *opened.manifest);
     for (const auto& [name, t] : whole.tensors) {
       const at::Tensor flat = t.reshape({-1});
       const int64_t n = flat.numel();
@@ -214,8 +217,8 @@ TEST(ShardedCheckpoint, AReaderKeepsAtMostItsOpenFileLimit) {
   const FakeRun run = make_run(*model, 0.5);
   const std::string step_dir = dir.file("w5");
   write_sharded(step_dir, *model, run, 5, /*bucketed=*/false, 7);  // each tensor in 5 files
-  const auto whole = train::read_checkpoint(step_dir);
-  train::ShardedReader reader(step_dir, io::read_manifest(step_dir), 2);
+  const auto whole = checkpoint::read_checkpoint(step_dir);
+  checkpoint::ShardedReader reader(step_dir, io::read_manifest(step_dir), 2);
   for (int pass = 0; pass < 2; ++pass) {
     for (const auto& [name, t] : whole.tensors) {
       at::Tensor out = at::empty_like(t);
@@ -239,8 +242,9 @@ TEST(ShardedCheckpoint, OpenedRefusesDamageAndCheckCompatibleSaysWhatDiffers) {
     f.write("\x7f", 1);
   }
   std::vector<std::string> skipped;
-  train::Checkpoint ckpt;
-  EXPECT_EQ(train::newest_good_checkpoint(dir.path(), &skipped, &ckpt, train::ShardedRead::kOpen),
+  checkpoint::Checkpoint ckpt;
+  EXPECT_EQ(checkpoint::newest_good_checkpoint(dir.path(), &skipped, &ckpt,
+                                               checkpoint::ShardedRead::kOpen),
             dir.file("step_000010"));
   EXPECT_THAT(skipped, ::testing::ElementsAre(HasSubstr("step_000020/rank_00000.safetensors")));
   // Another model: the same message as for a checkpoint read whole.
@@ -252,16 +256,16 @@ TEST(ShardedCheckpoint, OpenedRefusesDamageAndCheckCompatibleSaysWhatDiffers) {
   shape.input_dim = 5;
   shape.num_classes = 3;
   auto wider = models::create_model(o, shape);
-  const auto whole = train::read_checkpoint(dir.file("step_000010"));
+  const auto whole = checkpoint::read_checkpoint(dir.file("step_000010"));
   std::string opened_error, whole_error;
   try {
-    train::check_compatible(ckpt, *wider);
-  } catch (const train::CheckpointError& e) {
+    checkpoint::check_compatible(ckpt, *wider);
+  } catch (const checkpoint::CheckpointError& e) {
     opened_error = e.what();
   }
   try {
-    train::check_compatible(whole, *wider);
-  } catch (const train::CheckpointError& e) {
+    checkpoint::check_compatible(whole, *wider);
+  } catch (const checkpoint::CheckpointError& e) {
     whole_error = e.what();
   }
   EXPECT_THAT(opened_error, HasSubstr("in the checkpoint but"));
@@ -276,13 +280,13 @@ TEST(ShardedCheckpoint, KeepLastPrunesStepDirectoriesWithFiles) {
     write_sharded(dir.file(io::step_dir_name(s)), *model, run, 2, false, s);
   }
   write_sharded(dir.file("final"), *model, run, 2, false, 30);
-  const auto deleted = train::prune_checkpoints(dir.path(), 1);
+  const auto deleted = checkpoint::prune_checkpoints(dir.path(), 1);
   EXPECT_THAT(deleted,
               ::testing::UnorderedElementsAre(dir.file("step_000010"), dir.file("step_000020")));
-  EXPECT_FALSE(train::is_sharded_checkpoint(dir.file("step_000020")));
+  EXPECT_FALSE(checkpoint::is_sharded_checkpoint(dir.file("step_000020")));
   EXPECT_NE(::access(dir.file("step_000020").c_str(), F_OK), 0);
-  EXPECT_TRUE(train::is_sharded_checkpoint(dir.file("step_000030")));
-  EXPECT_TRUE(train::is_sharded_checkpoint(dir.file("final")));
+  EXPECT_TRUE(checkpoint::is_sharded_checkpoint(dir.file("step_000030")));
+  EXPECT_TRUE(checkpoint::is_sharded_checkpoint(dir.file("final")));
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ struct ValidationMetrics {
 // loop registered them (train/periodic.h).
 using TimeBuckets = std::vector<std::pair<std::string, double>>;
 
-// What Trainer::run() did.
+// What TrainingLoop::run() did.
 struct RunSummary {
   int64_t steps_done = 0;
   double first_loss = 0;

@@ -1,5 +1,5 @@
-// A checkpoint between its two halves (Trainer::save_checkpoint and finish_checkpoint,
-// train/checkpoint_writer.cpp): its host copy taken, its files being written.
+// A checkpoint between its two halves (Checkpointer::save and finish, checkpoint/checkpointer.h):
+// its host copy taken, its files being written.
 #pragma once
 
 #include <cstdint>
@@ -8,10 +8,10 @@
 
 #include "io/shard_manifest.h"
 
-namespace train {
+namespace checkpoint {
 
 // One rank's write: its vote ("ok BYTES CRC FILE", "nothing" or "error WHY":
-// checkpoint_writer.cpp) and how long it took.
+// checkpointer.cpp) and how long it took.
 struct WriteOutcome {
   std::string vote;
   double seconds = 0;
@@ -27,4 +27,4 @@ struct PendingCheckpoint {
   std::future<WriteOutcome> write;  // destroyed: waits for the write
 };
 
-}  // namespace train
+}  // namespace checkpoint

@@ -1,16 +1,8 @@
-// Trainer::save_checkpoint and finish_checkpoint: the single-file format (rank 0 gathers and
-// writes) and the sharded one (every rank writes its shard; train/checkpoint_sharded.h).
-// docs/DESIGN.md, "Checkpoints".
-//
-// A checkpoint is written in two halves:
-// - save_checkpoint (the step waits for it): the copy of the state to host memory (single-file:
-//   after the gathers to rank 0), then the write of this rank's file starts, on a background
-//   thread under checkpoint.async, else at once on this thread;
-// - finish_checkpoint (the next checkpoint, or the end of the run, waits for it): the write is
-//   waited for, every rank votes on its file (one all-gather on the control plane), and rank 0
-//   commits (the manifest and the directory's rename; a single file renamed itself into place),
-//   removes what interrupted writes left and applies checkpoint.keep_last.
-// The background thread touches only its host copies and files: no collective, no device.
+// Checkpointer's writing half: save (the host copy, then the write of this rank's file, in the
+// background under checkpoint.async) and finish (the vote and rank 0's commit). The resuming half
+// is in checkpointer_resume.cpp.
+#include "checkpoint/checkpointer.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -22,15 +14,14 @@
 #include <future>
 #include <thread>
 
+#include "checkpoint/files.h"
+#include "checkpoint/pending.h"
+#include "checkpoint/sharded.h"
+#include "checkpoint/single_file.h"
+#include "core/error_text.h"
 #include "ddp/gather.h"
-#include "ddp/options.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_sharded.h"
-#include "train/error_text.h"
-#include "train/pending_checkpoint.h"
-#include "train/trainer.h"
 
-namespace train {
+namespace checkpoint {
 
 using Clock = std::chrono::steady_clock;
 using seconds = std::chrono::duration<double>;
@@ -88,7 +79,7 @@ std::future<WriteOutcome> launch_write(bool background, Job job) {
     try {
       out.vote = job();
     } catch (const std::exception& e) {
-      out.vote = "error " + first_line(e.what());
+      out.vote = "error " + core::first_line(e.what());
     }
     out.seconds = seconds_since(started);
     return out;
@@ -137,30 +128,46 @@ void take_vote(PendingCheckpoint& p, int r, const std::string& vote, std::vector
 
 }  // namespace
 
-bool Trainer::sharded_checkpoints() const {
-  const std::string& format = options_.checkpoint.format;
+bool Checkpointer::sharded() const {
   // auto: by ddp.shard as configured, so that a run a fallback rung shards keeps its format.
-  return format == "sharded" || (format == "auto" && options_.ddp.shard != ddp::ShardMode::kNone);
+  return options_.format == Format::kSharded ||
+         (options_.format == Format::kAuto && record_.configured_shard != ddp::ShardMode::kNone);
 }
 
-std::string Trainer::save_checkpoint(const std::string& path, int64_t steps_done) {
-  finish_checkpoint();  // one write at a time
-  const bool sharded = sharded_checkpoints();
-  const std::string written = sharded ? without_suffix(path) : path;
-  pending_checkpoint_ = sharded ? start_sharded_checkpoint(written, steps_done)
-                                : start_single_checkpoint(written, steps_done);
-  if (!options_.checkpoint.async) {
-    finish_checkpoint();
-  } else if (control_.rank() == 0) {
+Checkpointer::Checkpointer(CheckpointOptions options, RunRecord record, CheckpointComms comms)
+    : options_(std::move(options)), record_(std::move(record)), comms_(comms) {}
+
+// A write still pending: waited for (PendingCheckpoint's future), never committed.
+Checkpointer::~Checkpointer() = default;
+
+std::string Checkpointer::path_of(const std::string& name) const {
+  return fmt::format("{}/{}{}", options_.dir, name, kSuffix);
+}
+
+CheckpointMeta Checkpointer::meta(int64_t steps_done) const {
+  return {steps_done, record_.global_batch_size, record_.seed, comms_.control.size(),
+          record_.config_text};
+}
+
+std::string Checkpointer::save(const std::string& path, int64_t steps_done, const RunState& state) {
+  finish();  // one write at a time
+  const bool is_sharded = sharded();
+  const std::string written = is_sharded ? without_suffix(path) : path;
+  pending_ = is_sharded ? start_sharded(written, steps_done, state)
+                        : start_single(written, steps_done, state);
+  if (!options_.async) {
+    finish();
+  } else if (comms_.control.rank() == 0) {
     spdlog::info("checkpoint {} ({} steps done): the step waited {:.3f} s for the copy to host "
                  "memory; the files are written in the background",
-                 written, steps_done, pending_checkpoint_->host_copy_s);
+                 written, steps_done, pending_->host_copy_s);
   }
   return written;
 }
 
-std::unique_ptr<PendingCheckpoint> Trainer::start_single_checkpoint(const std::string& path,
-                                                                    int64_t steps_done) {
+std::unique_ptr<PendingCheckpoint> Checkpointer::start_single(const std::string& path,
+                                                              int64_t steps_done,
+                                                              const RunState& state) {
   auto p = std::make_unique<PendingCheckpoint>();
   p->path = path;
   p->tmp = path + ".tmp";
@@ -168,52 +175,52 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_single_checkpoint(const std::s
   const auto started = Clock::now();
   // Sharded: the moments are gathered into full tensors on rank 0 (collective), so the file is
   // the one an unsharded run writes and resumes on any world size, sharded or not.
-  std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
-  const auto pinned = pin_parameters();  // parameters: the whole model, on every rank
-  if (reducer_->sharded()) {
-    exp_avgs = reducer_->unshard(optimizer_->exp_avgs(), 0);
-    exp_avg_sqs = reducer_->unshard(optimizer_->exp_avg_sqs(), 0);
+  const bool sharded_state = state.reducer->sharded();
+  std::vector<at::Tensor> exp_avgs = state.exp_avgs, exp_avg_sqs = state.exp_avg_sqs;
+  // ddp.shard: parameters: the whole model, on every rank.
+  const auto gathered = state.gather_units ? state.gather_units() : nullptr;
+  if (sharded_state) {
+    exp_avgs = state.reducer->unshard(state.exp_avgs, 0);
+    exp_avg_sqs = state.reducer->unshard(state.exp_avg_sqs, 0);
   }
-  if (control_.rank() != 0) {  // rank 0 writes alone; the others write nothing
+  if (comms_.control.rank() != 0) {  // rank 0 writes alone; the others write nothing
     p->write = launch_write(false, [] { return std::string(kNothing); });
     return p;
   }
   std::map<std::string, at::Tensor> host;
-  const std::string failed = copy_to_host(
-      checkpoint_tensors(*model_, reducer_->sharded() ? exp_avgs : optimizer_->exp_avgs(),
-                         reducer_->sharded() ? exp_avg_sqs : optimizer_->exp_avg_sqs()),
-      host);
+  const std::string failed =
+      copy_to_host(checkpoint_tensors(*state.model, exp_avgs, exp_avg_sqs), host);
   p->host_copy_s = seconds_since(started);
-  const CheckpointMeta meta{steps_done, options_.train.global_batch_size, options_.train.seed,
-                            control_.size(), options_.config_text};
-  p->write = launch_write(options_.checkpoint.async, [host = std::move(host), path, meta, failed] {
-    if (!failed.empty()) throw CheckpointError(failed);
-    write_checkpoint_tensors(path, host, meta);
-    return std::string(kSingleFileWritten);
-  });
+  p->write =
+      launch_write(options_.async, [host = std::move(host), path, meta = meta(steps_done), failed] {
+        if (!failed.empty()) throw CheckpointError(failed);
+        write_checkpoint_tensors(path, host, meta);
+        return std::string(kSingleFileWritten);
+      });
   return p;
 }
 
-std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::string& step_dir,
-                                                                     int64_t steps_done) {
-  ShardedState state;
-  for (const auto& item : model_->named_parameters())
-    state.params.emplace_back(item.key(), item.value());
-  for (const auto& [key, t] : model_entries(*model_)) {
-    if (key.starts_with("buffer.")) state.buffers.emplace_back(key, t);
+std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string& step_dir,
+                                                               int64_t steps_done,
+                                                               const RunState& state) {
+  ShardedState shards;
+  for (const auto& item : state.model->named_parameters())
+    shards.params.emplace_back(item.key(), item.value());
+  for (const auto& [key, t] : model_entries(*state.model)) {
+    if (key.starts_with("buffer.")) shards.buffers.emplace_back(key, t);
   }
-  if (reducer_->sharded()) {
-    state.layout = &reducer_->layout();
-    state.param_blocks = reducer_->parameter_shards();
+  if (state.reducer->sharded()) {
+    shards.layout = &state.reducer->layout();
+    shards.param_blocks = state.reducer->parameter_shards();
   }
-  state.exp_avgs = optimizer_->exp_avgs();
-  state.exp_avg_sqs = optimizer_->exp_avg_sqs();
+  shards.exp_avgs = state.exp_avgs;
+  shards.exp_avg_sqs = state.exp_avg_sqs;
   // The files: one per rank of the shard group (the world; hybrid, a node), written by the first
   // node's ranks (every node holds the same blocks), file f by the group's rank f.
-  const int files = shard_comm_.size();
-  const int index = shard_comm_.rank();
-  const bool writes = replicas_ == nullptr || replicas_->rank() == 0;
-  const int rank = control_.rank();
+  const int files = comms_.shard.size();
+  const int index = comms_.shard.rank();
+  const bool writes = comms_.replicas == nullptr || comms_.replicas->rank() == 0;
+  const int rank = comms_.control.rank();
   auto p = std::make_unique<PendingCheckpoint>();
   p->path = step_dir;
   p->tmp = step_dir + ".tmp";
@@ -222,22 +229,24 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::
   const auto started = Clock::now();
   std::map<std::string, at::Tensor> host;
   const std::string failed =
-      writes ? copy_to_host(shard_content(state, files, index, true).tensors, host) : "";
+      writes ? copy_to_host(shard_content(shards, files, index, true).tensors, host) : "";
   p->host_copy_s = seconds_since(started);
-  p->manifest = {control_.size(),
-                 std::string(ddp::kShardModeNames[static_cast<size_t>(reducer_->shard_mode())]),
-                 steps_done,
-                 options_.train.global_batch_size,
-                 options_.train.seed,
-                 options_.config_text,
-                 logical_tensors(state),
-                 {}};
+  const CheckpointMeta m = meta(steps_done);
+  p->manifest = {
+      m.world_size,
+      std::string(ddp::kShardModeNames[static_cast<size_t>(state.reducer->shard_mode())]),
+      m.step,
+      m.global_batch_size,
+      m.seed,
+      m.config,
+      logical_tensors(shards),
+      {}};
   for (int f = 0; f < files; ++f) {  // every file's pieces; sizes and CRCs come with the votes
     p->manifest.files.push_back(
-        {io::shard_file_name(f), f, 0, "", shard_content(state, files, f, false).pieces});
+        {io::shard_file_name(f), f, 0, "", shard_content(shards, files, f, false).pieces});
   }
-  p->write = launch_write(options_.checkpoint.async, [host = std::move(host), dir = p->tmp, writes,
-                                                      index, rank, steps_done, failed] {
+  p->write = launch_write(options_.async, [host = std::move(host), dir = p->tmp, writes, index,
+                                           rank, steps_done, failed] {
     if (!failed.empty()) throw CheckpointError(failed);
     if (!writes) return std::string(kNothing);
     const std::string vote = vote_of(write_shard_file(dir, index, host), index);
@@ -247,22 +256,22 @@ std::unique_ptr<PendingCheckpoint> Trainer::start_sharded_checkpoint(const std::
   return p;
 }
 
-void Trainer::finish_checkpoint() {
-  if (pending_checkpoint_ == nullptr) return;  // the same on every rank
-  const std::unique_ptr<PendingCheckpoint> p = std::move(pending_checkpoint_);
+void Checkpointer::finish() {
+  if (pending_ == nullptr) return;  // the same on every rank
+  const std::unique_ptr<PendingCheckpoint> p = std::move(pending_);
   const auto waited_from = Clock::now();
   const WriteOutcome mine = p->write.get();
   const double waited = seconds_since(waited_from);
-  const int rank = control_.rank();
+  const int rank = comms_.control.rank();
   if (rank == 0) {  // no other write is in flight: every rank is at this vote or writing p's
     for (const auto& left : remove_unfinished_writes(parent_dir(p->path), p->tmp)) {
       spdlog::info("removed {}, left by an interrupted checkpoint write", left);
     }
   }
   const auto voted_from = Clock::now();
-  const auto votes = ddp::all_gather_strings(control_, mine.vote);  // the one collective
+  const auto votes = ddp::all_gather_strings(comms_.control, mine.vote);  // the one collective
   std::vector<int> votes_of(p->manifest.files.size(), 0);
-  for (int r = 0; r < control_.size(); ++r) take_vote(*p, r, votes[r], votes_of);
+  for (int r = 0; r < comms_.control.size(); ++r) take_vote(*p, r, votes[r], votes_of);
   for (size_t f = 0; f < votes_of.size(); ++f) {
     if (votes_of[f] != 1) {
       throw std::logic_error(fmt::format("checkpoint {}: {} votes for {}", p->path, votes_of[f],
@@ -271,28 +280,30 @@ void Trainer::finish_checkpoint() {
   }
   if (rank != 0) return;
   if (p->sharded) commit_sharded_checkpoint(p->path, p->manifest);
-  const std::string what =
-      p->sharded ? fmt::format(", {} shard files", p->manifest.files.size()) : "";
-  const char* copied = p->sharded ? "host copy" : "gathers and host copy";
-  // bench/checkpoint_stall.sh reads these lines (rank 0's times).
-  if (options_.checkpoint.async) {
-    spdlog::info("checkpoint written: {} ({} steps done{}): the step waited {:.3f} s ({}); in the "
-                 "background, file and fsync {:.3f} s; then the run waited {:.3f} s for the write "
-                 "and {:.3f} s for the vote and commit",
-                 p->path, p->steps_done, what, p->host_copy_s, copied, mine.seconds, waited,
-                 seconds_since(voted_from));
-  } else {
-    spdlog::info("checkpoint written: {} ({} steps done{}), the step waited {:.3f} s: {} {:.3f} "
-                 "s, file and fsync {:.3f} s, vote and commit {:.3f} s",
-                 p->path, p->steps_done, what,
-                 p->host_copy_s + mine.seconds + seconds_since(voted_from), copied, p->host_copy_s,
-                 mine.seconds, seconds_since(voted_from));
-  }
+  log_written(*p, mine.seconds, waited, seconds_since(voted_from));
   // Older periodic checkpoints go only once the new one is complete (renamed into place).
-  for (const auto& old :
-       prune_checkpoints(options_.checkpoint.dir, options_.checkpoint.keep_last)) {
-    spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.checkpoint.keep_last, old);
+  for (const auto& old : prune_checkpoints(options_.dir, options_.keep_last)) {
+    spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.keep_last, old);
   }
 }
 
-}  // namespace train
+void Checkpointer::log_written(const PendingCheckpoint& p, double write_s, double waited_s,
+                               double vote_s) const {
+  const std::string what =
+      p.sharded ? fmt::format(", {} shard files", p.manifest.files.size()) : "";
+  const char* copied = p.sharded ? "host copy" : "gathers and host copy";
+  // bench/checkpoint_stall.sh reads these lines (rank 0's times).
+  if (options_.async) {
+    spdlog::info("checkpoint written: {} ({} steps done{}): the step waited {:.3f} s ({}); in the "
+                 "background, file and fsync {:.3f} s; then the run waited {:.3f} s for the write "
+                 "and {:.3f} s for the vote and commit",
+                 p.path, p.steps_done, what, p.host_copy_s, copied, write_s, waited_s, vote_s);
+  } else {
+    spdlog::info("checkpoint written: {} ({} steps done{}), the step waited {:.3f} s: {} {:.3f} "
+                 "s, file and fsync {:.3f} s, vote and commit {:.3f} s",
+                 p.path, p.steps_done, what, p.host_copy_s + write_s + vote_s, copied,
+                 p.host_copy_s, write_s, vote_s);
+  }
+}
+
+}  // namespace checkpoint

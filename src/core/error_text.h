@@ -4,8 +4,8 @@
 
 #include <string>
 
-namespace train {
+namespace core {
 
 inline std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-}  // namespace train
+}  // namespace core

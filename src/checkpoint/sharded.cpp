@@ -1,4 +1,4 @@
-#include "train/checkpoint_sharded.h"
+#include "checkpoint/sharded.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -15,11 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint/files.h"
 #include "ddp/shard.h"
-#include "io/checkpoint_keys.h"
 #include "io/safetensors.h"
 
-namespace train {
+namespace checkpoint {
 namespace {
 
 std::string bucket_key(size_t bucket, const char* what) {
@@ -32,8 +32,6 @@ struct Part {
   const char* suffix;
   const std::vector<at::Tensor> ShardedState::*state;
 };
-
-std::string param_key(const std::string& name) { return std::string(io::kParamKeyPrefix) + name; }
 
 const Part kParts[] = {{param_key, "param", &ShardedState::param_blocks},
                        {exp_avg_key, "exp_avg", &ShardedState::exp_avgs},
@@ -87,25 +85,6 @@ void sliced_pieces(const ShardedState& s, int world, int rank, bool with_tensors
   }
 }
 
-void rename_or_throw(const std::string& from, const std::string& to) {
-  if (std::rename(from.c_str(), to.c_str()) != 0) {
-    throw CheckpointError(
-        fmt::format("cannot move {} into place as {}: {}", from, to, std::strerror(errno)));
-  }
-}
-
-std::vector<std::string> files_in(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (const dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    ::closedir(d);
-  }
-  return names;
-}
-
 // The shape of `logical` permuted by its order (the shape its flat elements are row-major in).
 std::vector<int64_t> ordered_shape(const io::LogicalTensor& logical) {
   if (logical.order.empty()) return logical.shape;
@@ -150,21 +129,6 @@ at::Tensor assemble(const io::ShardManifest& m, const std::string& dir, const st
 
 std::vector<int64_t> element_order_of(const at::Tensor& t) {
   return io::element_order(t.sizes().vec(), t.strides().vec());
-}
-
-std::string parent_dir(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-}
-
-void fsync_path(const std::string& path, bool directory) {
-  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    throw CheckpointError(fmt::format("cannot fsync {}: {}", path, std::strerror(err)));
-  }
-  ::close(fd);
 }
 
 ShardContent shard_content(const ShardedState& state, int world, int rank, bool with_tensors) {
@@ -259,11 +223,6 @@ void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManif
   if (is_sharded_checkpoint(step_dir)) remove_step_dir(step_dir);  // the same step written again
   rename_or_throw(tmp_dir, step_dir);
   fsync_path(parent_dir(step_dir), /*directory=*/true);
-}
-
-bool is_sharded_checkpoint(const std::string& path) {
-  struct stat st {};
-  return ::stat((path + "/" + io::kShardManifestName).c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 Checkpoint read_sharded_checkpoint(const std::string& step_dir) {
@@ -401,11 +360,4 @@ void ShardedReader::check_pieces() {
 
 int64_t ShardedReader::bytes_read() const { return bytes_read_; }
 
-bool remove_step_dir(const std::string& step_dir) {
-  // The manifest first: a directory removed halfway is no longer a checkpoint.
-  std::remove((step_dir + "/" + io::kShardManifestName).c_str());
-  for (const auto& name : files_in(step_dir)) std::remove((step_dir + "/" + name).c_str());
-  return ::rmdir(step_dir.c_str()) == 0;
-}
-
-}  // namespace train
+}  // namespace checkpoint

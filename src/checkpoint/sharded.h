@@ -14,7 +14,7 @@
 // order (io::element_order of its strides; a channels-last weight's is not row-major), the order
 // its bucket holds it in.
 //
-// Protocol (Trainer::save_checkpoint, then finish_checkpoint: checkpoint_writer.cpp): each rank
+// Protocol (Checkpointer::save, then finish: checkpoint/checkpointer.h): each rank
 // writes DIR.tmp/rank_NNNNN.safetensors (a temporary name, fsync'd, renamed), then every rank
 // votes its file's size and CRC-32 (one all-gather on the control plane); if any rank failed, every
 // rank throws the same CheckpointError. Rank 0 then writes manifest.json (temporary name, fsync'd,
@@ -30,7 +30,7 @@
 //   ShardedReader reads element ranges of logical tensors straight from the files. Resume takes
 //   this way (docs/DESIGN.md "Checkpoints", "Who reads"): rank 0 chooses and checks the
 //   checkpoint and reads the model's parameters into its model; every rank reads only the moments
-//   it keeps (Trainer::resume), so no rank assembles state it does not keep.
+//   it keeps (Checkpointer::resume), so no rank assembles state it does not keep.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -41,12 +41,12 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "ddp/buckets.h"
 #include "io/safetensors.h"
 #include "io/shard_manifest.h"
-#include "train/checkpoint.h"
 
-namespace train {
+namespace checkpoint {
 
 // The run's state as the writer sees it on one rank.
 struct ShardedState {
@@ -86,15 +86,6 @@ void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManif
 // The element order of `t`'s strides (io::element_order; empty: row-major): the order a bucket
 // holds a parameter in, which its logical tensors take in the manifest.
 std::vector<int64_t> element_order_of(const at::Tensor& t);
-
-// The directory `path` is in: "." for a bare name.
-std::string parent_dir(const std::string& path);
-
-// fsync of a file or (`directory`) a directory. Throws CheckpointError naming it.
-void fsync_path(const std::string& path, bool directory);
-
-// Whether `path` is a directory holding a manifest.
-bool is_sharded_checkpoint(const std::string& path);
 
 // Reads and verifies a sharded checkpoint into whole tensors. Throws CheckpointDamaged (a
 // missing, damaged or unlisted file, a manifest that does not parse) or CheckpointError.
@@ -150,7 +141,4 @@ class ShardedReader {
   int64_t bytes_read_ = 0;
 };
 
-// Removes a step directory and its files (not recursive beyond one level). Returns success.
-bool remove_step_dir(const std::string& step_dir);
-
-}  // namespace train
+}  // namespace checkpoint

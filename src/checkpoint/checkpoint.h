@@ -1,0 +1,73 @@
+// The checkpoint component's vocabulary: what a checkpoint is once read (Checkpoint), what it
+// records of the run (CheckpointMeta), its errors, and the key names of a run's state. The
+// formats are in single_file.h and sharded.h, reading either in read.h, the files of a
+// checkpoint directory in files.h, and writing and resuming a run's state in checkpointer.h
+// (docs/DESIGN.md, "Checkpoints").
+//
+// The seed and the step are the run's whole random state: the rank sampler's order is a function
+// of (seed, step) (ddp/rank_sampler.h), and the default generators that dropout draws from are
+// reseeded from (seed, step, rank) at the start of every step (train/step_rng.h), so a run
+// resumed from a checkpoint on as many ranks continues exactly as the uninterrupted one.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "io/shard_manifest.h"
+
+namespace checkpoint {
+
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A checkpoint whose data does not verify (damaged, truncated, empty): resume "auto" passes over
+// it to an older one.
+class CheckpointDamaged : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
+};
+
+struct CheckpointMeta {
+  int64_t step = 0;  // optimizer steps completed
+  int64_t global_batch_size = 0;
+  uint64_t seed = 0;
+  int world_size = 0;
+  std::string config;  // the run's effective configuration (YAML); may be empty
+};
+
+struct Checkpoint {
+  std::string path;
+  CheckpointMeta meta;
+  std::map<std::string, at::Tensor> tensors;  // CPU; empty when opened (`manifest`)
+  // A sharded checkpoint opened, not read (ShardedRead::kOpen): where every element lies.
+  std::optional<io::ShardManifest> manifest;
+};
+
+// How read_checkpoint takes a sharded checkpoint's step directory: kWhole assembles every tensor
+// (one process: --consolidate, tests); kOpen verifies the files and reads no tensor data
+// (resume: each rank reads its ranges). A single file is read whole either way.
+enum class ShardedRead { kWhole, kOpen };
+
+// Keys of AdamW's moments for the parameter named `param`.
+std::string exp_avg_key(const std::string& param);
+std::string exp_avg_sq_key(const std::string& param);
+// The key of the parameter named `name` ("param.<name>": io/checkpoint_keys.h).
+std::string param_key(const std::string& name);
+
+// A single file's "format" metadata.
+inline constexpr const char* kSingleFileFormat = "trainer-checkpoint-1";
+
+// The number under metadata `key` of the file `path`. Throws CheckpointError naming both.
+int64_t metadata_number(const std::string& path, const std::map<std::string, std::string>& meta,
+                        const char* key);
+uint64_t metadata_unsigned(const std::string& path, const std::map<std::string, std::string>& meta,
+                           const char* key);
+
+}  // namespace checkpoint

@@ -1,0 +1,40 @@
+// Reading a checkpoint of either format for a model: read_checkpoint takes a file or a sharded
+// checkpoint's step directory; check_compatible and apply_model_state run on one rank (rank 0)
+// before any collective, so that every problem (missing, empty, truncated or damaged files,
+// tensor data whose checksum differs, another format, a parameter, buffer or moment that is
+// missing or has another shape or dtype) is a CheckpointError naming the file and the tensor.
+// apply_model_state copies parameters and buffers into the model (the Trainer then broadcasts
+// them); the Checkpointer restores the moments (checkpoint/checkpointer.h).
+//
+// A sharded checkpoint opened for resume (ShardedRead::kOpen) holds its manifest and no tensors:
+// check_compatible checks the manifest's logical tensors, apply_model_state reads the model's
+// tensors straight from the files, and Checkpointer::resume has every rank read its own moments.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "models/model.h"
+
+namespace checkpoint {
+
+// Reads a checkpoint: a file, or a sharded checkpoint's step directory (checkpoint/sharded.h),
+// into whole tensors unless `sharded` is kOpen. Throws CheckpointError.
+Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded = ShardedRead::kWhole);
+
+// Throws CheckpointError unless `ckpt` holds exactly the parameters (with moments) and non-cache
+// buffers of `model`, with the same shapes and dtypes (an opened sharded checkpoint: its
+// manifest's logical tensors; the same messages).
+void check_compatible(const Checkpoint& ckpt, models::Model& model);
+
+// Copies the checkpoint's parameters and non-cache buffers into `model` (an opened sharded
+// checkpoint: read from its files straight into the model's tensors).
+void apply_model_state(const Checkpoint& ckpt, models::Model& model);
+
+// The newest checkpoint in `dir` that reads and verifies; the ones passed over and why go to
+// `skipped` ("" and none when there is none). Throws only for problems that are not damage.
+std::string newest_good_checkpoint(const std::string& dir, std::vector<std::string>* skipped,
+                                   Checkpoint* out, ShardedRead sharded = ShardedRead::kWhole);
+
+}  // namespace checkpoint

@@ -1,0 +1,69 @@
+// Batches: the global batches of a run as one rank reads them: the sampler's order (ddp/
+// rank_sampler.h), the loader reading this rank's slice of the coming steps ahead (data/
+// loader.h), and the plan that cuts the slice into micro-batches (ddp/batch_plan.h). The
+// micro-batch is the same on every rank; a memory fallback changes it (set_micro_batch), never
+// the slice, so a step re-run after a fallback reads the same samples.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "ddp/batch_plan.h"
+#include "ddp/rank_sampler.h"
+#include "train/options.h"
+
+namespace train {
+
+class Batches {
+ public:
+  // Rank `rank` of `world`; the loader starts with start().
+  Batches(const data::Dataset& dataset, const TrainOptions& train,
+          const data::LoaderOptions& loader, int world, int rank, c10::Device device);
+
+  const data::Dataset& dataset() const { return dataset_; }
+  const ddp::BatchPlan& plan() const { return plan_; }
+  int64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }
+  // The job-wide micro-batch (the same on every rank; the plan clamps it to this rank's slice).
+  // It starts as the configured one, or a whole slice (the larger slice, so that the number is
+  // the same on every rank), capped at the larger slice.
+  int64_t micro_batch() const { return micro_batch_; }
+  // Sets the job-wide micro-batch and plans with it; `equal_counts`: every rank runs as many
+  // micro-batches (ddp.shard: parameters, BatchPlan::equalize_micro_batches).
+  void set_micro_batch(int64_t micro_batch, bool equal_counts);
+  // Plans with the configured train.micro_batch_size (0: auto, one micro-batch per slice until
+  // the micro-batch is chosen), leaving micro_batch() as it is.
+  void plan_configured(bool equal_counts);
+
+  // The loader's workers start reading ahead (the micro-batch chosen).
+  void start();
+  // This rank's slice of batch `index` (from 0), read ahead by the loader.
+  data::Batch get(int64_t index) { return loader_->get(index); }
+  // The device copy of `n` samples of `batch` from `offset` (n == 0: the slice's last sample,
+  // which a rank with fewer samples than micro-batches runs with weight 0).
+  data::Batch micro_batch(const data::Batch& batch, int64_t offset, int64_t n) const;
+  // This rank's slice of the first batch, read at once (the memory probe).
+  data::Batch first_slice();
+  // Host bytes the loader and the sampler hold for a step of `step_bytes`.
+  int64_t host_bytes(int64_t step_bytes) const;
+  double data_wait_s() const { return loader_ != nullptr ? loader_->waited_s() : 0.0; }
+
+ private:
+  const data::Dataset& dataset_;
+  const TrainOptions& train_;
+  data::LoaderOptions loader_options_;
+  int world_;
+  int rank_;
+  c10::Device device_;
+  int64_t micro_batch_;
+  ddp::BatchPlan plan_;
+  ddp::RankSampler sampler_;
+  std::unique_ptr<data::Loader> loader_;
+
+  void replan(int64_t micro_batch, bool equal_counts);
+};
+
+}  // namespace train

@@ -1,0 +1,334 @@
+// docs/DESIGN.md, "The OOM protocol", points 1-3: the plan before step 1.
+#include "train/memory_planner.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <map>
+
+#include "core/error_text.h"
+#include "ddp/errors.h"
+#include "ddp/gather.h"
+#include "memory/allocator_guard.h"
+#include "memory/memory_stats.h"
+#include "memory/oom.h"
+#include "models/capabilities.h"
+#include "train/precision.h"
+
+namespace train {
+namespace {
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+int64_t largest_bytes(const std::vector<ddp::BucketLayout>& layout) {
+  int64_t most = 0;
+  for (const auto& b : layout) most = std::max(most, b.bytes());
+  return most;
+}
+
+// Bytes of the model's parameters and buffers.
+int64_t state_bytes(models::Model& model) {
+  int64_t bytes = 0;
+  for (const auto& p : model.parameters()) bytes += p.nbytes();
+  for (const auto& b : model.buffers()) bytes += b.nbytes();
+  return bytes;
+}
+
+}  // namespace
+
+std::vector<std::string> gather_failures(ddp::Communicator& control, const std::string& mine) {
+  std::vector<std::string> failures;
+  for (auto& f : ddp::all_gather_strings(control, mine)) {
+    if (!f.empty()) failures.push_back(std::move(f));
+  }
+  return failures;
+}
+
+MemoryPlanner::MemoryPlanner(const TrainerOptions& options, const Placement& placement)
+    : options_(options), placement_(placement) {}
+
+void MemoryPlanner::allocate_agreed(const std::string& what,
+                                    const std::function<void()>& allocate) {
+  std::string failure;
+  try {
+    allocate();
+  } catch (const c10::OutOfMemoryError& e) {
+    failure = fmt::format("rank {}: {}", placement_.rank(),
+                          core::first_line(e.what_without_backtrace()));
+  }
+  at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
+  placement_.control.all_reduce(failed, ddp::ReduceOp::kMax, "allocation vote");
+  if (failed.data_ptr<int>()[0] == 0) return;
+  const std::vector<std::string> failures = gather_failures(placement_.control, failure);
+  throw memory::OutOfMemoryFatal(fmt::format(
+      "out of memory before step 1, allocating {}:\n  {}\nWhat a rank keeps for the whole run "
+      "(parameters, gradient buckets, optimizer state, embedding caches, the data set) must fit "
+      "before training starts; memory.fallback only shrinks activations. Give each rank more "
+      "memory (memory.cpu_budget_mb on CPU, memory.fraction on a GPU) or use a smaller model or "
+      "data set.",
+      what, fmt::join(failures, "\n  ")));
+}
+
+int64_t MemoryPlanner::target() const {
+  const c10::Device device = placement_.device;
+  int64_t total = memory::sample_memory(device).total_bytes;
+  if (device.is_cuda() && options_.memory.fraction > 0)
+    total = static_cast<int64_t>(options_.memory.fraction * total);
+  return std::max<int64_t>(0, total);
+}
+
+ddp::ShardFootprint MemoryPlanner::footprint(models::Model& model, ddp::ShardMode mode) const {
+  const c10::ScalarType wire = options_.ddp.reduce_dtype == ddp::ReduceDtype::kBf16
+                                   ? at::kBFloat16
+                                   : c10::ScalarType::Undefined;
+  return ddp::shard_footprint(planned_layout(model, mode), placement_.shard.size(), mode, wire);
+}
+
+std::vector<ddp::BucketLayout> MemoryPlanner::planned_layout(models::Model& model,
+                                                             ddp::ShardMode mode) const {
+  // Sizes only (the parameters' numel, which a freed unit keeps): ddp::shard_footprint's input.
+  const auto& d = options_.ddp;
+  std::vector<ddp::ParamMeta> meta;
+  std::map<std::string, size_t> index;
+  for (const auto& item : model.named_parameters()) {
+    index.emplace(item.key(), meta.size());
+    meta.push_back({item.value().numel(), item.value().scalar_type(), placement_.device});
+  }
+  if (mode != ddp::ShardMode::kParameters) {
+    return ddp::assign_buckets(meta, static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
+                               static_cast<int64_t>(d.bucket_mb * (1 << 20)));
+  }
+  std::vector<std::vector<std::string>> units;
+  if (const auto* declared = models::as<models::ParameterUnits>(model)) {
+    units = declared->parameter_units();
+  } else {
+    units.emplace_back();
+    for (const auto& [name, i] : index) units.back().push_back(name);
+  }
+  std::vector<ddp::BucketLayout> layout;
+  for (const auto& names : units) {
+    ddp::BucketLayout& unit = layout.emplace_back();
+    for (const auto& name : names) {
+      const ddp::ParamMeta& m = meta.at(index.at(name));
+      unit.numel += m.numel;
+      unit.dtype = m.dtype;
+      unit.device = m.device;
+    }
+  }
+  return layout;
+}
+
+int64_t MemoryPlanner::need(models::Model& model, ddp::ShardMode mode, int64_t base) const {
+  const ddp::ShardFootprint f = footprint(model, mode);
+  if (mode == ddp::ShardMode::kParameters) {
+    // The whole model (in `base`) stays until the broadcast, and is copied into the units' flat
+    // buffers unit by unit: base plus the blocks plus one unit (f.parameters counts two).
+    return base + f.total() - largest_bytes(planned_layout(model, mode));
+  }
+  // Sharding copies the parameters into flat buffers before their old storage goes: that copy is
+  // the transient peak when it exceeds the sharded moments.
+  const int64_t params_copy = mode == ddp::ShardMode::kNone ? 0 : f.parameters;
+  return base + f.gradients + std::max(f.optimizer_state, params_copy);
+}
+
+std::string MemoryPlanner::does_not_fit(models::Model& model, ddp::ShardMode mode, int64_t base,
+                                        int64_t target) const {
+  std::string advice = "none of the ddp.shard modes fits: use a smaller model or give each rank "
+                       "more memory";
+  for (const ddp::ShardMode other :
+       {ddp::ShardMode::kOptimizer, ddp::ShardMode::kGradients, ddp::ShardMode::kParameters}) {
+    if (other <= mode || need(model, other, base) > target) continue;
+    advice = fmt::format("ddp.shard: {} would keep {} per rank, leaving {} for activations: set "
+                         "ddp.shard: {} (or give each rank more memory)",
+                         ddp::to_string(other), mib(need(model, other, base)),
+                         mib(target - need(model, other, base)), ddp::to_string(other));
+    break;
+  }
+  const ddp::ShardFootprint f = footprint(model, mode);
+  return fmt::format(
+      "rank {}: with ddp.shard: {} the state kept for the whole run does not fit before step 1: "
+      "parameters {}, gradients {}, optimizer state {}, other tensors (data set, ...) {} need {} "
+      "of the {} this rank plans with ({}); {}.",
+      placement_.rank(), ddp::to_string(mode), mib(f.parameters), mib(f.gradients),
+      mib(f.optimizer_state), mib(base - f.parameters), mib(need(model, mode, base)), mib(target),
+      placement_.device.is_cuda() ? "the device's memory, capped by memory.fraction"
+      : memory::CpuAllocatorGuard::instance().budget_bytes() > 0 ? "memory.cpu_budget_mb"
+                                                                 : "the machine's memory",
+      advice);
+}
+
+void MemoryPlanner::check_state_fits(models::Model& model, ddp::ShardMode mode) {
+  // Before anything is allocated: what each ddp.shard mode would keep on this rank, from the
+  // bucket layout the Reducer will make (docs/DESIGN.md, "The OOM protocol", point 1).
+  const c10::Device device = placement_.device;
+  int64_t moving = 0;  // parameters and buffers still to be moved to the device
+  for (const auto& p : model.parameters()) {
+    if (p.device() != device) moving += p.nbytes();
+  }
+  for (const auto& b : model.buffers()) {
+    if (b.device() != device) moving += b.nbytes();
+  }
+  // What is already there (on CPU the model and the data set), plus what each mode adds.
+  const int64_t base = memory::sample_memory(device).tensor_bytes + moving;
+  const int64_t plan = target();
+  const std::string failure =
+      plan > 0 && need(model, mode, base) > plan ? does_not_fit(model, mode, base, plan) : "";
+  at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
+  placement_.control.all_reduce(failed, ddp::ReduceOp::kMax, "state plan vote");
+  if (failed.data_ptr<int>()[0] == 0) return;
+  throw ddp::PlanError(gather_failures(placement_.control, failure).front());
+}
+
+void MemoryPlanner::count_model_state(models::Model& model,
+                                      const std::function<void()>& build_caches) {
+  estimate_.parameters = state_bytes(model);
+  build_caches();
+  estimate_.caches = state_bytes(model) - estimate_.parameters;
+  estimate_.other = std::max<int64_t>(0, memory::sample_memory(placement_.device).tensor_bytes -
+                                             estimate_.parameters - estimate_.caches);
+}
+
+void MemoryPlanner::count_parameter_shards(models::Model& model, const ddp::Reducer& reducer) {
+  int64_t masters = 0;
+  for (const auto& m : reducer.parameter_shards()) masters += m.nbytes();
+  int64_t buffers = 0;
+  for (const auto& b : model.buffers()) buffers += b.nbytes();
+  // Between steps a rank keeps its blocks; in a step at most two units are gathered.
+  estimate_.parameters = masters + 2 * reducer.largest_unit_bytes() + buffers;
+}
+
+void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reducer,
+                                      Batches& batches) {
+  const data::Batch batch = batches.first_slice();
+  // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
+  // micro-batch copied to the device is measured with the activations below.)
+  if (placement_.device.is_cpu()) {
+    estimate_.loader = batches.host_bytes(batch.inputs.nbytes() + batch.targets.nbytes());
+  }
+  // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
+  reducer.zero_grad();
+  reducer.begin_micro_batch(/*sync=*/false);
+  // Two small micro-batches (b2 = 2 b1), halved while even they run out of memory (a large model
+  // on a small device); a probe that cannot run one sample ends the start-up (allocate_agreed).
+  for (int64_t most = std::min<int64_t>(batches.plan().per_rank, 16);; most /= 2) {
+    const int64_t b1 = std::max<int64_t>(1, most / 2);
+    const int64_t b2 = most >= 2 ? 2 * b1 : 1;
+    try {
+      probe_at(model, batch, b1, b2);
+    } catch (const c10::OutOfMemoryError&) {
+      if (most <= 1) throw;
+      continue;
+    }
+    break;
+  }
+  reducer.zero_grad();
+}
+
+void MemoryPlanner::probe_at(models::Model& model, const data::Batch& batch, int64_t b1,
+                             int64_t b2) {
+  const c10::Device device = placement_.device;
+  const auto peak_at = [&](int64_t samples) {
+    memory::reset_peaks(device);
+    const int64_t base = memory::sample_memory(device).tensor_bytes;
+    {
+      const auto inputs = batch.inputs.narrow(0, 0, samples).to(device);
+      const auto targets = batch.targets.narrow(0, 0, samples).to(device);
+      at::Tensor loss;
+      {
+        AutocastScope autocast(device, options_.train.precision);  // as in training
+        loss = model.loss(inputs, targets);
+      }
+      loss.backward();
+    }
+    return memory::sample_memory(device).tensor_peak_bytes - base;
+  };
+  // A chunked loss (models::ChunkedLoss): its chunk stops growing once full, so the straight line
+  // through two sizes below one chunk would overestimate larger micro-batches. A third probe, the
+  // first size again with chunks of half its rows, measures the chunk's bytes per row.
+  auto* chunked = models::as<models::ChunkedLoss>(model);
+  const int64_t rows = chunked != nullptr ? chunked->loss_rows(batch.inputs.narrow(0, 0, 1)) : 0;
+  estimate_.loss_rows_per_sample = rows;
+  estimate_.loss_chunk_rows = rows > 0 ? chunked->loss_chunk_rows(int64_t{1} << 40) : 0;
+  const int64_t peak1 = peak_at(b1);
+  const int64_t peak2 = b2 > b1 ? peak_at(b2) : peak1;
+  const int64_t x1 = rows > 0 ? chunked->loss_chunk_rows(b1 * rows) : 0;
+  if (rows == 0 || x1 < 2) {
+    estimate_.activation_per_chunk_row = 0;
+    memory::fit_activations(b1, peak1, b2, peak2, &estimate_);
+    return;
+  }
+  const int64_t x2 = chunked->loss_chunk_rows(b2 * rows);
+  chunked->set_loss_chunk_rows(x1 / 2);
+  const int64_t x3 = chunked->loss_chunk_rows(b1 * rows);
+  int64_t peak3 = 0;
+  try {
+    peak3 = peak_at(b1);
+  } catch (...) {
+    chunked->set_loss_chunk_rows(0);
+    throw;
+  }
+  chunked->set_loss_chunk_rows(0);
+  memory::fit_activations_chunked(b1, peak1, x1, b2, peak2, x2, peak3, x3, &estimate_);
+}
+
+int64_t MemoryPlanner::choose_micro_batch(int64_t largest) {
+  const int64_t total = target();
+  // Capped at the largest slice (the same on every rank; BatchPlan clamps per rank), not this
+  // rank's: the minimum over ranks must not split a larger slice into micro-batches of n and 1.
+  int64_t micro = largest;
+  const auto goal = static_cast<int64_t>(options_.memory.target_fraction * total);
+  if (total > 0) micro = memory::largest_micro_batch(estimate_, goal, micro);
+  const bool fits = total <= 0 || estimate_.peak(micro) <= goal;
+  at::Tensor agreed = at::tensor({micro, fits ? int64_t{1} : int64_t{0}}, at::kLong);
+  placement_.control.all_reduce(agreed, ddp::ReduceOp::kMin, "micro-batch agreement");
+  micro = agreed.data_ptr<int64_t>()[0];
+  if (agreed.data_ptr<int64_t>()[1] == 0 && placement_.rank() == 0) {
+    spdlog::warn(
+        "train.micro_batch_size auto: even a micro-batch of {} is estimated above "
+        "memory.target_fraction = {} of some rank's memory (rank 0: {:.1f} of {:.1f} MiB); "
+        "expect out-of-memory fallbacks",
+        micro, options_.memory.target_fraction, estimate_.peak(micro) / 1048576.0,
+        total / 1048576.0);
+  }
+  return micro;
+}
+
+void MemoryPlanner::compare_estimate(int64_t step, int64_t micro_batch) {
+  // Peak since the start table (reset there), the largest over ranks, against the largest plan.
+  const c10::Device device = placement_.device;
+  at::Tensor v = at::tensor({static_cast<double>(memory::sample_memory(device).tensor_peak_bytes),
+                             static_cast<double>(estimate_.peak(micro_batch))},
+                            at::kDouble);
+  placement_.control.all_reduce(v, ddp::ReduceOp::kMax, "memory estimate check");
+  const double measured = v.data_ptr<double>()[0];  // host tensors (control plane)
+  const double estimated = v.data_ptr<double>()[1];
+  if (placement_.rank() == 0 && measured > 0) {
+    spdlog::info("memory after step {}: estimated peak {:.1f} MiB, measured {:.1f} MiB ({:+.0f}%)",
+                 step, estimated / 1048576.0, measured / 1048576.0,
+                 100.0 * (estimated - measured) / measured);
+  }
+}
+
+void MemoryPlanner::report_memory(const std::string& title) {
+  ddp::Communicator& control = placement_.control;
+  const auto mine = memory::sample_memory(placement_.device).to_vector();
+  at::Tensor all = at::empty({control.size() * memory::MemorySample::kFields}, at::kDouble);
+  control.all_gather(all, at::tensor(mine, at::kDouble), "memory table");
+  memory::reset_peaks(placement_.device);
+  if (control.rank() != 0) return;
+  std::vector<memory::MemorySample> samples;
+  const double* v = all.data_ptr<double>();
+  for (int r = 0; r < control.size(); ++r) {
+    samples.push_back(memory::MemorySample::from_vector(v + r * memory::MemorySample::kFields));
+  }
+  std::vector<std::string> warnings;
+  std::string table =
+      memory::format_memory_table(samples, title, options_.memory.high_watermark, &warnings);
+  table.pop_back();  // spdlog ends the line
+  spdlog::info("{}", table);
+  for (const auto& w : warnings) spdlog::warn("memory: {}", w);
+}
+
+}  // namespace train

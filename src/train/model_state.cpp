@@ -1,0 +1,176 @@
+#include "train/model_state.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <map>
+#include <string>
+
+#include "models/capabilities.h"
+
+namespace train {
+namespace {
+
+// The step's global loss rides in one float (docs/DESIGN.md, "No host synchronisation in the
+// step"): always, so that every run's collectives carry the same payloads, guard or not.
+constexpr int64_t kRiderSlots = 1;
+
+AdamWHyper adamw_hyper(const TrainOptions& t) {
+  return AdamWHyper{t.beta1, t.beta2, t.eps, t.weight_decay};
+}
+
+}  // namespace
+
+ModelState::ModelState(const TrainerOptions& options, const Placement& placement,
+                       models::Model& model)
+    : options_(options), placement_(placement), model_(model) {}
+
+void ModelState::allocate_optimizer() {
+  optimizer_ = std::make_unique<FusedAdamW>(model_.parameters(), adamw_hyper(options_.train));
+}
+
+void ModelState::allocate_gradients(ddp::ShardMode mode) {
+  ddp::NamedParameters named;
+  for (auto& item : model_.named_parameters()) named.emplace_back(item.key(), item.value());
+  const auto& d = options_.ddp;
+  // The Reducer checks the parameter lists (collective, before this rank can fail) and then
+  // only allocates.
+  reducer_ = std::make_unique<ddp::Reducer>(
+      std::move(named), placement_.shard,
+      ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
+                          static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
+                          reduce_wire_dtype(), mode, parameter_units(mode), gather_dtype(),
+                          kRiderSlots, placement_.replicas},
+      &placement_.control);
+  if (reducer_->sharded()) optimizer_ = make_sharded_optimizer();
+  make_clipper();
+}
+
+void ModelState::make_clipper() {
+  // Sharded: each rank holds distinct blocks of the gradients, and the squared norms are summed
+  // over the world. Under hybrid sharding every node holds each block once, so the sum counts
+  // each block once per node: it is divided by the replicas (the nodes). Over the world, not the
+  // node, so that the loss riding in the same all-reduce is the world's (docs/DESIGN.md, "Hybrid
+  // sharding").
+  const bool sharded = reducer_->sharded();
+  const int replicas = placement_.replicas != nullptr ? placement_.replicas->size() : 1;
+  clipper_ = std::make_unique<GradClipper>(reducer_->reduced_gradients(),
+                                           sharded ? &placement_.data : nullptr,
+                                           sharded ? kRiderSlots : 0, replicas);
+}
+
+const at::Tensor& ModelState::loss_rider() const {
+  return reducer_->sharded() ? clipper_->rider() : reducer_->rider();
+}
+
+std::vector<std::vector<size_t>> ModelState::parameter_units(ddp::ShardMode mode) const {
+  std::vector<std::vector<size_t>> units;
+  auto* declared = models::as<models::ParameterUnits>(model_);
+  if (mode != ddp::ShardMode::kParameters || declared == nullptr) return units;
+  std::map<std::string, size_t> index;
+  for (const auto& item : model_.named_parameters()) index.emplace(item.key(), index.size());
+  for (const auto& names : declared->parameter_units()) {
+    auto& unit = units.emplace_back();
+    for (const auto& name : names) unit.push_back(index.at(name));
+  }
+  return units;
+}
+
+bool ModelState::model_has_units() const {
+  return models::as<models::ParameterUnits>(model_) != nullptr;
+}
+
+void ModelState::shard_parameters_after_broadcast() {
+  // Every rank holds the whole model (rank 0's, just broadcast): each keeps its blocks only.
+  reducer_->reshard_parameters();
+  gate_ = std::make_unique<UnitGate>(*reducer_, options_.ddp.reshard_after_forward,
+                                     options_.ddp.prefetch_units);
+  if (auto* declared = models::as<models::ParameterUnits>(model_)) {
+    declared->set_unit_gate(gate_.get());
+  }
+}
+
+std::unique_ptr<PinnedUnits> ModelState::pin() {
+  return gate_ != nullptr ? std::make_unique<PinnedUnits>(gate_.get()) : nullptr;
+}
+
+checkpoint::RunState ModelState::run_state() {
+  checkpoint::RunState state;
+  state.model = &model_;
+  state.reducer = reducer_.get();
+  state.exp_avgs = optimizer_->exp_avgs();
+  state.exp_avg_sqs = optimizer_->exp_avg_sqs();
+  if (gate_ != nullptr) {
+    state.gather_units = [this]() -> std::shared_ptr<void> { return pin(); };
+  }
+  return state;
+}
+
+c10::ScalarType ModelState::reduce_wire_dtype() const {
+  return options_.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16
+                                                              : c10::ScalarType::Undefined;
+}
+
+c10::ScalarType ModelState::gather_dtype() const {
+  // ddp.shard: parameters gathers the units in the compute dtype (the masters stay fp32).
+  const Precision precision = options_.train.precision;
+  if (precision == Precision::kBf16) return at::kBFloat16;
+  if (precision == Precision::kFp16) return at::kHalf;
+  return c10::ScalarType::Undefined;
+}
+
+std::unique_ptr<FusedAdamW> ModelState::make_sharded_optimizer() const {
+  return std::make_unique<FusedAdamW>(reducer_->parameter_shards(), adamw_hyper(options_.train),
+                                      reducer_->reduced_gradients());
+}
+
+void ModelState::restore_moments(std::vector<at::Tensor> m, std::vector<at::Tensor> v,
+                                 int64_t steps, const at::Tensor& count) {
+  for (size_t b = 0; b < m.size(); ++b) {
+    optimizer_->exp_avgs()[b].copy_(m[b]);
+    optimizer_->exp_avg_sqs()[b].copy_(v[b]);
+  }
+  optimizer_->set_steps(steps);
+  optimizer_->step_count().copy_(count);
+}
+
+void ModelState::shard_optimizer_in_place() {
+  // Every rank holds the same replicated moments: each slices out its own blocks, with no
+  // collective, before the full moments go, and only then do the buckets and parameters change.
+  // The order keeps the extra memory to this rank's blocks (the full moments are freed first).
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> m = reducer_->blocks_of(optimizer_->exp_avgs());
+  std::vector<at::Tensor> v = reducer_->blocks_of(optimizer_->exp_avg_sqs());
+  const int64_t steps = optimizer_->steps();
+  const at::Tensor count = optimizer_->step_count().clone();
+  optimizer_.reset();
+  clipper_.reset();
+  reducer_->shard_in_place(ddp::ShardMode::kOptimizer);
+  optimizer_ = make_sharded_optimizer();
+  restore_moments(std::move(m), std::move(v), steps, count);
+  make_clipper();
+}
+
+void ModelState::shard_parameters_in_place() {
+  // Every rank holds the same parameters; the moments are full on every rank (replicated, or
+  // gathered from the blocks: collective), sliced into the new blocks, then the full ones go.
+  at::NoGradGuard no_grad;
+  const bool sharded = reducer_->sharded();
+  std::vector<at::Tensor> m =
+      sharded ? reducer_->unshard(optimizer_->exp_avgs(), -1) : optimizer_->exp_avgs();
+  std::vector<at::Tensor> v =
+      sharded ? reducer_->unshard(optimizer_->exp_avg_sqs(), -1) : optimizer_->exp_avg_sqs();
+  const int64_t steps = optimizer_->steps();
+  const at::Tensor count = optimizer_->step_count().clone();
+  optimizer_.reset();
+  clipper_.reset();
+  reducer_.reset();
+  for (auto& p : model_.parameters()) p.mutable_grad() = at::Tensor();
+  // The Reducer over the units (its check is collective), the optimizer.
+  allocate_gradients(ddp::ShardMode::kParameters);
+  restore_moments(reducer_->blocks_of(m), reducer_->blocks_of(v), steps, count);
+  // The parameters are the same on every rank: no broadcast before each keeps its blocks.
+  shard_parameters_after_broadcast();
+}
+
+}  // namespace train

@@ -1,0 +1,94 @@
+// ModelState: the model's training state on this rank under the ddp.shard mode in force: the
+// Reducer's flat gradient buckets (and, sharded, this rank's blocks of the parameters), AdamW
+// over them, the gradient clipper, and under ddp.shard: parameters the unit gate that gathers
+// and frees the model unit by unit (docs/DESIGN.md, "One step, eager"). The Reducer alone holds
+// the shard mode in force (ddp::Reducer::shard_mode()): the rungs that shard a run in place
+// change it there, and everyone else asks.
+//
+// Where the step's global loss rides (loss_rider()): a collective the step already makes carries
+// one more float that sums every rank's loss: the first bucket's all-reduce when the gradients
+// are replicated, the gradient norm's all-reduce when they are sharded. It rides whether or not
+// the spike guard reads it, so that every run's collectives carry the same payloads
+// (docs/DESIGN.md, "No host synchronisation in the step").
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "checkpoint/checkpointer.h"
+#include "ddp/reducer.h"
+#include "models/model.h"
+#include "train/optimizer.h"
+#include "train/options.h"
+#include "train/placement.h"
+#include "train/unit_gate.h"
+
+namespace train {
+
+class ModelState {
+ public:
+  ModelState(const TrainerOptions& options, const Placement& placement, models::Model& model);
+
+  // ddp.shard: none: AdamW over the model's parameters (sharded modes make theirs with the
+  // Reducer). Local.
+  void allocate_optimizer();
+  // The Reducer's buckets for `mode` (its parameter check is collective, then it only
+  // allocates), the sharded AdamW and the clipper.
+  void allocate_gradients(ddp::ShardMode mode);
+  // ddp.shard: parameters, after the broadcast: each rank keeps its blocks, and the model gets
+  // the unit gate. Local.
+  void shard_parameters_after_broadcast();
+  // The rung shard_optimizer: a replicated run becomes ddp.shard: optimizer in place, each rank
+  // keeping its blocks of the moments (sliced, not reset). Local; every rank takes it together.
+  void shard_optimizer_in_place();
+  // The rung shard_parameters: a run under none, optimizer or gradients becomes ddp.shard:
+  // parameters in place (a new Reducer over the model's units; each rank keeps its blocks of the
+  // parameters and moments). Collective (the new Reducer's check, sharded moments gathered).
+  void shard_parameters_in_place();
+
+  ddp::ShardMode shard_mode() const { return reducer_->shard_mode(); }
+  ddp::Reducer& reducer() { return *reducer_; }
+  const ddp::Reducer& reducer() const { return *reducer_; }
+  FusedAdamW& optimizer() { return *optimizer_; }
+  const FusedAdamW& optimizer() const { return *optimizer_; }
+  GradClipper& clipper() { return *clipper_; }
+  // ddp.shard: parameters (null otherwise).
+  UnitGate* gate() { return gate_.get(); }
+  // Whether the model drives the gate itself (models::ParameterUnits); otherwise it is one unit,
+  // gathered for the whole forward and backward.
+  bool model_has_units() const;
+  // float [1] on the device: this rank's loss is written into it before backward; it holds the
+  // sum over ranks once the step's collective that carries it is done.
+  const at::Tensor& loss_rider() const;
+  // Every unit gathered while the result lives (ddp.shard: parameters; null otherwise).
+  // Collective: every rank, at the same point.
+  std::unique_ptr<PinnedUnits> pin();
+  // The state a checkpoint writes and resume reads into (views).
+  checkpoint::RunState run_state();
+  // The dtype units are gathered in (the compute dtype; Undefined: fp32) and the wire dtype of
+  // ddp.reduce_dtype (Undefined: the buckets' own).
+  c10::ScalarType gather_dtype() const;
+  c10::ScalarType reduce_wire_dtype() const;
+
+ private:
+  // ddp.shard: parameters: the model's units as indices into its parameter list (empty: one).
+  std::vector<std::vector<size_t>> parameter_units(ddp::ShardMode mode) const;
+  std::unique_ptr<FusedAdamW> make_sharded_optimizer() const;
+  void make_clipper();
+  // The moments of the old optimizer, sliced into the new blocks, with its step counts.
+  void restore_moments(std::vector<at::Tensor> m, std::vector<at::Tensor> v, int64_t steps,
+                       const at::Tensor& count);
+
+  const TrainerOptions& options_;
+  const Placement& placement_;
+  models::Model& model_;
+  std::unique_ptr<ddp::Reducer> reducer_;
+  std::unique_ptr<FusedAdamW> optimizer_;
+  std::unique_ptr<GradClipper> clipper_;
+  std::unique_ptr<UnitGate> gate_;
+};
+
+}  // namespace train
