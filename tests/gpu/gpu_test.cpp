@@ -22,7 +22,7 @@
 #include "memory/memory_stats.h"
 #include "models/cnn.h"
 #include "models/gpt/gpt.h"
-#include "models/gpt/linear_cross_entropy.h"
+#include "models/lm/linear_cross_entropy.h"
 #include "models/registry.h"
 #include "models/sequence.h"
 #include "train/precision.h"
