@@ -11,6 +11,7 @@
 #include <malloc.h>
 
 #include "data/choice_tasks.h"
+#include "data/registry.h"
 #include "data/tokenizer.h"
 #include "ddp/backend.h"
 #include "ddp/batch_plan.h"

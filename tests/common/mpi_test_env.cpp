@@ -5,6 +5,7 @@
 
 #include "common/temp_dir.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "ddp/mpi_communicator.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"

@@ -16,6 +16,7 @@
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "ddp/errors.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/reducer.h"
