@@ -84,11 +84,11 @@ struct CheckpointOptions {
   int64_t keep_last = 0;  // periodic checkpoints kept (0: all)
   // "auto" (sharded when ddp.shard is not none), "sharded" (a step directory, every rank writes
   // its shard: train/checkpoint_sharded.h) or "single" (one file, rank 0 writes)
-  std::string format = "auto";
+  std::string format;
   // The step waits only for the copy to host memory; a background thread writes and fsyncs, and
   // the next checkpoint (or the end of the run) waits for it and commits it
   // (checkpoint_writer.cpp).
-  bool async = true;
+  bool async = false;
 };
 
 struct LogOptions {
