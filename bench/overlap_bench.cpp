@@ -32,6 +32,7 @@
 #include "bench_util.h"
 
 #include "config/config.h"
+#include "data/registry.h"
 #include "ddp/communicator.h"
 #include "ddp/mpi_runtime.h"
 #include "models/registry.h"

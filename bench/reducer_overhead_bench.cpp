@@ -37,6 +37,7 @@
 #endif
 
 #include "config/config.h"
+#include "data/registry.h"
 #include "ddp/backend.h"
 #include "ddp/mpi_runtime.h"
 #include "ddp/nccl_communicator.h"

@@ -9,6 +9,8 @@
 # - Python in scripts/, tests/, bench/: ruff with ruff.toml.
 # - Shell (*.sh, and other files whose #! line names bash or sh): shellcheck with .shellcheckrc.
 # - No function in src/ longer than 80 lines, as lizard counts them (its "length").
+# - Structure (scripts/lint_structure.py): no two files of a folder of src/ include each other,
+#   and no options struct repeats a default the schema declares.
 # Files are those git tracks (ruff: those it finds, minus .gitignore's). ruff and lizard come from
 # the project's virtualenv (scripts/bootstrap.sh installs them), the rest from scripts/packages.txt.
 set -uo pipefail
@@ -137,10 +139,25 @@ check_function_length() {
   fi
 }
 
+# 5. Structure rules no compiler checks (scripts/lint_structure.py says each): include pairs
+# inside a folder, and defaults written beside the schema's.
+check_structure() {
+  local src rule
+  mapfile -t src < <(files 'src/*.h' 'src/*.cpp')
+  for rule in includes defaults; do
+    if ! python3 scripts/lint_structure.py "$rule" "${src[@]}"; then
+      failure "$rule" "src/ (file:line above; the rule in scripts/lint_structure.py)"
+    else
+      say "$rule: clean"
+    fi
+  done
+}
+
 check_cpp
 check_python
 check_shell
 check_function_length
+check_structure
 
 if [ ${#failed[@]} -gt 0 ]; then
   say "failed: ${failed[*]}"

@@ -60,10 +60,12 @@ std::vector<std::string> key_paths() {
   return paths;
 }
 
-// Collects problems with their locations; thrown together as one ConfigError.
-class Loader {
+// Reads one configuration into a Config: the schema's defaults, the YAML document, the --set
+// overrides, the model's own defaults, then the checks. Collects problems with their locations;
+// thrown together as one ConfigError. (Not "Loader": data::Loader is the batch loader.)
+class ConfigReader {
  public:
-  explicit Loader(std::string source) : source_(std::move(source)) {}
+  explicit ConfigReader(std::string source) : source_(std::move(source)) {}
 
   std::string where(const YAML::Mark& mark) const {
     return mark.is_null() ? source_ : fmt::format("{}:{}", source_, mark.line + 1);
@@ -250,14 +252,14 @@ Config build(const YAML::Node& root, const std::string& source,
              const std::vector<std::string>& overrides) {
   Config config;
   config.source = source;
-  Loader loader(source);
-  loader.set_defaults(config);
-  loader.apply_document(config, root);
-  for (const auto& o : overrides) loader.apply_override(config, o);
-  loader.set_model_defaults(config);
-  loader.check_required(source);
-  loader.check_relations(config);
-  loader.throw_if_errors();
+  ConfigReader reader(source);
+  reader.set_defaults(config);
+  reader.apply_document(config, root);
+  for (const auto& o : overrides) reader.apply_override(config, o);
+  reader.set_model_defaults(config);
+  reader.check_required(source);
+  reader.check_relations(config);
+  reader.throw_if_errors();
   return config;
 }
 

@@ -1,4 +1,5 @@
-// Config: the YAML run configuration as typed structs, validated.
+// Loading the YAML run configuration into Config (config/run_config.h), validated, and writing it
+// back.
 //
 // Every key is declared once, with type, default, range and description, in the schema
 // (config/schema.h).
@@ -10,36 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "ddp/options.h"
-#include "memory/options.h"
-#include "models/model.h"
-#include "train/options.h"
+#include "config/run_config.h"
 
 namespace config {
-
-struct Config {
-  std::string source;  // the file it came from
-  models::ModelOptions model;
-  data::DataOptions data;
-  train::TrainOptions train;
-  ddp::DdpOptions ddp;
-  memory::MemoryOptions memory;
-  checkpoint::CheckpointOptions checkpoint;
-  train::LogOptions log;
-
-  train::TrainerOptions trainer_options() const {
-    return {.train = train,
-            .ddp = ddp,
-            .memory = memory,
-            .checkpoint = checkpoint,
-            .log = log,
-            .loader = {.workers = data.workers,
-                       .prefetch = data.prefetch,
-                       .read_delay_ms = data.inject_read_delay_ms,
-                       .pin_memory = false}};
-  }
-};
 
 class ConfigError : public std::runtime_error {
  public:

@@ -2,9 +2,10 @@
 // boolean, a string, a choice, a list, ...), and the per-section declarations they serve. Each
 // builder returns a KeyDef (config/schema.h) with its type and range for --help-config, a setter
 // that parses and checks a YAML value, and a getter that writes the value back (--print-config).
+// The section functions they serve (model_keys(), ...) are declared in config/schema.h.
 //
-// Internal to src/config/: included by schema.cpp and the section files schema_<layer>.cpp only
-// (it defines the FIELD macro they use).
+// Internal to src/config/: included by the section files schema_<layer>.cpp only (it defines the
+// FIELD macro they use).
 #pragma once
 
 #include <fmt/format.h>
@@ -140,16 +141,5 @@ KeyDef enum_list(std::string path, Get access, std::string def,
             return fmt::format("[{}]", fmt::join(chosen, ", "));
           }};
 }
-
-// The keys of each section, in the order of the reference table and --print-config; each is
-// declared in the file of the layer whose options struct holds the section.
-std::vector<KeyDef> model_keys();       // schema_model.cpp (models::ModelOptions)
-std::vector<KeyDef> data_keys();        // schema_data.cpp (data::DataOptions)
-std::vector<KeyDef> train_keys();       // schema_train.cpp (train::TrainOptions)
-std::vector<KeyDef> ddp_keys();         // schema_ddp.cpp (ddp::DdpOptions)
-std::vector<KeyDef> memory_keys();      // schema_memory.cpp (memory::MemoryOptions)
-std::vector<KeyDef> eval_keys();        // schema_train.cpp (train::TrainOptions::eval_tasks)
-std::vector<KeyDef> checkpoint_keys();  // schema_train.cpp (checkpoint::CheckpointOptions)
-std::vector<KeyDef> log_keys();         // schema_train.cpp (train::LogOptions)
 
 }  // namespace config::schema

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "config/key_builders.h"
-
 namespace config::schema {
 
 const std::vector<KeyDef>& keys() {

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "config/config.h"
+#include "config/run_config.h"
 
 namespace config::schema {
 
@@ -46,5 +46,17 @@ const std::vector<KeyDef>& keys();
 
 // Sections in order.
 std::vector<std::string> sections();
+
+// The keys of each section, in the order of the reference table and --print-config (internal to
+// src/config/: keys() joins them); each is declared in the file of the layer whose options struct
+// holds the section, with the builders of config/key_builders.h.
+std::vector<KeyDef> model_keys();       // schema_model.cpp (models::ModelOptions)
+std::vector<KeyDef> data_keys();        // schema_data.cpp (data::DataOptions)
+std::vector<KeyDef> train_keys();       // schema_train.cpp (train::TrainOptions)
+std::vector<KeyDef> ddp_keys();         // schema_ddp.cpp (ddp::DdpOptions)
+std::vector<KeyDef> memory_keys();      // schema_memory.cpp (memory::MemoryOptions)
+std::vector<KeyDef> eval_keys();        // schema_train.cpp (train::TrainOptions::eval_tasks)
+std::vector<KeyDef> checkpoint_keys();  // schema_train.cpp (checkpoint::CheckpointOptions)
+std::vector<KeyDef> log_keys();         // schema_train.cpp (train::LogOptions)
 
 }  // namespace config::schema

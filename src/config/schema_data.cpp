@@ -2,6 +2,7 @@
 
 #include "config/key_builders.h"
 #include "data/dataset.h"
+#include "data/registry.h"
 
 namespace config::schema {
 

@@ -1,7 +1,6 @@
 // The model section's keys (models::ModelOptions), each declared once with its default.
 
 #include "config/key_builders.h"
-#include "models/gpt/gpt.h"
 #include "models/registry.h"
 
 namespace config::schema {

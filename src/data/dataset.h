@@ -89,11 +89,4 @@ struct DataOptions {
   int64_t inject_read_delay_ms = 0;  // test hook: every get() sleeps this long
 };
 
-// The dataset names make_dataset knows.
-std::vector<std::string> dataset_names();
-
-// Throws std::invalid_argument for an unknown dataset name, and data::DataError (data/errors.h)
-// for a file that cannot be read, naming the file and line or byte offset.
-std::unique_ptr<Dataset> make_dataset(const DataOptions& options);
-
 }  // namespace data

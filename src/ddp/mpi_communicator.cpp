@@ -6,13 +6,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include "ddp/check.h"
 #include "ddp/desync.h"
 #include "ddp/errors.h"
 #include "ddp/mpi_progress.h"
-#include "ddp/mpi_runtime.h"
 #include "ddp/timed_work.h"
 
 namespace ddp {
@@ -207,7 +207,12 @@ class MpiWork final : public TimedWork {
   std::shared_ptr<PendingRequest> pending_;  // set when the progress thread owns the request
 };
 
+// The job's ranks on this node (MpiTopology::local_size), for every communicator of the process.
+std::atomic<int> g_ranks_on_node{1};
+
 }  // namespace
+
+void MpiCommunicator::set_ranks_on_node(int ranks) { g_ranks_on_node = ranks; }
 
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> timeout,
                                  bool tracked) {
@@ -216,7 +221,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::chrono::duration<double> ti
   TRAINER_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   TRAINER_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   timeout_ = timeout;
-  oversubscribed_ = MpiRuntime::node_oversubscribed();
+  oversubscribed_ = g_ranks_on_node.load() > static_cast<int>(std::thread::hardware_concurrency());
   // Only a communicator over every rank of the job, or one of the same role on every rank, can be
   // compared across ranks.
   int same = MPI_UNEQUAL;

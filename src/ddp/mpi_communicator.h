@@ -36,6 +36,11 @@ class MpiCommunicator final : public Communicator {
   // A new communicator over the same ranks, with its own MPI context. Collective.
   std::unique_ptr<MpiCommunicator> duplicate(std::chrono::duration<double> timeout) const;
 
+  // The job's ranks on this node, for every communicator made afterwards: with more of them than
+  // cores, a waiting communicator yields the core between polls. MpiRuntime sets it from its
+  // node-local split at start-up (before it, one rank).
+  static void set_ranks_on_node(int ranks);
+
   // Records this communicator's operations for the desync diagnosis (ddp/desync.h); null unless
   // it spans every rank of the job.
   const std::shared_ptr<desync::Tracker>& tracker() const { return tracker_; }

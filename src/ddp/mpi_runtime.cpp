@@ -6,10 +6,8 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdlib>
 #include <exception>
-#include <thread>
 
 #include "ddp/check.h"
 #include "ddp/desync.h"
@@ -18,9 +16,6 @@
 
 namespace ddp {
 namespace {
-
-// The job's ranks on this node (MpiTopology::local_size), for every communicator of the process.
-std::atomic<int> g_ranks_on_node{1};
 
 // kTestRanksPerNodeEnv's value, or 0 when unset, malformed or not a divisor of the world size.
 int test_ranks_per_node(int world_size) {
@@ -82,7 +77,7 @@ void MpiRuntime::split_nodes() {
   TRAINER_MPI_CHECK(MPI_Comm_size(shared, &topology_.local_size));
   TRAINER_MPI_CHECK(MPI_Bcast(&leader, 1, MPI_INT, 0, shared));
   MPI_Comm_free(&shared);
-  g_ranks_on_node = topology_.local_size;
+  MpiCommunicator::set_ranks_on_node(topology_.local_size);
   topology_.node_rank = topology_.local_rank;
   topology_.node_size = topology_.local_size;
   if (const int k = test_ranks_per_node(topology_.world_size); k > 0) {
@@ -112,10 +107,6 @@ MpiRuntime::~MpiRuntime() noexcept {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
-}
-
-bool MpiRuntime::node_oversubscribed() {
-  return g_ranks_on_node.load() > static_cast<int>(std::thread::hardware_concurrency());
 }
 
 std::unique_ptr<Communicator> MpiRuntime::world(std::chrono::duration<double> timeout) const {

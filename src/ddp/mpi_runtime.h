@@ -44,11 +44,6 @@ class MpiRuntime {
   MpiRuntime& operator=(const MpiRuntime&) = delete;
 
   const MpiTopology& topology() const { return topology_; }
-  // Whether this node runs more ranks of the job than it has cores, whatever communicator asks:
-  // waits then yield the core between polls. From the one node-local split, made at start-up;
-  // false before an MpiRuntime exists.
-  static bool node_oversubscribed();
-
   // Communicators over every rank of the job, and over this process alone (world size 1).
   std::unique_ptr<Communicator> world(std::chrono::duration<double> timeout) const;
   std::unique_ptr<Communicator> self(std::chrono::duration<double> timeout) const;

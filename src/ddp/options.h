@@ -41,13 +41,13 @@ struct DdpOptions {
   double first_bucket_mb = 0;  // cap of the first gradient bucket
   double bucket_mb = 0;        // cap of the other buckets
   bool find_unused_parameters = false;
-  ReduceDtype reduce_dtype{};         // fp32 | bf16: dtype of the gradient all-reduce
-  ShardMode shard{};                  // none | optimizer | gradients | parameters (ddp/shard.h)
-  ShardGroup shard_group{};           // world | node: the ranks a shard spans
-  bool reshard_after_forward = true;  // parameters: free each unit after its forward
-  bool prefetch_units = true;         // parameters: gather the next unit while one computes
-  MpiProgressMode mpi_progress{};     // auto | thread | caller (ddp/mpi_progress.h)
-  double mpi_poll_us = 0;             // the progress thread's pause between rounds of MPI_Test
+  ReduceDtype reduce_dtype{};          // fp32 | bf16: dtype of the gradient all-reduce
+  ShardMode shard{};                   // none | optimizer | gradients | parameters (ddp/shard.h)
+  ShardGroup shard_group{};            // world | node: the ranks a shard spans
+  bool reshard_after_forward = false;  // parameters: free each unit after its forward
+  bool prefetch_units = false;         // parameters: gather the next unit while one computes
+  MpiProgressMode mpi_progress{};      // auto | thread | caller (ddp/mpi_progress.h)
+  double mpi_poll_us = 0;              // the progress thread's pause between rounds of MPI_Test
 };
 
 }  // namespace ddp

@@ -1,5 +1,5 @@
 // The key names of a trainer checkpoint's tensors, which more than one layer reads: the
-// checkpoint writer and reader (train/checkpoint.h, which describes the whole format) and
+// checkpoint writer and reader (checkpoint/single_file.h, which describes the whole format) and
 // model.init_from, which takes a checkpoint's parameters (models/gpt/hf_gpt2.h).
 #pragma once
 

@@ -20,12 +20,8 @@
 #include "launcher/exit_status.h"
 #include "launcher/launch.h"
 #include "launcher/resume.h"
-#include "models/gpt/generate.h"
-#include "models/gpt/gpt.h"
-#include "models/gpt/hf_gpt2.h"
 #include "models/language_model.h"
-#include "models/llama/hf_llama.h"
-#include "models/llama/llama.h"
+#include "models/lm/generate.h"
 #include "models/registry.h"
 
 namespace launcher {
@@ -45,18 +41,12 @@ struct Loaded {
 // The model as training builds it, with the weights the config names (generate_command.h).
 // Throws what create_model and the checkpoint reader throw.
 Loaded load_model(const config::Config& config, const char* command) {
-  if (config.model.name != "gpt" && config.model.name != "llama") {
-    throw std::invalid_argument(fmt::format(
-        "{} needs a language model (model.name: gpt or llama); this config has model.name: {}",
-        command, config.model.name));
-  }
   core::Shape shape;
   shape.vocab_size = config.data.vocab_size;
   shape.context = config.data.context;
   at::manual_seed(config.train.seed);  // untrained weights: the ones training would start from
   Loaded out;
-  out.model =
-      std::dynamic_pointer_cast<models::LanguageModel>(models::create_model(config.model, shape));
+  out.model = models::create_language_model(config.model, shape, command);
   if (const auto found = select_resume(config.checkpoint, *out.model, ResumeFor::kWeights)) {
     out.weights = fmt::format("checkpoint {} ({} steps done)", found->path, found->meta.step);
   } else if (!config.model.init_from.empty()) {
@@ -160,18 +150,15 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("--max-shard-size: {}", e.what()));
     }
-    if (auto* llama = dynamic_cast<models::Llama*>(loaded.model.get())) {
-      const auto files = models::export_hf_llama(*llama, llama->options(), dir, max_shard_bytes);
-      say(fmt::format("wrote {}/config.json and {} weight file{} from {} (load with "
-                      "transformers.LlamaForCausalLM.from_pretrained(\"{}\"))",
-                      dir, files.size() == 1 ? 1 : files.size() - 1, files.size() == 1 ? "" : "s",
-                      loaded.weights, dir));
-      return kExitOk;
-    }
-    models::export_hf_gpt2(dynamic_cast<models::Gpt&>(*loaded.model), dir);
-    say(fmt::format("wrote {}/config.json and {}/model.safetensors from {} (load with "
-                    "transformers.GPT2LMHeadModel.from_pretrained(\"{}\"))",
-                    dir, dir, loaded.weights, dir));
+    // The model's family writes it (models/registry.h): one model.safetensors, or shards.
+    const models::HfExport out =
+        models::export_hf(config.model.name, *loaded.model, dir, max_shard_bytes);
+    const std::string weights = out.files.size() == 1
+                                    ? out.files.front()
+                                    : fmt::format("{} weight files", out.files.size() - 1);
+    say(fmt::format("wrote {}/config.json and {} from {} (load with "
+                    "transformers.{}.from_pretrained(\"{}\"))",
+                    dir, weights, loaded.weights, out.hf_class, dir));
     return kExitOk;
   });
 }

@@ -4,8 +4,9 @@
 //           [--seed S]      writes PROMPT and its continuation to stdout
 //   trainer --config C --export-hf DIR
 //           [--max-shard-size 5GB]
-//                           writes DIR/config.json and DIR/model.safetensors (models/gpt/hf_gpt2.h,
-//                           models/llama/hf_llama.h: llama's in shards above the size)
+//                           writes DIR/config.json and DIR/model.safetensors (in shards above the
+//                           size), found through the model registry (models::export_hf: the
+//                           family's exporter, models/gpt/hf_gpt2.h, models/llama/hf_llama.h)
 //
 // Both run in one process, without MPI (under mpirun, rank 0 works and the others exit 0), on
 // the weights the config names, in this order: the checkpoint file checkpoint.resume names; the

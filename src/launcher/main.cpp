@@ -114,7 +114,7 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
       ->excludes(generate)
       ->excludes(export_hf);
   app.add_option("--max-shard-size", cli.max_shard_size,
-                 "--export-hf: llama weights above this go to shards and an index, as "
+                 "--export-hf: weights above this go to shards and an index, as "
                  "save_pretrained (5GB, 500MB, 2GiB, bytes)")
       ->needs(export_hf);
   app.set_version_flag("--version", fmt::format("trainer 0.1.0 (LibTorch {})", TORCH_VERSION));

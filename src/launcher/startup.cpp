@@ -12,6 +12,7 @@
 
 #include "checkpoint/files.h"
 #include "data/choice_tasks.h"
+#include "data/registry.h"
 #include "data/tokenizer.h"
 #include "ddp/backend.h"
 #include "ddp/batch_plan.h"

@@ -7,7 +7,7 @@
 namespace memory {
 
 int64_t MemoryEstimate::chunk_rows(int64_t micro) const {
-  // The rows spread evenly over as few chunks as hold them (models/gpt/linear_cross_entropy.h).
+  // The rows spread evenly over as few chunks as hold them (models/lm/linear_cross_entropy.h).
   const int64_t rows = micro * loss_rows_per_sample;
   if (rows <= 0 || loss_chunk_rows <= 0) return 0;
   const int64_t chunks = (rows + loss_chunk_rows - 1) / loss_chunk_rows;

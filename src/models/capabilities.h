@@ -69,7 +69,7 @@ class ChannelsLast {
 };
 
 // The memory plan's probe (memory/estimator.h): a loss computed over chunks of rows (the output
-// layer over a large vocabulary, models/gpt/linear_cross_entropy.h) holds its vocabulary-wide
+// layer over a large vocabulary, models/lm/linear_cross_entropy.h) holds its vocabulary-wide
 // tensors for one chunk at a time, so that part stops growing once a micro-batch fills a chunk.
 // loss_rows: the rows the loss takes for the batch `inputs`; loss_chunk_rows: the rows per chunk
 // it uses for `rows` rows; set_loss_chunk_rows: caps the chunk at `rows` (0: the model's own),

@@ -1,4 +1,4 @@
-// LanguageModel: what text generation (models/gpt/generate.h: --generate, train.sample_every and
+// LanguageModel: what text generation (models/lm/generate.h: --generate, train.sample_every and
 // --export-hf's callers) needs of a decoder, besides Model: its vocabulary, its context, and
 // incremental decoding with a KV cache. gpt and llama implement it.
 #pragma once

@@ -55,7 +55,7 @@ struct ModelOptions {
   int64_t rope_original_context = 0;
   bool attention_bias = false;
   bool mlp_bias = false;
-  bool tie_embeddings = true;
+  bool tie_embeddings = false;
   // sequence
   SequenceCell cell{};  // lstm | transformer
   // cnn

@@ -2,18 +2,14 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include <functional>
 #include <map>
-#include <optional>
 #include <stdexcept>
 
 #include "models/cnn.h"
-#include "models/gpt/gpt.h"
-#include "models/gpt/hf_gpt2.h"
-#include "models/llama/llama_options.h"
-#include "models/llama/make_llama.h"
+#include "models/gpt/gpt_family.h"
+#include "models/llama/llama_family.h"
 #include "models/mlp.h"
 #include "models/recommender.h"
 #include "models/sequence.h"
@@ -23,27 +19,10 @@ namespace {
 
 using Factory = std::function<std::shared_ptr<Model>(const ModelOptions&, const core::Shape&)>;
 
-// A key's value when set (> 0), else the fallback (a preset's, or the model's default).
-int64_t or_else(int64_t value, int64_t fallback) { return value > 0 ? value : fallback; }
-
 void require_data(bool ok, const std::string& model, const char* what) {
   if (!ok) {
     throw std::invalid_argument(
         fmt::format("model.name: {} needs {} (data.dataset gives none)", model, what));
-  }
-}
-
-// Gpt(g), naming model.init_from's file when the dimensions it gave do not fit (Gpt names only
-// the model keys).
-std::shared_ptr<Gpt> build_gpt(const GptOptions& g, const std::optional<GptInit>& init) {
-  try {
-    return std::make_shared<Gpt>(g);
-  } catch (const std::invalid_argument& e) {
-    if (!init) throw;
-    throw std::invalid_argument(fmt::format(
-        "model.init_from: {}: {} (the file gives {} blocks, {} heads, {} wide, {} positions)",
-        init->config_file.empty() ? init->file : init->config_file, e.what(), g.num_layers, g.heads,
-        g.d_model, g.context));
   }
 }
 
@@ -64,42 +43,6 @@ std::shared_ptr<Model> make_recommender(const ModelOptions& o, const core::Shape
   r.encoder.out_dim = o.embedding_dim;
   r.encoder_weights = o.encoder_weights;
   return std::make_shared<Recommender>(s.num_users, s.num_items, s.item_text, r);
-}
-
-std::shared_ptr<Model> make_gpt(const ModelOptions& o, const core::Shape& s) {
-  require_data(s.vocab_size > 0 && s.context > 0, "gpt", "token data (data.dataset: tokens)");
-  GptOptions g = gpt_preset(o.preset);  // the schema's default: gpt2
-  g.vocab_size = s.vocab_size;
-  g.padded_vocab_size = 0;  // rounded up to a multiple of 64
-  g.num_layers = or_else(o.num_layers, g.num_layers);
-  g.heads = or_else(o.heads, g.heads);
-  g.d_model = or_else(o.d_model, g.d_model);
-  g.context = or_else(o.context, s.context);
-  std::optional<GptInit> init;
-  if (!o.init_from.empty()) {
-    // The file's dimensions win over the preset's; keys the config sets must agree.
-    init = read_gpt_init(o.init_from);
-    apply_init_dims(*init, {o.num_layers, o.heads, o.d_model, o.context, 0, 0}, g);
-  }
-  if (s.context > g.context) {
-    throw std::invalid_argument(
-        fmt::format("data.context = {} is longer than model.context = {} (the model's positions)",
-                    s.context, g.context));
-  }
-  g.dropout = o.dropout;
-  g.checkpoint_activations = o.checkpoint_activations;
-  auto gpt = build_gpt(g, init);
-  if (init) {
-    load_gpt_init(*init, *gpt);
-    spdlog::info("model.init_from: weights of {} {} ({} blocks, {} heads, {} wide, {} "
-                 "positions)",
-                 init->kind, init->file, g.num_layers, g.heads, g.d_model, g.context);
-  }
-  return gpt;
-}
-
-std::shared_ptr<Model> make_llama_model(const ModelOptions& o, const core::Shape& s) {
-  return make_llama(o, s);
 }
 
 std::shared_ptr<Model> make_sequence(const ModelOptions& o, const core::Shape& s) {
@@ -129,11 +72,28 @@ std::shared_ptr<Model> make_cnn(const ModelOptions& o, const core::Shape& s) {
   return std::make_shared<RestorationCnn>(c);
 }
 
+// The language models, in the order model.preset lists their presets.
+const std::vector<LmFamily>& families() {
+  static const std::vector<LmFamily> all = {gpt_family(), llama_family()};
+  return all;
+}
+
+const LmFamily* family(const std::string& name) {
+  for (const LmFamily& f : families()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
 const std::map<std::string, Factory>& builtin() {
-  static const std::map<std::string, Factory> models = {
-      {"mlp", make_mlp},           {"recommender", make_recommender}, {"gpt", make_gpt},
-      {"llama", make_llama_model}, {"sequence", make_sequence},       {"cnn", make_cnn},
-  };
+  static const std::map<std::string, Factory> models = [] {
+    std::map<std::string, Factory> m = {{"mlp", make_mlp},
+                                        {"recommender", make_recommender},
+                                        {"sequence", make_sequence},
+                                        {"cnn", make_cnn}};
+    for (const LmFamily& f : families()) m.emplace(f.name, f.make);
+    return m;
+  }();
   return models;
 }
 
@@ -147,8 +107,14 @@ std::vector<std::string> model_names() {
 
 std::vector<std::string> preset_names() {
   std::vector<std::string> names;
-  for (auto& n : gpt_preset_names()) names.push_back(n);
-  for (auto& n : llama_preset_names()) names.push_back(n);
+  for (const LmFamily& f : families())
+    names.insert(names.end(), f.presets.begin(), f.presets.end());
+  return names;
+}
+
+std::vector<std::string> language_model_names() {
+  std::vector<std::string> names;
+  for (const LmFamily& f : families()) names.push_back(f.name);
   return names;
 }
 
@@ -161,6 +127,27 @@ std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Sha
                                             fmt::join(model_names(), ", ")));
   }
   return it->second(options, shape);
+}
+
+std::shared_ptr<LanguageModel> create_language_model(const ModelOptions& options,
+                                                     const core::Shape& shape,
+                                                     const std::string& command) {
+  const LmFamily* f = family(options.name);
+  if (f == nullptr) {
+    throw std::invalid_argument(
+        fmt::format("{} needs a language model (model.name: {}); this config has model.name: {}",
+                    command, fmt::join(language_model_names(), " or "), options.name));
+  }
+  return f->make(options, shape);
+}
+
+HfExport export_hf(const std::string& name, Model& model, const std::string& dir,
+                   int64_t max_shard_bytes) {
+  const LmFamily* f = family(name);
+  if (f == nullptr) {
+    throw std::invalid_argument(fmt::format("model.name: {} has no Hugging Face format", name));
+  }
+  return {f->export_hf(model, dir, max_shard_bytes), f->hf_class};
 }
 
 }  // namespace models

@@ -1,11 +1,14 @@
-// The model zoo, by name. Every built-in model is listed in registry.cpp.
+// The model zoo, by name. Every built-in model is listed in registry.cpp; the language models
+// (gpt, llama) as families (models/lm/family.h), which also say how --export-hf writes them.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/shape.h"
+#include "models/language_model.h"
 #include "models/model.h"
 
 namespace models {
@@ -18,5 +21,28 @@ std::vector<std::string> preset_names();
 // Throws std::invalid_argument naming the known models when `options.name` is unknown, and naming
 // the data it needs when `shape` lacks it.
 std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Shape& shape);
+
+// The model names that are language models (gpt, llama): what --generate, --export-hf and
+// eval.tasks take.
+std::vector<std::string> language_model_names();
+// create_model for a command that needs a language model (`command`: "--generate", ...):
+// std::invalid_argument "COMMAND needs a language model (model.name: gpt or llama); this config
+// has model.name: NAME" for another model, else what create_model throws.
+std::shared_ptr<LanguageModel> create_language_model(const ModelOptions& options,
+                                                     const core::Shape& shape,
+                                                     const std::string& command);
+
+// What --export-hf wrote: the weight files (the index last) and transformers' class that loads
+// them.
+struct HfExport {
+  std::vector<std::string> files;
+  std::string hf_class;
+};
+// Writes `model`, which create_model built for model.name `name`, into `dir` as Hugging Face's
+// save_pretrained does (config.json and the weights, sharded above max_shard_bytes), through
+// its family's exporter. std::invalid_argument for a model without one; std::runtime_error
+// naming a file that cannot be written.
+HfExport export_hf(const std::string& name, Model& model, const std::string& dir,
+                   int64_t max_shard_bytes);
 
 }  // namespace models

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "models/gpt/generate.h"
+#include "models/lm/generate.h"
 
 namespace train {
 namespace {

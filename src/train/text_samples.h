@@ -4,7 +4,7 @@
 // Contract: the prompt, the seed (train.seed), the temperature and top-k are fixed when the
 // sampler is made, so samples at different steps differ only by the weights. Sampling runs under
 // no-grad in eval mode, puts the training mode back and draws from a generator of its own
-// (models/gpt/generate.h): the training run is the same, loss for loss, with and without samples.
+// (models/lm/generate.h): the training run is the same, loss for loss, with and without samples.
 // The model is reached through the Model interface only (docs/DESIGN.md, "Layers", rule 5).
 #pragma once
 
@@ -36,7 +36,7 @@ std::function<std::string()> make_text_sampler(std::shared_ptr<models::Model> mo
 // train.sample_every: the periodic action that logs "sample at step S: TEXT" after every
 // `every`-th step (timed as "samples"). Rank 0 only: it does not communicate, and the others do
 // not wait for it (the next step's collectives do). `sample` must leave the training state alone
-// (models/gpt/generate.h: eval mode, its own generator).
+// (models/lm/generate.h: eval mode, its own generator).
 PeriodicAction text_sample_action(int64_t every, std::function<std::string()> sample);
 
 // `text` on one line of a log: newlines, backslashes and control characters escaped.

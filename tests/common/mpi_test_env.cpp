@@ -10,6 +10,7 @@
 #include "checkpoint/single_file.h"
 #include "common/temp_dir.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "ddp/mpi_communicator.h"
 #include "models/registry.h"
 #include "train/loop.h"

@@ -10,6 +10,7 @@
 
 #include "common/mpi_test_env.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "models/registry.h"
 #include "train/trainer.h"
 

@@ -13,6 +13,7 @@
 #include "common/temp_dir.h"
 #include "config/config.h"
 #include "data/movielens.h"
+#include "data/registry.h"
 #include "models/registry.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"

@@ -17,6 +17,7 @@
 
 #include "common/mpi_test_env.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "ddp/errors.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"

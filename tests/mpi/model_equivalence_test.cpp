@@ -14,6 +14,7 @@
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "models/registry.h"
 #include "train/evaluation.h"
 #include "train/trainer.h"

@@ -11,6 +11,7 @@
 
 #include "common/mpi_test_env.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "memory/allocator_guard.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"

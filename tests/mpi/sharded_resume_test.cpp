@@ -31,6 +31,7 @@
 #include "checkpoint/single_file.h"
 #include "common/mpi_test_env.h"
 #include "config/config.h"
+#include "data/registry.h"
 #include "ddp/gather.h"
 #include "io/safetensors.h"
 #include "io/shard_manifest.h"

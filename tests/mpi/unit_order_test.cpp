@@ -8,6 +8,7 @@
 #include "common/mpi_test_env.h"
 #include "config/config.h"
 #include "data/dataset.h"
+#include "data/registry.h"
 #include "ddp/errors.h"
 #include "models/capabilities.h"
 #include "train/trainer.h"

@@ -163,6 +163,23 @@ TEST(GptShape, ParameterNamesAreGpt2sWithOneTiedEmbedding) {
   EXPECT_EQ(parameter_count(model), expected_parameters(small_options(), 64));
 }
 
+// The language-model base's units (models/lm/causal_lm.h) on gpt's parts: the embeddings and
+// the tied output layer's ln_f in unit 0, then block i alone in unit 1 + i.
+TEST(GptShape, ParameterUnitsAreTheEmbeddingsThenEachBlock) {
+  const GptOptions o = small_options();
+  Gpt model(o);
+  const auto units = model.parameter_units();
+  ASSERT_EQ(units.size(), static_cast<size_t>(1 + o.num_layers));
+  EXPECT_EQ(units[0],
+            (std::vector<std::string>{"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"}));
+  for (size_t u = 1; u < units.size(); ++u) {
+    EXPECT_EQ(units[u].size(), 12u);  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj: weight, bias
+    for (const auto& name : units[u]) {
+      EXPECT_EQ(name.rfind("h." + std::to_string(u - 1) + ".", 0), 0u) << name;
+    }
+  }
+}
+
 TEST(GptShape, LogitsHaveThePaddedWidthAndPaddedRowsGetNoGradient) {
   at::manual_seed(4);
   Gpt model(small_options());

@@ -1,5 +1,5 @@
 // Hugging Face GPT-2 weights in and out (models/gpt/hf_gpt2.h) and generation with a KV cache
-// (models/gpt/generate.h), against `transformers` itself (tests/hf/hf_gpt2.py, offline, random
+// (models/lm/generate.h), against `transformers` itself (tests/hf/hf_gpt2.py, offline, random
 // models): a GPT2LMHeadModel saved with save_pretrained loads through model.init_from with the
 // same logits; greedy generation equals transformers' generate(do_sample=False) token for token;
 // a model written by export_hf_gpt2 loads with from_pretrained with the same logits; KV-cache
@@ -20,8 +20,9 @@
 
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
-#include "models/gpt/generate.h"
+#include "io/safetensors_shards.h"
 #include "models/gpt/gpt.h"
+#include "models/lm/generate.h"
 #include "models/registry.h"
 
 namespace {
@@ -178,7 +179,8 @@ TEST_F(HfGpt2, ExportLoadsInTransformersWithTheSameLogits) {
     for (auto& p : gpt.parameters()) p.add_(at::randn_like(p) * 0.05);
   }
   test::TempDir out;
-  models::export_hf_gpt2(gpt, out.path());
+  const auto files = models::export_hf_gpt2(gpt, out.path(), io::parse_shard_size("5GB"));
+  EXPECT_EQ(files, std::vector<std::string>{out.file("model.safetensors")});
   const at::Tensor inputs = at::randint(0, kVocab, {2, 24}, at::kLong);
   io::write_safetensors(out.file("inputs.safetensors"), {{"inputs", inputs}});
   ASSERT_TRUE(run_script(fmt::format("logits {} {} {}", out.path(), out.file("inputs.safetensors"),
@@ -199,6 +201,17 @@ TEST_F(HfGpt2, ExportLoadsInTransformersWithTheSameLogits) {
     const int64_t rows = item.key() == "wte.weight" ? kVocab : item.value().size(0);
     EXPECT_TRUE(at::equal(item.value().narrow(0, 0, rows), again[item.key()].narrow(0, 0, rows)))
         << item.key();
+  }
+  // Above --max-shard-size: shards and an index (models/lm/hf_format.h), which read back the same.
+  test::TempDir sharded;
+  const auto shards = models::export_hf_gpt2(gpt, sharded.path(), 20000);
+  EXPECT_GT(shards.size(), 2u);
+  EXPECT_EQ(shards.back(), sharded.file("model.safetensors.index.json"));
+  const auto from_shards = std::dynamic_pointer_cast<models::Gpt>(
+      models::create_model(gpt_options(sharded.path()), token_shape(kVocab, 24)));
+  auto read = from_shards->named_parameters();
+  for (const auto& item : back->named_parameters()) {
+    EXPECT_TRUE(at::equal(item.value(), read[item.key()])) << item.key();
   }
 }
 

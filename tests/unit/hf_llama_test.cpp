@@ -21,8 +21,8 @@
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
-#include "models/gpt/generate.h"
 #include "models/llama/llama.h"
+#include "models/lm/generate.h"
 #include "models/registry.h"
 
 namespace {

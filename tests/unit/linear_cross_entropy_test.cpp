@@ -1,7 +1,7 @@
 // linear_cross_entropy (the chunked output layer and loss): the same loss and gradients as
 // linear + cross_entropy with the padded rows cut off, in fp32 and under bf16 autocast, for every
 // chunking; no gradient work without grad mode; a peak memory that the chunk bounds; input errors.
-#include "models/gpt/linear_cross_entropy.h"
+#include "models/lm/linear_cross_entropy.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>

@@ -118,6 +118,43 @@ TEST(Llama, HuggingFaceNamesAndCount) {
   EXPECT_EQ(count, 2 * 64 * d + 2 * block + d);
 }
 
+// The language-model base's glue (models/lm/causal_lm.h) on llama's parts. FLOPs per token:
+// 6 N + 12 L A T with A = heads x head_dim and N counting embed_tokens only where it is also the
+// output layer. Units: embed_tokens, each block, then norm and lm_head apart when untied (tied:
+// norm joins embed_tokens' unit, which the output layer enters again).
+TEST(Llama, FlopsAndParameterUnitsTiedAndUntied) {
+  for (const bool tied : {true, false}) {
+    LlamaOptions o = odd_options();
+    o.tie_embeddings = tied;
+    Llama model(o);
+    size_t parameters = 0;
+    int64_t count = 0;
+    for (const auto& p : model.parameters()) {
+      count += p.numel();
+      ++parameters;
+    }
+    const int64_t looked_up = tied ? 0 : 64 * 48;  // embed_tokens [64, 48] when untied
+    EXPECT_DOUBLE_EQ(model.flops_per_token(12),
+                     6.0 * double(count - looked_up) + 12.0 * 2 * (6 * 10) * 12)
+        << "tied " << tied;
+    const auto units = model.parameter_units();
+    ASSERT_EQ(units.size(), tied ? 3u : 4u);
+    const std::vector<std::string> first =
+        tied ? std::vector<std::string>{"embed_tokens.weight", "norm.weight"}
+             : std::vector<std::string>{"embed_tokens.weight"};
+    EXPECT_EQ(units[0], first);
+    if (!tied) EXPECT_EQ(units[3], (std::vector<std::string>{"norm.weight", "lm_head.weight"}));
+    size_t in_units = 0;
+    for (size_t u = 1; u <= 2; ++u) {
+      for (const auto& name : units[u]) {
+        EXPECT_EQ(name.rfind("layers." + std::to_string(u - 1) + ".", 0), 0u) << name;
+      }
+    }
+    for (const auto& unit : units) in_units += unit.size();
+    EXPECT_EQ(in_units, parameters);
+  }
+}
+
 TEST(Llama, KvCacheEqualsTheWholeSequence) {
   LlamaOptions o = odd_options();
   o.rope.scaling = "llama3";

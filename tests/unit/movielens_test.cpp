@@ -11,6 +11,7 @@
 
 #include "common/temp_dir.h"
 #include "data/movielens.h"
+#include "data/registry.h"
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "data/movielens.h"
+#include "data/registry.h"
 #include "fake_communicator.h"
 #include "models/capabilities.h"
 #include "models/recommender.h"

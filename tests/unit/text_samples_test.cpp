@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "models/gpt/generate.h"
 #include "models/gpt/gpt.h"
+#include "models/lm/generate.h"
 #include "models/mlp.h"
 
 namespace {

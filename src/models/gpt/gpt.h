@@ -23,6 +23,10 @@
 // Activation checkpointing (set_checkpoint_activations): each block keeps only its input in
 // forward and is recomputed during backward (with the same dropout masks), trading compute for
 // memory without changing the result.
+//
+// Forward, the chunked loss, KV-cache decoding, FLOPs per token, activation checkpointing and the
+// parameter units (0 wte, wpe and ln_f; 1 .. num_layers the blocks h.{i}) are the language-model
+// base's (models/lm/causal_lm.h); this class holds GPT-2's parts.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "models/block.h"  // KvCache
-#include "models/capabilities.h"
-#include "models/language_model.h"
+#include "models/lm/causal_lm.h"
 
 namespace models {
 
@@ -55,52 +57,30 @@ struct GptOptions {
 GptOptions gpt_preset(const std::string& name);
 std::vector<std::string> gpt_preset_names();
 
-class Gpt final : public LanguageModel,
-                  public ActivationCheckpointing,
-                  public ChunkedLoss,
-                  public ParameterUnits {
+class Gpt final : public CausalLm {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options (heads not
   // dividing d_model, a zero dimension).
   explicit Gpt(const GptOptions& options);
   ~Gpt() override;
-  // logits [n, T, padded_vocab_size] for tokens int64 [n, T] (T <= context).
-  at::Tensor forward(const at::Tensor& tokens) override;
-  // Incremental decoding: logits [n, t, padded_vocab_size] of `tokens` [n, t] standing at
-  // positions cache.length() .. cache.length() + t - 1, attending to the cached positions, which
-  // `cache` is then extended by. The same logits forward() gives for the whole sequence (up to
-  // rounding). Needs cache.length() + t <= context; no dropout (call it in eval mode).
-  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) override;
-  int64_t vocab_size() const override { return options_.vocab_size; }
-  int64_t context() const override { return options_.context; }
-  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
-  void set_checkpoint_activations(bool on) override { options_.checkpoint_activations = on; }
-  bool checkpoint_activations() const override { return options_.checkpoint_activations; }
-  // 6 N + 12 L d T: N the parameters less the position embedding (nanoGPT's count; wte counts,
-  // as it is also the output projection). The recomputation of checkpointing is not counted.
-  double flops_per_token(int64_t positions) const override;
+  // As constructed, padded_vocab_size resolved (checkpoint_activations and loss_chunk_rows as
+  // set since: CausalLm's accessors).
   const GptOptions& options() const { return options_; }
-  // Every position is a row of the chunked output layer.
-  int64_t loss_rows(const at::Tensor& tokens) const override { return tokens.numel(); }
-  int64_t loss_chunk_rows(int64_t rows) const override;
-  void set_loss_chunk_rows(int64_t rows) override;
-  // Units (ddp.shard: parameters): 0 the embeddings and the output layer (wte is both: tied;
-  // wpe, ln_f), 1 .. num_layers the blocks h.{i}. Forward enters 0, 1, ..., num_layers, 0.
-  std::vector<std::vector<std::string>> parameter_units() const override;
-  void set_unit_gate(UnitGate* gate) override { gate_ = gate; }
 
  private:
   // The submodules, typed (defined in gpt.cpp so that this header stays free of the nn module
   // headers). They are registered on this module, which owns them.
   struct Layers;
+  struct Resolved {};  // the options are checked and resolved
+  Gpt(Resolved, const GptOptions& options);
 
-  // ln_f's output [n, T, d_model]: everything before the output projection.
-  at::Tensor hidden(const at::Tensor& tokens);
+  // wte(tokens) + wpe(positions).
+  at::Tensor embed(const at::Tensor& tokens, const at::Tensor& positions) override;
+  at::Tensor final_norm(const at::Tensor& x) override;
+  at::Tensor output_weight() const override;  // wte: tied
 
-  GptOptions options_;          // padded_vocab_size resolved
-  int64_t own_chunk_rows_ = 0;  // loss_chunk_rows as constructed (set_loss_chunk_rows(0))
+  GptOptions options_;
   std::unique_ptr<Layers> layers_;
-  UnitGate* gate_ = nullptr;  // ddp.shard: parameters (set by the trainer)
 };
 
 }  // namespace models

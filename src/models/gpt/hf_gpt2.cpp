@@ -7,26 +7,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <regex>
 #include <set>
 #include <stdexcept>
 #include <vector>
 
 #include "io/checkpoint_keys.h"
-#include "io/safetensors.h"
-#include "models/hf_config.h"
+#include "models/lm/hf_format.h"
 
 namespace models {
 
-using io::read_safetensors;
-using io::SafetensorsError;
-using io::write_safetensors;
-
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 const std::string kPrefix = "transformer.";
@@ -48,88 +40,53 @@ bool is_mask_buffer(const std::string& name) {
 std::string shape_of(const at::Tensor& t) { return fmt::format("{}", t.sizes()); }
 
 // config.json's architecture: the keys Gpt's forward depends on must have GPT-2's values.
-void check_architecture(const json& c, const std::string& file) {
-  const auto bad = [&](const std::string& key, const std::string& why) {
-    return init_error(fmt::format("{}: {} = {}: {}", file, key, c[key].dump(), why));
+void check_architecture(const HfConfig& c) {
+  const auto is = [&](const char* key, const json& value) {
+    const json* v = c.find(key);
+    return v != nullptr && *v == value;
   };
-  if (c.contains("model_type") && c["model_type"] != "gpt2") {
-    throw bad("model_type", "not a GPT-2 (model_type gpt2)");
+  if (c.find("model_type") && !is("model_type", "gpt2")) {
+    throw c.bad("model_type", "not a GPT-2 (model_type gpt2)");
   }
-  if (c.contains("activation_function") && c["activation_function"] != "gelu_new" &&
-      c["activation_function"] != "gelu_pytorch_tanh") {
-    throw bad("activation_function", "gpt uses GELU with the tanh approximation (gelu_new)");
+  if (c.find("activation_function") && !is("activation_function", "gelu_new") &&
+      !is("activation_function", "gelu_pytorch_tanh")) {
+    throw c.bad("activation_function", "gpt uses GELU with the tanh approximation (gelu_new)");
   }
-  if (c.contains("layer_norm_epsilon") && c["layer_norm_epsilon"].is_number() &&
-      std::abs(c["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12) {
-    throw bad("layer_norm_epsilon", "gpt's LayerNorm eps is 1e-5");
+  if (std::abs(c.number("layer_norm_epsilon", 1e-5) - 1e-5) > 1e-12) {
+    throw c.bad("layer_norm_epsilon", "gpt's LayerNorm eps is 1e-5");
   }
-  if (c.contains("n_inner") && !c["n_inner"].is_null() && c.contains("n_embd") &&
-      c["n_inner"] != 4 * c["n_embd"].get<int64_t>()) {
-    throw bad("n_inner", "gpt's MLP is 4 x n_embd wide");
+  const int64_t inner = c.integer_or("n_inner", 0), width = c.integer_or("n_embd", 0);
+  if (inner > 0 && width > 0 && inner != 4 * width) {
+    throw c.bad("n_inner", "gpt's MLP is 4 x n_embd wide");
   }
   for (const char* key : {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"}) {
-    if (c.contains(key) && c[key] == true) throw bad(key, "gpt has no such option");
+    if (c.flag(key, false)) throw c.bad(key, "gpt has no such option");
   }
-  if (c.contains("scale_attn_weights") && c["scale_attn_weights"] == false) {
-    throw bad("scale_attn_weights", "gpt scales attention by 1/sqrt(head size)");
+  if (!c.flag("scale_attn_weights", true)) {
+    throw c.bad("scale_attn_weights", "gpt scales attention by 1/sqrt(head size)");
   }
-  if (c.contains("tie_word_embeddings") && c["tie_word_embeddings"] == false) {
-    throw bad("tie_word_embeddings", "gpt's output layer is tied to wte");
+  if (!c.flag("tie_word_embeddings", true)) {
+    throw c.bad("tie_word_embeddings", "gpt's output layer is tied to wte");
   }
-}
-
-int64_t config_int(const json& c, const char* key, const std::string& file) {
-  if (!c.contains(key)) return 0;
-  if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0) {
-    throw init_error(
-        fmt::format("{}: {} = {} is not a positive integer", file, key, c[key].dump()));
-  }
-  return c[key].get<int64_t>();
 }
 
 void read_config_json(const std::string& file, Gpt2Dims& dims) {
-  json c = read_hf_config(file);
-  check_architecture(c, file);
+  const HfConfig c = HfConfig::read(file);
+  check_architecture(c);
   const std::pair<const char*, int64_t*> keys[] = {{"n_layer", &dims.num_layers},
                                                    {"n_head", &dims.heads},
                                                    {"n_embd", &dims.d_model},
                                                    {"n_positions", &dims.context},
                                                    {"vocab_size", &dims.vocab_size}};
   for (const auto& [key, field] : keys) {
-    if (const int64_t v = config_int(c, key, file); v > 0) *field = v;
+    if (const int64_t v = c.integer_or(key, 0); v > 0) *field = v;
   }
-}
-
-// Sets init.file from `path` (a directory or a file); returns the config.json beside it, or "".
-std::string locate_init_file(const std::string& path, GptInit& init) {
-  std::error_code ec;
-  if (path.empty() || !fs::exists(path, ec)) {
-    throw init_error(fmt::format("{}: no such file or directory", path));
-  }
-  if (fs::is_directory(path, ec)) {
-    init.file = (fs::path(path) / "model.safetensors").string();
-    if (!fs::exists(init.file, ec)) {
-      throw init_error(fmt::format(
-          "{}: the directory holds no model.safetensors (a Hugging Face GPT-2 saved with "
-          "save_pretrained(dir, safe_serialization=True))",
-          path));
-    }
-  } else {
-    init.file = path;
-  }
-  const fs::path beside = fs::path(init.file).parent_path() / "config.json";
-  return fs::exists(beside, ec) ? beside.string() : std::string();
 }
 
 // Fills init.weights (Gpt's names, Linear layout, float32) and init.kind from init.file; a
 // Hugging Face lm_head goes to `lm_head`. Returns whether the file is a trainer checkpoint.
-bool read_init_weights(GptInit& init, at::Tensor& lm_head) {
-  std::map<std::string, at::Tensor> file;
-  try {
-    file = read_safetensors(init.file);
-  } catch (const SafetensorsError& e) {
-    throw init_error(e.what());
-  }
+bool read_init_weights(const HfFiles& files, GptInit& init, at::Tensor& lm_head) {
+  std::map<std::string, at::Tensor> file = read_hf_tensors(files);
   const bool checkpoint = std::any_of(file.begin(), file.end(), [](const auto& kv) {
     return kv.first.rfind(kCheckpointParam, 0) == 0;
   });
@@ -200,13 +157,14 @@ void infer_init_dims(GptInit& init, const at::Tensor& lm_head, bool checkpoint) 
 GptInit read_gpt_init(const std::string& path) {
   GptInit init;
   init.path = path;
-  const std::string config_file = locate_init_file(path, init);
+  const HfFiles files = find_hf_files(path, "a Hugging Face GPT-2 saved with save_pretrained");
+  init.file = files.where();
   at::Tensor lm_head;
-  const bool checkpoint = read_init_weights(init, lm_head);
+  const bool checkpoint = read_init_weights(files, init, lm_head);
   infer_init_dims(init, lm_head, checkpoint);
-  if (!checkpoint && !config_file.empty()) {
-    read_config_json(config_file, init.dims);
-    init.config_file = config_file;
+  if (!checkpoint && !files.config_file.empty()) {
+    read_config_json(files.config_file, init.dims);
+    init.config_file = files.config_file;
   }
   return init;
 }
@@ -241,64 +199,31 @@ void apply_init_dims(const GptInit& init, const Gpt2Dims& set, GptOptions& o) {
 
 void load_gpt_init(const GptInit& init, Gpt& model) {
   const GptOptions& o = model.options();
-  const std::string config =
+  const bool checkpoint = init.kind == "trainer checkpoint";
+  HfLoad how;
+  how.where = init.file;
+  how.config =
       fmt::format("model.num_layers {}, heads {}, d_model {}, context {}, data.vocab_size {}",
                   o.num_layers, o.heads, o.d_model, o.context, o.vocab_size);
-  std::set<std::string> used;
-  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // checked first, then copied
-  for (const auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    const at::Tensor& mine = item.value();
-    auto it = init.weights.find(name);
-    if (it == init.weights.end()) {
-      throw init_error(fmt::format("{}: no tensor for the model's {} {} ({})", init.file, name,
-                                   shape_of(mine), config));
-    }
-    used.insert(name);
-    const at::Tensor& w = it->second;
-    // Hugging Face's wte has the real vocabulary's rows; the model's is padded.
-    const bool unpadded_wte = name == "wte.weight" && w.dim() == 2 && w.size(0) == o.vocab_size &&
-                              w.size(1) == mine.size(1);
-    if (!unpadded_wte && w.sizes() != mine.sizes()) {
-      throw init_error(fmt::format("{}: {} has shape {}{} but the model's is {} ({})", init.file,
-                                   name, shape_of(w),
-                                   is_conv1d_weight(name) && init.kind != "trainer checkpoint"
-                                       ? " (after the Conv1D transpose)"
-                                       : "",
-                                   shape_of(mine), config));
-    }
-    copies.emplace_back(mine, w);
-  }
-  std::vector<std::string> extra;
-  for (const auto& [name, w] : init.weights) {
-    if (!used.count(name)) extra.push_back(name);
-  }
-  if (!extra.empty()) {
-    throw init_error(fmt::format("{}: tensors the model ({}) does not have: {}", init.file, config,
-                                 fmt::join(extra, ", ")));
-  }
-  at::NoGradGuard no_grad;
-  for (auto& [mine, w] : copies) {
-    if (w.size(0) == mine.size(0)) {
-      mine.copy_(w);
-    } else {
-      mine.narrow(0, 0, w.size(0)).copy_(w);
-      mine.narrow(0, w.size(0), mine.size(0) - w.size(0)).zero_();  // the padded rows
-    }
-  }
+  how.vocab_size = o.vocab_size;
+  how.vocab_rows = {"wte.weight"};  // Hugging Face's has the real vocabulary's rows
+  how.file_name = [checkpoint](const std::string& name) {
+    return (checkpoint ? kCheckpointParam : kPrefix) + name;
+  };
+  how.shape_note = [checkpoint](const std::string& name) {
+    return !checkpoint && is_conv1d_weight(name) ? " (after the Conv1D transpose)" : "";
+  };
+  load_hf_weights(init.weights, model, how);
 }
 
 std::map<std::string, at::Tensor> hf_gpt2_tensors(Gpt& model) {
   std::map<std::string, at::Tensor> out;
-  for (const auto& item : model.named_parameters()) {
-    at::Tensor w = item.value().detach().to(at::kCPU, at::kFloat);
-    if (item.key() == "wte.weight") w = w.narrow(0, 0, model.options().vocab_size);
-    if (is_conv1d_weight(item.key())) w = w.t();
-    out.emplace(kPrefix + item.key(), w.contiguous().clone());
+  for (auto& [name, w] : export_parameters(model, {"wte.weight"}, model.options().vocab_size)) {
+    if (is_conv1d_weight(name)) w = w.t();
+    out.emplace(kPrefix + name, w.contiguous().clone());
   }
   return out;
 }
-
 std::string hf_gpt2_config_json(const Gpt& model) {
   const GptOptions& o = model.options();
   json c = {
@@ -331,19 +256,9 @@ std::string hf_gpt2_config_json(const Gpt& model) {
   return c.dump(2) + "\n";
 }
 
-void export_hf_gpt2(Gpt& model, const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw std::runtime_error(fmt::format("cannot create the directory {}: {}", dir, ec.message()));
-  const std::string config = (fs::path(dir) / "config.json").string();
-  std::ofstream out(config);
-  out << hf_gpt2_config_json(model);
-  out.close();
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}", config));
-  // transformers reads the "format" metadata of a safetensors file to know its framework.
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), hf_gpt2_tensors(model),
-                    {{"format", "pt"}});
+std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir,
+                                        int64_t max_shard_bytes) {
+  return write_hf_dir(dir, hf_gpt2_config_json(model), hf_gpt2_tensors(model), max_shard_bytes);
 }
 
 }  // namespace models

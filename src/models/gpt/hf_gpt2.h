@@ -1,8 +1,9 @@
 // Hugging Face GPT-2 weights in and out of Gpt: model.init_from and `trainer --export-hf`.
 //
-// Hugging Face's layout (GPT2LMHeadModel.save_pretrained): a directory with config.json
-// (n_layer, n_head, n_embd, n_positions, vocab_size, ...) and model.safetensors, whose keys are
-// Gpt's parameter names with a "transformer." prefix (some files have none):
+// Hugging Face's layout (GPT2LMHeadModel.save_pretrained; models/lm/hf_format.h): a directory
+// with config.json (n_layer, n_head, n_embd, n_positions, vocab_size, ...) and model.safetensors
+// (or its shards and index), whose keys are Gpt's parameter names with a "transformer." prefix
+// (some files have none):
 //   transformer.wte.weight [vocab, d]   transformer.wpe.weight [positions, d]
 //   transformer.h.N.attn.c_attn.weight [d, 3d] ... transformer.ln_f.bias [d]
 // GPT-2's Conv1D layers (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) store their weights
@@ -11,10 +12,8 @@
 // hold an untied one) and is not written. The causal-mask buffers older files carry
 // (h.N.attn.bias, h.N.attn.masked_bias) are not weights and are passed over.
 //
-// The vocabulary: the file holds `vocab` rows of wte; Gpt holds padded_vocab_size rows. Reading
-// puts the file's rows first and zeros in the padded rows: those ids never occur in the data
-// (ids < vocab_size) and their logits are masked out of the loss and of sampling, so their
-// value never matters, and zero makes the load independent of the seed. Writing drops them.
+// The vocabulary: the file holds `vocab` rows of wte, Gpt padded_vocab_size rows; reading pads
+// with zero rows and writing drops them (models/lm/hf_format.h says why).
 //
 // model.init_from also takes one of the trainer's checkpoints (keys "param.<name>", the padded
 // wte included): its parameters are taken as they are; the optimizer state and step are not.
@@ -25,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "models/gpt/gpt.h"
 
@@ -44,15 +44,15 @@ struct Gpt2Dims {
 // What model.init_from holds.
 struct GptInit {
   std::string path;         // as given
-  std::string file;         // the safetensors file read
+  std::string file;         // the safetensors file(s) read (comma-separated)
   std::string config_file;  // the config.json read beside it ("" without one)
   std::string kind;         // "Hugging Face GPT-2" or "trainer checkpoint"
   Gpt2Dims dims;            // from config.json where present, else from the tensors' shapes
   std::map<std::string, at::Tensor> weights;  // by Gpt's names, Linear layout, float32, CPU
 };
 
-// Reads `path`: a Hugging Face GPT-2 directory (config.json + model.safetensors), a
-// model.safetensors file (a config.json beside it is read too), or a trainer checkpoint. Throws
+// Reads `path`: a Hugging Face GPT-2 directory (config.json + model.safetensors or its shards),
+// a model.safetensors file (a config.json beside it is read too), or a trainer checkpoint. Throws
 // std::invalid_argument naming model.init_from and the file for a missing or unreadable file,
 // a tensor with an unexpected name or shape, or an untied lm_head.
 GptInit read_gpt_init(const std::string& path);
@@ -76,8 +76,10 @@ std::map<std::string, at::Tensor> hf_gpt2_tensors(Gpt& model);
 // config.json for `model`: GPT-2's architecture keys with the model's dimensions (dropout 0).
 std::string hf_gpt2_config_json(const Gpt& model);
 
-// Writes `dir`/config.json and `dir`/model.safetensors (creating `dir`). Throws
-// std::runtime_error naming the file that cannot be written.
-void export_hf_gpt2(Gpt& model, const std::string& dir);
+// Writes `dir`/config.json and the weights (models/lm/hf_format.h's write_hf_dir: sharded above
+// max_shard_bytes). Returns the weight files written (the index last). Throws std::runtime_error
+// naming the file that cannot be written.
+std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir,
+                                        int64_t max_shard_bytes);
 
 }  // namespace models

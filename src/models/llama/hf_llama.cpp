@@ -5,76 +5,28 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
-#include <fstream>
 #include <regex>
-#include <set>
 #include <stdexcept>
 
-#include "io/safetensors.h"
-#include "io/safetensors_shards.h"
-#include "models/hf_config.h"
+#include "models/lm/hf_format.h"
 
 namespace models {
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 const std::string kPrefix = "model.";
 const std::string kLmHead = "lm_head.weight";
 const std::string kEmbed = "embed_tokens.weight";
 
-// config.json's values, each read once with a message naming the file and the key.
-class ConfigReader {
- public:
-  ConfigReader(json c, std::string file) : c_(std::move(c)), file_(std::move(file)) {}
-
-  std::invalid_argument bad(const std::string& key, const std::string& why) const {
-    const json* v = find(key);
-    return init_error(fmt::format("{}: {} = {}: {}", file_, key, v ? v->dump() : "(absent)", why));
-  }
-  const json* find(const std::string& key) const {
-    return c_.contains(key) && !c_[key].is_null() ? &c_[key] : nullptr;
-  }
-  // A positive integer; `fallback` when absent or null (0: the key is required).
-  int64_t integer(const std::string& key, int64_t fallback = 0) const {
-    const json* v = find(key);
-    if (!v) {
-      if (fallback == 0) throw bad(key, "missing; a Llama config.json has it");
-      return fallback;
-    }
-    if (!v->is_number_integer() || v->get<int64_t>() <= 0) throw bad(key, "not a positive integer");
-    return v->get<int64_t>();
-  }
-  double number(const std::string& key, double fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_number()) throw bad(key, "not a number");
-    return v->get<double>();
-  }
-  bool flag(const std::string& key, bool fallback) const {
-    const json* v = find(key);
-    if (!v) return fallback;
-    if (!v->is_boolean()) throw bad(key, "not true or false");
-    return v->get<bool>();
-  }
-  const json& raw() const { return c_; }
-  const std::string& file() const { return file_; }
-
- private:
-  json c_;
-  std::string file_;
-};
-
 // rope_scaling (transformers 4) or rope_parameters (transformers 5: the theta inside it too).
-void read_rope(const ConfigReader& r, RopeOptions& rope) {
+void read_rope(const HfConfig& r, RopeOptions& rope) {
   rope.theta = r.number("rope_theta", 10000.0);
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     const json* p = r.find(key);
     if (!p) continue;
     if (!p->is_object()) throw r.bad(key, "not an object");
-    const ConfigReader s(*p, r.file() + " " + key);
+    const HfConfig s(*p, r.file() + " " + key);
     rope.theta = s.number("rope_theta", rope.theta);
     const json* type = s.find("rope_type") ? s.find("rope_type") : s.find("type");
     const std::string name = type && type->is_string() ? type->get<std::string>() : "default";
@@ -91,11 +43,6 @@ void read_rope(const ConfigReader& r, RopeOptions& rope) {
       throw r.bad(key, "partial_rotary_factor: llama rotates whole heads");
     }
   }
-}
-
-ConfigReader open_config(const std::string& file) {
-  json c = read_hf_config(file);
-  return ConfigReader(std::move(c), file);
 }
 
 std::string shape_of(const at::Tensor& t) { return fmt::format("{}", t.sizes()); }
@@ -177,7 +124,7 @@ std::map<std::string, at::Tensor> model_weights(std::map<std::string, at::Tensor
 }  // namespace
 
 LlamaOptions read_llama_config(const std::string& file) {
-  const ConfigReader r = open_config(file);
+  const HfConfig r = HfConfig::read(file);
   if (const json* t = r.find("model_type"); t && *t != "llama") {
     throw r.bad("model_type", "not a Llama (model_type llama)");
   }
@@ -190,10 +137,10 @@ LlamaOptions read_llama_config(const std::string& file) {
   o.intermediate = r.integer("intermediate_size");
   o.num_layers = r.integer("num_hidden_layers");
   o.heads = r.integer("num_attention_heads");
-  o.kv_heads = r.integer("num_key_value_heads", o.heads);
-  o.head_dim = r.integer("head_dim", o.d_model % o.heads == 0 ? o.d_model / o.heads : -1);
+  o.kv_heads = r.integer_or("num_key_value_heads", o.heads);
+  o.head_dim = r.integer_or("head_dim", o.d_model % o.heads == 0 ? o.d_model / o.heads : -1);
   if (o.head_dim < 0) o.head_dim = 0;  // check_llama_options says heads must divide d_model
-  o.context = r.integer("max_position_embeddings", 2048);
+  o.context = r.integer_or("max_position_embeddings", 2048);
   o.vocab_size = r.integer("vocab_size");
   o.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   read_rope(r, o.rope);
@@ -214,36 +161,16 @@ LlamaOptions read_llama_config(const std::string& file) {
 LlamaInit read_llama_init(const std::string& path) {
   LlamaInit init;
   init.path = path;
-  std::error_code ec;
-  if (path.empty() || !fs::exists(path, ec)) {
-    throw init_error(fmt::format("{}: no such file or directory", path));
-  }
-  const fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
-  init.config_file = (dir / "config.json").string();
-  if (!fs::exists(init.config_file, ec)) {
+  const HfFiles files = find_hf_files(path, "a Hugging Face Llama saved with save_pretrained");
+  if (files.config_file.empty()) {
     throw init_error(fmt::format("{}: no config.json beside the weights (a Llama's architecture "
                                  "comes from it)",
                                  path));
   }
+  init.config_file = files.config_file;
   init.options = read_llama_config(init.config_file);
-  std::map<std::string, at::Tensor> file;
-  try {
-    if (fs::is_directory(path, ec)) {
-      init.files = io::safetensors_files(path);
-      if (init.files.empty()) {
-        throw init_error(fmt::format("{}: the directory holds neither {} nor {}", path,
-                                     io::kSafetensorsFile, io::kSafetensorsIndex));
-      }
-      file = io::read_safetensors_dir(path);
-    } else {
-      init.files = {path};
-      file = io::read_safetensors(path);
-    }
-  } catch (const io::SafetensorsError& e) {
-    throw init_error(e.what());
-  }
-  init.weights =
-      model_weights(std::move(file), init.options, fmt::format("{}", fmt::join(init.files, ", ")));
+  init.files = files.files;
+  init.weights = model_weights(read_hf_tensors(files), init.options, files.where());
   return init;
 }
 
@@ -281,58 +208,27 @@ void apply_llama_init(const LlamaInit& init, const LlamaDimsSet& set, LlamaOptio
 }
 
 void load_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& o) {
-  const std::string where = fmt::format("{}", fmt::join(init.files, ", "));
-  const std::string config = fmt::format(
+  HfLoad how;
+  how.where = fmt::format("{}", fmt::join(init.files, ", "));
+  how.config = fmt::format(
       "{} blocks, d_model {}, heads {} over {} kv heads of {}, intermediate {}, vocab {}",
       o.num_layers, o.d_model, o.heads, o.resolved_kv_heads(), o.resolved_head_dim(),
       o.intermediate, o.vocab_size);
-  std::set<std::string> used;
-  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // checked first, then copied
-  for (const auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    const at::Tensor& mine = item.value();
-    auto it = init.weights.find(name);
-    if (it == init.weights.end()) {
-      throw init_error(fmt::format("{}: no tensor '{}{}' for the model's {} {} ({})", where,
-                                   name == kLmHead ? "" : kPrefix, name, name, shape_of(mine),
-                                   config));
-    }
-    used.insert(name);
-    const at::Tensor& w = it->second;
-    const bool vocab_rows = (name == kEmbed || name == kLmHead) && w.dim() == 2 &&
-                            w.size(0) == o.vocab_size && w.size(1) == mine.size(1);
-    if (!vocab_rows && w.sizes() != mine.sizes()) {
-      throw init_error(fmt::format("{}: {} has shape {} but the model's is {} ({})", where, name,
-                                   shape_of(w), shape_of(mine), config));
-    }
-    copies.emplace_back(mine, w);
-  }
-  std::vector<std::string> extra;
-  for (const auto& [name, w] : init.weights) {
-    if (!used.count(name)) extra.push_back(name);
-  }
-  if (!extra.empty()) {
-    throw init_error(fmt::format("{}: tensors the model ({}) does not have: {}", where, config,
-                                 fmt::join(extra, ", ")));
-  }
-  at::NoGradGuard no_grad;
-  for (auto& [mine, w] : copies) {
-    mine.narrow(0, 0, w.size(0)).copy_(w);
-    if (w.size(0) < mine.size(0)) mine.narrow(0, w.size(0), mine.size(0) - w.size(0)).zero_();
-  }
+  how.vocab_size = o.vocab_size;
+  how.vocab_rows = {kEmbed, kLmHead};
+  how.file_name = [](const std::string& name) { return name == kLmHead ? name : kPrefix + name; };
+  load_hf_weights(init.weights, model, how);
 }
 
 std::map<std::string, at::Tensor> hf_llama_tensors(torch::nn::Module& model,
                                                    const LlamaOptions& o) {
   std::map<std::string, at::Tensor> out;
-  for (const auto& item : model.named_parameters()) {
-    at::Tensor w = item.value().detach().to(at::kCPU, at::kFloat);
-    if (item.key() == kEmbed || item.key() == kLmHead) w = w.narrow(0, 0, o.vocab_size);
-    if (item.key().find(".qkv_proj.") != std::string::npos) {
-      split_qkv(item.key(), w, o, out);
+  for (const auto& [name, w] : export_parameters(model, {kEmbed, kLmHead}, o.vocab_size)) {
+    if (name.find(".qkv_proj.") != std::string::npos) {
+      split_qkv(name, w, o, out);
       continue;
     }
-    out.emplace(item.key() == kLmHead ? kLmHead : kPrefix + item.key(), w.contiguous().clone());
+    out.emplace(name == kLmHead ? kLmHead : kPrefix + name, w.contiguous().clone());
   }
   return out;
 }
@@ -376,22 +272,7 @@ std::string hf_llama_config_json(const LlamaOptions& o) {
 
 std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& o,
                                          const std::string& dir, int64_t max_shard_bytes) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw std::runtime_error(fmt::format("cannot create the directory {}: {}", dir, ec.message()));
-  const std::string config = (fs::path(dir) / "config.json").string();
-  std::ofstream out(config);
-  out << hf_llama_config_json(o);
-  out.close();
-  if (!out) throw std::runtime_error(fmt::format("cannot write {}", config));
-  try {
-    // transformers reads the "format" metadata of a safetensors file to know its framework.
-    return io::write_safetensors_dir(dir, hf_llama_tensors(model, o), max_shard_bytes,
-                                     {{"format", "pt"}});
-  } catch (const io::SafetensorsError& e) {
-    throw std::runtime_error(e.what());
-  }
+  return write_hf_dir(dir, hf_llama_config_json(o), hf_llama_tensors(model, o), max_shard_bytes);
 }
 
 }  // namespace models

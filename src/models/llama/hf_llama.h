@@ -1,9 +1,9 @@
 // Hugging Face Llama weights in and out of Llama: model.init_from and `trainer --export-hf`.
 //
-// Hugging Face's layout (LlamaForCausalLM.save_pretrained): a directory with config.json and
-// model.safetensors, or, above the maximum shard size, model-0000k-of-0000N.safetensors shards
-// and model.safetensors.index.json (io/safetensors_shards.h). Its keys are Llama's parameter
-// names with a "model." prefix, but for lm_head.weight:
+// Hugging Face's layout (LlamaForCausalLM.save_pretrained; models/lm/hf_format.h): a directory
+// with config.json and model.safetensors, or, above the maximum shard size,
+// model-0000k-of-0000N.safetensors shards and model.safetensors.index.json. Its keys are Llama's
+// parameter names with a "model." prefix, but for lm_head.weight:
 //   model.embed_tokens.weight [vocab, d]  model.layers.N.self_attn.q_proj.weight [heads*hd, d]
 //   ... model.layers.N.mlp.down_proj.weight [d, intermediate]  model.norm.weight [d]
 //   lm_head.weight [vocab, d] (untied models; a tied one may carry it, equal to embed_tokens)
@@ -16,8 +16,8 @@
 // mlp_bias, tie_word_embeddings); a value Llama cannot take (an unknown rope type, an activation
 // other than silu) or options that do not fit together are std::invalid_argument naming the file.
 //
-// The vocabulary: as for GPT-2 (models/hf_gpt2.h), the file's rows first and zero padded rows;
-// writing drops them.
+// The vocabulary: the file's rows first and zero padded rows; writing drops them
+// (models/lm/hf_format.h says why).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,41 +1,42 @@
 #include "models/llama/llama.h"
 
 #include <ATen/ATen.h>
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
-#include <stdexcept>
-
 #include "models/block.h"
-#include "models/gpt/linear_cross_entropy.h"
 #include "models/rope.h"
 
 namespace models {
 namespace {
 
-constexpr double kInitStd = 0.02;       // transformers' initializer_range
-constexpr int64_t kVocabMultiple = 64;  // padded_vocab_size 0: vocab_size rounded up to this
-
-void require(bool ok, const std::string& message) {
-  if (!ok) throw std::invalid_argument("llama: " + message);
-}
-
-void require_tokens(const at::Tensor& tokens) {
-  require(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
-          fmt::format("tokens must be int64 [n, T], got {} {}", c10::toString(tokens.scalar_type()),
-                      tokens.sizes()));
-}
+constexpr double kInitStd = 0.02;  // transformers' initializer_range
 
 LlamaOptions resolved(LlamaOptions o) {
   check_llama_options(o);
   o.kv_heads = o.resolved_kv_heads();
   o.head_dim = o.resolved_head_dim();
   if (o.padded_vocab_size == 0) {
-    o.padded_vocab_size = (o.vocab_size + kVocabMultiple - 1) / kVocabMultiple * kVocabMultiple;
+    o.padded_vocab_size = padded_vocab(o.vocab_size);
   }
   return o;
+}
+
+// What the language-model base needs: no dropout on the embeddings, as transformers' Llama.
+CausalLmDims dims_of(const LlamaOptions& o) {
+  return {.family = "llama",
+          .vocab_size = o.vocab_size,
+          .padded_vocab_size = o.padded_vocab_size,
+          .context = o.context,
+          .d_model = o.d_model,
+          .attention_width = o.heads * o.head_dim,
+          .dropout = o.dropout,
+          .embedding_dropout = false,
+          .checkpoint_activations = o.checkpoint_activations,
+          .loss_chunk_rows = o.loss_chunk_rows,
+          .tied = o.tie_embeddings,
+          .embeddings = {"embed_tokens"},
+          .blocks = "layers"};
 }
 
 // The block with Llama's parts and Hugging Face's names.
@@ -83,15 +84,14 @@ void init_block(Block& block) {
 
 struct Llama::Layers {
   torch::nn::Embedding embed_tokens{nullptr};
-  std::vector<std::shared_ptr<Block>> blocks;  // registered as layers.{i}
   std::shared_ptr<Norm> norm;
   torch::nn::Linear lm_head{nullptr};  // untied only
 };
 
-Llama::Llama(const LlamaOptions& options)
-    : options_(resolved(options)), own_chunk_rows_(options.loss_chunk_rows),
-      layers_(std::make_unique<Layers>()) {
-  const LlamaOptions& o = options_;
+Llama::Llama(const LlamaOptions& options) : Llama(Resolved{}, resolved(options)) {}
+
+Llama::Llama(Resolved, const LlamaOptions& o)
+    : CausalLm(dims_of(o)), options_(o), layers_(std::make_unique<Layers>()) {
   Layers& l = *layers_;
   // In Hugging Face's order (named_parameters() follows registration).
   l.embed_tokens =
@@ -100,7 +100,7 @@ Llama::Llama(const LlamaOptions& options)
     at::NoGradGuard no_grad;
     l.embed_tokens->weight.normal_(0.0, kInitStd);
   }
-  l.blocks = add_blocks(*this, "layers", o.num_layers, block_options(o), init_block);
+  blocks_ = add_blocks(*this, "layers", o.num_layers, block_options(o), init_block);
   l.norm = register_module(
       "norm", std::make_shared<Norm>(o.d_model, NormKind::kRmsNorm, o.rms_norm_eps, false));
   if (!o.tie_embeddings) {
@@ -114,84 +114,14 @@ Llama::Llama(const LlamaOptions& options)
 
 Llama::~Llama() = default;
 
-at::Tensor Llama::output_weight() const {
-  return options_.tie_embeddings ? layers_->embed_tokens->weight : layers_->lm_head->weight;
-}
-
-at::Tensor Llama::embed(const at::Tensor& tokens, int64_t past) const {
-  require_tokens(tokens);
-  const int64_t t = tokens.size(1);
-  require(t >= 1 && past + t <= options_.context,
-          fmt::format("{} cached + {} new positions; model.context = {} are allowed", past, t,
-                      options_.context));
+at::Tensor Llama::embed(const at::Tensor& tokens, const at::Tensor& /*positions*/) {
   return layers_->embed_tokens->forward(tokens);
 }
 
-size_t Llama::output_unit() const {
-  return options_.tie_embeddings ? 0 : 1 + layers_->blocks.size();
-}
+at::Tensor Llama::final_norm(const at::Tensor& x) { return layers_->norm->forward(x); }
 
-std::vector<std::vector<std::string>> Llama::parameter_units() const {
-  std::vector<std::vector<std::string>> units(1 + layers_->blocks.size() +
-                                              (options_.tie_embeddings ? 0 : 1));
-  for (const auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    size_t unit = output_unit();  // norm, lm_head
-    if (name.rfind("embed_tokens.", 0) == 0) unit = 0;
-    if (name.rfind("layers.", 0) == 0) unit = 1 + std::stoul(name.substr(7, name.find('.', 7) - 7));
-    units[unit].push_back(name);
-  }
-  return units;
-}
-
-at::Tensor Llama::trunk(const at::Tensor& tokens) {
-  const double p = is_training() ? options_.dropout : 0.0;
-  if (gate_ != nullptr) gate_->enter(0);
-  at::Tensor x = embed(tokens, 0);
-  if (gate_ != nullptr) x = gate_->leave(0, x);
-  x = run_blocks(layers_->blocks, x, p, options_.checkpoint_activations, nullptr, gate_, 1);
-  if (gate_ != nullptr) gate_->enter(output_unit());
-  return layers_->norm->forward(x);
-}
-
-at::Tensor Llama::forward(const at::Tensor& tokens) {
-  return leave_output(at::linear(trunk(tokens), output_weight()));
-}
-
-at::Tensor Llama::forward_cached(const at::Tensor& tokens, KvCache& cache) {
-  const at::Tensor x = embed(tokens, cache.length());
-  const at::Tensor h = run_blocks_cached(layers_->blocks, x, cache);
-  return at::linear(layers_->norm->forward(h), output_weight());
-}
-
-at::Tensor Llama::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  require(targets.sizes() == tokens.sizes() && targets.scalar_type() == at::kLong,
-          fmt::format("targets must be int64 {} like the tokens, got {} {}", tokens.sizes(),
-                      c10::toString(targets.scalar_type()), targets.sizes()));
-  const at::Tensor h = trunk(tokens);
-  // The output layer and the loss in chunks of positions (Note [Chunked output layer]); the
-  // padded rows are masked out there.
-  return leave_output(linear_cross_entropy(h.reshape({-1, options_.d_model}), output_weight(),
-                                           targets.reshape({-1}), options_.vocab_size,
-                                           options_.loss_chunk_rows));
-}
-
-int64_t Llama::loss_chunk_rows(int64_t rows) const {
-  return linear_cross_entropy_chunk_rows(rows, options_.padded_vocab_size,
-                                         options_.loss_chunk_rows);
-}
-
-void Llama::set_loss_chunk_rows(int64_t rows) {
-  options_.loss_chunk_rows = rows > 0 ? rows : own_chunk_rows_;
-}
-
-double Llama::flops_per_token(int64_t positions) const {
-  int64_t n = 0;
-  for (const auto& p : parameters()) n += p.numel();
-  if (!options_.tie_embeddings) n -= layers_->embed_tokens->weight.numel();  // a lookup
-  const int64_t attn_width = options_.heads * options_.head_dim;
-  return 6.0 * static_cast<double>(n) +
-         12.0 * static_cast<double>(options_.num_layers * attn_width * positions);
+at::Tensor Llama::output_weight() const {
+  return options_.tie_embeddings ? layers_->embed_tokens->weight : layers_->lm_head->weight;
 }
 
 }  // namespace models

@@ -27,62 +27,44 @@
 // biases zero, norms one. Dropout (model.dropout, training only) where the block has it: the
 // attention probabilities and each branch's output. Activation checkpointing recomputes each
 // block in backward (models/activation_checkpoint.h).
+//
+// Forward, the chunked loss, KV-cache decoding, FLOPs per token, activation checkpointing and the
+// parameter units (0 embed_tokens, 1 .. num_layers the blocks layers.{i}, then norm and lm_head;
+// tied, norm joins unit 0) are the language-model base's (models/lm/causal_lm.h); this class
+// holds Llama's parts.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "models/capabilities.h"
-#include "models/language_model.h"
 #include "models/llama/llama_options.h"
+#include "models/lm/causal_lm.h"
 
 namespace models {
 
-class Llama final : public LanguageModel,
-                    public ActivationCheckpointing,
-                    public ChunkedLoss,
-                    public ParameterUnits {
+class Llama final : public CausalLm {
  public:
   // Throws std::invalid_argument naming the model key for inconsistent options
   // (check_llama_options).
   explicit Llama(const LlamaOptions& options);
   ~Llama() override;
-  // logits [n, T, padded_vocab_size] for tokens int64 [n, T] (T <= context).
-  at::Tensor forward(const at::Tensor& tokens) override;
-  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) override;
-  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) override;
-  void set_checkpoint_activations(bool on) override { options_.checkpoint_activations = on; }
-  bool checkpoint_activations() const override { return options_.checkpoint_activations; }
-  // 6 N + 12 L (heads head_dim) T; N counts embed_tokens only when it is also the output layer.
-  double flops_per_token(int64_t positions) const override;
-  int64_t loss_rows(const at::Tensor& tokens) const override { return tokens.numel(); }
-  int64_t loss_chunk_rows(int64_t rows) const override;
-  void set_loss_chunk_rows(int64_t rows) override;
-  int64_t vocab_size() const override { return options_.vocab_size; }
-  int64_t context() const override { return options_.context; }
+  // As constructed, padded_vocab_size, kv_heads and head_dim resolved (checkpoint_activations
+  // and loss_chunk_rows as set since: CausalLm's accessors).
   const LlamaOptions& options() const { return options_; }
-  // Units (ddp.shard: parameters): 0 embed_tokens, 1 .. num_layers the blocks layers.{i}, then
-  // norm and lm_head; tied, norm joins unit 0, which the output layer enters again.
-  std::vector<std::vector<std::string>> parameter_units() const override;
-  void set_unit_gate(UnitGate* gate) override { gate_ = gate; }
 
  private:
-  struct Layers;  // the submodules, typed (llama.cpp)
+  struct Layers;       // the submodules, typed (llama.cpp)
+  struct Resolved {};  // the options are checked and resolved
+  Llama(Resolved, const LlamaOptions& options);
 
-  at::Tensor embed(const at::Tensor& tokens, int64_t past) const;
-  at::Tensor output_weight() const;
-  size_t output_unit() const;
-  // norm's output: everything before the output layer, with the output unit entered (gate).
-  at::Tensor trunk(const at::Tensor& tokens);
-  at::Tensor leave_output(const at::Tensor& x) const {
-    return gate_ != nullptr ? gate_->leave(output_unit(), x) : x;
-  }
+  // embed_tokens(tokens): the positions enter attention (rotary), not the embedding.
+  at::Tensor embed(const at::Tensor& tokens, const at::Tensor& positions) override;
+  at::Tensor final_norm(const at::Tensor& x) override;
+  at::Tensor output_weight() const override;  // embed_tokens when tied, else lm_head
 
-  LlamaOptions options_;  // padded_vocab_size, kv_heads and head_dim resolved
-  int64_t own_chunk_rows_ = 0;
+  LlamaOptions options_;
   std::unique_ptr<Layers> layers_;
-  UnitGate* gate_ = nullptr;  // ddp.shard: parameters (set by the trainer)
 };
 
 }  // namespace models

@@ -5,6 +5,8 @@
 
 #include <stdexcept>
 
+#include "models/lm/presets.h"
+
 namespace models {
 namespace {
 
@@ -27,35 +29,27 @@ void require(bool ok, const std::string& message) {
 }  // namespace
 
 LlamaOptions llama_preset(const std::string& name) {
-  for (const Preset& p : kPresets) {
-    if (name != p.name) continue;
-    LlamaOptions o;
-    o.num_layers = p.num_layers;
-    o.d_model = p.d_model;
-    o.heads = p.heads;
-    o.kv_heads = p.kv_heads;
-    o.intermediate = p.intermediate;
-    o.vocab_size = p.vocab_size;
-    o.context = p.context;
-    o.rope.theta = p.rope_theta;
-    if (p.llama3_scaling) {  // Llama 3.2's config.json
-      o.rope.scaling = "llama3";
-      o.rope.factor = 32.0;
-      o.rope.low_freq_factor = 1.0;
-      o.rope.high_freq_factor = 4.0;
-      o.rope.original_context = 8192;
-    }
-    return o;
+  const Preset& p = find_preset(kPresets, name, "llama");
+  LlamaOptions o;
+  o.num_layers = p.num_layers;
+  o.d_model = p.d_model;
+  o.heads = p.heads;
+  o.kv_heads = p.kv_heads;
+  o.intermediate = p.intermediate;
+  o.vocab_size = p.vocab_size;
+  o.context = p.context;
+  o.rope.theta = p.rope_theta;
+  if (p.llama3_scaling) {  // Llama 3.2's config.json
+    o.rope.scaling = "llama3";
+    o.rope.factor = 32.0;
+    o.rope.low_freq_factor = 1.0;
+    o.rope.high_freq_factor = 4.0;
+    o.rope.original_context = 8192;
   }
-  throw std::invalid_argument(fmt::format("model.preset: unknown llama preset '{}'; known: {}",
-                                          name, fmt::join(llama_preset_names(), ", ")));
+  return o;
 }
 
-std::vector<std::string> llama_preset_names() {
-  std::vector<std::string> names;
-  for (const Preset& p : kPresets) names.emplace_back(p.name);
-  return names;
-}
+std::vector<std::string> llama_preset_names() { return preset_names_of(kPresets); }
 
 void check_llama_options(const LlamaOptions& o) {
   const std::pair<const char*, int64_t> positive[] = {

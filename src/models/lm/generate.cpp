@@ -1,4 +1,4 @@
-#include "models/gpt/generate.h"
+#include "models/lm/generate.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

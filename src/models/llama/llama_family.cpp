@@ -1,4 +1,4 @@
-#include "models/llama/make_llama.h"
+#include "models/llama/llama_family.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -7,16 +7,14 @@
 #include <stdexcept>
 
 #include "models/llama/hf_llama.h"
+#include "models/llama/llama.h"
 
 namespace models {
 namespace {
 
-int64_t or_else(int64_t value, int64_t fallback) { return value > 0 ? value : fallback; }
-double or_else(double value, double fallback) { return value > 0.0 ? value : fallback; }
-
 // The preset with the keys the config sets (> 0, or a rope_scaling other than auto) over it.
 LlamaOptions from_keys(const ModelOptions& o) {
-  LlamaOptions l = llama_preset(o.preset.empty() ? "llama-tiny" : o.preset);
+  LlamaOptions l = llama_preset(o.preset);  // the schema's default for llama: llama-tiny
   l.num_layers = or_else(o.num_layers, l.num_layers);
   l.heads = or_else(o.heads, l.heads);
   l.d_model = or_else(o.d_model, l.d_model);
@@ -37,13 +35,8 @@ LlamaOptions from_keys(const ModelOptions& o) {
   return l;
 }
 
-}  // namespace
-
-std::shared_ptr<Llama> make_llama(const ModelOptions& o, const core::Shape& s) {
-  if (s.vocab_size <= 0 || s.context <= 0) {
-    throw std::invalid_argument(
-        "model.name: llama needs token data (data.dataset: tokens) (data.dataset gives none)");
-  }
+std::shared_ptr<CausalLm> make_llama(const ModelOptions& o, const core::Shape& s) {
+  require_token_data(s, "llama");
   LlamaOptions l = from_keys(o);
   l.vocab_size = s.vocab_size;
   l.context = o.context;  // 0: the file's (model.init_from), else the data's
@@ -57,11 +50,7 @@ std::shared_ptr<Llama> make_llama(const ModelOptions& o, const core::Shape& s) {
         *init, {o.num_layers, o.heads, o.kv_heads, o.head_dim, o.d_model, o.intermediate_size}, l);
   }
   if (l.context == 0) l.context = s.context;
-  if (s.context > l.context) {
-    throw std::invalid_argument(fmt::format(
-        "data.context = {} is longer than model.context = {} (the positions the model sees)",
-        s.context, l.context));
-  }
+  require_context_fits(s, l.context);
   auto llama = std::make_shared<Llama>(l);
   if (init) {
     load_llama_init(*init, *llama, llama->options());
@@ -72,6 +61,19 @@ std::shared_ptr<Llama> make_llama(const ModelOptions& o, const core::Shape& s) {
                  m.intermediate, m.context);
   }
   return llama;
+}
+
+}  // namespace
+
+LmFamily llama_family() {
+  return {.name = "llama",
+          .presets = llama_preset_names(),
+          .make = make_llama,
+          .hf_class = "LlamaForCausalLM",
+          .export_hf = [](Model& model, const std::string& dir, int64_t max_shard_bytes) {
+            Llama& llama = as_family<Llama>(model, "llama");
+            return export_hf_llama(llama, llama.options(), dir, max_shard_bytes);
+          }};
 }
 
 }  // namespace models

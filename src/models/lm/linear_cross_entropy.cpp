@@ -1,4 +1,4 @@
-#include "models/gpt/linear_cross_entropy.h"
+#include "models/lm/linear_cross_entropy.h"
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>

@@ -1,4 +1,4 @@
-#include "data/dataset.h"
+#include "data/registry.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,5 +1,5 @@
 // Text generation with a language model (gpt, llama: models/language_model.h): autoregressive
-// sampling of new token ids after a prompt, with a KV cache (Gpt::forward_cached: each new token
+// sampling of new token ids after a prompt, with a KV cache (forward_cached: each new token
 // runs through the model alone, attending to the cached keys and values of the positions before
 // it).
 //
@@ -35,7 +35,7 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
 
 // For callers that know a model only by the Model interface (train.sample_every's sampler,
 // train/text_samples.h): the positions a model that generates text holds (prompt and new ids
-// together), or 0 for a model that does not generate text (every model but gpt).
+// together), or 0 for a model that does not generate text (every model but gpt and llama).
 int64_t generation_context(const Model& model);
 
 // generate() on a model known by the Model interface. Throws std::invalid_argument for a model

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Structure rules of src/ that no compiler checks, for scripts/lint.sh (docs/DESIGN.md, "Layers"
+and "Configuration").
+
+    scripts/lint_structure.py includes [FILE ...]   # no two files of a folder include each other
+    scripts/lint_structure.py defaults [FILE ...]   # options structs repeat no schema default
+
+FILE: the files to read (scripts/lint.sh passes those git tracks); without them, every .h and
+.cpp under src/. Each problem is one line naming the file and line; the exit code is 1 if any.
+
+includes: a file's stem (dir/name, its .h and .cpp counted together) must not include a stem of
+its own folder that includes it back: one of them belongs below the other (a factory that pulls
+concrete types into a base file goes to a file of its own, as models/registry.cpp and
+data/registry.cpp). Standing exceptions are listed in KNOWN_PAIRS, each with its reason.
+
+defaults: the schema (src/config/schema_*.cpp) is the one place for defaults. A field of a
+struct that config::Config holds (src/config/run_config.h), or of a struct such a field holds,
+whose value the schema declares (FIELD(section.key) or an accessor naming c.section.key) must have
+no initialiser but a zero value (0, 0.0, false, "", {}, nullptr, T{}): a second default there
+would silently disagree with the schema's for code that builds the struct without it.
+"""
+
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+# Mutual includes that stand for now, each with its reason (none).
+KNOWN_PAIRS = set()
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def sources(args):
+    files = [Path(a) for a in args] if args else sorted(Path("src").rglob("*"))
+    return [f for f in files if f.suffix in (".h", ".cpp") and f.parts[0] == "src" and f.is_file()]
+
+
+def stem_of(path):
+    return str(Path(*path.parts[1:]).with_suffix(""))
+
+
+def check_includes(files):
+    """Pairs of stems of one folder that include each other (KNOWN_PAIRS aside)."""
+    edges = defaultdict(dict)  # stem -> {included stem: "file:line"}
+    read = {stem_of(f) for f in files}
+    for f in files:
+        stem = stem_of(f)
+        text = f.read_text()
+        for m in INCLUDE.finditer(text):
+            target = str(Path(m.group(1)).with_suffix(""))
+            if target != stem and Path(target).parent == Path(stem).parent:
+                line = text.count("\n", 0, m.start()) + 1
+                edges[stem].setdefault(target, f"{f}:{line}")
+    problems = []
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            if a < b and a in edges.get(b, {}) and (a, b) not in KNOWN_PAIRS:
+                problems.append(
+                    f"{edges[a][b]}: {a} and {b} include each other ({edges[b][a]}): one of them "
+                    "belongs below the other (docs/DESIGN.md, \"Layers\")"
+                )
+    for a, b in sorted(KNOWN_PAIRS):
+        stale = b not in edges.get(a, {}) or a not in edges.get(b, {})
+        if stale and a in read and b in read:
+            problems.append(
+                f"scripts/lint_structure.py: {a} and {b} no longer include each other: delete "
+                "their row of KNOWN_PAIRS"
+            )
+    return problems
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def struct_bodies(files):
+    """{name: (file, line of the body's start, body text)} of every `struct NAME {` in src/."""
+    found = {}
+    for f in files:
+        if f.suffix != ".h":
+            continue
+        text = strip_comments(f.read_text())
+        for m in re.finditer(r"\bstruct\s+(\w+)\s*(?:final\s*)?\{", text):
+            depth, i = 1, m.end()
+            while depth and i < len(text):
+                depth += {"{": 1, "}": -1}.get(text[i], 0)
+                i += 1
+            line = text.count("\n", 0, m.end()) + 1
+            found.setdefault(m.group(1), (f, line, text[m.end() : i - 1]))
+    return found
+
+
+FUNCTION_HEAD = re.compile(r"\)\s*(const\s*)?(noexcept\s*)?(override\s*)?(final\s*)?$")
+MEMBER = re.compile(r"^(?P<type>[\w:<>,\s*&]+?)\s+(?P<name>\w+)\s*(?P<init>=.*|\{.*\})?$", re.S)
+ZERO = re.compile(
+    r'^(=\s*)?(0|0\.0*|0\.?0*f|0u|false|nullptr|""|\{\s*(0|""|false)?\s*\}|[\w:]+\{\})$'
+)
+
+
+def members(body, first_line):
+    """(name, type, initialiser or None, line) of a struct body's data members."""
+    out, statement, start, depth, i = [], "", None, 0, 0
+    line = first_line
+    while i < len(body):
+        c = body[i]
+        if c == "\n":
+            line += 1
+        if c == "{" and depth == 0 and FUNCTION_HEAD.search(statement.strip()):
+            # A member function's body: skip it, and the declaration before it.
+            depth, i = 1, i + 1
+            while depth and i < len(body):
+                depth += {"{": 1, "}": -1}.get(body[i], 0)
+                line += body[i] == "\n"
+                i += 1
+            statement, start = "", None
+            continue
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        if c == ";" and depth == 0:
+            s = " ".join(statement.split())
+            m = MEMBER.match(s)
+            keyword = s.split(" ", 1)[0] if s else ""
+            if m and "(" not in m.group("type") and keyword not in ("static", "using", "friend"):
+                init = m.group("init")
+                if init and init.startswith("="):
+                    init = init[1:].strip()
+                out.append((m.group("name"), m.group("type").strip(), init, start or line))
+            statement, start = "", None
+        else:
+            if start is None and not c.isspace():
+                start = line
+            statement += c
+        i += 1
+    return out
+
+
+def check_defaults(files):
+    structs = struct_bodies(files)
+    config = structs.get("Config")
+    if config is None:
+        return ["src/config/run_config.h: no struct Config found"]
+    section_type = {name: t.split("::")[-1] for name, t, _, _ in members(config[2], config[1])}
+    # The fields the schema sets: (section, key) -> where.
+    declared = {}
+    for f in files:
+        if f.parent.name == "config" and f.name.startswith("schema"):
+            text = f.read_text()
+            for m in re.finditer(r"FIELD\((\w+)\.(\w+)\)|\bc\.(\w+)\.(\w+)\b", text):
+                section, key = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+                line = text.count("\n", 0, m.start()) + 1
+                declared.setdefault((section, key), f"{f}:{line}")
+    problems = []
+
+    def judge(struct, field, where, path, seen):
+        file, line, body = structs[struct]
+        fields = members(body, line)
+        if field is not None and field not in {f[0] for f in fields}:
+            problems.append(f"{where}: {path}: no field {field} found in {struct} ({file})")
+        for name, ftype, init, at in fields:
+            if name != field and field is not None:
+                continue
+            if init is not None and not ZERO.match(init.strip()):
+                problems.append(
+                    f"{file}:{at}: {struct}::{name} = {init} repeats a default the schema "
+                    f"declares ({path}: {where}); leave a zero value there (docs/DESIGN.md, "
+                    '"Configuration")'
+                )
+            inner = ftype.split("::")[-1]
+            if inner in structs and inner not in seen:  # a struct the key sets whole
+                judge(inner, None, where, path, seen | {inner})
+
+    for (section, key), where in sorted(declared.items()):
+        struct = section_type.get(section)
+        if struct not in structs:
+            problems.append(f"{where}: {section}.{key}: no struct for Config::{section} found")
+            continue
+        judge(struct, key, where, f"{section}.{key}", {struct})
+    return problems
+
+
+def main(argv):
+    if not argv or argv[0] not in ("includes", "defaults"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    files = sources(argv[1:])
+    problems = check_includes(files) if argv[0] == "includes" else check_defaults(files)
+    for p in problems:
+        print(p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

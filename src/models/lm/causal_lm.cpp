@@ -1,0 +1,127 @@
+#include "models/lm/causal_lm.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <stdexcept>
+#include <utility>
+
+#include "models/lm/linear_cross_entropy.h"
+
+namespace models {
+
+int64_t padded_vocab(int64_t vocab) {
+  constexpr int64_t kMultiple = 64;
+  return (vocab + kMultiple - 1) / kMultiple * kMultiple;
+}
+
+CausalLm::CausalLm(CausalLmDims dims)
+    : dims_(std::move(dims)), own_chunk_rows_(dims_.loss_chunk_rows) {}
+
+CausalLm::~CausalLm() = default;
+
+void CausalLm::require(bool ok, const std::string& what) const {
+  if (!ok) throw std::invalid_argument(dims_.family + ": " + what);
+}
+
+void CausalLm::require_tokens(const at::Tensor& tokens) const {
+  require(tokens.dim() == 2 && tokens.scalar_type() == at::kLong,
+          fmt::format("tokens must be int64 [n, T], got {} {}", c10::toString(tokens.scalar_type()),
+                      tokens.sizes()));
+}
+
+at::Tensor CausalLm::trunk(const at::Tensor& tokens) {
+  require_tokens(tokens);
+  const int64_t t = tokens.size(1);
+  require(
+      t >= 1 && t <= dims_.context,
+      fmt::format("samples of {} tokens; 1 to model.context = {} are allowed", t, dims_.context));
+  const double p = is_training() ? dims_.dropout : 0.0;
+  // Units (ddp.shard: parameters): the embeddings' unit 0 around the embeddings, block i as unit
+  // 1 + i, then the output unit from the final norm to the output layer (the caller leaves it).
+  if (gate_ != nullptr) gate_->enter(0);
+  at::Tensor x = embed(tokens, at::arange(t, tokens.options()));
+  if (dims_.embedding_dropout) x = at::dropout(x, p, p > 0);
+  if (gate_ != nullptr) x = gate_->leave(0, x);
+  x = run_blocks(blocks_, x, p, dims_.checkpoint_activations, nullptr, gate_, 1);
+  if (gate_ != nullptr) gate_->enter(output_unit());
+  return final_norm(x);
+}
+
+at::Tensor CausalLm::forward(const at::Tensor& tokens) {
+  return leave_output(at::linear(trunk(tokens), output_weight()));
+}
+
+at::Tensor CausalLm::forward_cached(const at::Tensor& tokens, KvCache& cache) {
+  require_tokens(tokens);
+  const int64_t past = cache.length(), t = tokens.size(1);
+  require(t >= 1 && past + t <= dims_.context,
+          fmt::format("{} cached + {} new positions; model.context = {} are allowed", past, t,
+                      dims_.context));
+  // The positions continue where the cache ends.
+  const at::Tensor x = embed(tokens, at::arange(past, past + t, tokens.options()));
+  return at::linear(final_norm(run_blocks_cached(blocks_, x, cache)), output_weight());
+}
+
+at::Tensor CausalLm::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  require(targets.sizes() == tokens.sizes() && targets.scalar_type() == at::kLong,
+          fmt::format("targets must be int64 {} like the tokens, got {} {}", tokens.sizes(),
+                      c10::toString(targets.scalar_type()), targets.sizes()));
+  const at::Tensor h = trunk(tokens);
+  // The output layer and the loss in chunks of positions (Note [Chunked output layer]): the
+  // [positions, vocab] logits are never whole. The padded rows are masked out there.
+  return leave_output(linear_cross_entropy(h.reshape({-1, dims_.d_model}), output_weight(),
+                                           targets.reshape({-1}), dims_.vocab_size,
+                                           dims_.loss_chunk_rows));
+}
+
+int64_t CausalLm::loss_chunk_rows(int64_t rows) const {
+  return linear_cross_entropy_chunk_rows(rows, dims_.padded_vocab_size, dims_.loss_chunk_rows);
+}
+
+void CausalLm::set_loss_chunk_rows(int64_t rows) {
+  dims_.loss_chunk_rows = rows > 0 ? rows : own_chunk_rows_;
+}
+
+namespace {
+
+// Whether `name` (as in named_parameters()) belongs to the module `module` or below it.
+bool under(const std::string& name, const std::string& module) {
+  return name.size() > module.size() && name.compare(0, module.size(), module) == 0 &&
+         name[module.size()] == '.';
+}
+
+}  // namespace
+
+double CausalLm::flops_per_token(int64_t positions) const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  const at::Tensor output = output_weight();
+  for (const auto& item : named_parameters()) {
+    for (const std::string& e : dims_.embeddings) {
+      if (under(item.key(), e) && !item.value().is_same(output)) n -= item.value().numel();
+    }
+  }
+  const auto layers = static_cast<int64_t>(blocks_.size());
+  return 6.0 * static_cast<double>(n) +
+         12.0 * static_cast<double>(layers * dims_.attention_width * positions);
+}
+
+std::vector<std::vector<std::string>> CausalLm::parameter_units() const {
+  std::vector<std::vector<std::string>> units(1 + blocks_.size() + (dims_.tied ? 0 : 1));
+  const size_t skip = dims_.blocks.size() + 1;  // "h."
+  for (const auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    size_t unit = output_unit();  // the final norm, an untied output layer
+    for (const std::string& e : dims_.embeddings) {
+      if (under(name, e)) unit = 0;
+    }
+    if (under(name, dims_.blocks))
+      unit = 1 + std::stoul(name.substr(skip, name.find('.', skip) - skip));
+    units[unit].push_back(name);
+  }
+  return units;
+}
+
+}  // namespace models

@@ -1,0 +1,124 @@
+// CausalLm: the base of the decoder-only language models (gpt: models/gpt/gpt.h, llama:
+// models/llama/llama.h). It holds what they share, so that a feature for every language model is
+// written once, here:
+//
+//   tokens [n, T] at positions P -> embed(tokens, P) (-> dropout where the family has it there)
+//     -> the blocks (models/block.h; checkpointed per block when asked; a parameter unit each)
+//     -> final_norm -> forward: logits = x @ output_weight()^T
+//                      loss:    linear_cross_entropy(x, output_weight(), targets) in chunks of
+//                               positions (Note [Chunked output layer]; the padded rows of the
+//                               output weight are never a target and never predicted)
+//   forward_cached: the same for positions past .. past + t - 1 of a KV cache (generation).
+//
+// A family's constructor registers its modules (in its Hugging Face order: named_parameters()
+// follows registration), builds blocks_ with add_blocks, and says in CausalLmDims what the base
+// needs; it implements the three parts that differ: embed, final_norm and output_weight.
+//
+// Where the features of the language-model issues go: positions reach embed() as a tensor
+// (0 .. T-1 today; packed documents would pass each document's own, and the blocks' position
+// scheme would take them through BlockCall), and blocks_ is the one list of blocks, for every
+// family, whose projections adapters would wrap.
+//
+// Parameter units (ddp.shard: parameters): 0 the embeddings (CausalLmDims::embeddings), 1 .. L
+// the blocks, then, for an untied output layer, one unit of what is left (the final norm and the
+// output layer); tied, what is left joins unit 0, which the output layer enters again. Forward
+// enters 0, 1, ..., L, then the output unit.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/block.h"  // KvCache
+#include "models/capabilities.h"
+#include "models/language_model.h"
+
+namespace models {
+
+// What the base needs of a family's resolved options.
+struct CausalLmDims {
+  std::string family;             // "gpt", "llama": the prefix of its errors
+  int64_t vocab_size = 0;         // ids it predicts (targets are below it)
+  int64_t padded_vocab_size = 0;  // rows of the output weight
+  int64_t context = 0;            // positions it can see
+  int64_t d_model = 0;
+  int64_t attention_width = 0;     // heads x head size: the attention term of flops_per_token
+  double dropout = 0.0;            // training mode only; in the blocks (models/block.h)
+  bool embedding_dropout = false;  // also on the embeddings' output (GPT-2 has it there)
+  bool checkpoint_activations = false;
+  int64_t loss_chunk_rows = 0;  // positions per chunk of the output layer (0: the default)
+  bool tied = false;            // the output layer is the token embedding
+  // The names of the embedding modules (unit 0): "wte", "wpe"; "embed_tokens".
+  std::vector<std::string> embeddings;
+  std::string blocks;  // the name the blocks are registered under: "h", "layers"
+};
+
+// The rows of the embedding and the output layer for `vocab` ids when the options leave it to
+// the model (padded_vocab_size 0): rounded up to a multiple of 64, a fast matmul width.
+int64_t padded_vocab(int64_t vocab);
+
+class CausalLm : public LanguageModel,
+                 public ActivationCheckpointing,
+                 public ChunkedLoss,
+                 public ParameterUnits {
+ public:
+  ~CausalLm() override;
+
+  // logits [n, T, padded_vocab_size] for tokens int64 [n, T] (1 <= T <= context).
+  at::Tensor forward(const at::Tensor& tokens) final;
+  // Incremental decoding (LanguageModel): no dropout, no unit gate.
+  at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) final;
+  // Mean next-token cross-entropy; targets int64 of the tokens' shape, below vocab_size.
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) final;
+  int64_t vocab_size() const final { return dims_.vocab_size; }
+  int64_t context() const final { return dims_.context; }
+
+  // 6 N + 12 L A T (PaLM's estimate): N the parameters less the embeddings that are only looked
+  // up (not also the output layer: gpt's wpe, an untied llama's embed_tokens), A the attention
+  // width. The recomputation of checkpointing is not counted.
+  double flops_per_token(int64_t positions) const final;
+
+  void set_checkpoint_activations(bool on) final { dims_.checkpoint_activations = on; }
+  bool checkpoint_activations() const final { return dims_.checkpoint_activations; }
+
+  // Every position is a row of the chunked output layer.
+  int64_t loss_rows(const at::Tensor& tokens) const final { return tokens.numel(); }
+  int64_t loss_chunk_rows(int64_t rows) const final;
+  void set_loss_chunk_rows(int64_t rows) final;
+
+  std::vector<std::vector<std::string>> parameter_units() const final;
+  void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
+
+ protected:
+  explicit CausalLm(CausalLmDims dims);
+
+  // The family's parts. embed: [n, T, d_model] for tokens [n, T] at `positions` int64 [T].
+  virtual at::Tensor embed(const at::Tensor& tokens, const at::Tensor& positions) = 0;
+  virtual at::Tensor final_norm(const at::Tensor& x) = 0;
+  // [padded_vocab_size, d_model]: the token embedding's weight when tied.
+  virtual at::Tensor output_weight() const = 0;
+
+  // An std::invalid_argument "FAMILY: what" unless `ok`.
+  void require(bool ok, const std::string& what) const;
+
+  // The blocks, in order (registered by the family as dims.blocks.{i}).
+  std::vector<std::shared_ptr<Block>> blocks_;
+
+ private:
+  void require_tokens(const at::Tensor& tokens) const;
+  // final_norm's output: everything before the output layer, with the output unit entered.
+  at::Tensor trunk(const at::Tensor& tokens);
+  size_t output_unit() const { return dims_.tied ? 0 : 1 + blocks_.size(); }
+  at::Tensor leave_output(const at::Tensor& x) const {
+    return gate_ != nullptr ? gate_->leave(output_unit(), x) : x;
+  }
+
+  CausalLmDims dims_;           // checkpoint_activations and loss_chunk_rows as set since
+  int64_t own_chunk_rows_ = 0;  // loss_chunk_rows as constructed (set_loss_chunk_rows(0))
+  UnitGate* gate_ = nullptr;    // ddp.shard: parameters (set by the trainer)
+};
+
+}  // namespace models

@@ -1,0 +1,34 @@
+// The preset lookup of the language-model families (gpt_preset, llama_preset): a family keeps a
+// table of structs with a `name` and its dimensions; these find an entry by model.preset.
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace models {
+
+// The names of a preset table, in its order.
+template <class Preset, size_t N>
+std::vector<std::string> preset_names_of(const Preset (&table)[N]) {
+  std::vector<std::string> names;
+  for (const Preset& p : table) names.emplace_back(p.name);
+  return names;
+}
+// The entry named `name`, or std::invalid_argument naming model.preset and the family's presets.
+template <class Preset, size_t N>
+const Preset& find_preset(const Preset (&table)[N], const std::string& name,
+                          const std::string& family) {
+  for (const Preset& p : table) {
+    if (name == p.name) return p;
+  }
+  throw std::invalid_argument(
+      fmt::format("model.preset: unknown {} preset '{}'; known {} presets: {}", family, name,
+                  family, fmt::join(preset_names_of(table), ", ")));
+}
+
+}  // namespace models
