@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "data/movielens.h"
@@ -13,6 +14,22 @@ namespace data {
 
 std::vector<std::string> dataset_names() {
   return {"csv", "images", "movielens", "synthetic", "tokens"};
+}
+
+std::string packing_line(const PackingStats& s) {
+  const double positions = std::max<double>(1.0, static_cast<double>(s.windows * s.context));
+  std::string line = fmt::format(
+      "data.packing: {}: {} windows of {} positions: tokens {:.1f}%, targets {:.1f}% of the "
+      "positions",
+      kPackingNames[static_cast<size_t>(s.packing)], s.windows, s.context,
+      100.0 * static_cast<double>(s.tokens) / positions,
+      100.0 * static_cast<double>(s.targets) / positions);
+  if (s.documents > 0) line += fmt::format("; {} documents", s.documents);
+  if (s.split_documents > 0) {
+    line += fmt::format(", {} of them longer than data.context, split into {} pieces",
+                        s.split_documents, s.pieces);
+  }
+  return line;
 }
 
 std::unique_ptr<Dataset> make_dataset(const DataOptions& options) {
