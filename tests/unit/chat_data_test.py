@@ -10,7 +10,6 @@ import json
 import os
 import random
 import struct
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -18,9 +17,9 @@ import unittest
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "..", "scripts", "tokenize_text.py")
 sys.path.insert(0, HERE)
 import bpe_reference  # noqa: E402
+from tokenize_text_test import run  # noqa: E402  (runs the script as a user does)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # and for the script's processes
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
@@ -135,14 +134,6 @@ def write_jsonl(path, records, blank_after=()):
             f.write((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n")
             if i in blank_after:
                 f.write("\n")
-
-
-def run(*args, ok=True):
-    p = subprocess.run([sys.executable, SCRIPT, *map(str, args)], capture_output=True, text=True)
-    if ok and p.returncode != 0:
-        raise AssertionError(
-            f"tokenize_text.py {' '.join(map(str, args))} failed:\n{p.stdout}{p.stderr}")
-    return p
 
 
 # --- Reading the output, from docs/reference.md's description --------------------------------
