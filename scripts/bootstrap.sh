@@ -42,12 +42,15 @@ else
   # (offline: the tests build random models; nothing is downloaded at test time). tokenizers
   # (which transformers requires, in a range): scripts/tokenize_text.py --tokenizer, and the ids
   # the C++ tokenizer.json reader is tested against -- pinned, as tiktoken is.
+  # jinja2 renders chat templates (scripts/tokenize_text.py --chat, through transformers'
+  # apply_chat_template); the torch wheel brings some version of it: pinned here.
   TRANSFORMERS_VERSION=5.23.0
   TOKENIZERS_VERSION=0.23.3
-  if ! HF_HUB_OFFLINE=1 "$TRAINER_VENV/bin/python" -c "import transformers, tokenizers, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION' or tokenizers.__version__ != '$TOKENIZERS_VERSION')" 2>/dev/null; then
-    log "installing transformers==$TRANSFORMERS_VERSION, tokenizers==$TOKENIZERS_VERSION into $TRAINER_VENV"
+  JINJA2_VERSION=3.1.6
+  if ! HF_HUB_OFFLINE=1 "$TRAINER_VENV/bin/python" -c "import transformers, tokenizers, jinja2, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION' or tokenizers.__version__ != '$TOKENIZERS_VERSION' or jinja2.__version__ != '$JINJA2_VERSION')" 2>/dev/null; then
+    log "installing transformers==$TRANSFORMERS_VERSION, tokenizers==$TOKENIZERS_VERSION, jinja2==$JINJA2_VERSION into $TRAINER_VENV"
     "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" \
-      "tokenizers==$TOKENIZERS_VERSION"
+      "tokenizers==$TOKENIZERS_VERSION" "jinja2==$JINJA2_VERSION"
   fi
   torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
 fi

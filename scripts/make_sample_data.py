@@ -7,13 +7,22 @@
   data/timeseries-sample/  series.csv: an hourly load series with daily and weekly seasons, a
                            trend, a temperature effect and noise   (configs/sequence-*.yaml)
   data/images-sample/      PNG images, by scripts/make_sample_images.py (configs/cnn-denoise.yaml)
+  data/chat-sample/        chat.jsonl: conversations ({"messages": [...]}, the format of
+                           scripts/tokenize_text.py --chat) of questions about this project and
+                           answers taken from its documentation (docs/*.md); and tokenizer/: a
+                           byte-level BPE tokenizer.json trained on them (offline, `tokenizers`)
+                           with Llama 3's chat template in its tokenizer_config.json
 
-    scripts/make_sample_data.py [--out data] [--text-bytes 400000] [--rows 8000]"""
+    scripts/make_sample_data.py [--out data] [--text-bytes 400000] [--rows 8000]
+        [--only tokens|timeseries|images|chat]"""
 import argparse
 import csv
 import importlib
 import inspect
+import json
 import os
+import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -60,6 +69,129 @@ def series(path, rows, seed):
                         f"{temperature[i]:.3f}", f"{humidity[i]:.2f}", f"{load[i]:.3f}"])
 
 
+# --- The chat sample --------------------------------------------------------------------------
+DOCS = ["README.md", "docs/reference.md", "docs/language-models.md", "docs/DESIGN.md"]
+SYSTEM = ("You answer questions about trainer, a C++ data-parallel trainer on LibTorch, from its "
+          "documentation.")
+QUESTIONS = ["What does the documentation say about {}?", "Tell me about {}.", "Explain {}.",
+             "How does trainer handle {}?", "What should I know about {}?"]
+SECTION_QUESTIONS = ["What does the section \"{}\" cover?", "Summarise \"{}\" for me.",
+                     "What is in \"{}\"?"]
+MORE_QUESTIONS = ["What else does \"{}\" say?", "Go on about \"{}\".", "And then?"]
+# Meta-Llama-3-8B-Instruct's chat template (its tokenizer_config.json).
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim "
+    "+ '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant"
+    "<|end_header_id|>\n\n' }}{% endif %}")
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                   "<|end_header_id|>", "<|eot_id|>"]
+
+
+def plain(markdown):
+    """Markdown prose as plain text: links to their text, emphasis dropped, lines joined."""
+    text = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", markdown)
+    text = re.sub(r"\*\*([^*]+)\*\*", r"\1", text)
+    return " ".join(line.strip() for line in text.splitlines()).strip()
+
+
+def doc_answers(path):
+    """(topic, answer, section, first) from a markdown file: each "**Topic.** text" paragraph or
+    bullet (the topic, its text), and each prose paragraph of a section (None, the paragraph,
+    whether it is the section's first)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    out, section = [], None
+    for block in re.split(r"\n\s*\n|\n(?=- )", text):
+        block = block.strip()
+        heading = re.match(r"#+ (.*)", block)
+        if heading:
+            section, first = heading.group(1).strip(), True
+            block = block[heading.end():].strip()
+            if not block:
+                continue
+        if not block or block.startswith("|") or section is None:
+            continue
+        topic = re.match(r"(?:- )?\*\*([^*]{3,80}?)\.?\*\*\.?\s*", block)
+        if topic:
+            answer = plain(block[topic.end():])
+            if len(answer) > 40:
+                out.append((plain(topic.group(1)).rstrip(".:"), answer, section, False))
+        elif not block.startswith(("-", "<", "Contents")) and len(block) > 80:
+            out.append((None, plain(block), section, first))
+            first = False
+    return out
+
+
+def chat_conversations(root, seed):
+    """Conversations of one to three questions about one section, a system message in every
+    third; deterministic."""
+    rng = random.Random(seed)
+    by_section = {}
+    for path in DOCS:
+        for topic, answer, section, first in doc_answers(os.path.join(root, path)):
+            if topic:
+                question = rng.choice(QUESTIONS).format(topic[0].lower() + topic[1:])
+            else:
+                question = rng.choice(SECTION_QUESTIONS if first else MORE_QUESTIONS)
+                question = question.format(section)
+            by_section.setdefault((path, section), []).append((question, answer))
+    conversations = []
+    for pairs in by_section.values():
+        while pairs:
+            n = rng.randint(1, 3)
+            take, pairs = pairs[:n], pairs[n:]
+            system = len(conversations) % 3 == 0
+            messages = [{"role": "system", "content": SYSTEM}] if system else []
+            for question, answer in take:
+                messages += [{"role": "user", "content": question},
+                             {"role": "assistant", "content": answer}]
+            conversations.append({"messages": messages})
+    return conversations
+
+
+def chat_tokenizer(folder, texts, vocab_size=2048):
+    """FOLDER/tokenizer.json (a byte-level BPE trained on `texts` with Llama 3's pattern and
+    special tokens) and FOLDER/tokenizer_config.json (Llama 3's chat template)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+               r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=LLAMA3_SPECIALS,
+                                  show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>",
+              "eos_token": "<|eot_id|>", "chat_template": LLAMA3_TEMPLATE}
+    with open(os.path.join(folder, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+
+
+def write_chat(a):
+    root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    folder = os.path.join(a.out, "chat-sample")
+    os.makedirs(folder, exist_ok=True)
+    conversations = chat_conversations(root, a.seed)
+    path = os.path.join(folder, "chat.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for c in conversations:
+            f.write(json.dumps(c, ensure_ascii=False) + "\n")
+    texts = [m["content"] for c in conversations for m in c["messages"]]
+    chat_tokenizer(os.path.join(folder, "tokenizer"), texts)
+    turns = sum(len(c["messages"]) for c in conversations)
+    print(f"{path}: {len(conversations)} conversations, {turns} messages; "
+          f"{folder}/tokenizer: a byte-level BPE with Llama 3's chat template")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,8 +200,17 @@ def main():
     p.add_argument("--text-bytes", type=int, default=400_000)
     p.add_argument("--rows", type=int, default=8000)
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--only", choices=["tokens", "timeseries", "images", "chat"],
+                   help="write this sample alone")
     a = p.parse_args()
+    for name, write in (("tokens", write_tokens), ("timeseries", write_series),
+                        ("images", write_images), ("chat", write_chat)):
+        if a.only in (None, name):
+            write(a)
 
+
+def write_tokens(a):
+    here = os.path.dirname(os.path.abspath(__file__))
     tokens = os.path.join(a.out, "tokens-sample")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
         f.write(corpus(a.text_bytes))
@@ -78,12 +219,16 @@ def main():
                    check=True)
     os.unlink(text)
 
+
+def write_series(a):
     os.makedirs(os.path.join(a.out, "timeseries-sample"), exist_ok=True)
     path = os.path.join(a.out, "timeseries-sample", "series.csv")
     series(path, a.rows, a.seed)
     print(f"{path}: {a.rows} hourly rows (timestamp, temperature, humidity, load)")
 
-    images = os.path.join(here, "make_sample_images.py")
+
+def write_images(a):
+    images = os.path.join(os.path.dirname(os.path.abspath(__file__)), "make_sample_images.py")
     if os.path.exists(images):
         subprocess.run([sys.executable, images, "--out", os.path.join(a.out, "images-sample")],
                        check=True)

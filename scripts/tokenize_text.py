@@ -4,6 +4,9 @@
     scripts/tokenize_text.py INPUT OUTDIR [--encoding bytes|gpt2 | --tokenizer PATH/tokenizer.json]
         [--val-fraction 0.1] [--shard-tokens N] [--header none|llmc] [--jsonl-field text]
         [--workers N] [--ranks FILE]
+    scripts/tokenize_text.py --chat --tokenizer DIR/tokenizer.json INPUT.jsonl OUTDIR
+        [--chat-template FILE] [--train-on assistant|last-assistant|all]
+        [--max-tokens N [--too-long truncate|drop]] [--val-fraction ...] [--shard-tokens ...]
 
 INPUT is a text file (one document), a JSON Lines file (*.jsonl: one document per line, its
 --jsonl-field string), or a folder: every file under it, in sorted path order, hidden ones
@@ -31,6 +34,14 @@ OUTDIR/val_000000.bin, ...: little-endian uint16 tokens, bare (nanoGPT) or after
 --val-fraction of the token stream is the validation split (it may begin inside a document).
 Shards of an earlier run in OUTDIR are removed first.
 
+--chat: INPUT holds conversations, JSON Lines of {"messages": [...]} or {"prompt": ...,
+"completion": ...}, rendered with the chat template beside the tokenizer.json through
+transformers (scripts/chat_template.py); each shard NAME.bin gets NAME.mask (1 on the tokens the
+loss counts: the assistant's) and NAME.docs (the conversations' boundaries) beside it, shards end
+at conversation boundaries, the validation split is the last whole conversations, and OUTDIR/
+chat.json holds the template rendered around a placeholder user message for --generate --chat.
+The formats: docs/reference.md, "Chat data".
+
 Large inputs are cut into chunks of about 1 MiB, tokenized on --workers processes (default: every
 core); the output is the same for any number of workers. GPT-2 text is cut only where the
 pre-tokenizer breaks whatever follows (after an ASCII letter before a space and a letter, or after
@@ -38,9 +49,11 @@ a line break between two visible ASCII characters), so the ids equal those of th
 import argparse
 import collections
 import concurrent.futures
+import functools
 import json
 import os
 import re
+import struct
 import sys
 
 try:
@@ -57,6 +70,8 @@ except ModuleNotFoundError:  # e.g. the system python3: run again under the proj
         os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
     sys.exit(f"tokenize_text.py: {sys.executable} has no numpy, nor has the project's Python "
              f"({python}): run scripts/bootstrap.sh, which installs both")
+
+import chat_template  # noqa: E402  (beside this file; after numpy, which it needs)
 
 LLMC_MAGIC, LLMC_VERSION = 20240520, 1
 LLMC_MAGIC_32, LLMC_VERSION_32 = 20240801, 7  # llm.c's Llama 3 shards: uint32 tokens
@@ -279,6 +294,14 @@ def tokenize_unit(unit, field):
 
 
 # --- Output ----------------------------------------------------------------------------------
+def llmc_header(count, wide):
+    """llm.c's 256-int32 header of a shard of `count` tokens (uint32 ones when `wide`)."""
+    h = np.zeros(256, dtype="<i4")
+    h[0], h[1] = (LLMC_MAGIC_32, LLMC_VERSION_32) if wide else (LLMC_MAGIC, LLMC_VERSION)
+    h[2] = count
+    return h.tobytes()
+
+
 class ShardWriter:
     """Streams tokens into OUTDIR/train_NNNNNN.bin of `shard_tokens` each; finish() moves the last
     `n_val` tokens into val_NNNNNN.bin shards."""
@@ -299,12 +322,8 @@ class ShardWriter:
 
     def _set_count(self, f, count):
         if self.header == "llmc":
-            h = np.zeros(256, dtype=np.int32)
-            wide = (LLMC_MAGIC_32, LLMC_VERSION_32)
-            h[0], h[1] = wide if self.wide else (LLMC_MAGIC, LLMC_VERSION)
-            h[2] = count
             f.seek(0)
-            f.write(h.tobytes())
+            f.write(llmc_header(count, self.wide))
             f.seek(0, os.SEEK_END)
 
     def _close_file(self):
@@ -362,7 +381,12 @@ class ShardWriter:
 
 
 def remove_old_shards(outdir):
+    """Removes the shards, their masks and document files, and the chat prompt of an earlier run
+    (a mask left beside a new shard would not match it)."""
     old = [n for n in os.listdir(outdir) if re.fullmatch(r"(train|val)_\d{6}\.bin", n)]
+    for name in os.listdir(outdir):
+        if re.fullmatch(r"(train|val)_\d{6}\.(mask|docs)|chat\.json", name):
+            os.unlink(os.path.join(outdir, name))
     for name in old:
         os.unlink(os.path.join(outdir, name))
     if old:
@@ -381,6 +405,32 @@ def progress_bar(total_bytes):
     return tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenizing", disable=None)
 
 
+def run_units(units, work, take, workers, initializer, initargs, serial):
+    """Calls take(unit, work(unit)) for each unit, in input order: in this process when `serial`,
+    else on `workers` processes with at most 4 units per worker in flight, so memory stays bounded
+    however large the input."""
+    if serial:
+        initializer(*initargs)
+        for unit in units:
+            take(unit, work(unit))
+        return
+    with concurrent.futures.ProcessPoolExecutor(workers, initializer=initializer,
+                                                initargs=initargs) as pool:
+        pending = collections.deque()
+        try:
+            for unit in units:
+                pending.append((unit, pool.submit(work, unit)))
+                if len(pending) >= 4 * workers:
+                    done, future = pending.popleft()
+                    take(done, future.result())
+            while pending:
+                done, future = pending.popleft()
+                take(done, future.result())
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
 def tokenize(a, files):
     """Writes the shards; returns (training tokens, train shards, validation tokens, val shards)."""
     total_bytes = sum(os.path.getsize(p) for p in files)
@@ -391,7 +441,7 @@ def tokenize(a, files):
     bar = progress_bar(total_bytes)
     written_docs = False
 
-    def take(unit_bytes, result):
+    def take(unit, result):
         nonlocal written_docs
         tokens, starts_document = result
         if a.encoding == "bytes" and starts_document and written_docs:
@@ -399,31 +449,11 @@ def tokenize(a, files):
         writer.write(tokens)
         written_docs = written_docs or starts_document
         if bar is not None:
-            bar.update(unit_bytes)
+            bar.update(len(unit[3]))
 
-    if a.workers == 1 or total_bytes <= a.chunk_bytes:
-        init_worker(a.encoding, a.ranks, a.tokenizer)
-        for unit in units:
-            take(len(unit[3]), tokenize_unit(unit, a.jsonl_field))
-    else:
-        # Results are taken in input order; at most 4 units per worker are in flight, so memory
-        # stays bounded however large the input.
-        init_args = (a.encoding, a.ranks, a.tokenizer)
-        with concurrent.futures.ProcessPoolExecutor(a.workers, initializer=init_worker,
-                                                    initargs=init_args) as pool:
-            pending = collections.deque()
-            try:
-                for unit in units:
-                    pending.append((len(unit[3]), pool.submit(tokenize_unit, unit, a.jsonl_field)))
-                    if len(pending) >= 4 * a.workers:
-                        size, future = pending.popleft()
-                        take(size, future.result())
-                while pending:
-                    size, future = pending.popleft()
-                    take(size, future.result())
-            except BaseException:
-                pool.shutdown(cancel_futures=True)
-                raise
+    run_units(units, functools.partial(tokenize_unit, field=a.jsonl_field), take, a.workers,
+              init_worker, (a.encoding, a.ranks, a.tokenizer),
+              serial=a.workers == 1 or total_bytes <= a.chunk_bytes)
     if bar is not None:
         bar.close()
     if writer.total == 0:
@@ -431,6 +461,235 @@ def tokenize(a, files):
     n_val = int(writer.total * a.val_fraction)
     train_shards, val_shards = writer.finish(n_val)
     return writer.total - n_val, train_shards, n_val, val_shards
+
+
+# --- Conversations (--chat) ------------------------------------------------------------------
+# Beside each shard NAME.bin, --chat writes NAME.mask and NAME.docs (docs/reference.md, "Chat
+# data"): a 32-byte header (8 bytes of magic, uint32 version, uint32 0, uint64 count, uint64 0),
+# then one byte per token, 0 or 1 (.mask), or the count + 1 uint64 offsets of the documents'
+# first tokens and of the shard's end (.docs). Shards end at document boundaries.
+MASK_MAGIC, DOCS_MAGIC, SIDECAR_VERSION = b"TRAINMSK", b"TRAINDOC", 1
+CHAT_COUNTS = ("conversations", "messages", "assistant turns", "tokens", "targets", "truncated",
+               "dropped")
+_renderer = None  # this process's chat_template.Renderer
+_chat_limit = (None, "truncate")  # --max-tokens, --too-long
+
+
+def sidecar_header(magic, count):
+    return magic + struct.pack("<IIQQ", SIDECAR_VERSION, 0, count, 0)
+
+
+def init_chat_worker(tokenizer_path, template_path, train_on, max_tokens, too_long):
+    global _renderer, _chat_limit
+    _renderer = chat_template.Renderer(
+        chat_template.load_tokenizer(tokenizer_path, template_path), train_on)
+    _chat_limit = (max_tokens, too_long)
+
+
+def render_conversation(line, counts):
+    """(ids, mask) of one JSON Lines record, truncated or None (dropped) past --max-tokens;
+    counts what it keeps. Raises ChatError, or ValueError for a line that is not JSON."""
+    messages = chat_template.to_messages(json.loads(line))
+    ids, mask = _renderer.render(messages)
+    kept = len(messages)
+    max_tokens, too_long = _chat_limit
+    if max_tokens and len(ids) > max_tokens:
+        fitted = _renderer.fit(messages, max_tokens) if too_long == "truncate" else None
+        if fitted is None:
+            counts["dropped"] += 1
+            return None
+        ids, mask, kept = fitted
+        counts["truncated"] += 1
+    counts["conversations"] += 1
+    counts["messages"] += kept
+    counts["assistant turns"] += sum(m["role"] == "assistant" for m in messages[:kept])
+    counts["tokens"] += len(ids)
+    counts["targets"] += int(mask[1:].sum())  # a document's first token is nobody's target
+    return ids, mask
+
+
+def chat_unit(unit):
+    """(ids, mask, document lengths, counts) of the conversations of a JSON Lines unit."""
+    _, path, first, data = unit
+    ids, masks, counts = [], [], collections.Counter()
+    for number, line in enumerate(data.split(b"\n"), first):  # as the file was read: by \n
+        if not line.strip():
+            continue
+        try:
+            rendered = render_conversation(line, counts)
+        except chat_template.ChatError as e:
+            raise InputError(f"{path}:{number}: {e}") from e
+        except ValueError as e:
+            raise InputError(f"{path}:{number}: not JSON ({e})") from e
+        if rendered is not None:
+            ids.append(rendered[0])
+            masks.append(rendered[1])
+    lengths = [len(i) for i in ids]
+    if not ids:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint8), lengths, counts
+    return np.concatenate(ids), np.concatenate(masks), lengths, counts
+
+
+def chat_shard_ranges(offsets, begin, end, shard_tokens):
+    """Documents [begin, end) cut into shards of whole documents, each of at most `shard_tokens`
+    tokens unless one document alone is longer: [(first document, end), ...]."""
+    ranges, start = [], begin
+    for d in range(begin, end):
+        if d > start and offsets[d + 1] - offsets[start] > shard_tokens:
+            ranges.append((start, d))
+            start = d
+    return ranges + [(start, end)] if end > begin else ranges
+
+
+def write_chat_shard(base, tokens, mask, offsets, header):
+    """BASE.bin, BASE.mask and BASE.docs of one shard: its tokens, their mask, and the offsets of
+    its documents (offsets[0] = 0, offsets[-1] = its token count)."""
+    count = len(tokens)
+    wide = tokens.dtype.itemsize == 4
+    with open(base + ".bin", "wb") as f:
+        if header == "llmc" or wide:
+            f.write(llmc_header(count, wide))
+        f.write(tokens.tobytes())
+    with open(base + ".mask", "wb") as f:
+        f.write(sidecar_header(MASK_MAGIC, count))
+        f.write(np.ascontiguousarray(mask, dtype=np.uint8).tobytes())
+    with open(base + ".docs", "wb") as f:
+        f.write(sidecar_header(DOCS_MAGIC, len(offsets) - 1))
+        f.write(np.asarray(offsets, dtype="<u8").tobytes())
+
+
+def write_chat_shards(a, tokens, mask, lengths):
+    """Writes the train and val shards of the whole documents `lengths` describes (the last
+    documents holding at least --val-fraction of the tokens validate); returns (training tokens,
+    train shards, validation tokens, val shards)."""
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    total, split = int(offsets[-1]), len(lengths)
+    n_val = int(total * a.val_fraction)
+    if n_val:
+        split = int(np.searchsorted(offsets, total - n_val, side="right")) - 1
+        if split == 0:
+            raise InputError(f"{a.input}: {len(lengths)} conversation(s): too few to hold out "
+                             f"--val-fraction {a.val_fraction} of the tokens as whole "
+                             "conversations (--val-fraction 0 trains on every one)")
+    shards = {"train": 0, "val": 0}
+    for name, begin, end in (("train", 0, split), ("val", split, len(lengths))):
+        for first, last in chat_shard_ranges(offsets, begin, end, a.shard_tokens):
+            lo, hi = int(offsets[first]), int(offsets[last])
+            base = os.path.join(a.outdir, f"{name}_{shards[name]:06d}")
+            write_chat_shard(base, tokens[lo:hi], mask[lo:hi], offsets[first:last + 1] - lo,
+                             a.header)
+            shards[name] += 1
+    train_tokens = int(offsets[split])
+    return train_tokens, shards["train"], total - train_tokens, shards["val"]
+
+
+def tokenize_chat(a, files):
+    """--chat: writes the shards, masks, document files and chat.json; returns what tokenize()
+    does and the counts of CHAT_COUNTS."""
+    for path in files:
+        if not path.endswith(".jsonl"):
+            raise InputError(f"{path}: --chat reads JSON Lines files (*.jsonl) of conversations")
+    dtype = np.dtype(np.uint32 if a.vocab_size > 1 << 16 else np.uint16).newbyteorder("<")
+    paths = {k: os.path.join(a.outdir, f".chat-{k}.tmp") for k in ("tokens", "mask")}
+    lengths, counts = [], collections.Counter()
+    total_bytes = sum(os.path.getsize(p) for p in files)
+    bar = progress_bar(total_bytes)
+    try:
+        with open(paths["tokens"], "wb") as tokens_file, open(paths["mask"], "wb") as mask_file:
+            def take(unit, result):
+                ids, mask, unit_lengths, unit_counts = result
+                tokens_file.write(ids.astype(dtype).tobytes())
+                mask_file.write(mask.tobytes())
+                lengths.extend(unit_lengths)
+                counts.update(unit_counts)
+                if bar is not None:
+                    bar.update(len(unit[3]))
+
+            run_units(all_units(files, a.chunk_bytes, None), chat_unit, take, a.workers,
+                      init_chat_worker,
+                      (a.tokenizer, a.chat_template, a.train_on, a.max_tokens, a.too_long),
+                      serial=a.workers == 1 or total_bytes <= a.chunk_bytes)
+        if bar is not None:
+            bar.close()
+        if not lengths:
+            raise InputError(f"{a.input}: no conversations"
+                             + (f" ({counts['dropped']} dropped: longer than --max-tokens)"
+                                if counts["dropped"] else ""))
+        tokens = np.memmap(paths["tokens"], dtype=dtype, mode="r")
+        mask = np.memmap(paths["mask"], dtype=np.uint8, mode="r")
+        result = write_chat_shards(a, tokens, mask, lengths)
+        del tokens, mask
+    finally:
+        for path in paths.values():
+            if os.path.exists(path):
+                os.unlink(path)
+    return result, counts
+
+
+def write_chat_prompt(a, renderer):
+    """OUTDIR/chat.json: what --generate --chat needs of the template (docs/reference.md)."""
+    prompt = renderer.chat_prompt()
+    prompt["tokenizer"] = os.path.abspath(a.tokenizer)
+    prompt["template"] = os.path.abspath(a.chat_template) if a.chat_template else "the tokenizer's"
+    prompt["train_on"] = a.train_on
+    with open(os.path.join(a.outdir, "chat.json"), "w", encoding="utf-8") as f:
+        f.write("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}"
+                                    for k, v in prompt.items()) + "\n}\n")
+
+
+def chat_summary(a, counts):
+    share = 100 * counts["targets"] / max(1, counts["tokens"])
+    limit = f" (--max-tokens {a.max_tokens}, --too-long {a.too_long})" if a.max_tokens else ""
+    return (f"{a.input}: {counts['conversations']} conversations, {counts['messages']} messages "
+            f"({counts['assistant turns']} the assistant's), {counts['tokens']} tokens of which "
+            f"{counts['targets']} targets ({share:.1f}%, --train-on {a.train_on}); "
+            f"{counts['truncated']} truncated, {counts['dropped']} dropped{limit}")
+
+
+def add_chat_arguments(p):
+    g = p.add_argument_group("conversations (--chat; docs/language-models.md, \"Chat data\")")
+    g.add_argument("--chat", action="store_true",
+                   help="INPUT holds conversations: JSON Lines of {\"messages\": [...]} or "
+                   "{\"prompt\": ..., \"completion\": ...}, rendered with the chat template "
+                   "beside --tokenizer; writes a loss mask and document boundaries beside the "
+                   "shards, and chat.json")
+    g.add_argument("--chat-template", metavar="FILE",
+                   help="a Jinja chat template replacing the tokenizer's")
+    g.add_argument("--train-on", choices=chat_template.TRAIN_ON, default=None,
+                   help="the tokens the loss counts: the assistant's turns (default), the last "
+                   "assistant turn, or every token")
+    g.add_argument("--max-tokens", type=int, default=None,
+                   help="conversations longer than this are truncated or dropped (--too-long)")
+    g.add_argument("--too-long", choices=["truncate", "drop"], default=None,
+                   help="truncate (default: the longest prefix of whole messages ending with an "
+                   "assistant's that fits) or drop a conversation longer than --max-tokens")
+
+
+def check_chat_arguments(p, a):
+    if not a.chat:
+        given = [f for f in ("chat_template", "train_on", "max_tokens", "too_long")
+                 if getattr(a, f) is not None]
+        if given:
+            p.error(f"--{given[0].replace('_', '-')} needs --chat")
+        return
+    if not a.tokenizer:
+        p.error("--chat needs --tokenizer DIR/tokenizer.json (the chat template is read beside it)")
+    if a.max_tokens is not None and a.max_tokens < 1:
+        p.error("--max-tokens must be positive")
+    a.train_on = a.train_on or "assistant"
+    a.too_long = a.too_long or "truncate"
+
+
+def chat_renderer(a):
+    """The main process's Renderer (it writes chat.json); a missing template or one that cannot
+    render a user turn is an InputError here, before any work."""
+    try:
+        renderer = chat_template.Renderer(
+            chat_template.load_tokenizer(a.tokenizer, a.chat_template), a.train_on)
+        renderer.chat_prompt()
+    except chat_template.ChatError as e:
+        raise InputError(str(e)) from e
+    return renderer
 
 
 def main():
@@ -452,7 +711,9 @@ def main():
                    help="GPT-2's tiktoken-format ranks file")
     # Hidden: the tests cut small inputs.
     p.add_argument("--chunk-bytes", type=int, default=1 << 20, help=argparse.SUPPRESS)
+    add_chat_arguments(p)
     a = p.parse_args()
+    check_chat_arguments(p, a)
     if not 0 <= a.val_fraction < 1:
         p.error("--val-fraction must be in [0, 1)")
     if a.shard_tokens < 1 or a.workers < 1 or a.chunk_bytes < 1:
@@ -467,21 +728,29 @@ def main():
             gpt2_encoding(a.ranks)  # a missing tiktoken or ranks file is said once, before any work
         if a.tokenizer:
             _, a.vocab_size, separator = json_tokenizer(a.tokenizer)
-            if separator is None:
+            if separator is None and not a.chat:
                 print(f"{a.tokenizer}: no <|endoftext|> or <|end_of_text|> token: documents are "
                       "joined without a separator", file=sys.stderr)
+        renderer = chat_renderer(a) if a.chat else None  # a template's errors, once
         os.makedirs(a.outdir, exist_ok=True)
         remove_old_shards(a.outdir)
-        n_train, train_shards, n_val, val_shards = tokenize(a, files)
+        if a.chat:
+            (n_train, train_shards, n_val, val_shards), counts = tokenize_chat(a, files)
+            write_chat_prompt(a, renderer)
+            print(chat_summary(a, counts))
+        else:
+            n_train, train_shards, n_val, val_shards = tokenize(a, files)
     except InputError as e:
         sys.exit(f"tokenize_text.py: {e}")
     except OSError as e:
         sys.exit(f"tokenize_text.py: {e.filename}: {e.strerror}")
     width = "uint32" if a.vocab_size > 1 << 16 else "uint16"
     tokenizer = f", data.tokenizer: {a.tokenizer}" if a.tokenizer else ""
+    beside = (" (with their loss masks and document boundaries: data.packing auto packs whole "
+              "conversations; chat.json for --generate --chat)" if a.chat else "")
     print(f"{a.input}: {n_train} training tokens in {train_shards} shard(s), {n_val} validation "
           f"tokens in {val_shards} shard(s) of {width} -> {a.outdir}; train with data.dataset: "
-          f"tokens, data.path: {a.outdir}, data.vocab_size: {a.vocab_size}{tokenizer}")
+          f"tokens, data.path: {a.outdir}, data.vocab_size: {a.vocab_size}{tokenizer}{beside}")
 
 
 if __name__ == "__main__":

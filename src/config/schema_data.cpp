@@ -21,6 +21,12 @@ std::vector<KeyDef> data_keys() {
               "tokens: positions per sample (each reads context + 1 tokens)"),
       integer("data.vocab_size", FIELD(data.vocab_size), "50257", 1, 1 << 30,
               "tokens: token ids must be below this (50257: GPT-2 BPE; 256: bytes)"),
+      enum_choice("data.packing", FIELD(data.packing), "auto", data::kPackingNames,
+                  "tokens: documents fills each data.context window with whole documents "
+                  "(positions restart at each, attention never crosses one; a longer document is "
+                  "split), packed best-fit; none cuts windows from the token stream; auto: "
+                  "documents when the shards carry document boundaries (scripts/tokenize_text.py "
+                  "--chat writes them), none otherwise"),
       text("data.tokenizer", FIELD(data.tokenizer), "auto",
            "tokens: the encoding of the ids, for --generate and train.sample_every: auto, bytes, "
            "gpt2 or the path of a byte-level BPE tokenizer.json (auto: the tokenizer.json beside "

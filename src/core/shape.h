@@ -18,6 +18,11 @@ namespace core {
 // fixed length. The data that writes such texts and the model that reads them both use it.
 inline constexpr int64_t kTextPadId = 256;
 
+// The target of a position the loss does not count (a masked token, padding, a document's last
+// position): PyTorch's and Hugging Face's ignore_index. Token data writes it (data/token_shards.h),
+// the language models' losses skip it.
+inline constexpr int64_t kIgnoreTarget = -100;
+
 struct Shape {
   // Classification (synthetic; mlp): feature count and classes.
   int64_t input_dim = 0;

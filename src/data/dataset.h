@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -15,15 +16,45 @@
 namespace data {
 
 // One sample batch on the host, in index order. Dim 0 is the sample; the rest depends on the data:
-//   synthetic   inputs float [n, input_dim]          targets int64 [n] class ids
-//   movielens   inputs int64 [n, 3] (user, pos, neg)  targets int64 [n] zeros
-//   tokens      inputs int64 [n, context]             targets int64 [n, context] (inputs shifted by
-//   1) csv         inputs float [n, window, features]    targets float [n, horizon, targets] images
-//   inputs float [n, C, p/scale, p/scale] targets float [n, C, p, p], values in [0, 1]
+//   synthetic  inputs float [n, input_dim]; targets int64 [n] class ids
+//   movielens  inputs int64 [n, 3] (user, pos, neg); targets int64 [n] zeros
+//   tokens     inputs int64 [n, context]; targets int64 [n, context]: the next token, or
+//              core::kIgnoreTarget where the loss must not count it (data/token_shards.h)
+//   csv        inputs float [n, window, features]; targets float [n, horizon, targets]
+//   images     inputs float [n, C, p/scale, p/scale]; targets float [n, C, p, p], in [0, 1]
 struct Batch {
   at::Tensor inputs;
   at::Tensor targets;
+  // Packed documents (tokens with data.packing: documents): int64 [n, context], each input's
+  // position within its document, 0 at the document's first token. Token i may attend token j
+  // iff j <= i and j >= i - positions[i] (block-diagonal causal attention), and positions[i] is
+  // its position id (learned or rotary). Undefined for every other batch (the initialiser lets
+  // {inputs, targets} build one without a warning).
+  at::Tensor positions{};
 };
+
+// data.packing (token shards): documents fills each window with whole documents (needs the
+// shards' document boundaries); none cuts windows from the token stream; auto is documents when
+// the shards carry boundaries and none otherwise (data/token_shards.h).
+enum class Packing { kAuto, kDocuments, kNone };
+inline constexpr std::array<const char*, 3> kPackingNames = {"auto", "documents", "none"};
+
+// What a token dataset's windows hold, over the whole split: its packing efficiency, for one log
+// line (packing_line). Dataset::packing() returns it.
+struct PackingStats {
+  Packing packing = Packing::kNone;  // documents or none (auto resolved)
+  int64_t windows = 0;
+  int64_t context = 0;          // positions per window
+  int64_t documents = 0;        // in the shards (0 without boundaries)
+  int64_t split_documents = 0;  // longer than the context, so split into pieces (documents)
+  int64_t pieces = 0;           // the pieces those were split into
+  int64_t tokens = 0;           // positions holding a token (not padding), over all windows
+  int64_t targets = 0;          // targets the loss counts (not core::kIgnoreTarget)
+};
+
+// "data.packing: documents: 1200 documents in 300 windows of 1024 positions: tokens 97.1%,
+// targets 41.0% of the positions; 3 documents longer than data.context split into 8 pieces".
+std::string packing_line(const PackingStats& stats);
 
 // A held-out ranking task (leave-last-out interaction data: movielens): each row of `held_out` is
 // a user and the item its training interactions leave out; train/evaluation.h ranks that item
@@ -45,6 +76,14 @@ class Dataset {
   // Samples at `indices` (int64, CPU), in that order, on the CPU. Safe to call from several
   // threads at once (the loader's workers): implementations are immutable after construction.
   virtual Batch get(const at::Tensor& indices) const = 0;
+  // The number of targets the loss counts in the samples at `indices` (int64, CPU), without
+  // reading them: what normalises a loss summed over a global batch. Token data: the targets
+  // that are not core::kIgnoreTarget (an index built at open); every other dataset: one per
+  // sample. Cheap (a lookup per index) and safe from several threads.
+  virtual int64_t target_count(const at::Tensor& indices) const { return indices.numel(); }
+  // Token data with a loss mask or document boundaries: what its windows hold (PackingStats);
+  // nullopt for every other dataset.
+  virtual std::optional<PackingStats> packing() const { return std::nullopt; }
   // The held-out split, evaluated every train.eval_every steps; nullptr where there is none.
   virtual std::shared_ptr<const Dataset> validation() const { return nullptr; }
   // The held-out ranking task, evaluated every train.eval_every steps; nullopt where there is none.
@@ -70,6 +109,7 @@ struct DataOptions {
   // tokens
   int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
   int64_t vocab_size = 0;  // token ids must be below this
+  Packing packing = Packing::kAuto;
   std::string
       tokenizer;  // auto | bytes | gpt2 | a tokenizer.json: the ids' encoding (data/tokenizer.h)
   // csv

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #ifdef TRAINER_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -43,6 +44,7 @@ Batch Loader::read(const at::Tensor& indices) const {
   if (options_.pin_memory) {
     b.inputs = b.inputs.pin_memory();
     b.targets = b.targets.pin_memory();
+    if (b.positions.defined()) b.positions = b.positions.pin_memory();
   }
   return b;
 }
@@ -119,28 +121,32 @@ Batch Loader::get(int64_t step) {
 }
 
 Batch to_device(const Batch& batch, int64_t offset, int64_t n, c10::Device device) {
-  Batch micro{batch.inputs.narrow(0, offset, n), batch.targets.narrow(0, offset, n)};
+  Batch micro{batch.inputs.narrow(0, offset, n), batch.targets.narrow(0, offset, n),
+              batch.positions.defined() ? batch.positions.narrow(0, offset, n) : at::Tensor()};
   if (device.is_cpu()) return micro;
+  std::vector<at::Tensor*> parts{&micro.inputs, &micro.targets};
+  if (micro.positions.defined()) parts.push_back(&micro.positions);
 #ifdef TRAINER_HAVE_CUDA
   if (device.is_cuda()) {
     const auto compute = c10::cuda::getCurrentCUDAStream(device.index());
     const auto copy = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
     {
       c10::cuda::CUDAStreamGuard on_copy(copy);
-      micro.inputs = micro.inputs.to(device, /*non_blocking=*/true);
-      micro.targets = micro.targets.to(device, /*non_blocking=*/true);
+      for (at::Tensor* t : parts) *t = t->to(device, /*non_blocking=*/true);
     }
     at::cuda::CUDAEvent copied;
     copied.record(copy);
     copied.block(compute);  // the compute stream waits; the host does not
     // Allocated on the copy stream, used on the compute one: the allocator must not reuse the
     // memory before the compute stream is done with it.
-    c10::cuda::CUDACachingAllocator::recordStream(micro.inputs.storage().data_ptr(), compute);
-    c10::cuda::CUDACachingAllocator::recordStream(micro.targets.storage().data_ptr(), compute);
+    for (at::Tensor* t : parts) {
+      c10::cuda::CUDACachingAllocator::recordStream(t->storage().data_ptr(), compute);
+    }
     return micro;
   }
 #endif
-  return {micro.inputs.to(device), micro.targets.to(device)};
+  for (at::Tensor* t : parts) *t = t->to(device);
+  return micro;
 }
 
 }  // namespace data

@@ -7,14 +7,14 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include <dirent.h>
-#include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include "core/shape.h"
 #include "data/errors.h"
+#include "data/mapped_file.h"
 #include "data/readers.h"
 
 namespace data {
@@ -27,9 +27,20 @@ constexpr int32_t kLlmcMagic32 = 20240801;
 constexpr int32_t kLlmcVersion32 = 7;
 constexpr int64_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 
+// The mask and document files beside a shard (token_shards.h; scripts/tokenize_text.py --chat).
+constexpr char kMaskMagic[] = "TRAINMSK";
+constexpr char kDocsMagic[] = "TRAINDOC";
+constexpr uint32_t kSidecarVersion = 1;
+constexpr int64_t kSidecarHeaderBytes = 32;
+
 bool is_directory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
 }
 
 // The .bin files of `dir`, sorted by name. `key` names the config key for the message.
@@ -49,57 +60,83 @@ std::vector<std::string> bin_files(const std::string& dir, const char* key) {
   return out;
 }
 
-// A whole file mapped read-only; unmapped by the destructor. Pages are read on first touch, so
-// opening a corpus costs one mmap per shard, whatever its size.
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      throw DataError(
-          fmt::format("{}: cannot open the token shard: {}", path, std::strerror(errno)));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw DataError(fmt::format("{}: not a regular file", path));
-    }
-    bytes_ = static_cast<int64_t>(st.st_size);
-    if (bytes_ > 0) {
-      void* map = ::mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ, MAP_SHARED, fd, 0);
-      if (map == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        throw DataError(
-            fmt::format("{}: cannot map the token shard: {}", path, std::strerror(err)));
-      }
-      data_ = static_cast<const unsigned char*>(map);
-    }
-    ::close(fd);  // the mapping keeps the file
+template <class T>
+T le(T v) {
+  if constexpr (std::endian::native == std::endian::little || sizeof(T) == 1) {
+    return v;
+  } else if constexpr (sizeof(T) == 2) {
+    return __builtin_bswap16(v);
+  } else if constexpr (sizeof(T) == 4) {
+    return __builtin_bswap32(v);
+  } else {
+    return __builtin_bswap64(v);
   }
-  ~MappedFile() {
-    if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), static_cast<size_t>(bytes_));
+}
+
+template <class T>
+T read_le(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);  // alignment
+  return le<T>(v);
+}
+
+// The largest of `count` values of type T at `base` (little-endian): a branch-free max the
+// compiler vectorises (Note [Token ids checked at open]).
+template <class T>
+T max_of(const unsigned char* base, int64_t count) {
+  T largest = 0;
+  constexpr int64_t kBlock = 4096;
+  T block[kBlock];
+  for (int64_t j = 0; j < count; j += kBlock) {
+    const int64_t n = std::min(kBlock, count - j);
+    std::memcpy(block, base + j * static_cast<int64_t>(sizeof(T)), n * sizeof(T));  // alignment
+    for (int64_t k = 0; k < n; ++k) largest = std::max(largest, le<T>(block[k]));
   }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
+  return largest;
+}
 
-  const unsigned char* data() const { return data_; }
-  int64_t bytes() const { return bytes_; }
+// NAME.bin -> NAME.mask; a shard not named *.bin: its name + ".mask".
+std::string sidecar_path(const std::string& shard, const char* extension) {
+  const bool bin = shard.size() > 4 && shard.compare(shard.size() - 4, 4, ".bin") == 0;
+  return (bin ? shard.substr(0, shard.size() - 4) : shard) + extension;
+}
 
- private:
-  const unsigned char* data_ = nullptr;
-  int64_t bytes_ = 0;
-};
+// A mask or document file's header (magic, version): its count.
+int64_t sidecar_count(const MappedFile& f, const char* magic, const char* what) {
+  if (f.bytes() < kSidecarHeaderBytes) {
+    throw DataError(fmt::format("{}: truncated: the {} header is {} bytes, the file holds {}",
+                                f.path(), what, kSidecarHeaderBytes, f.bytes()));
+  }
+  if (std::memcmp(f.data(), magic, 8) != 0) {
+    throw DataError(fmt::format("{}: byte offset 0: not a {} file (its first 8 bytes are not '{}')",
+                                f.path(), what, magic));
+  }
+  const auto version = read_le<uint32_t>(f.data() + 8);
+  if (version != kSidecarVersion) {
+    throw DataError(fmt::format("{}: byte offset 8: {} file version {}; only version {} is read",
+                                f.path(), what, version, kSidecarVersion));
+  }
+  const auto count = read_le<uint64_t>(f.data() + 16);
+  if (count > static_cast<uint64_t>(f.bytes())) {
+    throw DataError(fmt::format("{}: byte offset 16: the header's count {} is larger than the file",
+                                f.path(), count));
+  }
+  return static_cast<int64_t>(count);
+}
 
 }  // namespace
 
 struct TokenShardDataset::Shard {
   std::string path;
   MappedFile file;
-  int64_t header_bytes = 0;  // before the first token: 0, or llm.c's header
-  int64_t width = 2;         // bytes per token: 2 (uint16), or 4 (uint32, Llama 3's header)
-  int64_t count = 0;         // tokens
+  int64_t header_bytes = 0;          // before the first token: 0, or llm.c's header
+  int64_t width = 2;                 // bytes per token: 2 (uint16), or 4 (uint32, Llama 3's header)
+  int64_t count = 0;                 // tokens
+  std::unique_ptr<MappedFile> mask;  // NAME.mask, or null: every token is a target
+  std::unique_ptr<MappedFile> docs;  // NAME.docs, or null: no document boundaries
+  int64_t documents = 0;
 
-  explicit Shard(const std::string& p) : path(p), file(p) {
+  explicit Shard(const std::string& p) : path(p), file(p, "token shard") {
     const int64_t size = file.bytes();
     if (size == 0) throw DataError(fmt::format("{}: the token shard is empty (0 bytes)", path));
     int32_t magic = 0;
@@ -113,6 +150,8 @@ struct TokenShardDataset::Shard {
     } else {
       count = size / width;
     }
+    open_mask();
+    open_docs();
   }
 
   void read_header(int32_t magic) {
@@ -144,6 +183,75 @@ struct TokenShardDataset::Shard {
     count = claimed;
   }
 
+  // NAME.mask, if there: as many bytes as the shard has tokens, each 0 or 1 (one vectorised pass,
+  // as for the ids; a second one for the offender's offset only when there is one).
+  void open_mask() {
+    const std::string p = sidecar_path(path, ".mask");
+    if (!is_file(p)) return;
+    mask = std::make_unique<MappedFile>(p, "loss mask");
+    const int64_t n = sidecar_count(*mask, kMaskMagic, "loss mask");
+    if (n != count || mask->bytes() != kSidecarHeaderBytes + n) {
+      throw DataError(fmt::format(
+          "{}: the header (byte offset 16) says {} tokens and {} bytes follow it; its token shard "
+          "{} holds {} tokens: they must agree",
+          p, n, mask->bytes() - kSidecarHeaderBytes, path, count));
+    }
+    const unsigned char* m = mask->data() + kSidecarHeaderBytes;
+    if (max_of<uint8_t>(m, count) <= 1) return;
+    const int64_t j = std::find_if(m, m + count, [](unsigned char v) { return v > 1; }) - m;
+    throw DataError(fmt::format("{}: byte offset {}: mask value {} (a mask holds 0 or 1)", p,
+                                kSidecarHeaderBytes + j, m[j]));
+  }
+
+  // NAME.docs, if there: count + 1 offsets from 0 to the shard's end, strictly increasing.
+  void open_docs() {
+    const std::string p = sidecar_path(path, ".docs");
+    if (!is_file(p)) return;
+    docs = std::make_unique<MappedFile>(p, "document boundaries");
+    documents = sidecar_count(*docs, kDocsMagic, "document boundaries");
+    if (documents < 1 || docs->bytes() != kSidecarHeaderBytes + 8 * (documents + 1)) {
+      throw DataError(fmt::format(
+          "{}: the header (byte offset 16) says {} documents, which take {} boundaries ({} "
+          "bytes after the header); the file holds {} bytes after it",
+          p, documents, documents + 1, 8 * (documents + 1), docs->bytes() - kSidecarHeaderBytes));
+    }
+    int64_t before = -1;
+    for (int64_t d = 0; d <= documents; ++d) {
+      const int64_t at = boundary(d);
+      const int64_t offset = kSidecarHeaderBytes + 8 * d;
+      std::string problem;
+      if (at < 0 || at > count) {
+        problem = fmt::format("is past the end of its token shard {} ({} tokens)", path, count);
+      } else if (d == 0 && at != 0) {
+        problem = "is the first, which must be 0";
+      } else if (d > 0 && at <= before) {
+        problem = fmt::format("is not above the one before ({}): boundaries increase", before);
+      } else if (d == documents && at != count) {
+        problem = fmt::format(
+            "is the last, which must be the end of its token shard {} ({} tokens)", path, count);
+      }
+      if (!problem.empty())
+        throw DataError(fmt::format("{}: byte offset {}: boundary {} {}", p, offset, at, problem));
+      before = at;
+    }
+  }
+
+  int64_t boundary(int64_t d) const {
+    return static_cast<int64_t>(read_le<uint64_t>(docs->data() + kSidecarHeaderBytes + 8 * d));
+  }
+
+  // Whether token j is a target the loss counts (checked at open: 0 or 1).
+  bool target(int64_t j) const {
+    return mask == nullptr || mask->data()[kSidecarHeaderBytes + j] != 0;
+  }
+
+  // Targets among tokens [begin, end).
+  int64_t targets(int64_t begin, int64_t end) const {
+    if (mask == nullptr) return end - begin;
+    const unsigned char* m = mask->data() + kSidecarHeaderBytes;
+    return std::count(m + begin, m + end, 1);
+  }
+
   // Token j, read as little-endian whatever the host's byte order.
   uint32_t token(int64_t j) const {
     const unsigned char* p = file.data() + header_bytes + width * j;
@@ -159,7 +267,9 @@ struct TokenShardDataset::Shard {
   // bad file stops the run before step 1. Every rank scans every shard it opens (the data layer
   // knows no ranks); the page cache serves the later reads of the same node.
   void check_ids(int64_t vocab_size) const {
-    const uint32_t largest = width == 2 ? max_of<uint16_t>() : max_of<uint32_t>();
+    const unsigned char* base = file.data() + header_bytes;
+    const uint32_t largest =
+        width == 2 ? max_of<uint16_t>(base, count) : max_of<uint32_t>(base, count);
     if (largest < static_cast<uint64_t>(vocab_size)) return;
     for (int64_t j = 0; j < count; ++j) {
       if (token(j) >= static_cast<uint64_t>(vocab_size)) {
@@ -170,63 +280,136 @@ struct TokenShardDataset::Shard {
       }
     }
   }
-
-  template <class T>
-  uint32_t max_of() const {
-    const unsigned char* base = file.data() + header_bytes;
-    T largest = 0;
-    constexpr int64_t kBlock = 4096;
-    T block[kBlock];
-    for (int64_t j = 0; j < count; j += kBlock) {
-      const int64_t n = std::min(kBlock, count - j);
-      std::memcpy(block, base + j * static_cast<int64_t>(sizeof(T)), n * sizeof(T));  // alignment
-      for (int64_t k = 0; k < n; ++k) largest = std::max(largest, le<T>(block[k]));
-    }
-    return largest;
-  }
-
-  template <class T>
-  static T le(T v) {
-    if constexpr (std::endian::native == std::endian::little) {
-      return v;
-    } else if constexpr (sizeof(T) == 2) {
-      return __builtin_bswap16(v);
-    } else {
-      return __builtin_bswap32(v);
-    }
-  }
 };
 
 TokenShardDataset::TokenShardDataset(const std::vector<std::string>& files, int64_t context,
                                      int64_t vocab_size,
-                                     const std::vector<std::string>& validation_files)
+                                     const std::vector<std::string>& validation_files,
+                                     Packing packing)
     : files_(files), context_(context), vocab_size_(vocab_size) {
   if (files.empty()) throw DataError("data.path: no token shards (.bin files) to read");
   if (context < 1) throw DataError(fmt::format("data.context must be positive, got {}", context));
   if (vocab_size < 1)
     throw DataError(fmt::format("data.vocab_size must be positive, got {}", vocab_size));
-  const Shard* longest = nullptr;
+  open_shards(files);
+  resolve_packing(packing);
+  if (packing_ == Packing::kDocuments) {
+    window_documents();
+  } else {
+    window_unpacked();
+  }
+  stats_.packing = packing_;
+  stats_.windows = windows_;
+  stats_.context = context_;
+  stats_.targets = 0;
+  for (const int32_t t : window_targets_) stats_.targets += t;
+  if (window_targets_.empty()) stats_.targets = windows_ * context_;
+  if (!validation_files.empty()) {
+    validation_ = std::make_shared<TokenShardDataset>(validation_files, context, vocab_size,
+                                                      std::vector<std::string>{}, packing_);
+  }
+}
+
+TokenShardDataset::~TokenShardDataset() = default;
+
+void TokenShardDataset::open_shards(const std::vector<std::string>& files) {
   for (const auto& f : files) {
     auto shard = std::make_unique<Shard>(f);
-    shard->check_ids(vocab_size);
-    first_window_.push_back(windows_);
-    windows_ += (shard->count - 1) / context;
+    shard->check_ids(vocab_size_);
     tokens_ += shard->count;
-    if (longest == nullptr || shard->count > longest->count) longest = shard.get();
     shards_.push_back(std::move(shard));
+  }
+  // A split's shards all carry a mask (boundaries), or none does: a mask missing beside one shard
+  // would silently train on every token of it.
+  const Shard& first = *shards_.front();
+  masks_ = first.mask != nullptr;
+  documents_ = first.docs != nullptr;
+  for (const auto& s : shards_) {
+    for (const auto& [has, first_has, what, ext] :
+         {std::tuple{s->mask != nullptr, masks_, "loss mask", ".mask"},
+          std::tuple{s->docs != nullptr, documents_, "document boundaries", ".docs"}}) {
+      if (has == first_has) continue;
+      const Shard& with = has ? *s : first;
+      const Shard& without = has ? first : *s;
+      throw DataError(fmt::format("{}: no {} beside it ({}), but {} has them: every shard of a "
+                                  "split has its {} or none has",
+                                  without.path, what, sidecar_path(without.path, ext), with.path,
+                                  what));
+    }
+    stats_.documents += s->documents;
+  }
+}
+
+void TokenShardDataset::resolve_packing(Packing requested) {
+  packing_ = requested;
+  if (packing_ == Packing::kAuto) packing_ = documents_ ? Packing::kDocuments : Packing::kNone;
+  if (packing_ != Packing::kDocuments) return;
+  const Shard& first = *shards_.front();
+  if (!documents_) {
+    throw DataError(fmt::format(
+        "data.packing: documents, but {} has no document boundaries beside it ({}): "
+        "scripts/tokenize_text.py --chat writes them; data.packing: none cuts windows from the "
+        "token stream",
+        first.path, sidecar_path(first.path, ".docs")));
+  }
+  if (context_ < 2) {
+    throw DataError(fmt::format(
+        "data.packing: documents needs data.context >= 2 (a window must hold a target), got {}",
+        context_));
+  }
+}
+
+void TokenShardDataset::window_unpacked() {
+  const Shard* longest = nullptr;
+  for (const auto& shard : shards_) {
+    first_window_.push_back(windows_);
+    const int64_t windows = (shard->count - 1) / context_;
+    windows_ += windows;
+    for (int64_t k = 0; masks_ && k < windows; ++k) {
+      const int64_t start = k * context_;
+      window_targets_.push_back(
+          static_cast<int32_t>(shard->targets(start + 1, start + context_ + 1)));
+    }
+    if (longest == nullptr || shard->count > longest->count) longest = shard.get();
   }
   if (windows_ == 0) {
     throw DataError(fmt::format(
         "{}: {} tokens, fewer than data.context + 1 = {}: a window longer than the data (windows "
         "never cross shards; {} shard(s), this one the longest)",
-        longest->path, longest->count, context + 1, shards_.size()));
+        longest->path, longest->count, context_ + 1, shards_.size()));
   }
-  if (!validation_files.empty()) {
-    validation_ = std::make_shared<TokenShardDataset>(validation_files, context, vocab_size);
-  }
+  stats_.tokens = windows_ * context_;
 }
 
-TokenShardDataset::~TokenShardDataset() = default;
+void TokenShardDataset::window_documents() {
+  std::vector<Piece> documents;
+  documents.reserve(static_cast<size_t>(stats_.documents));
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const Shard& shard = *shards_[s];
+    for (int64_t d = 0; d < shard.documents; ++d) {
+      const int64_t begin = shard.boundary(d), length = shard.boundary(d + 1) - begin;
+      documents.push_back({begin, length, static_cast<int64_t>(s)});
+      if (length > context_) ++stats_.split_documents;
+    }
+  }
+  std::vector<Piece> pieces = split_documents(documents, context_);
+  stats_.pieces = static_cast<int64_t>(pieces.size()) -
+                  (static_cast<int64_t>(documents.size()) - stats_.split_documents);
+  packed_ = pack_best_fit(pieces, context_);
+  windows_ = packed_.windows();
+  window_targets_.assign(static_cast<size_t>(windows_), 0);
+  for (int64_t w = 0; w < windows_; ++w) {
+    int64_t targets = 0;
+    for (int64_t p = packed_.first[w]; p < packed_.first[w + 1]; ++p) {
+      const Piece& piece = packed_.pieces[static_cast<size_t>(p)];
+      // A piece's first token is nobody's target; its last position's target is ignored.
+      targets += shards_[static_cast<size_t>(piece.shard)]->targets(piece.begin + 1,
+                                                                    piece.begin + piece.length);
+      stats_.tokens += piece.length;
+    }
+    window_targets_[static_cast<size_t>(w)] = static_cast<int32_t>(targets);
+  }
+}
 
 core::Shape TokenShardDataset::shape() const {
   core::Shape s;
@@ -235,26 +418,82 @@ core::Shape TokenShardDataset::shape() const {
   return s;
 }
 
+void TokenShardDataset::check_index(int64_t i) const {
+  if (i < 0 || i >= windows_) {
+    throw std::out_of_range(fmt::format("token window {} is outside [0, {})", i, windows_));
+  }
+}
+
+void TokenShardDataset::fill_unpacked(int64_t i, int64_t* inputs, int64_t* targets) const {
+  // The last shard whose first window is <= i (empty shards share their successor's start).
+  const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), i) - 1;
+  const Shard& shard = *shards_[static_cast<size_t>(it - first_window_.begin())];
+  const int64_t start = (i - *it) * context_;
+  for (int64_t j = 0; j < context_; ++j) {
+    inputs[j] = shard.token(start + j);  // checked at open
+    targets[j] = shard.target(start + j + 1) ? shard.token(start + j + 1) : core::kIgnoreTarget;
+  }
+}
+
+void TokenShardDataset::fill_packed(int64_t i, int64_t* inputs, int64_t* targets,
+                                    int64_t* positions) const {
+  int64_t at = 0;
+  for (int64_t p = packed_.first[i]; p < packed_.first[i + 1]; ++p) {
+    const Piece& piece = packed_.pieces[static_cast<size_t>(p)];
+    const Shard& shard = *shards_[static_cast<size_t>(piece.shard)];
+    for (int64_t j = 0; j < piece.length; ++j, ++at) {
+      const int64_t t = piece.begin + j;
+      inputs[at] = shard.token(t);
+      positions[at] = j;
+      targets[at] =
+          j + 1 < piece.length && shard.target(t + 1) ? shard.token(t + 1) : core::kIgnoreTarget;
+    }
+  }
+  for (int64_t j = 0; at < context_; ++j, ++at) {  // padding: one more document, never a target
+    inputs[at] = kPadInput;
+    positions[at] = j;
+    targets[at] = core::kIgnoreTarget;
+  }
+}
+
 Batch TokenShardDataset::get(const at::Tensor& indices) const {
   const at::Tensor idx = indices.to(at::kLong).contiguous();
   const int64_t n = idx.numel();
   const int64_t* ids = idx.data_ptr<int64_t>();
-  const int64_t width = context_ + 1;
-  at::Tensor window = at::empty({n, width}, at::kLong);
-  int64_t* out = window.data_ptr<int64_t>();
+  Batch b{at::empty({n, context_}, at::kLong), at::empty({n, context_}, at::kLong), {}};
+  const bool packed = packing_ == Packing::kDocuments;
+  if (packed) b.positions = at::empty({n, context_}, at::kLong);
   for (int64_t k = 0; k < n; ++k) {
-    const int64_t i = ids[k];
-    if (i < 0 || i >= windows_) {
-      throw std::out_of_range(fmt::format("token window {} is outside [0, {})", i, windows_));
+    check_index(ids[k]);
+    int64_t* inputs = b.inputs.data_ptr<int64_t>() + k * context_;
+    int64_t* targets = b.targets.data_ptr<int64_t>() + k * context_;
+    if (packed) {
+      fill_packed(ids[k], inputs, targets, b.positions.data_ptr<int64_t>() + k * context_);
+    } else {
+      fill_unpacked(ids[k], inputs, targets);
     }
-    // The last shard whose first window is <= i (empty shards share their successor's start).
-    const auto it = std::upper_bound(first_window_.begin(), first_window_.end(), i) - 1;
-    const Shard& shard = *shards_[static_cast<size_t>(it - first_window_.begin())];
-    const int64_t start = (i - *it) * context_;
-    for (int64_t j = 0; j < width; ++j)
-      out[k * width + j] = shard.token(start + j);  // checked at open
   }
-  return {window.narrow(1, 0, context_).contiguous(), window.narrow(1, 1, context_).contiguous()};
+  return b;
+}
+
+int64_t TokenShardDataset::target_count(const at::Tensor& indices) const {
+  const at::Tensor idx = indices.to(at::kLong).contiguous();
+  const int64_t* ids = idx.data_ptr<int64_t>();
+  if (window_targets_.empty()) {
+    for (int64_t k = 0; k < idx.numel(); ++k) check_index(ids[k]);
+    return idx.numel() * context_;
+  }
+  int64_t total = 0;
+  for (int64_t k = 0; k < idx.numel(); ++k) {
+    check_index(ids[k]);
+    total += window_targets_[static_cast<size_t>(ids[k])];
+  }
+  return total;
+}
+
+std::optional<PackingStats> TokenShardDataset::packing() const {
+  if (!masks_ && !documents_) return std::nullopt;
+  return stats_;
 }
 
 ShardFiles find_shards(const std::string& path, const std::string& val_path) {
@@ -297,8 +536,8 @@ ShardFiles find_shards(const std::string& path, const std::string& val_path) {
 
 std::unique_ptr<Dataset> make_token_dataset(const DataOptions& o) {
   const ShardFiles files = find_shards(o.path, o.val_path);
-  return std::make_unique<TokenShardDataset>(files.train, o.context, o.vocab_size,
-                                             files.validation);
+  return std::make_unique<TokenShardDataset>(files.train, o.context, o.vocab_size, files.validation,
+                                             o.packing);
 }
 
 }  // namespace data

@@ -16,25 +16,60 @@
 // inputs = its first `context` tokens, targets = its last `context`, both int64 [n, context].
 // Nothing is read past a file's end.
 //
+// Beside a shard NAME.bin (or any other name: NAME.bin.mask), scripts/tokenize_text.py --chat
+// writes two files that this dataset reads when they are there (docs/reference.md, "Chat data"),
+// each a 32-byte header (8 bytes of magic, uint32 version 1, uint32 0, uint64 count, uint64 0)
+// and then:
+//   NAME.mask  magic TRAINMSK: count = the shard's tokens, one byte each, 1 where the token is a
+//              target the loss counts (the assistant's), 0 where it is not
+//   NAME.docs  magic TRAINDOC: count = its documents, then count + 1 uint64 token offsets, from 0
+//              up to the shard's token count, strictly increasing: document d is tokens
+//              [offsets[d], offsets[d + 1])
+// Checked on open: the headers, a count that disagrees with the shard or with the file's size, a
+// mask byte other than 0 or 1, a boundary that is not above the one before or lies past the
+// shard's end; and every shard of a split has a mask (and boundaries) or none has. Each is a
+// DataError naming the file and byte offset.
+//
+// With a mask, a target whose token's mask is 0 is core::kIgnoreTarget. Packing (Packing, from
+// data.packing; auto: documents when the shards carry boundaries, else none):
+//   none       the windows above.
+//   documents  each sample is a window of `context` positions holding whole documents, packed
+//              by pack_best_fit (data/token_packing.h; a document longer than the context is
+//              split first, split_documents). A document of L tokens fills L positions: position
+//              i's input is its token i, its target its token i + 1 where that token's mask is 1,
+//              else core::kIgnoreTarget, its last position's target always that; positions
+//              (Batch::positions) count from 0 at each document. The rest of the window is
+//              padding: input 0 (kPadInput), target ignored, positions 0, 1, ... as if one more
+//              document, so every position attends at least itself.
+// target_count(indices) sums a per-window count built at open; packing() reports the windows'
+// efficiency.
+//
 // Immutable after construction; get() may run on several threads at once. The mappings live as
 // long as the dataset.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/token_packing.h"
 
 namespace data {
 
+// The input id of a packed window's padding positions (any id below the vocabulary would do: their
+// targets are ignored and they attend only each other).
+inline constexpr int64_t kPadInput = 0;
+
 class TokenShardDataset final : public Dataset {
  public:
-  // `files`: the shards, in order; `validation_files`: the held-out split (may be empty).
-  // Throws DataError.
+  // `files`: the shards, in order; `validation_files`: the held-out split (may be empty), read
+  // with the packing the training split resolves to. Throws DataError.
   TokenShardDataset(const std::vector<std::string>& files, int64_t context, int64_t vocab_size,
-                    const std::vector<std::string>& validation_files = {});
+                    const std::vector<std::string>& validation_files = {},
+                    Packing packing = Packing::kAuto);
   ~TokenShardDataset() override;
   TokenShardDataset(const TokenShardDataset&) = delete;
   TokenShardDataset& operator=(const TokenShardDataset&) = delete;
@@ -42,20 +77,37 @@ class TokenShardDataset final : public Dataset {
   int64_t size() const override { return windows_; }
   core::Shape shape() const override;
   Batch get(const at::Tensor& indices) const override;
+  int64_t target_count(const at::Tensor& indices) const override;
+  std::optional<PackingStats> packing() const override;
   std::shared_ptr<const Dataset> validation() const override { return validation_; }
 
   int64_t tokens() const { return tokens_; }  // in all shards, windowed or not
   const std::vector<std::string>& files() const { return files_; }
+  Packing packing_mode() const { return packing_; }  // documents or none
 
  private:
   struct Shard;
+  void open_shards(const std::vector<std::string>& files);
+  void resolve_packing(Packing requested);
+  void window_unpacked();
+  void window_documents();
+  void fill_unpacked(int64_t i, int64_t* inputs, int64_t* targets) const;
+  void fill_packed(int64_t i, int64_t* inputs, int64_t* targets, int64_t* positions) const;
+  void check_index(int64_t i) const;
+
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::vector<int64_t> first_window_;  // per shard: the index of its first window
+  std::vector<int64_t> first_window_;    // unpacked: per shard, the index of its first window
+  PackedWindows packed_;                 // documents: each window's pieces
+  std::vector<int32_t> window_targets_;  // per window; empty: `context` in every window
   std::vector<std::string> files_;
   int64_t context_;
   int64_t vocab_size_;
+  Packing packing_ = Packing::kNone;
+  bool masks_ = false;      // the shards carry loss masks
+  bool documents_ = false;  // ... and document boundaries
   int64_t windows_ = 0;
   int64_t tokens_ = 0;
+  PackingStats stats_;
   std::shared_ptr<const Dataset> validation_;
 };
 

@@ -75,6 +75,8 @@ TEST(ConfigChoices, NamesReachTheEnumValuesTheyName) {
   EXPECT_EQ(with("log.progress=off").log.progress, train::ProgressSetting::kOff);
   EXPECT_EQ(with("model.cell=transformer").model.cell, models::SequenceCell::kTransformer);
   EXPECT_EQ(with("model.loss=mse").model.loss, models::CnnLoss::kMse);
+  EXPECT_EQ(with("data.packing=documents").data.packing, data::Packing::kDocuments);
+  EXPECT_EQ(with("data.packing=none").data.packing, data::Packing::kNone);
   EXPECT_EQ(with("memory.fallback=[uncache_embeddings, halve_micro_batch]").memory.fallback,
             (std::vector<memory::Rung>{memory::Rung::kUncacheEmbeddings,
                                        memory::Rung::kHalveMicroBatch}));
@@ -93,6 +95,7 @@ TEST(ConfigChoices, DefaultsComeFromTheSchema) {
   EXPECT_EQ(c.log.progress, train::ProgressSetting::kAuto);
   EXPECT_EQ(c.model.cell, models::SequenceCell::kLstm);
   EXPECT_EQ(c.model.loss, models::CnnLoss::kL1);
+  EXPECT_EQ(c.data.packing, data::Packing::kAuto);
   EXPECT_EQ(c.memory.fallback, (std::vector<memory::Rung>{memory::Rung::kCheckpointActivations,
                                                           memory::Rung::kHalveMicroBatch,
                                                           memory::Rung::kUncacheEmbeddings}));

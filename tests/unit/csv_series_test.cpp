@@ -11,6 +11,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/readers.h"
@@ -48,12 +49,7 @@ data::DataOptions options(const std::string& path) {
 }
 
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const data::DataError& e) {
-    return e.what();
-  }
-  return "(no DataError)";
+  return test::error_of<data::DataError>(fn);
 }
 
 TEST(CsvSeries, WindowsAndNormalisationFromTheTrainingRows) {

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/image_folder.h"
@@ -82,12 +83,7 @@ at::Tensor all_indices(const data::Dataset& ds) { return at::arange(ds.size(), a
 
 // The DataError message of `fn`, or "" when it throws none.
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of<data::DataError>(fn);
 }
 
 TEST(ImageFolder, TargetIsTheSourceCropAtTheHashedPosition) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "common/error_of.h"
 #include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/readers.h"
@@ -42,12 +43,7 @@ void write_shard(const std::string& path, int64_t first, int64_t count, bool llm
 }
 
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const data::DataError& e) {
-    return e.what();
-  }
-  return "(no DataError)";
+  return test::error_of<data::DataError>(fn);
 }
 
 TEST(TokenShards, WindowsShiftTargetsByOneAndNeverCrossShards) {
