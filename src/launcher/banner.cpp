@@ -35,7 +35,50 @@ void log_resume(const train::Checkpoint& checkpoint, const train::TrainOptions& 
   }
 }
 
+// The gradient buckets: how many, their bytes, the first's (ddp.first_bucket_mb) and the cap.
+void log_buckets(const train::Trainer& trainer, const ddp::DdpOptions& ddp) {
+  const auto& buckets = trainer.reducer().layout();
+  int64_t bucket_bytes = 0;
+  for (const auto& b : buckets) bucket_bytes += b.bytes();
+  spdlog::info("gradients: {} bucket(s), {:.2f} MiB (first {:.2f} MiB, cap {} MiB)", buckets.size(),
+               bucket_bytes / 1048576.0, buckets.empty() ? 0.0 : buckets[0].bytes() / 1048576.0,
+               ddp.bucket_mb);
+}
+
+// The memory plan under the ddp.shard mode in force, every mode side by side (so that the user
+// can pick one: docs/reference.md, ddp.shard), and a micro-batch the per-rank batch clamped.
+void log_memory_plan(const train::Trainer& trainer, const train::TrainOptions& train) {
+  spdlog::info("memory plan (rank 0, ddp.shard: {}): {}", ddp::to_string(trainer.shard_mode()),
+               trainer.memory_estimate().describe(trainer.plan().micro_batch));
+  std::vector<std::string> modes;
+  for (size_t m = 0; m < ddp::kShardModeNames.size(); ++m) {
+    const auto f = trainer.footprint(static_cast<ddp::ShardMode>(m));
+    modes.push_back(fmt::format("{} {:.2f} / {:.2f} / {:.2f} = {:.2f} MiB", ddp::kShardModeNames[m],
+                                f.parameters / 1048576.0, f.gradients / 1048576.0,
+                                f.optimizer_state / 1048576.0, f.total() / 1048576.0));
+  }
+  spdlog::info("per-rank state by ddp.shard (parameters / gradients / optimizer state): {}",
+               fmt::join(modes, "; "));
+  if (trainer.plan().micro_clamped && train.micro_batch_size > 0) {
+    spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
+                 train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
+  }
+}
+
 }  // namespace
+
+std::string spike_guard_line(const train::SpikeGuardOptions& guard, int64_t max_skipped_steps) {
+  std::vector<std::string> judged;
+  if (guard.loss_z > 0) judged.push_back(fmt::format("its loss is more than {:g}", guard.loss_z));
+  if (guard.grad_norm_z > 0) {
+    judged.push_back(fmt::format("its gradient norm is more than {:g}", guard.grad_norm_z));
+  }
+  return fmt::format(
+      "loss-spike guard on (train.skip_spikes): a step is skipped when {} standard deviations "
+      "above the mean of the last {} applied steps (judged once {} steps are applied), or when its "
+      "loss is not finite; {} skipped in a row end the run (train.max_skipped_steps)",
+      fmt::join(judged, " or "), guard.window, guard.window, max_skipped_steps);
+}
 
 void log_banner(const Startup& s) {
   const config::Config& config = s.config;
@@ -53,33 +96,16 @@ void log_banner(const Startup& s) {
       "trainer 0.1.0 (LibTorch {}), {}: {} rank(s) on {} node(s), backend {}", TORCH_VERSION,
       launch.launcher == "none" ? "started without a launcher" : "launched by " + launch.launcher,
       launch.world_size, count_nodes(hosts), s.data_comm->backend());
-  const auto& buckets = trainer.reducer().layout();
-  int64_t bucket_bytes = 0;
-  for (const auto& b : buckets) bucket_bytes += b.bytes();
-  spdlog::info("gradients: {} bucket(s), {:.2f} MiB (first {:.2f} MiB, cap {} MiB)", buckets.size(),
-               bucket_bytes / 1048576.0, buckets.empty() ? 0.0 : buckets[0].bytes() / 1048576.0,
-               config.ddp.bucket_mb);
+  log_buckets(trainer, config.ddp);
   spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}",
                config.model.name, n_params, config.data.dataset, s.dataset->size(),
                config.train.global_batch_size);
   for (const auto& line : lines) spdlog::info("{}", line);
   spdlog::info("precision {}; {}", train::to_string(config.train.precision), s.device_flags);
-  spdlog::info("memory plan (rank 0, ddp.shard: {}): {}", ddp::to_string(trainer.shard_mode()),
-               trainer.memory_estimate().describe(trainer.plan().micro_batch));
-  // The three modes side by side, so that the user can pick one (docs/reference.md, ddp.shard).
-  std::vector<std::string> modes;
-  for (size_t m = 0; m < ddp::kShardModeNames.size(); ++m) {
-    const auto f = trainer.footprint(static_cast<ddp::ShardMode>(m));
-    modes.push_back(fmt::format("{} {:.2f} / {:.2f} / {:.2f} = {:.2f} MiB", ddp::kShardModeNames[m],
-                                f.parameters / 1048576.0, f.gradients / 1048576.0,
-                                f.optimizer_state / 1048576.0, f.total() / 1048576.0));
+  if (const auto& guard = config.train.skip_spikes; guard.enabled()) {
+    spdlog::info("{}", spike_guard_line(guard, config.train.max_skipped_steps));
   }
-  spdlog::info("per-rank state by ddp.shard (parameters / gradients / optimizer state): {}",
-               fmt::join(modes, "; "));
-  if (trainer.plan().micro_clamped && config.train.micro_batch_size > 0) {
-    spdlog::warn("train.micro_batch_size = {} exceeds this rank's {} samples per step; using {}",
-                 config.train.micro_batch_size, trainer.plan().per_rank, trainer.plan().per_rank);
-  }
+  log_memory_plan(trainer, config.train);
   if (s.checkpoint && !s.weights_only)
     log_resume(*s.checkpoint, config.train);  // --evaluate says its own
 }

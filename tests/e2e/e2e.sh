@@ -107,7 +107,8 @@ case $case_name in
     expect_rc 0; expect_grep "step +150/150"; expect_grep "samples/s"; loss_drops ;;
   mlp_np2)
     run mpirun -np 2 "$trainer" "${quick[@]}"
-    expect_rc 0; expect_grep "\[0/2\]"; expect_grep "2 rank\(s\)"; loss_drops ;;
+    expect_rc 0; expect_grep "\[0/2\]"; expect_grep "2 rank\(s\)"; loss_drops
+    expect_no_grep "spike guard" ;;  # train.skip_spikes is off: the banner says nothing of it
   bad_config_np2)
     start=$(date +%s)
     run timeout 10 mpirun -np 2 "$trainer" --config "$bad"
@@ -930,6 +931,8 @@ PY
     guard=(--set "train.skip_spikes={loss_z: 6, grad_norm_z: 6, window: 10}" --set train.steps=40)
     run mpirun -np 2 "$trainer" "${quick[@]}" "${guard[@]}" --set log.every=10 --set train.inject_spike=25
     expect_rc 0
+    expect_grep "loss-spike guard on \(train.skip_spikes\): a step is skipped when its loss is more than 6 or its gradient norm is more than 6 standard deviations above the mean of the last 10 applied steps \(judged once 10 steps are applied\), or when its loss is not finite; 50 skipped in a row end the run \(train.max_skipped_steps\)"
+    [ "$(grep -c "loss-spike guard" "$out")" = 1 ] || fail "the guard's line is not printed exactly once"
     expect_grep "step 25: spike: loss [0-9.e+]+ is [0-9.e+]+ standard deviations above the mean [0-9.]+ and grad_norm [0-9.e+]+ is [0-9.e+]+ standard deviations above the mean [0-9.]+ of the last 10 applied steps \(train.skip_spikes\): step skipped on every rank, parameters unchanged"
     [ "$(grep -c "spike:" "$out")" = 1 ] || fail "expected exactly one spike warning"
     expect_grep "step +30/40 loss [0-9.]+ .* skipped 1 "
