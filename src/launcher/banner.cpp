@@ -83,29 +83,32 @@ std::string spike_guard_line(const train::SpikeGuardOptions& guard, int64_t max_
 void log_banner(const Startup& s) {
   const config::Config& config = s.config;
   const LaunchInfo& launch = s.launch;
-  const train::Trainer& trainer = *s.trainer;
+  const train::Trainer* trainer = s.trainer.get();  // null: --evaluate without data
   int64_t n_params = 0;
   for (const auto& p : s.model->parameters()) n_params += p.numel();
   const auto hosts = ddp::all_gather_strings(*s.control, launch.hostname);
   const auto lines = ddp::all_gather_strings(
-      *s.control,
-      fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {} on {}  batch {}",
-                  s.rank, launch.hostname, launch.local_rank, launch.local_size,
-                  s.binding.description, s.threads, s.cpus.describe(), trainer.plan().describe()));
+      *s.control, fmt::format("rank {:>3}  host {}  local rank {}/{}  device {}  threads {} on {}  "
+                              "batch {}",
+                              s.rank, launch.hostname, launch.local_rank, launch.local_size,
+                              s.binding.description, s.threads, s.cpus.describe(),
+                              trainer ? trainer->plan().describe() : "none (no data)"));
   spdlog::info(
       "trainer 0.1.0 (LibTorch {}), {}: {} rank(s) on {} node(s), backend {}", TORCH_VERSION,
       launch.launcher == "none" ? "started without a launcher" : "launched by " + launch.launcher,
-      launch.world_size, count_nodes(hosts), s.data_comm->backend());
-  log_buckets(trainer, config.ddp);
-  spdlog::info("model {}: {} parameters; dataset {}: {} samples; global batch {}",
-               config.model.name, n_params, config.data.dataset, s.dataset->size(),
-               config.train.global_batch_size);
+      launch.world_size, count_nodes(hosts), s.data_comm ? s.data_comm->backend() : s.backend);
+  if (trainer) log_buckets(*trainer, config.ddp);
+  spdlog::info("model {}: {} parameters; {}", config.model.name, n_params,
+               s.dataset
+                   ? fmt::format("dataset {}: {} samples; global batch {}", config.data.dataset,
+                                 s.dataset->size(), config.train.global_batch_size)
+                   : fmt::format("no data set ({})", s.no_data));
   for (const auto& line : lines) spdlog::info("{}", line);
   spdlog::info("precision {}; {}", train::to_string(config.train.precision), s.device_flags);
-  if (const auto& guard = config.train.skip_spikes; guard.enabled()) {
+  if (const auto& guard = config.train.skip_spikes; guard.enabled() && trainer) {
     spdlog::info("{}", spike_guard_line(guard, config.train.max_skipped_steps));
   }
-  log_memory_plan(trainer, config.train);
+  if (trainer) log_memory_plan(*trainer, config.train);
   if (s.checkpoint && !s.weights_only)
     log_resume(*s.checkpoint, config.train);  // --evaluate says its own
 }

@@ -1,7 +1,8 @@
 // The banner: what rank 0 logs about a run once start-up has succeeded and before the first
 // step (version and launcher, ranks and nodes, gradient buckets, model and data, each rank's
 // device and batch, precision, the loss-spike guard when on, memory plan, the checkpoint resumed
-// from).
+// from). Without a Trainer (--evaluate without data) the lines about batches, buckets and memory
+// are left out.
 #pragma once
 
 #include <cstdint>

@@ -11,8 +11,12 @@
 //    checks them: data/choice_tasks.h), a check of the batch plan and the output directories,
 //    and (rank 0) the checkpoint to resume from (launcher/resume.h). Its vote waits
 //    up to ddp.timeout_s: loading a large data set or checkpoint can take longer than 120 s.
+//    --evaluate with eval.tasks and no data (launcher/evaluate_tasks.h) builds the model without
+//    a data set; then every rank checks that every rank found the same (a vote).
 // 3. build_trainer: the data-plane communicator and the Trainer (parameter check, buckets, the
 //    broadcast from rank 0); then the device's math flags (train.tf32, train.cudnn_benchmark).
+//    Without data there is no Trainer: rank 0's weights are broadcast and the model is moved to
+//    the device (launcher/evaluate_tasks.h).
 #pragma once
 
 #include <memory>
@@ -43,10 +47,12 @@ struct Startup {
   std::unique_ptr<ddp::Communicator>
       control;  // MPI, ddp.timeout_s: votes and the Trainer's control
   DeviceBinding binding;
-  std::string backend;  // the data plane's: "nccl" or "mpi"
-  CpuBinding cpus;      // the rank's cores (launcher/cpu_binding.h)
-  int threads = 1;      // at::set_num_threads
-  std::unique_ptr<data::Dataset> dataset;
+  std::string backend;                     // the data plane's: "nccl" or "mpi"
+  CpuBinding cpus;                         // the rank's cores (launcher/cpu_binding.h)
+  int threads = 1;                         // at::set_num_threads
+  std::unique_ptr<data::Dataset> dataset;  // null for --evaluate without data
+  // --evaluate without data: why there is no validation ("data.path '...' does not exist").
+  std::string no_data;
   std::shared_ptr<models::Model> model;
   // Rank 0, when resuming; its tensors are dropped once the Trainer has taken them.
   std::optional<train::Checkpoint> checkpoint;
