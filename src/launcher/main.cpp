@@ -242,6 +242,7 @@ int evaluate_only(Startup& s) {
 int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   Startup s;
   s.weights_only = cli.evaluate;
+  s.writes_outputs = !cli.evaluate && !cli.dry_run;  // the others only read: they take no lock
   std::vector<std::string> overrides = cli.overrides;
   if (cli.planning()) {
     if (mpi.topology().world_size > 1) {

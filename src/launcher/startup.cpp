@@ -111,6 +111,30 @@ void load_eval_inputs(Startup& s) {
   if (tokenizer) s.eval_inputs.token_bytes = token_bytes(*tokenizer, lm->vocab_size());
 }
 
+// Rank 0: the directories and files the run writes, checked (and created) so that a typo stops
+// the job now rather than at its first checkpoint; a training run then locks them
+// (launcher/run_lock.h): a second run into them stops here, before it reads any data.
+void check_outputs(Startup& s) {
+  const config::Config& config = s.config;
+  if (s.rank != 0) return;
+  if (!config.checkpoint.dir.empty()) train::check_checkpoint_dir(config.checkpoint.dir);
+  const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
+  if (!metrics.empty()) train::check_metrics_path(metrics);
+  if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
+  if (!s.writes_outputs) return;  // --evaluate, --dry-run: they only read (no lock, no wait)
+  RunLock::Options options;
+  // Within start-up's vote deadline (the other ranks wait in it meanwhile).
+  options.same_job_grace =
+      std::min(options.same_job_grace, std::chrono::duration<double>(config.ddp.timeout_s / 2));
+  if (const auto grace = process_environment()("TRAINER_TEST_LOCK_GRACE_S")) {
+    options.same_job_grace = std::chrono::duration<double>(std::stod(*grace));  // tests only
+  }
+  s.outputs =
+      RunLock::take(output_places(config.checkpoint.dir, metrics, config.log.tensorboard),
+                    LockHolder::this_process(s.launch.hostname, process_environment()), options);
+  for (const std::string& note : s.outputs->notes()) spdlog::info("{}", note);
+}
+
 // The data set and the model, and the checks that must fail here rather than in the Trainer.
 void load_data_and_model(Startup& s) {
   const config::Config& config = s.config;
@@ -128,12 +152,6 @@ void load_data_and_model(Startup& s) {
                                  s.dataset ? s.dataset->shape() : shape_without_data(config));
   load_eval_inputs(s);
   if (s.rank != 0) return;
-  if (!config.checkpoint.dir.empty()) train::check_checkpoint_dir(config.checkpoint.dir);
-  if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
-      !metrics.empty()) {
-    train::check_metrics_path(metrics);
-  }
-  if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
   // Rank 0 alone chooses the checkpoint to resume from and loads the model's tensors; the
   // Trainer broadcasts the model, and the moments (a single file) or the path of a sharded
   // checkpoint, whose files every rank then reads its own moments from (Trainer::resume).
@@ -228,6 +246,7 @@ int prepare(ddp::MpiRuntime& mpi, Startup& s) {
   s.threads = s.cpus.threads;
   const int code = agree(*s.control, attempt("loading the data set and building the model", [&] {
     bind_rank(s);
+    check_outputs(s);
     load_data_and_model(s);
   }));
   return code != kExitOk ? code : agree_on_data(s);

@@ -947,6 +947,47 @@ PY
       --set checkpoint.resume=auto
     expect_rc 0
     expect_grep "done: 40 steps \(13 in this run\)" ;;
+  checkpoint_dir_lock_np2)
+    # One run at a time in a checkpoint.dir (launcher/run_lock.h). While a run trains, a second
+    # run into the same directory (a job submitted twice) stops before step 1 with exit 2, naming
+    # the first's host, pid and start time, and the first trains on; --dry-run and --evaluate only
+    # read, so the lock neither stops them nor is taken by them. Then the first is killed (kill -9
+    # of rank 0): its lock goes with it, and a run resuming from its last checkpoint starts at once,
+    # saying whose lock it took over.
+    ckpt=$work/ckpt
+    slow=(--set data.inject_read_delay_ms=20 --set checkpoint.dir="$ckpt" --set checkpoint.every=20)
+    echo "+ mpirun -np 2 $trainer ${quick[*]} ${slow[*]} --set train.steps=100000000 &  # the first run"
+    mpirun -np 2 "$trainer" "${quick[@]}" "${slow[@]}" --set train.steps=100000000 --set log.every=10 \
+      >"$work/first.txt" 2>&1 &
+    first=$!
+    for _ in $(seq 600); do [ -e "$ckpt/step_000040.safetensors" ] && break; sleep 0.1; done
+    holder=$(rank_pid $first 0)
+    if [ -z "$holder" ] || [ ! -e "$ckpt/step_000040.safetensors" ]; then cat "$work/first.txt"; fail "the first run did not get going"; fi
+    run timeout 60 mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.dir="$ckpt" --set train.steps=30
+    expect_rc 2
+    expect_grep "^trainer: error: checkpoint.dir = '$ckpt' is in use by another run \(host $(hostname), pid $holder, started [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC \([0-9]+ (s|min) ago\)\): two runs writing there would overwrite each other's files\. .*\(lock file $ckpt/trainer.lock\)$"
+    [ "$(grep -c "is in use" "$out")" = 1 ] || fail "the message is not printed exactly once"
+    expect_no_grep "step +1/"; grep "is in use" "$out"
+    for readonly in --dry-run --evaluate; do
+      run timeout 60 "$trainer" "${quick[@]}" --set checkpoint.dir="$ckpt" $readonly
+      expect_rc 0; expect_no_grep "in use|trainer.lock"
+    done
+    kill -0 $first 2>/dev/null || { cat "$work/first.txt"; fail "the first run ended"; }
+    grep -q "\"pid\":$holder," "$ckpt/trainer.lock" || fail "the lock file does not name the first run: $(cat "$ckpt/trainer.lock")"
+    n=$(grep -oE "checkpoint written: .*step_[0-9]+" "$work/first.txt" | tail -1 | grep -oE "[0-9]+$")
+    echo "+ kill -KILL $holder  # rank 0 of the first run, after its checkpoint of step $((10#$n))"
+    kill -KILL "$holder"
+    ends_within_60s $first || { kill -KILL $first; fail "the first run still runs 60 s after kill -9 of rank 0"; }
+    wait $first
+    last=$(find "$ckpt" -maxdepth 1 -name 'step_*.safetensors' | sort | tail -1)
+    s=$((10#$(basename "$last" .safetensors | sed 's/^step_//')))
+    run timeout 60 mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.dir="$ckpt" \
+      --set checkpoint.resume=auto --set train.steps=$((s + 10))
+    expect_rc 0
+    expect_grep "checkpoint.dir = '$ckpt': the run that held it last \(host $(hostname), pid $holder, started .*\) ended without a clean exit \(killed or aborted\); this run takes it over"
+    expect_grep "resumed from $last: $s steps done"
+    expect_grep "done: $((s + 10)) steps \(10 in this run\)"; grep "takes it over" "$out"
+    [ ! -s "$ckpt/trainer.lock" ] || fail "a clean end left a record in the lock file: $(cat "$ckpt/trainer.lock")" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"
