@@ -95,7 +95,7 @@ open(sys.argv[2], "wb").write(np.fromfile(sys.argv[1], dtype=np.uint16).astype(n
       data/tokens-sample/train_000000.bin "$bpe.txt"
     "$py" scripts/tokenize_text.py --encoding gpt2 --ranks "$ranks" "$bpe.txt" "$bpe" >/dev/null
   else
-    echo "gpt-3m-bpe rows skipped: no $ranks (scripts/bootstrap.sh caches it)" >&2
+    echo "gpt-3m-bpe rows skipped: no $ranks (scripts/bootstrap.sh --dev caches it)" >&2
   fi
 fi
 gpt3m_bpe_p="gpt;--data;$bpe;--context;128;--vocab;50257;--layers;4;--heads;4;--d-model;256"

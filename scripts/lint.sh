@@ -10,7 +10,7 @@
 # - Shell (*.sh, and other files whose #! line names bash or sh): shellcheck with .shellcheckrc.
 # - No function in src/ longer than 80 lines, as lizard counts them (its "length").
 # Files are those git tracks (ruff: those it finds, minus .gitignore's). ruff and lizard come from
-# the project's virtualenv (scripts/bootstrap.sh installs them), the rest from scripts/packages.txt.
+# the project's virtualenv (scripts/bootstrap.sh --dev installs them), the rest from scripts/packages.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source scripts/env.sh
@@ -44,7 +44,7 @@ files() {
 }
 tool() {  # tool NAME PATH: PATH if executable, else a failure that says how to get it
   if [ -x "$2" ]; then return 0; fi
-  failure "$1" "$2 not found: run scripts/bootstrap.sh (scripts/packages.txt, the virtualenv)"
+  failure "$1" "$2 not found: run scripts/bootstrap.sh --dev (scripts/packages.txt, the virtualenv)"
   return 1
 }
 

@@ -886,7 +886,7 @@ import json, math, sys
 try:
     from tensorboard.backend.event_processing import event_accumulator as ea
 except ImportError:
-    sys.exit(f"tensorboard is not installed for {sys.executable} (scripts/bootstrap.sh installs it)")
+    sys.exit(f"tensorboard is not installed for {sys.executable} (scripts/bootstrap.sh --dev installs it)")
 acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})
 acc.Reload()
 tags = set(acc.Tags()["scalars"])

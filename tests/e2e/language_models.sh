@@ -313,7 +313,7 @@ if abs(rec["bpb"] - float(sys.argv[3])) > 1e-4:
 try:
     from tensorboard.backend.event_processing import event_accumulator as ea
 except ImportError:
-    sys.exit("tensorboard is not installed (scripts/bootstrap.sh installs it)")
+    sys.exit("tensorboard is not installed (scripts/bootstrap.sh --dev installs it)")
 acc = ea.EventAccumulator(sys.argv[4], size_guidance={ea.SCALARS: 0})
 acc.Reload()
 tb = acc.Scalars("eval/randbin/acc_norm")[-1].value
