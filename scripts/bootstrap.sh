@@ -33,12 +33,26 @@ if [ -n "${Torch_DIR:-}" ]; then
   log "using LibTorch from Torch_DIR=$Torch_DIR"
   torch_prefix=""
 else
-  if ! "$TRAINER_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  # The installed version and where its CMake files are, read without importing torch: an import
+  # takes seconds (tens on a busy machine), and only the C++ library is used here.
+  torch_query() {
+    "$TRAINER_VENV/bin/python" - "$1" 2>/dev/null <<'PY'
+import importlib.metadata, importlib.util, os, sys
+if sys.argv[1] == "version":
+    print(importlib.metadata.version("torch").split("+")[0])
+else:
+    print(os.path.join(importlib.util.find_spec("torch").submodule_search_locations[0], "share", "cmake"))
+PY
+  }
+  if [ "$(torch_query version)" != "$TORCH_VERSION" ]; then
     log "installing torch==$TORCH_VERSION into $TRAINER_VENV (one time, a few minutes)"
     python3 -m venv "$TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+    # --no-compile: no .pyc for torch's thousands of modules up front (LibTorch is what the build
+    # uses); Python compiles what it imports when it first imports it.
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check --no-compile \
+      "torch==$TORCH_VERSION"
   fi
-  torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
+  torch_prefix=$(torch_query cmake)
 fi
 
 # 3. The tools (--dev): what the Python scripts (tokenize_text.py, plot_metrics.py, make_*.py),
