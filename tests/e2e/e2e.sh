@@ -960,6 +960,8 @@ PY
     mpirun -np 2 "$trainer" "${quick[@]}" "${slow[@]}" --set train.steps=100000000 --set log.every=10 \
       >"$work/first.txt" 2>&1 &
     first=$!
+    # A failed check must not leave the first run training: SIGTERM stops it (mpirun passes it on).
+    trap 'kill -TERM $first 2>/dev/null; wait $first 2>/dev/null; rm -rf "$work"' EXIT
     for _ in $(seq 600); do [ -e "$ckpt/step_000040.safetensors" ] && break; sleep 0.1; done
     holder=$(rank_pid $first 0)
     if [ -z "$holder" ] || [ ! -e "$ckpt/step_000040.safetensors" ]; then cat "$work/first.txt"; fail "the first run did not get going"; fi
