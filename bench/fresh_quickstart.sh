@@ -29,8 +29,9 @@ start=$(date +%s.%N)
   printf '%7.1f %s\n' "$(awk -v s="$start" -v n="$(date +%s.%N)" 'BEGIN { print n - s }')" "$line"
 done | tee "$tmp/log"
 load_after=$(uptime)
-# at PATTERN: the seconds of the first line matching PATTERN (ERE).
-at() { grep -m1 -E "^ *[0-9.]+ $1" "$tmp/log" | awk '{ print $1 }'; }
+# at PATTERN: the seconds of the first line matching PATTERN (ERE; -a: the untrained sample is
+# not valid text).
+at() { grep -a -m1 -E "^ *[0-9.]+ $1" "$tmp/log" | awk '{ print $1 }'; }
 t_torch=$(at "\[bootstrap\] installing torch")
 t_configure=$(at "\[bootstrap\] configuring")
 t_build=$(at "\[bootstrap\] building")
