@@ -3,7 +3,7 @@
 # gloo on CPU), same global batch, same number of ranks and threads per rank, side by side in
 # one run. Prints a markdown table: samples/s of each and the trainer's ratio (> 1: faster).
 #
-#   bench/compare_pytorch.sh [STEPS]       (after scripts/bootstrap.sh; default 60 steps)
+#   bench/compare_pytorch.sh [STEPS]       (after scripts/bootstrap.sh --dev; default 60 steps)
 #
 # Rows: the quickstart MLP, gpt-tiny (configs/gpt-tiny.yaml), gpt-tiny with GPT-2's vocabulary
 # of 50,257 (where the output layer and the loss are most of the step), the 3.2M-parameter GPT
@@ -25,7 +25,7 @@ source scripts/env.sh
 steps=${1:-60}
 py="$TRAINER_VENV/bin/python"
 trainer=${TRAINER:-$BUILD_DIR/trainer}
-[ -x "$trainer" ] || { echo "no $trainer: run scripts/bootstrap.sh first" >&2; exit 2; }
+[ -x "$trainer" ] || { echo "no $trainer: run scripts/bootstrap.sh --dev first" >&2; exit 2; }
 
 # One trainer run: prints its samples/s (the "done:" line: steps after the first).
 run_trainer() {  # ranks config overrides...
@@ -95,7 +95,7 @@ open(sys.argv[2], "wb").write(np.fromfile(sys.argv[1], dtype=np.uint16).astype(n
       data/tokens-sample/train_000000.bin "$bpe.txt"
     "$py" scripts/tokenize_text.py --encoding gpt2 --ranks "$ranks" "$bpe.txt" "$bpe" >/dev/null
   else
-    echo "gpt-3m-bpe rows skipped: no $ranks (scripts/bootstrap.sh caches it)" >&2
+    echo "gpt-3m-bpe rows skipped: no $ranks (scripts/bootstrap.sh --dev caches it)" >&2
   fi
 fi
 gpt3m_bpe_p="gpt;--data;$bpe;--context;128;--vocab;50257;--layers;4;--heads;4;--d-model;256"

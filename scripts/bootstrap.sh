@@ -4,10 +4,23 @@
 #
 #   scripts/bootstrap.sh              # Release build in ./build: everything (trainer, tests, benches)
 #   scripts/bootstrap.sh trainer      # only the given targets (scripts/quickstart.sh: the binary)
+#   scripts/bootstrap.sh --dev [TARGET...]   # also what the Python scripts, the tests and the lint
+#                                            # use (scripts/test.sh; see "3. The tools" below)
 #   Torch_DIR=/opt/libtorch/share/cmake/Torch scripts/bootstrap.sh   # use an existing LibTorch
+#
+# Without --dev it installs only what building and running the trainer needs: the Debian packages
+# and torch (LibTorch; the quick start needs nothing else). --dev adds, pinned where the tests
+# compare against them: safetensors, numpy, pillow, matplotlib, tensorboard, tiktoken, tqdm,
+# transformers, tokenizers, ruff, lizard, and GPT-2's BPE ranks in the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+
+dev=0
+if [ "${1:-}" = --dev ]; then
+  dev=1
+  shift
+fi
 
 log() { printf '[bootstrap] %s\n' "$*"; }
 
@@ -20,23 +33,45 @@ if [ -n "${Torch_DIR:-}" ]; then
   log "using LibTorch from Torch_DIR=$Torch_DIR"
   torch_prefix=""
 else
-  if ! "$TRAINER_VENV/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  # The installed version and where its CMake files are, read without importing torch: an import
+  # takes seconds (tens on a busy machine), and only the C++ library is used here.
+  torch_query() {
+    "$TRAINER_VENV/bin/python" - "$1" 2>/dev/null <<'PY'
+import importlib.metadata, importlib.util, os, sys
+if sys.argv[1] == "version":
+    print(importlib.metadata.version("torch").split("+")[0])
+else:
+    print(os.path.join(importlib.util.find_spec("torch").submodule_search_locations[0], "share", "cmake"))
+PY
+  }
+  if [ "$(torch_query version)" != "$TORCH_VERSION" ]; then
     log "installing torch==$TORCH_VERSION into $TRAINER_VENV (one time, a few minutes)"
     python3 -m venv "$TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
+    # --no-compile: no .pyc for torch's thousands of modules up front (LibTorch is what the build
+    # uses); Python compiles what it imports when it first imports it.
+    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check --no-compile \
+      "torch==$TORCH_VERSION"
   fi
+  torch_prefix=$(torch_query cmake)
+fi
+
+# 3. The tools (--dev): what the Python scripts (tokenize_text.py, plot_metrics.py, make_*.py),
+# the tests and the lint use, in the same virtualenv (created here when Torch_DIR brought LibTorch).
+install_dev_tools() {
+  local pip=("$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check)
+  [ -x "$TRAINER_VENV/bin/python" ] || python3 -m venv "$TRAINER_VENV"
   # What the PyTorch reference tests, the data scripts and the benchmarks' peers import, and
   # TensorBoard's event reader (the e2e test of log.tensorboard).
   if ! "$TRAINER_VENV/bin/python" -c "import safetensors, numpy, PIL, matplotlib, tensorboard" 2>/dev/null; then
     log "installing safetensors, numpy, pillow, matplotlib, tensorboard into $TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check safetensors numpy pillow matplotlib tensorboard
+    "${pip[@]}" safetensors numpy pillow matplotlib tensorboard
   fi
-  TIKTOKEN_VERSION=0.14.0
+  local TIKTOKEN_VERSION=0.14.0
   # The GPT-2 tokenizer of scripts/tokenize_text.py (pinned: its ids are what the tests compare
   # the C++ tokenizer with) and its progress bar.
   if ! "$TRAINER_VENV/bin/python" -c "import tiktoken, tqdm, sys; sys.exit(tiktoken.__version__ != '$TIKTOKEN_VERSION')" 2>/dev/null; then
     log "installing tiktoken==$TIKTOKEN_VERSION, tqdm into $TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "tiktoken==$TIKTOKEN_VERSION" tqdm
+    "${pip[@]}" "tiktoken==$TIKTOKEN_VERSION" tqdm
   fi
   # Hugging Face transformers: the GPT-2 import/export and generation tests compare with it
   # (offline: the tests build random models; nothing is downloaded at test time). tokenizers
@@ -44,42 +79,34 @@ else
   # the C++ tokenizer.json reader is tested against -- pinned, as tiktoken is.
   # jinja2 renders chat templates (scripts/tokenize_text.py --chat, through transformers'
   # apply_chat_template); the torch wheel brings some version of it: pinned here.
-  TRANSFORMERS_VERSION=5.23.0
-  TOKENIZERS_VERSION=0.23.3
-  JINJA2_VERSION=3.1.6
+  local TRANSFORMERS_VERSION=5.23.0 TOKENIZERS_VERSION=0.23.3 JINJA2_VERSION=3.1.6
   if ! HF_HUB_OFFLINE=1 "$TRAINER_VENV/bin/python" -c "import transformers, tokenizers, jinja2, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION' or tokenizers.__version__ != '$TOKENIZERS_VERSION' or jinja2.__version__ != '$JINJA2_VERSION')" 2>/dev/null; then
     log "installing transformers==$TRANSFORMERS_VERSION, tokenizers==$TOKENIZERS_VERSION, jinja2==$JINJA2_VERSION into $TRAINER_VENV"
-    "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" \
-      "tokenizers==$TOKENIZERS_VERSION" "jinja2==$JINJA2_VERSION"
+    "${pip[@]}" "transformers==$TRANSFORMERS_VERSION" "tokenizers==$TOKENIZERS_VERSION" "jinja2==$JINJA2_VERSION"
   fi
-  torch_prefix=$("$TRAINER_VENV/bin/python" -c "import torch.utils; print(torch.utils.cmake_prefix_path)" 2>/dev/null)
-fi
+  # The lint step's Python tools (scripts/lint.sh), pinned: another version may judge the same
+  # code differently.
+  local RUFF_VERSION=0.17.6 LIZARD_VERSION=1.24.3
+  if [ "$("$TRAINER_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ] ||
+     [ "$("$TRAINER_VENV/bin/lizard" --version 2>/dev/null)" != "$LIZARD_VERSION" ]; then
+    log "installing ruff==$RUFF_VERSION, lizard==$LIZARD_VERSION into $TRAINER_VENV"
+    "${pip[@]}" "ruff==$RUFF_VERSION" "lizard==$LIZARD_VERSION"
+  fi
+  fetch_gpt2_ranks
+}
 
-# The lint step's Python tools (scripts/lint.sh), pinned: another version may judge the same code
-# differently. In the same virtualenv, also when Torch_DIR brings LibTorch.
-RUFF_VERSION=0.17.6
-LIZARD_VERSION=1.24.3
-[ -x "$TRAINER_VENV/bin/python" ] || python3 -m venv "$TRAINER_VENV"
-if [ "$("$TRAINER_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ] ||
-   [ "$("$TRAINER_VENV/bin/lizard" --version 2>/dev/null)" != "$LIZARD_VERSION" ]; then
-  log "installing ruff==$RUFF_VERSION, lizard==$LIZARD_VERSION into $TRAINER_VENV"
-  "$TRAINER_VENV/bin/pip" install --quiet --disable-pip-version-check \
-    "ruff==$RUFF_VERSION" "lizard==$LIZARD_VERSION"
-fi
-
-# 3. GPT-2's BPE ranks in tiktoken's format (scripts/tokenize_text.py --encoding gpt2, the C++
-# tokenizer): whisper/assets/gpt2.tiktoken from the openai-whisper sdist on PyPI, fetched once into
-# the shared cache and checked against a pinned SHA-256 (the same bytes as tiktoken's
-# r50k_base.tiktoken).
-WHISPER_VERSION=20250625
-GPT2_RANKS_SHA256=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
-gpt2_ranks=$TRAINER_CACHE/gpt2.tiktoken
-if ! echo "$GPT2_RANKS_SHA256  $gpt2_ranks" | sha256sum --check --status 2>/dev/null; then
+# GPT-2's BPE ranks in tiktoken's format (scripts/tokenize_text.py --encoding gpt2, and the
+# trainer's gpt2 tokenizer: data.tokenizer gpt2, --generate on GPT-2 ids):
+# whisper/assets/gpt2.tiktoken from the openai-whisper sdist on PyPI, fetched once into the shared
+# cache and checked against a pinned SHA-256 (the same bytes as tiktoken's r50k_base.tiktoken).
+fetch_gpt2_ranks() {
+  local WHISPER_VERSION=20250625
+  local GPT2_RANKS_SHA256=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
+  local gpt2_ranks=$TRAINER_CACHE/gpt2.tiktoken tmp member
+  echo "$GPT2_RANKS_SHA256  $gpt2_ranks" | sha256sum --check --status 2>/dev/null && return 0
   log "fetching GPT-2's BPE ranks (openai-whisper==$WHISPER_VERSION sdist) into $gpt2_ranks"
-  pip=("$TRAINER_VENV/bin/pip")
-  [ -x "${pip[0]}" ] || pip=(python3 -m pip)
   tmp=$(mktemp -d)
-  "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+  "$TRAINER_VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
     "openai-whisper==$WHISPER_VERSION" -d "$tmp"
   member=openai_whisper-$WHISPER_VERSION/whisper/assets/gpt2.tiktoken
   tar --no-same-owner -xzf "$tmp/openai_whisper-$WHISPER_VERSION.tar.gz" -C "$tmp" "$member"
@@ -91,7 +118,8 @@ if ! echo "$GPT2_RANKS_SHA256  $gpt2_ranks" | sha256sum --check --status 2>/dev/
   mkdir -p "$TRAINER_CACHE"
   mv "$tmp/$member" "$gpt2_ranks.$$" && mv "$gpt2_ranks.$$" "$gpt2_ranks"  # whole, for concurrent clones
   rm -rf "$tmp"
-fi
+}
+[ "$dev" = 0 ] || install_dev_tools
 
 # 4. Configure once (CMake re-runs itself when CMakeLists change), then build incrementally.
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then

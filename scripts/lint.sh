@@ -12,7 +12,7 @@
 # - Structure (scripts/lint_structure.py): no two files of a folder of src/ include each other,
 #   and no options struct repeats a default the schema declares.
 # Files are those git tracks (ruff: those it finds, minus .gitignore's). ruff and lizard come from
-# the project's virtualenv (scripts/bootstrap.sh installs them), the rest from scripts/packages.txt.
+# the project's virtualenv (scripts/bootstrap.sh --dev installs them), the rest from scripts/packages.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source scripts/env.sh
@@ -46,7 +46,7 @@ files() {
 }
 tool() {  # tool NAME PATH: PATH if executable, else a failure that says how to get it
   if [ -x "$2" ]; then return 0; fi
-  failure "$1" "$2 not found: run scripts/bootstrap.sh (scripts/packages.txt, the virtualenv)"
+  failure "$1" "$2 not found: run scripts/bootstrap.sh --dev (scripts/packages.txt, the virtualenv)"
   return 1
 }
 

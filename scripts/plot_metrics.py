@@ -8,7 +8,7 @@ metrics: PSNR, HR@10, bits per byte, each eval.tasks task's acc and acc_norm, ..
 are any), DIR/lr.png, DIR/throughput.png (samples/s and
 tokens/s) and DIR/memory.png (each rank's peak tensor memory), with steps where a memory fallback
 was taken (or an fp16 step was skipped) marked on every figure. Needs matplotlib (installed in
-the project's virtualenv by scripts/bootstrap.sh)."""
+the project's virtualenv by scripts/bootstrap.sh --dev)."""
 import argparse
 import json
 import os

@@ -2,7 +2,9 @@
 # The quick start: bootstrap, then a small GPT learns byte-level English (configs/quickstart.yaml)
 # on 2 CPU ranks in a few minutes, with a sample of its writing before and after training.
 # Arguments go to every trainer command (e.g. --set train.steps=200). NP ranks (default 2).
-# It builds the trainer binary only; scripts/test.sh builds the tests and benchmarks.
+# It installs and builds only what that uses (scripts/bootstrap.sh without --dev: the Debian
+# packages, torch for LibTorch, the trainer binary); scripts/test.sh adds the Python packages and
+# tools of the tests and the lint (bootstrap.sh --dev) and builds the tests and benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh trainer
@@ -23,6 +25,7 @@ echo "== A sample after training:"
 sample "$@"
 echo
 echo "Checkpoint: runs/quickstart/final.safetensors   metrics: runs/quickstart/metrics.jsonl"
-echo "Plot the metrics: $TRAINER_VENV/bin/python scripts/plot_metrics.py runs/quickstart/metrics.jsonl"
+echo "Plot the metrics: scripts/bootstrap.sh --dev (once: matplotlib and the other Python tools), then"
+echo "  $TRAINER_VENV/bin/python scripts/plot_metrics.py runs/quickstart/metrics.jsonl"
 echo "Write more: build/trainer --config $config --generate \"Your prompt\""
 echo "As a Hugging Face model: build/trainer --config $config --export-hf runs/quickstart/hf"

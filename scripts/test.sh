@@ -2,7 +2,7 @@
 # Bootstrap, then the whole test suite. Extra arguments go to ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/bootstrap.sh
+scripts/bootstrap.sh --dev  # the build, and the Python packages and tools the tests and the lint use
 # The `slurm` tests run jobs on a real SLURM on this machine (one node, and two nodes in namespaces
 # of their own); as root, scripts/local-slurm.sh installs and starts it here (Debian packages
 # slurm-wlm, munge, libpmix-dev; /etc/slurm/slurm.conf, /var/lib/slurm, /var/log/slurm; the

@@ -18,7 +18,7 @@ Encodings:
   gpt2   GPT-2's BPE, the ids of tiktoken's "gpt2" encoding (encode_ordinary: "<|endoftext|>"
          inside a document is ordinary text). Each document is preceded by <|endoftext|> (50256),
          llm.c's convention. Train with data.vocab_size: 50257. The ranks are GPT-2's
-         tiktoken-format file that scripts/bootstrap.sh fetches: --ranks, else
+         tiktoken-format file that scripts/bootstrap.sh --dev fetches: --ranks, else
          $TRAINER_GPT2_RANKS, else ${TRAINER_CACHE:-~/.cache/trainer}/gpt2.tiktoken.
   --tokenizer PATH  a BPE tokenizer.json (GPT-2, Llama 3, SmolLM, Qwen2), through the `tokenizers`
          library: Tokenizer.encode(text, add_special_tokens=False), so added tokens in the text are
@@ -59,7 +59,7 @@ import sys
 try:
     import numpy as np
 except ModuleNotFoundError:  # e.g. the system python3: run again under the project's Python
-    # scripts/bootstrap.sh's virtualenv (numpy, tiktoken, tqdm), wherever scripts/env.sh puts it.
+    # scripts/bootstrap.sh's virtualenv (--dev: numpy, tiktoken, tqdm), wherever env.sh puts it.
     import subprocess
     env_sh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "env.sh")
     venv = subprocess.run(["bash", "-c", 'source "$0" && printf %s "$TRAINER_VENV"', env_sh],
@@ -69,7 +69,7 @@ except ModuleNotFoundError:  # e.g. the system python3: run again under the proj
         os.environ["TRAINER_TOKENIZE_REEXEC"] = "1"  # once: a venv without numpy must not loop
         os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
     sys.exit(f"tokenize_text.py: {sys.executable} has no numpy, nor has the project's Python "
-             f"({python}): run scripts/bootstrap.sh, which installs both")
+             f"({python}): run scripts/bootstrap.sh --dev, which installs it there")
 
 import chat_template  # noqa: E402  (beside this file; after numpy, which it needs)
 
@@ -103,11 +103,11 @@ def gpt2_encoding(ranks_path):
         import tiktoken
         import tiktoken.load
     except ImportError:
-        raise InputError("--encoding gpt2 needs the tiktoken package (scripts/bootstrap.sh "
+        raise InputError("--encoding gpt2 needs the tiktoken package (scripts/bootstrap.sh --dev "
                          "installs it into the trainer's virtualenv)") from None
     if not os.path.isfile(ranks_path):
-        raise InputError(f"{ranks_path}: no GPT-2 BPE ranks there (scripts/bootstrap.sh fetches "
-                         "them; --ranks or TRAINER_GPT2_RANKS names another copy)")
+        raise InputError(f"{ranks_path}: no GPT-2 BPE ranks there (scripts/bootstrap.sh --dev "
+                         "fetches them; --ranks or TRAINER_GPT2_RANKS names another copy)")
     try:
         ranks = tiktoken.load.load_tiktoken_bpe(ranks_path)
     except Exception as e:  # tiktoken reports a malformed line with a bare ValueError
@@ -125,7 +125,7 @@ def json_tokenizer(path):
     try:
         import tokenizers
     except ImportError:
-        raise InputError("--tokenizer needs the tokenizers package (scripts/bootstrap.sh "
+        raise InputError("--tokenizer needs the tokenizers package (scripts/bootstrap.sh --dev "
                          "installs it into the trainer's virtualenv)") from None
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such tokenizer.json")

@@ -47,7 +47,7 @@ bool base64_decode(std::string_view in, std::string& out) {
 }
 
 std::string how_to_get() {
-  return "scripts/bootstrap.sh fetches GPT-2's ranks (gpt2.tiktoken) into the cache; "
+  return "scripts/bootstrap.sh --dev fetches GPT-2's ranks (gpt2.tiktoken) into the cache; "
          "TRAINER_GPT2_RANKS names another copy";
 }
 

@@ -18,6 +18,7 @@
 #include "ddp/mpi_runtime.h"
 #include "launcher/banner.h"
 #include "launcher/dry_run_plan.h"
+#include "launcher/evaluate_tasks.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
 #include "launcher/failure_file.h"
@@ -226,6 +227,7 @@ int evaluate_only(Startup& s) {
                      ? fmt::format("model.init_from {}", s.config.model.init_from)
                      : std::string("the untrained model (no checkpoint, no model.init_from)"));
   }
+  if (!s.trainer) return evaluate_tasks_only(s);  // no data: eval.tasks only
   train::Trainer& t = *s.trainer;
   const auto pinned = t.pin_parameters();  // ddp.shard: parameters: the whole model, every rank
   const train::ValidationMetrics m =
@@ -241,6 +243,7 @@ int evaluate_only(Startup& s) {
 int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
   Startup s;
   s.weights_only = cli.evaluate;
+  s.writes_outputs = !cli.evaluate && !cli.dry_run;  // the others only read: they take no lock
   std::vector<std::string> overrides = cli.overrides;
   if (cli.planning()) {
     if (mpi.topology().world_size > 1) {

@@ -18,6 +18,7 @@
 #include "ddp/batch_plan.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/rank_sampler.h"
+#include "launcher/evaluate_tasks.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
 #include "launcher/generate_command.h"
@@ -113,33 +114,78 @@ void load_eval_inputs(Startup& s) {
   if (tokenizer) s.eval_inputs.token_bytes = token_bytes(*tokenizer, lm->vocab_size());
 }
 
+// Rank 0: the directories and files the run writes, checked (and created) so that a typo stops
+// the job now rather than at its first checkpoint; a training run then locks them
+// (launcher/run_lock.h): a second run into them stops here, before it reads any data.
+void check_outputs(Startup& s) {
+  const config::Config& config = s.config;
+  if (s.rank != 0) return;
+  if (!config.checkpoint.dir.empty()) checkpoint::check_checkpoint_dir(config.checkpoint.dir);
+  const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
+  if (!metrics.empty()) train::check_metrics_path(metrics);
+  if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
+  if (!s.writes_outputs) return;  // --evaluate, --dry-run: they only read (no lock, no wait)
+  RunLock::Options options;
+  // Within start-up's vote deadline (the other ranks wait in it meanwhile).
+  options.same_job_grace =
+      std::min(options.same_job_grace, std::chrono::duration<double>(config.ddp.timeout_s / 2));
+  if (const auto grace = process_environment()("TRAINER_TEST_LOCK_GRACE_S")) {
+    options.same_job_grace = std::chrono::duration<double>(std::stod(*grace));  // tests only
+  }
+  s.outputs =
+      RunLock::take(output_places(config.checkpoint.dir, metrics, config.log.tensorboard),
+                    LockHolder::this_process(s.launch.hostname, process_environment()), options);
+  for (const std::string& note : s.outputs->notes()) spdlog::info("{}", note);
+}
+
 // The data set and the model, and the checks that must fail here rather than in the Trainer.
 void load_data_and_model(Startup& s) {
   const config::Config& config = s.config;
-  s.dataset = data::make_dataset(config.data);
-  // Built here only to be checked: the Trainer (phase 3) builds them again, but its
-  // constructor runs collectives, and a user mistake must end at this vote, before any.
-  ddp::BatchPlan::make(config.train.global_batch_size, s.launch.world_size, s.launch.rank,
-                       config.train.micro_batch_size);
-  ddp::RankSampler(s.dataset->size(), config.train.global_batch_size, config.train.seed);
+  s.no_data = missing_validation_data(config, s.weights_only);
+  if (s.no_data.empty()) {
+    s.dataset = data::make_dataset(config.data);
+    // Built here only to be checked: the Trainer (phase 3) builds them again, but its
+    // constructor runs collectives, and a user mistake must end at this vote, before any.
+    ddp::BatchPlan::make(config.train.global_batch_size, s.launch.world_size, s.launch.rank,
+                         config.train.micro_batch_size);
+    ddp::RankSampler(s.dataset->size(), config.train.global_batch_size, config.train.seed);
+  }
   at::manual_seed(config.train.seed);
-  s.model = models::create_model(config.model, s.dataset->shape());
+  s.model = models::create_model(config.model,
+                                 s.dataset ? s.dataset->shape() : shape_without_data(config));
   load_eval_inputs(s);
   if (s.rank != 0) return;
-  if (!config.checkpoint.dir.empty()) checkpoint::check_checkpoint_dir(config.checkpoint.dir);
-  if (const auto metrics = train::metrics_path(config.log.metrics, config.checkpoint.dir);
-      !metrics.empty()) {
-    train::check_metrics_path(metrics);
-  }
-  if (!config.log.tensorboard.empty()) train::check_tensorboard_dir(config.log.tensorboard);
   // Rank 0 alone chooses the checkpoint to resume from and loads the model's tensors; the
   // Trainer broadcasts the model, and the moments (a single file) or the path of a sharded
   // checkpoint, whose files every rank then reads its own moments from (Checkpointer::resume).
-  s.resume_from = select_resume(config.checkpoint, *s.model,
-                                s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining);
+  try {
+    s.resume_from = select_resume(config.checkpoint, *s.model,
+                                  s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining);
+  } catch (const checkpoint::CheckpointError& e) {
+    if (s.dataset) throw;
+    throw checkpoint::CheckpointError(e.what() + without_data_hint(config));
+  }
   if (s.resume_from && !config.model.init_from.empty()) {
     spdlog::info("model.init_from ignored: resuming from {}", s.resume_from->path);
   }
+}
+
+// --evaluate with eval.tasks looked for its data on every rank (load_data_and_model): a job whose
+// ranks did not all find the same (data.path on storage some nodes lack) stops with exit 2 here,
+// instead of issuing different collectives. Collective: one all-reduce, issued by every rank of
+// such a run (the condition is the configuration's).
+int agree_on_data(Startup& s) {
+  if (!s.weights_only || s.config.train.eval_tasks.empty()) return kExitOk;
+  const bool has = s.dataset != nullptr;
+  at::Tensor found = at::tensor({has ? 1 : 0, has ? 0 : 1}, at::kInt);
+  s.control->all_reduce(found, ddp::ReduceOp::kMax, "data agreement");
+  if (found[0].item<int>() == 0 || found[1].item<int>() == 0) return kExitOk;
+  return agree(*s.control, attempt("checking the data", [&] {
+    throw LaunchError(fmt::format(
+        "--evaluate: data.path '{}' is found by some ranks and not by others (rank {}: {}); give "
+        "every rank the same data, or none",
+        s.config.data.path, s.rank, has ? "found" : s.no_data));
+  }));
 }
 
 // ddp.shard_group: node needs every node to run the same number of ranks: otherwise every rank
@@ -201,13 +247,39 @@ int prepare(ddp::MpiRuntime& mpi, Startup& s) {
   }
   s.cpus = bind_cpus(s.launch.local_rank, s.launch.local_size, s.config.train.threads);
   s.threads = s.cpus.threads;
-  return agree(*s.control, attempt("loading the data set and building the model", [&] {
+  const int code = agree(*s.control, attempt("loading the data set and building the model", [&] {
     bind_rank(s);
+    check_outputs(s);
     load_data_and_model(s);
+  }));
+  return code != kExitOk ? code : agree_on_data(s);
+}
+
+// Without data (--evaluate scoring eval.tasks only) there is no Trainer: rank 0's weights (the
+// checkpoint it read) go to every rank, as the Trainer's broadcast would send them, on the control
+// communicator, and the model to the device.
+int place_model(Startup& s) {
+  return agree(*s.control, attempt("placing the model", [&] {
+    at::NoGradGuard no_grad;
+    for (auto& item : s.model->named_parameters()) {
+      s.control->broadcast(item.value().data(), 0, "parameter " + item.key());
+    }
+    for (auto& item : s.model->named_buffers()) {
+      s.control->broadcast(item.value(), 0, "buffer " + item.key());
+    }
+    s.model->to(s.binding.device);
   }));
 }
 
 int build_trainer(Startup& s) {
+  if (!s.dataset) {
+    const int code = place_model(s);
+    if (code == kExitOk) {
+      s.device_flags = train::apply_device_flags(s.binding.device, s.config.train.tf32,
+                                                 s.config.train.cudnn_benchmark);
+    }
+    return code;
+  }
   const int code = agree(*s.control, attempt("setting up the trainer", [&] {
     const std::chrono::duration<double> timeout(s.config.ddp.timeout_s);
     s.data_comm = ddp::make_data_communicator(s.backend, s.binding.device, *s.control, timeout);

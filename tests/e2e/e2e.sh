@@ -107,7 +107,8 @@ case $case_name in
     expect_rc 0; expect_grep "step +150/150"; expect_grep "samples/s"; loss_drops ;;
   mlp_np2)
     run mpirun -np 2 "$trainer" "${quick[@]}"
-    expect_rc 0; expect_grep "\[0/2\]"; expect_grep "2 rank\(s\)"; loss_drops ;;
+    expect_rc 0; expect_grep "\[0/2\]"; expect_grep "2 rank\(s\)"; loss_drops
+    expect_no_grep "spike guard" ;;  # train.skip_spikes is off: the banner says nothing of it
   bad_config_np2)
     start=$(date +%s)
     run timeout 10 mpirun -np 2 "$trainer" --config "$bad"
@@ -885,7 +886,7 @@ import json, math, sys
 try:
     from tensorboard.backend.event_processing import event_accumulator as ea
 except ImportError:
-    sys.exit(f"tensorboard is not installed for {sys.executable} (scripts/bootstrap.sh installs it)")
+    sys.exit(f"tensorboard is not installed for {sys.executable} (scripts/bootstrap.sh --dev installs it)")
 acc = ea.EventAccumulator(sys.argv[1], size_guidance={ea.SCALARS: 0})
 acc.Reload()
 tags = set(acc.Tags()["scalars"])
@@ -930,6 +931,8 @@ PY
     guard=(--set "train.skip_spikes={loss_z: 6, grad_norm_z: 6, window: 10}" --set train.steps=40)
     run mpirun -np 2 "$trainer" "${quick[@]}" "${guard[@]}" --set log.every=10 --set train.inject_spike=25
     expect_rc 0
+    expect_grep "loss-spike guard on \(train.skip_spikes\): a step is skipped when its loss is more than 6 or its gradient norm is more than 6 standard deviations above the mean of the last 10 applied steps \(judged once 10 steps are applied\), or when its loss is not finite; 50 skipped in a row end the run \(train.max_skipped_steps\)"
+    [ "$(grep -c "loss-spike guard" "$out")" = 1 ] || fail "the guard's line is not printed exactly once"
     expect_grep "step 25: spike: loss [0-9.e+]+ is [0-9.e+]+ standard deviations above the mean [0-9.]+ and grad_norm [0-9.e+]+ is [0-9.e+]+ standard deviations above the mean [0-9.]+ of the last 10 applied steps \(train.skip_spikes\): step skipped on every rank, parameters unchanged"
     [ "$(grep -c "spike:" "$out")" = 1 ] || fail "expected exactly one spike warning"
     expect_grep "step +30/40 loss [0-9.]+ .* skipped 1 "
@@ -944,6 +947,49 @@ PY
       --set checkpoint.resume=auto
     expect_rc 0
     expect_grep "done: 40 steps \(13 in this run\)" ;;
+  checkpoint_dir_lock_np2)
+    # One run at a time in a checkpoint.dir (launcher/run_lock.h). While a run trains, a second
+    # run into the same directory (a job submitted twice) stops before step 1 with exit 2, naming
+    # the first's host, pid and start time, and the first trains on; --dry-run and --evaluate only
+    # read, so the lock neither stops them nor is taken by them. Then the first is killed (kill -9
+    # of rank 0): its lock goes with it, and a run resuming from its last checkpoint starts at once,
+    # saying whose lock it took over.
+    ckpt=$work/ckpt
+    slow=(--set data.inject_read_delay_ms=20 --set checkpoint.dir="$ckpt" --set checkpoint.every=20)
+    echo "+ mpirun -np 2 $trainer ${quick[*]} ${slow[*]} --set train.steps=100000000 &  # the first run"
+    mpirun -np 2 "$trainer" "${quick[@]}" "${slow[@]}" --set train.steps=100000000 --set log.every=10 \
+      >"$work/first.txt" 2>&1 &
+    first=$!
+    # A failed check must not leave the first run training: SIGTERM stops it (mpirun passes it on).
+    trap 'kill -TERM $first 2>/dev/null; wait $first 2>/dev/null; rm -rf "$work"' EXIT
+    for _ in $(seq 600); do [ -e "$ckpt/step_000040.safetensors" ] && break; sleep 0.1; done
+    holder=$(rank_pid $first 0)
+    if [ -z "$holder" ] || [ ! -e "$ckpt/step_000040.safetensors" ]; then cat "$work/first.txt"; fail "the first run did not get going"; fi
+    run timeout 60 mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.dir="$ckpt" --set train.steps=30
+    expect_rc 2
+    expect_grep "^trainer: error: checkpoint.dir = '$ckpt' is in use by another run \(host $(hostname), pid $holder, started [0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} UTC \([0-9]+ (s|min) ago\)\): two runs writing there would overwrite each other's files\. .*\(lock file $ckpt/trainer.lock\)$"
+    [ "$(grep -c "is in use" "$out")" = 1 ] || fail "the message is not printed exactly once"
+    expect_no_grep "step +1/"; grep "is in use" "$out"
+    for readonly in --dry-run --evaluate; do
+      run timeout 60 "$trainer" "${quick[@]}" --set checkpoint.dir="$ckpt" $readonly
+      expect_rc 0; expect_no_grep "in use|trainer.lock"
+    done
+    kill -0 $first 2>/dev/null || { cat "$work/first.txt"; fail "the first run ended"; }
+    grep -q "\"pid\":$holder," "$ckpt/trainer.lock" || fail "the lock file does not name the first run: $(cat "$ckpt/trainer.lock")"
+    n=$(grep -oE "checkpoint written: .*step_[0-9]+" "$work/first.txt" | tail -1 | grep -oE "[0-9]+$")
+    echo "+ kill -KILL $holder  # rank 0 of the first run, after its checkpoint of step $((10#$n))"
+    kill -KILL "$holder"
+    ends_within_60s $first || { kill -KILL $first; fail "the first run still runs 60 s after kill -9 of rank 0"; }
+    wait $first
+    last=$(find "$ckpt" -maxdepth 1 -name 'step_*.safetensors' | sort | tail -1)
+    s=$((10#$(basename "$last" .safetensors | sed 's/^step_//')))
+    run timeout 60 mpirun -np 2 "$trainer" "${quick[@]}" --set checkpoint.dir="$ckpt" \
+      --set checkpoint.resume=auto --set train.steps=$((s + 10))
+    expect_rc 0
+    expect_grep "checkpoint.dir = '$ckpt': the run that held it last \(host $(hostname), pid $holder, started .*\) ended without a clean exit \(killed or aborted\); this run takes it over"
+    expect_grep "resumed from $last: $s steps done"
+    expect_grep "done: $((s + 10)) steps \(10 in this run\)"; grep "takes it over" "$out"
+    [ ! -s "$ckpt/trainer.lock" ] || fail "a clean end left a record in the lock file: $(cat "$ckpt/trainer.lock")" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

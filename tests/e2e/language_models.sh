@@ -313,7 +313,7 @@ if abs(rec["bpb"] - float(sys.argv[3])) > 1e-4:
 try:
     from tensorboard.backend.event_processing import event_accumulator as ea
 except ImportError:
-    sys.exit("tensorboard is not installed (scripts/bootstrap.sh installs it)")
+    sys.exit("tensorboard is not installed (scripts/bootstrap.sh --dev installs it)")
 acc = ea.EventAccumulator(sys.argv[4], size_guidance={ea.SCALARS: 0})
 acc.Reload()
 tb = acc.Scalars("eval/randbin/acc_norm")[-1].value
@@ -352,6 +352,52 @@ PY
     run mpirun -np 2 "$trainer" --config "$src/configs/mlp.yaml" --set train.device=cpu \
       --set eval.tasks="[$work/tasks/bad_label.jsonl]"
     expect_rc 2; expect_grep "^trainer: error: eval.tasks: multiple-choice tasks need a language model \(model.name: gpt or llama\); this config has model.name: mlp" ;;
+  eval_tasks_without_data)
+    # --evaluate with eval.tasks and no data to validate on (HellaSwag on imported weights): the
+    # tasks are scored as transformers scores them on the same weights, and the log says that the
+    # validation loss was skipped and why, for a checkpoint (data.path gone, 2 ranks) and for
+    # model.init_from's Hugging Face weights (data.path not set, 1 rank). A vocabulary the weights
+    # do not have stops the run naming data.vocab_size; training still needs its data.
+    eval_setup
+    pytasks tasks "$work/tasks" "$tok" 7 --seed 5 || fail "hf_tasks.py tasks"
+    tasks=(--set eval.tasks="[$work/tasks/randbin.bin,$work/tasks/words.jsonl]")
+    run mpirun -np 2 "$trainer" "${evalrun[@]}" --set train.steps=4 --set checkpoint.dir="$work/ckpt"
+    expect_rc 0
+    run "$trainer" "${evalrun[@]}" --set checkpoint.dir="$work/ckpt" --export-hf "$work/hf"
+    expect_rc 0
+    pytasks score "$work/hf" "$tok" "$work/shards/val_000000.bin" 16 "$work/tasks/randbin.bin" \
+      "$work/tasks/words.jsonl" >"$work/reference.txt" || fail "hf_tasks.py score: $(cat "$work/reference.txt")"
+    grep -v "^bpb " "$work/reference.txt" | tee "$work/expected.txt"
+    expect_tasks() {  # the task lines of step $1 equal transformers' counts; no validation loss
+      expect_rc 0
+      while read -r line; do
+        expect_grep "eval step $1: ${line/, acc_norm/ \(.*\), acc_norm}"
+      done <"$work/expected.txt"
+      expect_no_grep "eval step [0-9]+: loss|validation samples|step +1/"
+      grep "eval step\|skipped" "$out"
+    }
+    run mpirun -np 2 "$trainer" "${evalrun[@]}" "${tasks[@]}" --set checkpoint.dir="$work/ckpt" \
+      --set data.path="$work/gone" --evaluate
+    expect_grep "validation loss skipped: data.path '$work/gone' does not exist \(--evaluate scores eval.tasks without data\)"
+    expect_grep "evaluating checkpoint $work/ckpt/final.safetensors \(4 steps done\)"
+    expect_tasks 4
+    run "$trainer" "${evalrun[@]}" "${tasks[@]}" --set model.init_from="$work/hf" --set data.path= --evaluate
+    expect_grep "validation loss skipped: data.path is not set"
+    expect_grep "evaluating model.init_from $work/hf"
+    expect_tasks 0
+    # The weights' vocabulary is the model's: data.vocab_size says otherwise.
+    run mpirun -np 2 "$trainer" "${evalrun[@]}" "${tasks[@]}" --set model.init_from="$work/hf" \
+      --set data.path= --set data.vocab_size=2000 --evaluate
+    expect_rc 2; expect_grep "^trainer: error: .*data.vocab_size = 2000"; grep "^trainer: error" "$out"
+    run mpirun -np 2 "$trainer" "${evalrun[@]}" "${tasks[@]}" --set checkpoint.dir="$work/ckpt" \
+      --set data.path= --set data.vocab_size=2000 --evaluate
+    expect_rc 2
+    expect_grep "^trainer: error: checkpoint.dir: .*without data the model is built for data.vocab_size = 2000 token ids"
+    grep "^trainer: error" "$out"
+    # Training (and --evaluate without eval.tasks) needs data.path as before.
+    run mpirun -np 2 "$trainer" "${evalrun[@]}" "${tasks[@]}" --set data.path="$work/gone" --set train.steps=2
+    expect_rc 2; expect_grep "^trainer: error: .*$work/gone"; expect_no_grep "skipped"
+    grep "^trainer: error" "$out" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

@@ -99,6 +99,29 @@ expect_one_node_result() {
   tail -1 "$out"
 }
 
+# Waits (up to 120 s) for requeued job $1 to end, shortening SLURM's hold of a requeued job: SLURM
+# holds it for AuthInfo's cred_expire + 1 s, while the credentials of the run it ended are revoked
+# (120 s by default; 16 s under scripts/local-slurm.sh's configuration, once slurmctld has started
+# with it). A longer hold is cut to 3 s: a job started in the same second as the revocation is
+# killed ("Job credential revoked"), one started a second later is not. Sets $state and $info.
+wait_requeued_job() {
+  local held=0 eligible
+  state="" info=""
+  for _ in $(seq 1 120); do
+    info=$(scontrol show job "$1" 2>/dev/null)
+    state=$(grep -oE "JobState=[A-Z_]+" <<<"$info")
+    if [ "$held" = 0 ] && grep -q "Reason=BeginTime" <<<"$info"; then
+      held=1
+      eligible=$(grep -oE "EligibleTime=[^ ]+" <<<"$info" | cut -d= -f2)
+      if [ $(( $(date -d "$eligible" +%s) - $(date +%s) )) -gt 30 ]; then
+        echo "+ scontrol update JobId=$1 StartTime=now+3  # held until $eligible"
+        scontrol update JobId="$1" StartTime=now+3 || fail "could not shorten the requeued job's hold"
+      fi
+    fi
+    case $state in JobState=PENDING|JobState=RUNNING|JobState=REQUEUED|JobState=COMPLETING|"") sleep 1 ;; *) break ;; esac
+  done
+}
+
 # One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
 # list from these labels (trainer_script_cases).
 case $case_name in
@@ -220,25 +243,7 @@ case $case_name in
     scancel --signal=USR1 --batch "$job" || fail "scancel --signal=USR1 --batch failed"
     for _ in $(seq 1 60); do scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" && break; sleep 1; done
     scontrol show job "$job" 2>/dev/null | grep -q "Restarts=1" || { job_log; fail "the job was not requeued in 60 s"; }
-    # SLURM holds a requeued job for AuthInfo's cred_expire + 1 s, while the credentials of the
-    # run it ended are revoked (120 s by default; 16 s under scripts/local-slurm.sh's
-    # configuration, once slurmctld has started with it). A longer hold is cut to 3 s: a job
-    # started in the same second as the revocation is killed ("Job credential revoked"), one
-    # started a second later is not.
-    state="" held=0
-    for _ in $(seq 1 120); do
-      info=$(scontrol show job "$job" 2>/dev/null)
-      state=$(grep -oE "JobState=[A-Z_]+" <<<"$info")
-      if [ "$held" = 0 ] && grep -q "Reason=BeginTime" <<<"$info"; then
-        held=1
-        eligible=$(grep -oE "EligibleTime=[^ ]+" <<<"$info" | cut -d= -f2)
-        if [ $(( $(date -d "$eligible" +%s) - $(date +%s) )) -gt 30 ]; then
-          echo "+ scontrol update JobId=$job StartTime=now+3  # held until $eligible"
-          scontrol update JobId="$job" StartTime=now+3 || fail "could not shorten the requeued job's hold"
-        fi
-      fi
-      case $state in JobState=PENDING|JobState=RUNNING|JobState=REQUEUED|JobState=COMPLETING|"") sleep 1 ;; *) break ;; esac
-    done
+    wait_requeued_job "$job"
     job_log
     [ "$state" = JobState=COMPLETED ] || fail "the requeued job ended as $state, not COMPLETED: $info"
     expect_grep "train.sbatch: job $job .*SLURM_RESTART_COUNT=0"
@@ -257,6 +262,83 @@ case $case_name in
     compare_checkpoints "$work/straight/final.safetensors" "$work/ckpt/final.safetensors" ||
       fail "the resumed run's checkpoint differs from the uninterrupted run's"
     expect_grep "bitwise equal: [0-9]+ parameters" ;;
+  requeue_takes_the_lock)
+    # An external requeue (scontrol requeue, as a preemption in REQUEUE mode does): SLURM stops
+    # the job's processes and starts the job again (same job id, SLURM_RESTART_COUNT=1). The
+    # earlier run's lock on checkpoint.dir (launcher/run_lock.h) went with its processes, so the
+    # requeued run takes it at once and resumes from the checkpoint the earlier run wrote.
+    cd "$work" || exit 1
+    job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
+      "$src/slurm/train.sbatch" "$src/configs/mlp.yaml" --set train.steps=300 \
+      --set train.warmup_steps=5 --set log.every=50 --set data.inject_read_delay_ms=20 \
+      --set checkpoint.dir="$work/ckpt" --set checkpoint.resume=auto) || fail "sbatch failed"
+    jobs+=("$job")
+    for _ in $(seq 1 60); do grep -q "step  *100/" "$work"/job-*.log 2>/dev/null && break; sleep 1; done
+    grep -q "step  *100/" "$work"/job-*.log 2>/dev/null || { job_log; fail "the job did not reach step 100 in 60 s"; }
+    grep -q "\"slurm_job_id\":\"$job\"" "$work/ckpt/trainer.lock" ||
+      { job_log; fail "the lock file does not name job $job: $(cat "$work/ckpt/trainer.lock")"; }
+    echo "+ scontrol requeue $job" | tee -a "$out"
+    scontrol requeue "$job" || fail "scontrol requeue failed"
+    wait_requeued_job "$job"
+    job_log
+    [ "$state" = JobState=COMPLETED ] || fail "the requeued job ended as $state, not COMPLETED: $info"
+    expect_grep "train.sbatch: job $job .*SLURM_RESTART_COUNT=1"
+    expect_grep "resumed from .*/ckpt/final.safetensors: [0-9]+ steps done"
+    expect_grep "done: 300 steps \([0-9]+ in this run\)"
+    expect_no_grep "in use by another run|held by another run"
+    grep -E "SLURM_RESTART_COUNT|SIGTERM|exit code|takes it over|resumed from|done:" "$out" ;;
+  requeue_waits_for_torn_down_run)
+    # A requeued or restarted job that starts while its earlier run is still being torn down (a
+    # node SLURM declared dead, a restart on the surviving nodes): within one allocation (so one
+    # SLURM_JOB_ID), the earlier run's rank 0, holder of checkpoint.dir's lock, is stopped
+    # (SIGSTOP: alive, not progressing) and killed 8 s later. The requeued run waits for it,
+    # saying so, then takes the lock and resumes. An earlier run that outlives the wait (here
+    # shortened to 3 s) is refused, exit 2, naming its host, pid, start time and job.
+    cat >"$work/overlap.sh" <<SH
+#!/usr/bin/env bash
+cfg=(--config "$src/configs/mlp.yaml" --set train.warmup_steps=5 --set log.every=50
+  --set data.inject_read_delay_ms=20 --set checkpoint.dir="$work/ckpt" --set checkpoint.every=25
+  --set checkpoint.resume=auto)
+earlier() {  # an earlier run, stopped once it has a checkpoint: prints its rank 0's pid
+  mpirun -np 2 "$trainer" "\${cfg[@]}" --set train.steps=100000 >>"$work/earlier.txt" 2>&1 &
+  local m=\$! p
+  for _ in \$(seq 600); do [ -e "$work/ckpt/step_000050.safetensors" ] && break; sleep 0.1; done
+  for p in \$(pgrep -P \$m); do
+    tr '\\0' '\\n' <"/proc/\$p/environ" | grep -qx OMPI_COMM_WORLD_RANK=0 && echo \$p
+  done
+}
+holder=\$(earlier)
+kill -STOP \$holder
+echo "overlap.sh: stopped the earlier run's rank 0 (pid \$holder, job \$SLURM_JOB_ID); SIGKILL in 8 s"
+( sleep 8; kill -KILL \$holder ) &
+SLURM_RESTART_COUNT=1 mpirun -np 2 "$trainer" "\${cfg[@]}" --set train.steps=150
+echo "overlap.sh: the requeued run exited \$?"
+wait  # the earlier run, killed
+rm -f "$work"/ckpt/step_*.safetensors "$work"/ckpt/final.safetensors
+holder=\$(earlier)
+kill -STOP \$holder
+echo "overlap.sh: stopped the earlier run's rank 0 (pid \$holder) for good"
+TRAINER_TEST_LOCK_GRACE_S=3 SLURM_RESTART_COUNT=1 mpirun -np 2 "$trainer" "\${cfg[@]}" --set train.steps=150
+echo "overlap.sh: the run after the wait exited \$?"
+kill -KILL \$holder
+SH
+    chmod +x "$work/overlap.sh"
+    cd "$work" || exit 1
+    run timeout 200 sbatch --wait -n 2 --output="$work/job-%j.log" "$work/overlap.sh"
+    job_log
+    expect_grep "overlap.sh: the requeued run exited 0"
+    job=$(sed -nE 's/.*job ([0-9]+)\); SIGKILL in 8 s/\1/p' "$out")
+    first=$(sed -nE 's/.*rank 0 \(pid ([0-9]+), job.*/\1/p' "$out")
+    second=$(sed -nE 's/.*rank 0 \(pid ([0-9]+)\) for good/\1/p' "$out")
+    if [ -z "$job" ] || [ -z "$first" ] || [ -z "$second" ]; then fail "overlap.sh did not stop the earlier runs"; fi
+    expect_grep "checkpoint.dir = '$work/ckpt' is held by another run of this SLURM job \(host [^,]+, pid $first, started .*, SLURM job $job\); waiting up to 30 s for it to end"  # half of mlp.yaml's ddp.timeout_s
+    expect_grep "the earlier run of this SLURM job ended after [0-9]+ s: its lock is taken"
+    expect_grep "checkpoint.dir = '$work/ckpt': the run that held it last \(host [^,]+, pid $first, .*\) ended without a clean exit"
+    expect_grep "resumed from .*/ckpt/step_[0-9]+.safetensors"
+    expect_grep "done: 150 steps"
+    expect_grep "trainer: error: checkpoint.dir = '$work/ckpt' is still held by another run of this SLURM job \(host [^,]+, pid $second, started [0-9-]+ [0-9:]+ UTC \([0-9]+ (s|min) ago\), SLURM job $job\) after waiting 3 s"
+    expect_grep "overlap.sh: the run after the wait exited 2"
+    grep -E "overlap.sh|SLURM job|lock is taken|takes it over|resumed from|done:" "$out" ;;
   usr1_without_checkpoint_dir)
     # Without checkpoint.dir a requeued job would start again at step 1: the trainer ignores the
     # warning, says why and trains on; the job ends normally and is not requeued.

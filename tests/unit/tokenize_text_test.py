@@ -63,7 +63,7 @@ class Gpt2(unittest.TestCase):
     def setUpClass(cls):
         if not os.path.isfile(RANKS):
             raise AssertionError(
-                f"{RANKS}: GPT-2's ranks are missing; scripts/bootstrap.sh fetches them")
+                f"{RANKS}: GPT-2's ranks are missing; scripts/bootstrap.sh --dev fetches them")
         cls.enc = gpt2_reference.reference_encoding(RANKS)
         cls.docs = gpt2_reference.CORPUS
         cls.expected = [t for d in cls.docs for t in [EOT] + cls.enc.encode_ordinary(d)]
