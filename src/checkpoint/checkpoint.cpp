@@ -35,8 +35,8 @@ int64_t metadata_number(const std::string& path, const std::map<std::string, std
   return parse_number<int64_t>(path, meta, key);
 }
 
-uint64_t metadata_unsigned(const std::string& path,
-                           const std::map<std::string, std::string>& meta, const char* key) {
+uint64_t metadata_unsigned(const std::string& path, const std::map<std::string, std::string>& meta,
+                           const char* key) {
   return parse_number<uint64_t>(path, meta, key);
 }
 

@@ -55,7 +55,7 @@ struct CheckpointComms {
 struct RunRecord {
   int64_t global_batch_size = 0;
   uint64_t seed = 0;
-  std::string config_text;          // the effective configuration (YAML)
+  std::string config_text;            // the effective configuration (YAML)
   ddp::ShardMode configured_shard{};  // ddp.shard as configured (checkpoint.format: auto)
 };
 
@@ -111,8 +111,8 @@ class Checkpointer {
  private:
   std::unique_ptr<PendingCheckpoint> start_single(const std::string& path, int64_t steps_done,
                                                   const RunState& state);
-  std::unique_ptr<PendingCheckpoint> start_sharded(const std::string& step_dir,
-                                                   int64_t steps_done, const RunState& state);
+  std::unique_ptr<PendingCheckpoint> start_sharded(const std::string& step_dir, int64_t steps_done,
+                                                   const RunState& state);
   // rank 0's log line of a committed checkpoint
   void log_written(const PendingCheckpoint& p, double write_s, double waited_s,
                    double vote_s) const;

@@ -69,8 +69,8 @@ int64_t Checkpointer::resume(const Checkpoint* ckpt, const RunState& state) {
   return steps_done;
 }
 
-void Checkpointer::read_own_moments(const std::string& step_dir,
-                                    const io::ShardManifest* manifest, const RunState& state) {
+void Checkpointer::read_own_moments(const std::string& step_dir, const io::ShardManifest* manifest,
+                                    const RunState& state) {
   std::string failure;
   std::exception_ptr mine;
   resume_bytes_read_ = 0;

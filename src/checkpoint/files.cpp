@@ -77,7 +77,8 @@ std::vector<std::string> checkpoints_newest_first(const std::string& dir) {
     try {
       const auto meta = io::read_safetensors_metadata(path);
       const auto format = meta.find("format");
-      if (format == meta.end() || format->second != kSingleFileFormat) continue;  // not a checkpoint
+      if (format == meta.end() || format->second != kSingleFileFormat)
+        continue;  // not a checkpoint
       step = metadata_number(path, meta, "step");
     } catch (const std::exception&) {
     }

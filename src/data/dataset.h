@@ -109,7 +109,7 @@ struct DataOptions {
   // tokens
   int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
   int64_t vocab_size = 0;  // token ids must be below this
-  Packing packing = Packing::kAuto;
+  Packing packing{};
   std::string
       tokenizer;  // auto | bytes | gpt2 | a tokenizer.json: the ids' encoding (data/tokenizer.h)
   // csv

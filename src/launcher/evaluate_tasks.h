@@ -14,23 +14,10 @@
 
 #include <string>
 
-#include "config/config.h"
-#include "core/shape.h"
+#include "launcher/no_data.h"
 #include "launcher/startup.h"
 
 namespace launcher {
-
-// Why --evaluate (`evaluating`) with eval.tasks on token data has no data to validate on:
-// "data.path is not set", "data.path 'X' does not exist"; "" where it has data, and for every
-// other run (whose data.path, if missing, stays the data layer's error). Looks at the file system
-// of this rank: start-up has the ranks agree.
-std::string missing_validation_data(const config::Config& config, bool evaluating);
-
-// The shape a language model is built from without data: data.vocab_size, data.context.
-core::Shape shape_without_data(const config::Config& config);
-
-// What a checkpoint that does not fit a model built without data should add to its error.
-std::string without_data_hint(const config::Config& config);
 
 // --evaluate without data, on every rank: rank 0 logs that the validation loss is skipped and
 // why, then every task of eval.tasks is scored (one all-reduce each) and logged as a run logs it

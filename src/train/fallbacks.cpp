@@ -20,9 +20,8 @@ int64_t kept_bytes(const memory::MemoryEstimate& e) {
 }  // namespace
 
 FallbacksSpent::FallbacksSpent(int64_t step, std::string head, std::string advice)
-    : memory::OutOfMemoryFatal(
-          fmt::format("{}\n{}. {}", head, "no checkpoint written (checkpoint.dir is not set)",
-                      advice)),
+    : memory::OutOfMemoryFatal(fmt::format(
+          "{}\n{}. {}", head, "no checkpoint written (checkpoint.dir is not set)", advice)),
       step_(step), head_(std::move(head)), advice_(std::move(advice)) {}
 
 std::string FallbacksSpent::with_checkpoint(const std::string& where) const {
@@ -31,8 +30,8 @@ std::string FallbacksSpent::with_checkpoint(const std::string& where) const {
 
 Fallbacks::Fallbacks(const memory::MemoryOptions& options, RungTargets targets)
     : options_(options), t_(targets),
-      ladder_(options.fallback, targets.batches.micro_batch(), options.min_micro_batch,
-              effects()) {}
+      ladder_(options.fallback, targets.batches.micro_batch(), options.min_micro_batch, effects()) {
+}
 
 memory::RungEffects Fallbacks::effects() {
   memory::RungEffects effects;
@@ -79,8 +78,7 @@ void Fallbacks::fall_back(int64_t step, const std::string& my_failure, GraphStep
 
 std::string Fallbacks::halve_micro_batch(int64_t old_micro_batch, int64_t new_micro_batch) {
   const int64_t old_accumulation = t_.batches.plan().accumulation();
-  t_.batches.set_micro_batch(new_micro_batch,
-                             t_.state.shard_mode() == ddp::ShardMode::kParameters);
+  t_.batches.set_micro_batch(new_micro_batch, t_.state.shard_mode() == ddp::ShardMode::kParameters);
   const ddp::BatchPlan& plan = t_.batches.plan();
   return fmt::format("micro-batch {} -> {}, accumulation {} -> {} (rank 0); global batch {} "
                      "unchanged",

@@ -1,6 +1,6 @@
-// Checkpoint files (checkpoint/single_file.h, read.h, files.h): what a run writes is what a resume reads; a file for
-// another model, a file that is not a checkpoint and a missing file are errors naming the file and
-// the tensor; `auto` finds the checkpoint with the most steps.
+// Checkpoint files (checkpoint/single_file.h, read.h, files.h): what a run writes is what a resume
+// reads; a file for another model, a file that is not a checkpoint and a missing file are errors
+// naming the file and the tensor; `auto` finds the checkpoint with the most steps.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
