@@ -14,8 +14,8 @@ Batches::Batches(const data::Dataset& dataset, const TrainOptions& train,
   const auto stats = dataset.packing();
   packed_ = stats && stats->packing == data::Packing::kDocuments;
   const int64_t largest_slice = (train.global_batch_size + world - 1) / world;
-  micro_batch_ = train.micro_batch_size > 0 ? std::min(train.micro_batch_size, largest_slice)
-                                            : largest_slice;
+  micro_batch_ =
+      train.micro_batch_size > 0 ? std::min(train.micro_batch_size, largest_slice) : largest_slice;
 }
 
 void Batches::replan(int64_t micro_batch, bool equal_counts) {
@@ -28,9 +28,7 @@ void Batches::set_micro_batch(int64_t micro_batch, bool equal_counts) {
   replan(micro_batch, equal_counts);
 }
 
-void Batches::plan_configured(bool equal_counts) {
-  replan(train_.micro_batch_size, equal_counts);
-}
+void Batches::plan_configured(bool equal_counts) { replan(train_.micro_batch_size, equal_counts); }
 
 void Batches::start() {
   // The loader reads this rank's slice of each step; the slice (offset, size) never changes with

@@ -55,8 +55,8 @@ void MemoryPlanner::allocate_agreed(const std::string& what,
   try {
     allocate();
   } catch (const c10::OutOfMemoryError& e) {
-    failure = fmt::format("rank {}: {}", placement_.rank(),
-                          core::first_line(e.what_without_backtrace()));
+    failure =
+        fmt::format("rank {}: {}", placement_.rank(), core::first_line(e.what_without_backtrace()));
   }
   at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
   placement_.control.all_reduce(failed, ddp::ReduceOp::kMax, "allocation vote");

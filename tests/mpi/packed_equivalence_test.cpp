@@ -1,11 +1,11 @@
 // Training on packed, masked documents (data.packing: documents; docs/DESIGN.md, "Global batch
-// semantics"): W ranks with micro-batches of 2 equal one process with micro-batches of 3, though the number of targets per
-// rank and per micro-batch is very uneven (documents without a target beside documents that are
-// all targets, documents longer than the context split). The loss is the global batch's summed
-// target losses over their number, so the gradient cannot depend on how the batch is split: after
-// a few steps the parameters match one process to 1e-5 (the noise floor of changing the world
-// size: other summation orders), under ddp.shard none and parameters, for gpt and llama, and so
-// do the validation loss and bits per byte.
+// semantics"): W ranks with micro-batches of 2 equal one process with micro-batches of 3, though
+// the number of targets per rank and per micro-batch is very uneven (documents without a target
+// beside documents that are all targets, documents longer than the context split). The loss is the
+// global batch's summed target losses over their number, so the gradient cannot depend on how the
+// batch is split: after a few steps the parameters match one process to 1e-5 (the noise floor of
+// changing the world size: other summation orders), under ddp.shard none and parameters, for gpt
+// and llama, and so do the validation loss and bits per byte.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
