@@ -17,8 +17,9 @@
 //   masked           everywhere else (CPU, fp32, positions on the device, a GPU without
 //                    FlashAttention): scaled_dot_product_attention with the block-diagonal mask
 //                    [n, 1, T, T], built once per forward on the device, as an additive float
-//                    mask of the queries' dtype (cheaper per call than a boolean one on the CPU:
-//                    bench/RESULTS.md, "Packed documents").
+//                    mask of the queries' dtype (as cheap as a boolean one on the CPU; at 1024
+//                    positions of about 10 documents a loop over the documents is cheaper, at 256
+//                    dearer: bench/RESULTS.md, "Packed documents: block-diagonal attention").
 // The variable-length path is compiled in every build but has not run on a GPU yet (no GPU here);
 // a first failure of the kernel (say, a GPU FlashAttention does not support) is logged once and
 // the masked path serves from then on.
