@@ -316,7 +316,26 @@ PY
     run "$trainer" "${sft[@]}" --generate "x" --chat "y"
     expect_rc 2; expect_grep "PROMPT or --chat QUESTION, not both"
     run "$trainer" "${sft[@]}" --set data.path="$src/data/tokens-sample" --generate --chat "y"
-    expect_rc 2; expect_grep "--chat: no chat.json in data.path" ;;
+    expect_rc 2; expect_grep "--chat: no chat.json in data.path"
+    # Broken sidecars stop both ranks before step 1 with exit 2, naming the file and offset: a
+    # mask one byte short of its shard, then a last boundary past the shard's end.
+    cp -r "$work/shards" "$work/bad"
+    m=$work/bad/train_000000.mask d=$work/bad/train_000000.docs
+    truncate -s -1 "$m"
+    run mpirun -np 2 "$trainer" "${sft[@]}" --set data.path="$work/bad" --set train.steps=1
+    expect_rc 2; expect_grep "$m: the header \(byte offset 16\) says [0-9]+ tokens and [0-9]+ bytes follow it"
+    expect_no_grep "step +1/"
+    cp "$work/shards/train_000000.mask" "$m"
+    "$TRAINER_PYTHON" - "$d" <<'PY' || fail "could not edit $d"
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype="<u8")
+a[-1] += 1
+a.tofile(sys.argv[1])
+PY
+    run mpirun -np 2 "$trainer" "${sft[@]}" --set data.path="$work/bad" --set train.steps=1
+    expect_rc 2; expect_grep "$d: byte offset [0-9]+: boundary [0-9]+ is past the end of its token shard"
+    expect_no_grep "step +1/" ;;
   llama_tiny_np2)
     # configs/llama-tiny.yaml on 2 CPU ranks (shortened): the loss falls and a sample is written.
     run mpirun -np 2 "$trainer" --config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample" \
