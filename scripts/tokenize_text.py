@@ -86,7 +86,8 @@ GPT2_CUT = re.compile(rb"[A-Za-z](?= [A-Za-z])|[\x21-\x7e]\n(?=[\x21-\x7e])")
 
 
 class InputError(Exception):
-    """A problem with the user's input, reported as 'tokenize_text.py: MESSAGE' and exit 1."""
+    """A problem with the user's input, reported as 'tokenize_text.py: MESSAGE' and exit 2 (the
+    trainer's code for a user's mistake)."""
 
 
 def default_ranks_path():
@@ -741,7 +742,8 @@ def main():
         else:
             n_train, train_shards, n_val, val_shards = tokenize(a, files)
     except InputError as e:
-        sys.exit(f"tokenize_text.py: {e}")
+        print(f"tokenize_text.py: {e}", file=sys.stderr)
+        sys.exit(2)
     except OSError as e:
         sys.exit(f"tokenize_text.py: {e.filename}: {e.strerror}")
     width = "uint32" if a.vocab_size > 1 << 16 else "uint16"

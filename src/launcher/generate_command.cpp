@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -13,6 +14,7 @@
 #include "checkpoint/read.h"
 #include "checkpoint/single_file.h"
 #include "config/config.h"
+#include "data/chat_prompt.h"
 #include "io/safetensors_shards.h"
 #include "io/shard_manifest.h"
 #include "launcher/device.h"
@@ -91,6 +93,37 @@ bool other_rank() {
 
 }  // namespace
 
+namespace {
+
+// The prompt's ids, and what ends the sampling, for a prompt or (--chat) a user's turn.
+std::vector<int64_t> prompt_ids(const config::Config& config, const GenerateArgs& args,
+                                const data::Tokenizer& tokenizer, models::SamplingOptions& o) {
+  o.stop_id = tokenizer.end_of_text();
+  if (args.chat && !args.prompt.empty()) {
+    throw std::invalid_argument("--generate takes a PROMPT or --chat QUESTION, not both");
+  }
+  if (args.chat) {
+    const std::string path = data::find_chat_prompt(config.data.path, config.model.init_from);
+    if (path.empty()) {
+      throw std::invalid_argument(fmt::format(
+          "--chat: no {} in data.path ({}) or beside model.init_from ({}): scripts/"
+          "tokenize_text.py --chat writes it beside the shards it makes",
+          data::kChatPromptName, config.data.path.empty() ? "not set" : config.data.path,
+          config.model.init_from.empty() ? "not set" : config.model.init_from));
+    }
+    const data::ChatPrompt chat = data::read_chat_prompt(path);
+    say(fmt::format("chat: the user's turn rendered as {} says", path));
+    o.stop_ids = chat.stop_ids;
+    return data::chat_prompt_ids(chat, tokenizer.encode(*args.chat));
+  }
+  std::vector<int64_t> prompt = tokenizer.encode(args.prompt);
+  if (prompt.empty() && tokenizer.end_of_text()) prompt.push_back(*tokenizer.end_of_text());
+  if (prompt.empty()) throw std::invalid_argument("--generate: the prompt is empty");
+  return prompt;
+}
+
+}  // namespace
+
 int run_generate(const std::string& config_path, const std::vector<std::string>& overrides,
                  const GenerateArgs& args) {
   if (other_rank()) return kExitOk;
@@ -111,20 +144,21 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
     o.temperature = args.temperature;
     o.top_k = args.top_k;
     o.seed = args.seed;
-    o.stop_id = tokenizer->end_of_text();
-    std::vector<int64_t> prompt = tokenizer->encode(args.prompt);
-    if (prompt.empty() && tokenizer->end_of_text()) prompt.push_back(*tokenizer->end_of_text());
-    if (prompt.empty()) throw std::invalid_argument("--generate: the prompt is empty");
+    const std::vector<int64_t> prompt = prompt_ids(config, args, *tokenizer, o);
     const auto ids = models::generate(*loaded.model, prompt, o);
     const int64_t room = loaded.model->context() - static_cast<int64_t>(prompt.size());
     if (args.max_new_tokens > room) {
       say(fmt::format("the model holds {} positions: {} new tokens after the prompt's {}",
                       loaded.model->context(), room, prompt.size()));
     }
-    // The prompt as given, then the continuation's text (an end-of-text id is not spelled).
+    // The prompt as given (a chat: the reply alone), then the continuation's text; the id that
+    // stopped it (end of text, end of turn) is not spelled.
     std::vector<int64_t> spelled = ids;
-    if (o.stop_id && !spelled.empty() && spelled.back() == *o.stop_id) spelled.pop_back();
-    fmt::print("{}{}\n", args.prompt, tokenizer->decode(spelled));
+    const bool stopped = !spelled.empty() && ((o.stop_id && spelled.back() == *o.stop_id) ||
+                                              std::find(o.stop_ids.begin(), o.stop_ids.end(),
+                                                        spelled.back()) != o.stop_ids.end());
+    if (stopped) spelled.pop_back();
+    fmt::print("{}{}\n", args.chat ? std::string() : args.prompt, tokenizer->decode(spelled));
     std::fflush(stdout);
     return kExitOk;
   });

@@ -2,6 +2,12 @@
 //
 //   trainer --config C --generate "PROMPT" [--max-new-tokens N] [--temperature T] [--top-k K]
 //           [--seed S]      writes PROMPT and its continuation to stdout
+//   trainer --config C --generate --chat "QUESTION" [the options above]
+//                           writes the model's reply to QUESTION as a user's turn, rendered with
+//                           the chat template the shards were made with: the chat.json
+//                           (data/chat_prompt.h) in data.path's folder, else beside
+//                           model.init_from's weights; sampling stops at the template's end of
+//                           turn (not written)
 //   trainer --config C --export-hf DIR
 //           [--max-shard-size 5GB]
 //                           writes DIR/config.json and DIR/model.safetensors (in shards above the
@@ -22,6 +28,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +39,7 @@ namespace launcher {
 
 struct GenerateArgs {
   std::string prompt;
+  std::optional<std::string> chat;  // --chat QUESTION: a user's turn instead of a prompt
   int64_t max_new_tokens = 256;
   double temperature = 0.8;  // 0: greedy
   int64_t top_k = 200;       // 0: every id

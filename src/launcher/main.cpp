@@ -56,10 +56,16 @@ struct CommandLine {
   bool planning() const { return plan_ranks > 0; }
 };
 
-// --generate PROMPT and the options that only it takes; returns --generate's option.
+// --generate PROMPT (or --generate --chat QUESTION) and the options that only it takes; returns
+// --generate's option.
 CLI::Option* add_generate_options(CLI::App& app, GenerateArgs& g) {
-  auto* generate = app.add_option(
-      "--generate", g.prompt, "write PROMPT and a continuation from the config's weights, exit");
+  auto* generate = app.add_option("--generate", g.prompt,
+                                  "write PROMPT and a continuation from the config's weights, exit")
+                       ->expected(0, 1);
+  app.add_option("--chat", g.chat,
+                 "--generate: the reply to QUESTION as a user's turn in the chat template of "
+                 "the data's chat.json")
+      ->needs(generate);
   app.add_option("--max-new-tokens", g.max_new_tokens, "--generate: tokens to add")
       ->check(CLI::NonNegativeNumber)
       ->needs(generate);

@@ -144,6 +144,9 @@ void load_data_and_model(Startup& s) {
   s.no_data = missing_validation_data(config, s.weights_only);
   if (s.no_data.empty()) {
     s.dataset = data::make_dataset(config.data);
+    if (const auto packing = s.dataset->packing(); packing && s.rank == 0) {
+      spdlog::info("{}", data::packing_line(*packing));  // the windows' efficiency, documents split
+    }
     // Built here only to be checked: the Trainer (phase 3) builds them again, but its
     // constructor runs collectives, and a user mistake must end at this vote, before any.
     ddp::BatchPlan::make(config.train.global_batch_size, s.launch.world_size, s.launch.rank,

@@ -46,14 +46,16 @@ Rotary::Rotary(at::Tensor inv_freq) : inv_freq_(inv_freq.to(at::kFloat).contiguo
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::apply(const at::Tensor& q, const at::Tensor& k,
-                                                int64_t offset) const {
-  const int64_t half = inv_freq_.size(0), t = q.size(2);
+                                                const at::Tensor& positions) const {
+  const int64_t half = inv_freq_.size(0);
   require(q.size(-1) == 2 * half && k.size(-1) == 2 * half,
           fmt::format("rotary: head_dim {} needs {} frequencies, got {}", q.size(-1),
                       q.size(-1) / 2, half));
   const at::Tensor f = inv_freq_.to(q.device());
-  const at::Tensor angles = at::outer(at::arange(offset, offset + t, f.options()), f);
-  const at::Tensor both = at::cat({angles, angles}, -1);  // [T, head_dim]
+  // [T, half] or [n, T, half]: position x frequency (at::outer's product, for each row).
+  const at::Tensor angles = positions.to(f.options()).unsqueeze(-1) * f;
+  at::Tensor both = at::cat({angles, angles}, -1);     // [.., T, head_dim]
+  if (positions.dim() == 2) both = both.unsqueeze(1);  // [n, 1, T, head_dim]: every head
   const at::Tensor cos = both.cos().to(q.scalar_type()), sin = both.sin().to(q.scalar_type());
   const auto rotate = [&](const at::Tensor& z) {
     const at::Tensor rotated = at::cat({-z.narrow(-1, half, half), z.narrow(-1, 0, half)}, -1);
@@ -159,7 +161,18 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
   at::Tensor k = split_heads(qkv[1], o.kv_heads), v = split_heads(qkv[2], o.kv_heads);
   const bool cached = call.past_keys != nullptr;
   const int64_t past = cached && call.past_keys->defined() ? call.past_keys->size(2) : 0;
-  if (o.position) std::tie(q, k) = o.position->apply(q, k, past);
+  if (o.position) {
+    const at::Tensor positions = call.documents != nullptr
+                                     ? call.documents->positions()
+                                     : at::arange(past, past + t, x.options().dtype(at::kLong));
+    std::tie(q, k) = o.position->apply(q, k, positions);
+  }
+  if (call.documents != nullptr) {
+    require(!cached && call.mask == nullptr,
+            "packed documents with a mask or a KV cache are not supported");
+    const at::Tensor a = call.documents->attend(q, k, v, call.dropout);
+    return attn_out_->forward(a.transpose(1, 2).reshape({n, t, o.heads * hd}));
+  }
   std::optional<at::Tensor> mask;
   bool causal = o.causal;
   if (call.mask != nullptr) {
@@ -210,15 +223,19 @@ std::vector<std::shared_ptr<Block>> add_blocks(torch::nn::Module& owner, const s
 }
 
 at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x, double p,
-                      bool checkpointed, const at::Tensor* mask, UnitGate* gate,
-                      size_t first_unit) {
+                      bool checkpointed, const at::Tensor* mask, UnitGate* gate, size_t first_unit,
+                      const Documents* documents) {
   BlockCall call;
   call.dropout = p;
   call.mask = mask;
+  call.documents = documents;
   // Only when a graph is being recorded: evaluation (no grad) has no activations to keep.
   const bool recompute = checkpointed && at::GradMode::is_enabled();
-  // The mask travels by value: backward recomputes the block after this frame is gone.
+  // The mask and the documents travel by value: backward recomputes the block after this frame
+  // is gone.
   const at::Tensor kept = mask != nullptr ? *mask : at::Tensor();
+  const std::optional<Documents> docs =
+      documents != nullptr ? std::optional<Documents>(*documents) : std::nullopt;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto& block = blocks[i];
     if (gate != nullptr) gate->enter(first_unit + i);
@@ -226,10 +243,11 @@ at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Ten
       x = block->forward(x, call);
     } else {
       x = checkpoint(
-          [block, p, kept](const at::Tensor& in) {
+          [block, p, kept, docs](const at::Tensor& in) {
             BlockCall c;
             c.dropout = p;
             c.mask = kept.defined() ? &kept : nullptr;
+            c.documents = docs ? &*docs : nullptr;
             return block->forward(in, c);
           },
           x);

@@ -8,7 +8,8 @@
 //              (or three projections q, k, v when fused_qkv is false: Hugging Face Llama's layout)
 //            -> position scheme on q and k (none | rotary) -> scaled_dot_product_attention
 //               (causal, or the caller's mask; grouped-query when kv_heads < heads; dropout p on
-//               the probabilities; scale 1/sqrt(head_dim))
+//               the probabilities; scale 1/sqrt(head_dim)); packed documents: block-diagonal
+//               causal at each document's own positions (models/documents.h)
 //            -> out = Projection(heads head_dim, d_model)
 //     mlp:   GELU:   out(gelu(up(x)))             up: d_model -> mlp_hidden, out: back
 //            SwiGLU: out(silu(gate(x)) * up(x))   gate, up: d_model -> mlp_hidden, out: back
@@ -41,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/documents.h"
 #include "models/layers.h"
 
 namespace models {
@@ -56,10 +58,12 @@ enum class WeightLayout { kOutIn, kInOut };
 class PositionScheme {
  public:
   virtual ~PositionScheme() = default;
-  // q [n, heads, T, head_dim] and k [n, kv_heads, T, head_dim] of the positions offset ..
-  // offset + T - 1 (offset: the positions already in a KV cache): returns them position-coded.
+  // q [n, heads, T, head_dim] and k [n, kv_heads, T, head_dim] at `positions`, int64 on their
+  // device: [T] for every row alike (0 .. T-1, or past .. past + T - 1 after a KV cache's
+  // positions), or [n, T] for each row its own (packed documents: models/documents.h). Returns
+  // them position-coded.
   virtual std::pair<at::Tensor, at::Tensor> apply(const at::Tensor& q, const at::Tensor& k,
-                                                  int64_t offset) const = 0;
+                                                  const at::Tensor& positions) const = 0;
 };
 
 // Rotary position embedding (RoFormer; Llama's "rotate half" layout): dimension pairs (i,
@@ -70,7 +74,7 @@ class Rotary final : public PositionScheme {
  public:
   explicit Rotary(at::Tensor inv_freq);
   std::pair<at::Tensor, at::Tensor> apply(const at::Tensor& q, const at::Tensor& k,
-                                          int64_t offset) const override;
+                                          const at::Tensor& positions) const override;
 
  private:
   at::Tensor inv_freq_;  // CPU; moved to q's device on use
@@ -143,6 +147,10 @@ struct BlockCall {
   // Bool, broadcastable to [n, heads, T, keys]: true where a query may attend a key. Replaces
   // the causal rule when given.
   const at::Tensor* mask = nullptr;
+  // Packed documents (models/documents.h): each row holds several documents; the position
+  // scheme takes their positions and attention stays within each document (block-diagonal
+  // causal). Not with a mask or a KV cache.
+  const Documents* documents = nullptr;
   // Incremental decoding: the keys and values of earlier positions, [n, kv_heads, past,
   // head_dim] (undefined: none yet). x holds the positions after them; its queries attend those
   // too, and both are extended by x's own.
@@ -198,10 +206,11 @@ class UnitGate;  // models/capabilities.h
 // x through `blocks` in order with dropout p. checkpointed: each block keeps only its input and
 // is recomputed in backward (models/activation_checkpoint.h), when a graph is being recorded.
 // gate (ddp.shard: parameters): block i is unit first_unit + i, entered before it and left after
-// it, outside the checkpoint, so that its recompute runs with the unit gathered.
+// it, outside the checkpoint, so that its recompute runs with the unit gathered. documents:
+// packed documents (BlockCall::documents).
 at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x, double p,
                       bool checkpointed, const at::Tensor* mask = nullptr, UnitGate* gate = nullptr,
-                      size_t first_unit = 0);
+                      size_t first_unit = 0, const Documents* documents = nullptr);
 // Incremental decoding through `blocks` (no dropout), extending `cache` (sized on first use).
 at::Tensor run_blocks_cached(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x,
                              KvCache& cache);

@@ -7,7 +7,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/model.h"
@@ -111,6 +113,48 @@ class ParameterUnits {
   virtual std::vector<std::vector<std::string>> parameter_units() const = 0;
   virtual void set_unit_gate(UnitGate* gate) = 0;
 };
+
+// Packed documents (data.packing: documents; models/documents.h): each row of a batch holds
+// several documents, and `positions` int64 [n, T] (data::Batch::positions: on the CPU or the
+// model's device) gives each token's position within its document. The model uses them as
+// position ids and attends only within each document (token i attends j iff j <= i and
+// j >= i - positions[i]), so each document's logits are those it would get alone. The three
+// calls are forward, loss and eval_sums with positions. A model without this capability cannot
+// train on packed data (the trainer refuses it at start-up, naming data.packing).
+class PackedDocuments {
+ public:
+  virtual ~PackedDocuments() = default;
+  virtual at::Tensor forward_packed(const at::Tensor& inputs, const at::Tensor& positions) = 0;
+  virtual at::Tensor loss_packed(const at::Tensor& inputs, const at::Tensor& targets,
+                                 const at::Tensor& positions) = 0;
+  virtual std::vector<std::pair<std::string, at::Tensor>> eval_sums_packed(
+      const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& positions) = 0;
+};
+
+// A batch's loss and eval_sums: Model::loss and Model::eval_sums, or with `positions` defined
+// (a packed batch) the PackedDocuments calls; std::invalid_argument naming data.packing for a
+// model without them.
+inline PackedDocuments& packed_documents(Model& model) {
+  auto* packed = as<PackedDocuments>(model);
+  if (packed == nullptr) {
+    throw std::invalid_argument(
+        "data.packing: documents: this model cannot attend within packed documents (gpt and "
+        "llama can); set data.packing: none");
+  }
+  return *packed;
+}
+inline at::Tensor loss_of(Model& model, const at::Tensor& inputs, const at::Tensor& targets,
+                          const at::Tensor& positions) {
+  if (!positions.defined()) return model.loss(inputs, targets);
+  return packed_documents(model).loss_packed(inputs, targets, positions);
+}
+inline std::vector<std::pair<std::string, at::Tensor>> eval_sums_of(Model& model,
+                                                                    const at::Tensor& inputs,
+                                                                    const at::Tensor& targets,
+                                                                    const at::Tensor& positions) {
+  if (!positions.defined()) return model.eval_sums(inputs, targets);
+  return packed_documents(model).eval_sums_packed(inputs, targets, positions);
+}
 
 // The questions the loop asks of any model, false for a model without the capability.
 inline bool has_cache(const Model& model) {

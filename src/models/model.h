@@ -70,13 +70,19 @@ struct ModelOptions {
 class Model : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
-  // Mean loss over the batch.
+  // The loss per target, in the unit of data::Dataset::target_count: the mean over the batch's
+  // samples for most models; a token model's (gpt, llama) the mean over the target tokens it
+  // counts (not core::kIgnoreTarget): their summed loss over max(their number, 1), so a batch
+  // without one gives 0. The trainer weights it by the batch's share of the global batch's
+  // targets (docs/DESIGN.md, "Global batch semantics").
   virtual at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) = 0;
 
-  // Evaluation on held-out data: named sums over the batch's samples, as 0-dim double tensors on
-  // the model's device (e.g. {"loss", sum of per-sample losses}, {"psnr", sum of per-image PSNR}).
-  // The trainer adds them over the validation split and every rank, then divides by the sample
-  // count. Called under no-grad in eval mode. The default: the loss times the batch size.
+  // Evaluation on held-out data: named sums over the batch, as 0-dim double tensors on the
+  // model's device (e.g. {"loss", sum of per-sample losses}, {"psnr", sum of per-image PSNR}).
+  // The trainer adds them over the validation split and every rank, then divides "loss" by the
+  // number of targets (data::Dataset::target_count: the samples for most data, the target tokens
+  // for token data) and every other sum by the number of samples. Called under no-grad in eval
+  // mode. The default: the loss times the batch size (one target per sample).
   virtual std::vector<std::pair<std::string, at::Tensor>> eval_sums(const at::Tensor& inputs,
                                                                     const at::Tensor& targets) {
     return {{"loss", loss(inputs, targets).to(at::kDouble).mul(inputs.size(0))}};

@@ -3,12 +3,21 @@
 // loader.h), and the plan that cuts the slice into micro-batches (ddp/batch_plan.h). The
 // micro-batch is the same on every rank; a memory fallback changes it (set_micro_batch), never
 // the slice, so a step re-run after a fallback reads the same samples.
+//
+// Each micro-batch's weight is its targets over the global batch's (Dataset::target_count;
+// docs/DESIGN.md, "Global batch semantics"). Both counts are host lookups by index: when the
+// loader asks for a step's indices (under its lock, in step order, on a worker thread), the
+// global batch's count is taken from all G indices of the step, which every rank holds alike,
+// and this rank's indices are kept; weight() then counts a micro-batch's from them. No
+// collective, no read of the device.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -41,10 +50,18 @@ class Batches {
   // The loader's workers start reading ahead (the micro-batch chosen).
   void start();
   // This rank's slice of batch `index` (from 0), read ahead by the loader.
-  data::Batch get(int64_t index) { return loader_->get(index); }
+  data::Batch get(int64_t index);
   // The device copy of `n` samples of `batch` from `offset` (n == 0: the slice's last sample,
-  // which a rank with fewer samples than micro-batches runs with weight 0).
+  // which a rank with fewer samples than micro-batches runs with weight 0). A packed batch's
+  // positions stay on the host (pinned, on a GPU): the model finds the documents there
+  // (models/documents.h).
   data::Batch micro_batch(const data::Batch& batch, int64_t offset, int64_t n) const;
+  // The loss weight of samples [offset, offset + n) of this rank's slice of batch `index` (got
+  // last): their targets over the global batch's, 0 for n == 0 or a global batch without
+  // targets. Without masks it is n / G exactly (n T / G T, correctly rounded).
+  double weight(int64_t index, int64_t offset, int64_t n) const;
+  // Whether the samples are packed documents (Batch::positions defined).
+  bool packed() const { return packed_; }
   // This rank's slice of the first batch, read at once (the memory probe).
   data::Batch first_slice();
   // Host bytes the loader and the sampler hold for a step of `step_bytes`.
@@ -62,8 +79,20 @@ class Batches {
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;
   std::unique_ptr<data::Loader> loader_;
+  bool packed_ = false;
+  // Per step whose indices the loader took and get() has not passed: the global batch's targets
+  // and this rank's indices (a copy). The loader's thread writes, the training thread reads.
+  struct StepTargets {
+    int64_t global = 0;
+    at::Tensor indices;
+  };
+  mutable std::mutex targets_mutex_;
+  std::map<int64_t, StepTargets> targets_;
 
   void replan(int64_t micro_batch, bool equal_counts);
+  // The loader's indices of batch `index` (called under its lock): this rank's, with the
+  // targets recorded.
+  at::Tensor take_indices(int64_t index);
 };
 
 }  // namespace train

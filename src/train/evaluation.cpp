@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "core/shape.h"  // kIgnoreTarget
 #include "models/capabilities.h"
 #include "models/language_model.h"
 #include "train/choice_evaluation.h"
@@ -125,21 +126,30 @@ namespace {
 constexpr int64_t kLogitsPerChunk = int64_t(1) << 26;
 
 // (nats, bytes) of the next-token loss over `targets` [n, t] (bits per byte's sums; evaluation.h),
-// in chunks of rows.
+// in chunks of rows; `positions`: a packed batch's (undefined otherwise). Targets the loss skips
+// (core::kIgnoreTarget, cross_entropy's default ignore_index) count no nats and no bytes.
 std::pair<double, double> nats_and_bytes(models::LanguageModel& lm, const at::Tensor& inputs,
-                                         const at::Tensor& targets, const at::Tensor& token_bytes) {
+                                         const at::Tensor& targets, const at::Tensor& positions,
+                                         const at::Tensor& token_bytes) {
   const int64_t vocab = lm.vocab_size(), n = inputs.size(0);
   const int64_t rows = std::max<int64_t>(1, kLogitsPerChunk / (inputs.size(1) * vocab));
   double nats = 0;
   for (int64_t start = 0; start < n; start += rows) {
     const int64_t r = std::min(rows, n - start);
-    const at::Tensor logits = lm.forward(inputs.narrow(0, start, r)).narrow(-1, 0, vocab);
+    const at::Tensor in = inputs.narrow(0, start, r);
+    const at::Tensor logits = (positions.defined() ? models::packed_documents(lm).forward_packed(
+                                                         in, positions.narrow(0, start, r))
+                                                   : lm.forward(in))
+                                  .narrow(-1, 0, vocab);
     nats +=
         at::cross_entropy_loss(logits.to(at::kFloat).reshape({-1, vocab}),
                                targets.narrow(0, start, r).reshape({-1}), {}, at::Reduction::Sum)
             .item<double>();
   }
-  const at::Tensor bytes = token_bytes.index_select(0, targets.reshape({-1}).to(at::kCPU)).sum();
+  const at::Tensor flat = targets.reshape({-1}).to(at::kCPU);
+  const at::Tensor counted = flat.ne(core::kIgnoreTarget);
+  const at::Tensor bytes =
+      token_bytes.index_select(0, at::where(counted, flat, 0)).mul(counted).sum();
   return {nats, static_cast<double>(bytes.item<int64_t>())};
 }
 
@@ -157,26 +167,30 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   model.eval();
   // The metric names come from the model; a rank with no samples still learns them (from one
   // sample, weighted 0) so that every rank reduces the same vector.
-  // sums: the eval_sums, then (bits per byte) nats and bytes, then the samples.
+  // sums: the eval_sums, then (bits per byte) nats and bytes, then the targets the loss counts
+  // (Dataset::target_count) and the samples.
   auto* lm = token_bytes.defined() ? models::as<models::LanguageModel>(model) : nullptr;
   std::vector<std::string> names;
   at::Tensor sums;
   auto add = [&](int64_t start, int64_t rows, double weight) {
-    const data::Batch b = validation.get(at::arange(start, start + rows, at::kLong));
+    const at::Tensor indices = at::arange(start, start + rows, at::kLong);
+    const data::Batch b = validation.get(indices);
     const at::Tensor inputs = b.inputs.to(device), targets = b.targets.to(device);
-    const auto parts = model.eval_sums(inputs, targets);
+    // A packed batch's positions stay on the host: the model takes them from there.
+    const auto parts = models::eval_sums_of(model, inputs, targets, b.positions);
     if (!sums.defined()) {
       for (const auto& [name, value] : parts) names.push_back(name);
-      sums = at::zeros({static_cast<int64_t>(names.size()) + (lm ? 3 : 1)}, at::kDouble);
+      sums = at::zeros({static_cast<int64_t>(names.size()) + (lm ? 4 : 2)}, at::kDouble);
     }
     for (size_t i = 0; i < parts.size(); ++i) {
       sums[static_cast<int64_t>(i)] += parts[i].second.item<double>() * weight;
     }
     if (lm != nullptr) {
-      const auto [nats, bytes] = nats_and_bytes(*lm, inputs, targets, token_bytes);
-      sums[-3] += nats * weight;
-      sums[-2] += bytes * weight;
+      const auto [nats, bytes] = nats_and_bytes(*lm, inputs, targets, b.positions, token_bytes);
+      sums[-4] += nats * weight;
+      sums[-3] += bytes * weight;
     }
+    sums[-2] += static_cast<double>(validation.target_count(indices)) * weight;
     sums[-1] += static_cast<double>(rows) * weight;
   };
   if (count == 0 && n > 0) add(0, 1, 0.0);
@@ -188,13 +202,16 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   control.all_reduce(sums, ddp::ReduceOp::kSum, "validation evaluation");
   ValidationMetrics m;
   m.samples = static_cast<int64_t>(sums[-1].item<double>());
+  const double targets = sums[-2].item<double>();
   for (size_t i = 0; i < names.size(); ++i) {
-    m.means.emplace_back(names[i], sums[static_cast<int64_t>(i)].item<double>() /
-                                       std::max<double>(1.0, static_cast<double>(m.samples)));
+    // The loss per target (Model::eval_sums), every other metric per sample.
+    const double count = names[i] == "loss" ? targets : static_cast<double>(m.samples);
+    m.means.emplace_back(names[i],
+                         sums[static_cast<int64_t>(i)].item<double>() / std::max(1.0, count));
   }
-  if (lm != nullptr && sums[-2].item<double>() > 0) {
+  if (lm != nullptr && sums[-3].item<double>() > 0) {
     m.means.emplace_back("bpb",
-                         sums[-3].item<double>() / (std::log(2.0) * sums[-2].item<double>()));
+                         sums[-4].item<double>() / (std::log(2.0) * sums[-3].item<double>()));
   }
   return m;
 }

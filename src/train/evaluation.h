@@ -70,14 +70,17 @@ RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model
 
 // The mean of each of the model's eval_sums (Model::eval_sums: "loss", and e.g. "psnr") over the
 // first `max_samples` samples of `validation` (0: all of them), in that order, as a
-// ValidationMetrics (train/report/results.h: the reporting layer records it).
+// ValidationMetrics (train/report/results.h: the reporting layer records it): "loss" per target
+// (Dataset::target_count: the target tokens the loss counts, on token data), the others per
+// sample. Packed batches (Batch::positions) go through models::eval_sums_of.
 // Rank r of W evaluates a contiguous slice of those samples (the batch plan's rule), in chunks of
 // at most `batch`, under no-grad in eval mode (training mode is restored), on the model's device;
-// one SUM all-reduce on `control` of (sums..., samples) gives every rank the same means. Every
-// rank issues exactly that one collective, even with an empty slice. Collective.
+// one SUM all-reduce on `control` of (sums..., targets, samples) gives every rank the same means.
+// Every rank issues exactly that one collective, even with an empty slice. Collective.
 // With `token_bytes` defined and a models::LanguageModel, also "bpb", bits per byte: the summed
-// next-token loss in nats over every target token evaluated, over ln 2 times those tokens' bytes
-// (token_bytes of each target id), so that runs with different tokenizers compare.
+// next-token loss in nats over every target token evaluated (core::kIgnoreTarget skipped), over
+// ln 2 times those tokens' bytes (token_bytes of each target id), so that runs with different
+// tokenizers compare.
 ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
                                       const data::Dataset& validation, int64_t batch,
                                       int64_t max_samples, const at::Tensor& token_bytes = {});

@@ -205,7 +205,9 @@ void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reduce
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
   // micro-batch copied to the device is measured with the activations below.)
   if (placement_.device.is_cpu()) {
-    estimate_.loader = batches.host_bytes(batch.inputs.nbytes() + batch.targets.nbytes());
+    estimate_.loader =
+        batches.host_bytes(batch.inputs.nbytes() + batch.targets.nbytes() +
+                           (batch.positions.defined() ? batch.positions.nbytes() : 0));
   }
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer.zero_grad();
@@ -235,10 +237,13 @@ void MemoryPlanner::probe_at(models::Model& model, const data::Batch& batch, int
     {
       const auto inputs = batch.inputs.narrow(0, 0, samples).to(device);
       const auto targets = batch.targets.narrow(0, 0, samples).to(device);
+      // Packed documents: their positions stay on the host, as in training (Batches).
+      const auto positions =
+          batch.positions.defined() ? batch.positions.narrow(0, 0, samples) : at::Tensor();
       at::Tensor loss;
       {
         AutocastScope autocast(device, options_.train.precision);  // as in training
-        loss = model.loss(inputs, targets);
+        loss = models::loss_of(model, inputs, targets, positions);
       }
       loss.backward();
     }

@@ -103,6 +103,9 @@ std::string Trainer::why_not_graphed(int64_t step) const {
              ? "ddp.shard: gradients allocates the gradient buckets anew every step"
          : mode == ddp::ShardMode::kParameters
              ? "ddp.shard: parameters gathers and frees the parameters in the step"
+         : batches_.packed()
+             ? "the batches are packed documents (data.packing: documents), whose starts the "
+               "model finds on the host"
              : "";
 }
 
@@ -146,7 +149,8 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
 
 void Trainer::run_micro_batches(int64_t step, bool graphed, memory::Phase& phase) {
   std::optional<StepPhase> in_data(std::in_place, "step/data");
-  const data::Batch batch = batches_.get(batch_index(step));  // read ahead by the loader
+  const int64_t index = batch_index(step);
+  const data::Batch batch = batches_.get(index);  // read ahead by the loader
   const bool inject = injections_.nonfinite_at(placement_.rank(), step);
   const double spike = injections_.spike_at(step) ? kInjectedSpike : 1.0;
   const ddp::BatchPlan& plan = batches_.plan();
@@ -162,8 +166,9 @@ void Trainer::run_micro_batches(int64_t step, bool graphed, memory::Phase& phase
     // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync);
     // under a CUDA graph none does, and every bucket is reduced after the last replay.
     state_.reducer().begin_micro_batch(/*sync=*/!graphed && m + 1 == micros);
-    // Weighted by its share of the global batch: the SUM over ranks is the global mean.
-    micro_batch_forward_backward(step, micro, plan.weight(n) * spike, graphed,
+    // Weighted by its share of the global batch's targets: the SUM over ranks is the loss per
+    // target of the global batch (docs/DESIGN.md, "Global batch semantics").
+    micro_batch_forward_backward(step, micro, batches_.weight(index, offset, n) * spike, graphed,
                                  inject && m + 1 == micros, phase);
     offset += n;
   }
@@ -174,13 +179,14 @@ void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micr
   const bool cuda = placement_.device.is_cuda();
   enter(phase, memory::Phase::kForward, step, cuda);
   const at::Tensor& rider = state_.loss_rider();
-  // Everything one micro-batch does on the device: what a CUDA graph captures.
+  // Everything one micro-batch does on the device: what a CUDA graph captures (never a packed
+  // micro-batch: why_not_graphed).
   const GraphStep::Body body = [&](const at::Tensor& inputs, const at::Tensor& targets) {
     at::Tensor loss;
     {
       const StepPhase in_forward("step/forward");
       AutocastScope autocast(placement_.device, options_.train.precision);  // not backward
-      loss = model_->loss(inputs, targets) * weight;
+      loss = models::loss_of(*model_, inputs, targets, micro.positions) * weight;
     }
     metrics_.loss().add_(loss.detach());  // stays on the device (read_metrics)
     // The global loss rides in a collective of this step (posted from backward): ModelState.

@@ -36,6 +36,9 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
       model_(std::move(model)),
       batches_(dataset, options_.train, options_.loader, control.size(), control.rank(), device),
       memory_(options_, placement_), state_(options_, placement_, *model_) {
+  // Packed documents need a model that attends within them: a user error (data.packing), the
+  // same on every rank, before any collective.
+  if (batches_.packed()) static_cast<void>(models::packed_documents(*model_));
   const ddp::ShardMode mode = options_.ddp.shard;
   batches_.plan_configured(mode == ddp::ShardMode::kParameters);
   memory_.check_state_fits(*model_, mode);

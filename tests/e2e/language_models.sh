@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of the language-model features as a user runs them: model.init_from with a
 # Hugging Face GPT-2 (fine-tuning under mpirun), --export-hf, --generate, train.sample_every, and
-# their errors; the same for a Hugging Face Llama and configs/llama-tiny.yaml. The Hugging Face
+# their errors; the same for a Hugging Face Llama and configs/llama-tiny.yaml, and supervised
+# fine-tuning on conversations (configs/llama-sft.yaml, --generate --chat). The Hugging Face
 # side is `transformers` (tests/hf/hf_gpt2.py, hf_llama.py, offline, random models).
 #   language_models.sh CASE TRAINER SOURCE_DIR
 set -uo pipefail
@@ -272,6 +273,69 @@ PY
     run "$trainer" "${lm[@]}" --generate "The quick brown" --max-new-tokens 12 --temperature 0
     expect_rc 0; expect_grep "weights: .*$work/ckpt/final.safetensors"; expect_grep "^The quick brown"
     grep "^The quick brown" "$out" ;;
+  llama_sft_chat_np2)
+    # Supervised fine-tuning as a user runs it (configs/llama-sft.yaml): a random Hugging Face
+    # LlamaForCausalLM with a trained tokenizer.json and Llama 3's chat template beside it (the
+    # sample chat set's), 40 conversations of data/chat-sample -> scripts/tokenize_text.py --chat
+    # -> shards with masks and boundaries -> 2 ranks of SFT through model.init_from, packed
+    # documents. The global batch is every window, so step 1's loss is the masked mean loss that
+    # transformers computes on the same packed windows (tests/hf/sft_loss.py: its own packing,
+    # position ids and block-diagonal mask), within 1e-6 (they agree to about 2e-8; a random
+    # model's losses are so alike that weighting micro-batches by samples instead of targets
+    # moves it by 1.6e-6 only). Then --generate --chat prints a reply.
+    pyllama make "$work/hf" --vocab 2048 --layers 2 --heads 4 --kv-heads 2 --width 64 \
+      --intermediate 128 --positions 128 --untied --seed 5 >/dev/null 2>&1 \
+      || fail "could not make the transformers model"
+    cp "$src/data/chat-sample/tokenizer/tokenizer.json" "$src/data/chat-sample/tokenizer/tokenizer_config.json" "$work/hf/"
+    head -n 40 "$src/data/chat-sample/chat.jsonl" >"$work/chat.jsonl"
+    run "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" --chat --tokenizer "$work/hf/tokenizer.json" \
+      "$work/chat.jsonl" "$work/shards" --workers 1
+    expect_rc 0; expect_grep "40 conversations"
+    [ -f "$work/shards/chat.json" ] || fail "no chat.json beside the shards"
+    expected=$("$TRAINER_PYTHON" "$src/tests/hf/sft_loss.py" "$work/hf" "$work/shards" 96 2>/dev/null) \
+      || fail "reference loss: $expected"
+    windows=$(sed -E 's/.* over ([0-9]+) windows/\1/' <<<"$expected")
+    sft=(--config "$src/configs/llama-sft.yaml" --set model.init_from="$work/hf" --set data.path="$work/shards"
+      --set data.context=96 --set data.tokenizer=auto --set train.device=cpu --set train.warmup_steps=1
+      --set train.global_batch_size="$windows" --set train.eval_every=3 --set train.eval_samples=4
+      --set checkpoint.dir="$work/ckpt" --set checkpoint.every=0 --set log.every=1)
+    run mpirun -np 2 "$trainer" "${sft[@]}" --set train.steps=3
+    expect_rc 0
+    expect_grep "data.packing: documents: $windows windows of 96 positions: tokens [0-9.]+%, targets"
+    expect_grep "eval step 3: loss [0-9.]+ bpb"
+    step1=$("$TRAINER_PYTHON" -c "import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if r.get('step') == 1 and r['type'] == 'step'][0]['loss'])" "$work/ckpt/metrics.jsonl") \
+      || fail "no step 1 in metrics.jsonl"
+    awk -v a="$step1" -v b="${expected%% *}" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-6 * b) }' \
+      || fail "step 1 loss $step1, transformers' masked mean over the packed windows ${expected%% *}"
+    echo "step 1 loss $step1 = transformers' ${expected%% *} over $windows packed windows"
+    run "$trainer" "${sft[@]}" --generate --chat "What does data.packing do?" --max-new-tokens 12 --temperature 0
+    expect_rc 0; expect_grep "weights: .*$work/ckpt/final.safetensors"
+    expect_grep "chat: the user's turn rendered as $work/shards/chat.json"
+    [ "$(grep -cv '^trainer: ' "$out")" -ge 1 ] || fail "no reply printed"
+    grep -v '^trainer: ' "$out"
+    run "$trainer" "${sft[@]}" --generate "x" --chat "y"
+    expect_rc 2; expect_grep "PROMPT or --chat QUESTION, not both"
+    run "$trainer" "${sft[@]}" --set data.path="$src/data/tokens-sample" --generate --chat "y"
+    expect_rc 2; expect_grep "--chat: no chat.json in data.path"
+    # Broken sidecars stop both ranks before step 1 with exit 2, naming the file and offset: a
+    # mask one byte short of its shard, then a last boundary past the shard's end.
+    cp -r "$work/shards" "$work/bad"
+    m=$work/bad/train_000000.mask d=$work/bad/train_000000.docs
+    truncate -s -1 "$m"
+    run mpirun -np 2 "$trainer" "${sft[@]}" --set data.path="$work/bad" --set train.steps=1
+    expect_rc 2; expect_grep "$m: the header \(byte offset 16\) says [0-9]+ tokens and [0-9]+ bytes follow it"
+    expect_no_grep "step +1/"
+    cp "$work/shards/train_000000.mask" "$m"
+    "$TRAINER_PYTHON" - "$d" <<'PY' || fail "could not edit $d"
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype="<u8")
+a[-1] += 1
+a.tofile(sys.argv[1])
+PY
+    run mpirun -np 2 "$trainer" "${sft[@]}" --set data.path="$work/bad" --set train.steps=1
+    expect_rc 2; expect_grep "$d: byte offset [0-9]+: boundary [0-9]+ is past the end of its token shard"
+    expect_no_grep "step +1/" ;;
   llama_tiny_np2)
     # configs/llama-tiny.yaml on 2 CPU ranks (shortened): the loss falls and a sample is written.
     run mpirun -np 2 "$trainer" --config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample" \

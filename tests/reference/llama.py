@@ -11,18 +11,21 @@ layers.{i}.input_layernorm.weight, layers.{i}.self_attn.qkv_proj.weight (q_proj'
 k_proj's, then v_proj's), layers.{i}.self_attn.o_proj.weight,
 layers.{i}.post_attention_layernorm.weight, layers.{i}.mlp.{gate,up,down}_proj.weight, each
 projection with .bias where the model has one, norm.weight, and lm_head.weight when the output
-layer is untied) plus `inputs` and `targets` (int64 [n, T]); its metadata holds num_layers,
+layer is untied) plus `inputs` and `targets` (int64 [n, T]; a target -100 is not counted) and,
+for packed documents, `positions` (int64 [n, T]: each token's position within its document: the
+rotary position, and token i attends token j iff j <= i and j >= i - positions[i]); its metadata
+holds num_layers,
 heads, kv_heads, head_dim, vocab_size, rms_norm_eps, rope_theta and, for the llama3 scaling,
 rope_factor, rope_low_freq_factor, rope_high_freq_factor and rope_original_context (absent: no
-scaling), as strings. OUT gets `loss` (0-dim, the mean cross-entropy over every position on the
-first vocab_size logits) and `grad.<name>` for every parameter. Float32, no dropout.
+scaling), as strings. OUT gets `loss` (0-dim, the mean cross-entropy over the counted targets on
+the first vocab_size logits) and `grad.<name>` for every parameter. Float32, no dropout.
 """
 
 import math
 
 import torch
 import torch.nn.functional as F
-from reference_io import run
+from reference_io import hidden, run
 
 
 def linear(x, p, name):
@@ -55,8 +58,9 @@ def llama3_scaled(freqs, factor, low_freq_factor, high_freq_factor, original_con
     return torch.tensor(out, dtype=torch.float32)
 
 
-def rotary_tables(meta, head_dim, steps):
-    """cos and sin [T, head_dim]: position t, frequency i at columns i and i + head_dim / 2."""
+def rotary_tables(meta, head_dim, positions):
+    """cos and sin [n, 1, T, head_dim]: at position p (positions [n, T]), frequency i at columns
+    i and i + head_dim / 2, alike for every head."""
     theta = float(meta["rope_theta"])
     freqs = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
     if "rope_factor" in meta:
@@ -67,8 +71,8 @@ def rotary_tables(meta, head_dim, steps):
             float(meta["rope_high_freq_factor"]),
             float(meta["rope_original_context"]),
         )
-    angles = torch.arange(steps, dtype=torch.float32)[:, None] * freqs[None, :]
-    angles = torch.cat([angles, angles], dim=-1)
+    angles = positions.to(torch.float32)[..., None] * freqs  # [n, T, head_dim / 2]
+    angles = torch.cat([angles, angles], dim=-1)[:, None]
     return torch.cos(angles), torch.sin(angles)
 
 
@@ -79,7 +83,7 @@ def rotate(x, cos, sin):
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
-def attention(x, p, name, meta, cos, sin):
+def attention(x, p, name, meta, cos, sin, positions):
     n, steps, _ = x.shape
     heads, kv_heads, hd = int(meta["heads"]), int(meta["kv_heads"]), int(meta["head_dim"])
     qkv = linear(x, p, name + ".qkv_proj")  # q_proj's rows, then k_proj's, then v_proj's
@@ -92,8 +96,7 @@ def attention(x, p, name, meta, cos, sin):
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(hd)  # [n, heads, T, T]
-    future = torch.triu(torch.ones(steps, steps, dtype=torch.bool), diagonal=1)
-    scores = scores.masked_fill(future, float("-inf"))  # query t sees keys 0..t
+    scores = scores.masked_fill(hidden(positions), float("-inf"))  # within the document, causal
     a = torch.softmax(scores, dim=-1) @ v
     return linear(a.permute(0, 2, 1, 3).reshape(n, steps, heads * hd), p, name + ".o_proj")
 
@@ -105,23 +108,27 @@ def swiglu(x, p, name):
     )
 
 
-def llama_loss(meta, p, inputs, targets):
+def llama_loss(meta, p, inputs, targets, positions=None):
     tokens, targets = inputs.long(), targets.long()
     eps, vocab = float(meta["rms_norm_eps"]), int(meta["vocab_size"])
     if int(meta["heads"]) % int(meta["kv_heads"]) != 0:
         raise SystemExit(f"metadata {meta}: kv_heads must divide heads")
-    cos, sin = rotary_tables(meta, int(meta["head_dim"]), tokens.shape[1])
+    if positions is None:  # one sequence per row
+        positions = torch.arange(tokens.shape[1]).expand(tokens.shape)
+    cos, sin = rotary_tables(meta, int(meta["head_dim"]), positions)
     x = p["embed_tokens.weight"][tokens]
     for i in range(int(meta["num_layers"])):
         b = f"layers.{i}."
         x = x + attention(
-            rms_norm(x, p[b + "input_layernorm.weight"], eps), p, b + "self_attn", meta, cos, sin
+            rms_norm(x, p[b + "input_layernorm.weight"], eps),
+            p, b + "self_attn", meta, cos, sin, positions,
         )
         x = x + swiglu(rms_norm(x, p[b + "post_attention_layernorm.weight"], eps), p, b + "mlp")
     x = rms_norm(x, p["norm.weight"], eps)
     out = p["lm_head.weight"] if "lm_head.weight" in p else p["embed_tokens.weight"]  # tied
     logits = (x @ out.t())[..., :vocab]  # the padded rows are never predicted
-    return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+    # The mean over the targets that are not -100 (ignore_index).
+    return F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-100)
 
 
 if __name__ == "__main__":

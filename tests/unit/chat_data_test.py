@@ -366,7 +366,7 @@ class Chat(unittest.TestCase):
     def test_a_template_file_replaces_a_missing_one(self):
         p = run("--chat", "--tokenizer", os.path.join(self.dirs["none"], "tokenizer.json"),
             self.jsonl, self.out("none"), ok=False)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)
         self.assertIn(os.path.join(self.dirs["none"], "tokenizer.json")
                       + ": the tokenizer has no chat template", p.stderr)
         self.assertIn("--chat-template FILE", p.stderr)
@@ -380,8 +380,8 @@ class Chat(unittest.TestCase):
 
 
 class BadInput(unittest.TestCase):
-    """Each stops the script with exit code 1 (its convention for bad input) and a message naming
-    the file and line, before anything is written."""
+    """Each stops the script with exit code 2 (a user's mistake, as the trainer's) and a message
+    naming the file and line, before anything is written."""
 
     @classmethod
     def setUpClass(cls):
@@ -400,7 +400,7 @@ class BadInput(unittest.TestCase):
         if template:
             args += ["--chat-template", template]
         p = run(*args, ok=False)
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn(f"{path}:3: ", p.stderr)
         self.assertNotIn("Traceback", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.root, "out", "train_000000.bin")))

@@ -1,6 +1,8 @@
 // linear_cross_entropy (the chunked output layer and loss): the same loss and gradients as
 // linear + cross_entropy with the padded rows cut off, in fp32 and under bf16 autocast, for every
-// chunking; no gradient work without grad mode; a peak memory that the chunk bounds; input errors.
+// chunking; ignored targets (core::kIgnoreTarget) skipped as cross_entropy's ignore_index skips
+// them, and none at all giving 0; no gradient work without grad mode; a peak memory that the chunk
+// bounds; input errors.
 #include "models/lm/linear_cross_entropy.h"
 
 #include <ATen/ATen.h>
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/shape.h"
 #include "memory/allocator_guard.h"
 #include "memory/memory_stats.h"
 #include "reference_harness.h"
@@ -79,6 +82,35 @@ TEST(LinearCrossEntropy, MatchesLinearThenCrossEntropyForEveryChunking) {
     // The padded rows are never predicted: exactly zero gradient.
     EXPECT_EQ(fused.grad_w.narrow(0, 61, 3).abs().max().item<float>(), 0.0f);
   }
+}
+
+// Targets core::kIgnoreTarget take no part: the loss is the mean over the others (cross_entropy's
+// ignore_index), both gradients as its, for every chunking and under bf16 autocast too.
+TEST(LinearCrossEntropy, IgnoredTargetsAreSkippedLikeCrossEntropysIgnoreIndex) {
+  Problem p = problem(37, 16, 61, 64, 3);
+  p.targets.masked_fill_(at::rand({37}).lt(0.4), core::kIgnoreTarget);
+  p.targets[0] = core::kIgnoreTarget;
+  p.targets[36] = core::kIgnoreTarget;
+  const Result reference = run(p, -1, 2.5);  // at::cross_entropy_loss ignores -100 by default
+  for (const int64_t chunk : {1, 5, 36, 0}) {
+    SCOPED_TRACE("chunk_rows " + std::to_string(chunk));
+    const Result fused = run(p, chunk, 2.5);
+    expect_close(fused, reference, 1e-5);
+    // An ignored row's hidden state gets exactly no gradient.
+    EXPECT_EQ(fused.grad_h[0].abs().max().item<float>(), 0.0f);
+    EXPECT_EQ(fused.grad_h[36].abs().max().item<float>(), 0.0f);
+  }
+  const Result exact = run(p, -1, 1.0), bf16 = run(p, 7, 1.0, /*bf16=*/true);
+  expect_close(bf16, exact, 2e-2);
+}
+
+TEST(LinearCrossEntropy, NoTargetsGiveLossZeroAndZeroGradientsNotNaN) {
+  Problem p = problem(9, 8, 61, 64, 4);
+  p.targets.fill_(core::kIgnoreTarget);
+  const Result r = run(p, 4);
+  EXPECT_EQ(r.loss.item<float>(), 0.0f);
+  EXPECT_EQ(r.grad_h.abs().max().item<float>(), 0.0f);
+  EXPECT_EQ(r.grad_w.abs().max().item<float>(), 0.0f);
 }
 
 // Two bf16 computations differ by bf16's rounding (2^-9 relative) whatever their order, so the

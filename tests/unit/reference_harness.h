@@ -25,6 +25,7 @@
 
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
+#include "models/capabilities.h"
 #include "models/model.h"
 
 namespace test {
@@ -63,18 +64,22 @@ inline double relative_error(const at::Tensor& a, const at::Tensor& b) {
 // Runs loss + backward of `model` on (inputs, targets) here and in the reference script; expects
 // the loss and every parameter's gradient within `tolerance` (relative). `meta` describes the
 // model to the script (dimensions, options).
+// `positions` (packed documents, models::PackedDocuments): travels as "positions", and the loss
+// here is models::loss_of's.
 inline void expect_matches_reference(models::Model& model, const at::Tensor& inputs,
                                      const at::Tensor& targets, const std::string& script,
                                      const std::map<std::string, std::string>& meta,
                                      double tolerance = 1e-4,
-                                     const std::map<std::string, at::Tensor>& frozen = {}) {
+                                     const std::map<std::string, at::Tensor>& frozen = {},
+                                     const at::Tensor& positions = {}) {
   std::map<std::string, at::Tensor> tensors;
   for (const auto& item : model.named_parameters()) tensors[item.key()] = item.value().detach();
   for (const auto& [name, t] : frozen) tensors["frozen." + name] = t.detach();
   tensors["inputs"] = inputs;
   tensors["targets"] = targets;
+  if (positions.defined()) tensors["positions"] = positions;
   model.zero_grad();
-  const at::Tensor loss = model.loss(inputs, targets);
+  const at::Tensor loss = models::loss_of(model, inputs, targets, positions);
   loss.backward();
   const auto ref = run_reference(script, tensors, meta);
   if (ref.empty()) return;

@@ -144,7 +144,7 @@ class Gpt2(unittest.TestCase):
         write(self.path("a.txt"), "hello")
         p = run(self.path("a.txt"), self.path("out"), "--encoding", "gpt2",
                 "--ranks", self.path("none.tiktoken"), ok=False)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)
         self.assertIn(self.path("none.tiktoken"), p.stderr)
         self.assertIn("scripts/bootstrap.sh", p.stderr)
         self.assertNotIn("Traceback", p.stderr)
@@ -153,7 +153,7 @@ class Gpt2(unittest.TestCase):
         with open(self.path("bad.jsonl"), "w") as f:
             f.write('{"text": "fine"}\n{"txt": "no field"}\n')
         p = run(self.path("bad.jsonl"), self.path("out"), "--encoding", "gpt2", ok=False)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)
         self.assertIn("bad.jsonl:2: no string field 'text'", p.stderr)
         with open(self.path("broken.jsonl"), "w") as f:
             f.write('{"text": "fine"}\n\n{"text": \n')
@@ -251,7 +251,7 @@ class TokenizerJson(unittest.TestCase):
         Tokenizer(models.WordPiece({"[UNK]": 0, "hello": 1}, unk_token="[UNK]")).save(wp)
         text, out = os.path.join(self.dir, "a.txt"), os.path.join(self.dir, "out")
         p = run(text, out, "--tokenizer", wp, ok=False)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)
         self.assertIn(f"{wp}: a WordPiece tokenizer (model.type WordPiece)", p.stderr)
         p = run(text, out, "--tokenizer", wp + ".no", ok=False)
         self.assertIn(f"{wp}.no: no such tokenizer.json", p.stderr)

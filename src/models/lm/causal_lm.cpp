@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/shape.h"  // kIgnoreTarget
 #include "models/lm/linear_cross_entropy.h"
 
 namespace models {
@@ -31,7 +32,21 @@ void CausalLm::require_tokens(const at::Tensor& tokens) const {
                       tokens.sizes()));
 }
 
-at::Tensor CausalLm::trunk(const at::Tensor& tokens) {
+void CausalLm::require_targets(const at::Tensor& tokens, const at::Tensor& targets) const {
+  require(targets.sizes() == tokens.sizes() && targets.scalar_type() == at::kLong,
+          fmt::format("targets must be int64 {} like the tokens, got {} {}", tokens.sizes(),
+                      c10::toString(targets.scalar_type()), targets.sizes()));
+}
+
+Documents CausalLm::documents_of(const at::Tensor& tokens, const at::Tensor& positions) const {
+  require_tokens(tokens);
+  require(positions.sizes() == tokens.sizes() && positions.scalar_type() == at::kLong,
+          fmt::format("positions must be int64 {} like the tokens, got {} {}", tokens.sizes(),
+                      c10::toString(positions.scalar_type()), positions.sizes()));
+  return Documents(positions, tokens.device());
+}
+
+at::Tensor CausalLm::trunk(const at::Tensor& tokens, const Documents* documents) {
   require_tokens(tokens);
   const int64_t t = tokens.size(1);
   require(
@@ -41,16 +56,22 @@ at::Tensor CausalLm::trunk(const at::Tensor& tokens) {
   // Units (ddp.shard: parameters): the embeddings' unit 0 around the embeddings, block i as unit
   // 1 + i, then the output unit from the final norm to the output layer (the caller leaves it).
   if (gate_ != nullptr) gate_->enter(0);
-  at::Tensor x = embed(tokens, at::arange(t, tokens.options()));
+  at::Tensor x = embed(
+      tokens, documents != nullptr ? documents->positions() : at::arange(t, tokens.options()));
   if (dims_.embedding_dropout) x = at::dropout(x, p, p > 0);
   if (gate_ != nullptr) x = gate_->leave(0, x);
-  x = run_blocks(blocks_, x, p, dims_.checkpoint_activations, nullptr, gate_, 1);
+  x = run_blocks(blocks_, x, p, dims_.checkpoint_activations, nullptr, gate_, 1, documents);
   if (gate_ != nullptr) gate_->enter(output_unit());
   return final_norm(x);
 }
 
 at::Tensor CausalLm::forward(const at::Tensor& tokens) {
   return leave_output(at::linear(trunk(tokens), output_weight()));
+}
+
+at::Tensor CausalLm::forward_packed(const at::Tensor& tokens, const at::Tensor& positions) {
+  const Documents documents = documents_of(tokens, positions);
+  return leave_output(at::linear(trunk(tokens, &documents), output_weight()));
 }
 
 at::Tensor CausalLm::forward_cached(const at::Tensor& tokens, KvCache& cache) {
@@ -64,16 +85,43 @@ at::Tensor CausalLm::forward_cached(const at::Tensor& tokens, KvCache& cache) {
   return at::linear(final_norm(run_blocks_cached(blocks_, x, cache)), output_weight());
 }
 
-at::Tensor CausalLm::loss(const at::Tensor& tokens, const at::Tensor& targets) {
-  require(targets.sizes() == tokens.sizes() && targets.scalar_type() == at::kLong,
-          fmt::format("targets must be int64 {} like the tokens, got {} {}", tokens.sizes(),
-                      c10::toString(targets.scalar_type()), targets.sizes()));
-  const at::Tensor h = trunk(tokens);
+at::Tensor CausalLm::loss_of_trunk(const at::Tensor& h, const at::Tensor& targets) {
   // The output layer and the loss in chunks of positions (Note [Chunked output layer]): the
-  // [positions, vocab] logits are never whole. The padded rows are masked out there.
+  // [positions, vocab] logits are never whole. The padded rows and the ignored targets are
+  // masked out there.
   return leave_output(linear_cross_entropy(h.reshape({-1, dims_.d_model}), output_weight(),
                                            targets.reshape({-1}), dims_.vocab_size,
                                            dims_.loss_chunk_rows));
+}
+
+at::Tensor CausalLm::loss(const at::Tensor& tokens, const at::Tensor& targets) {
+  require_targets(tokens, targets);
+  return loss_of_trunk(trunk(tokens), targets);
+}
+
+at::Tensor CausalLm::loss_packed(const at::Tensor& tokens, const at::Tensor& targets,
+                                 const at::Tensor& positions) {
+  require_targets(tokens, targets);
+  const Documents documents = documents_of(tokens, positions);
+  return loss_of_trunk(trunk(tokens, &documents), targets);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CausalLm::sums_of(const at::Tensor& loss,
+                                                                  const at::Tensor& targets) const {
+  // The loss per target times the targets: their sum (exactly the per-sample mean times the
+  // samples when every position is a target and T is a power of two, as before masks).
+  const at::Tensor count = targets.ne(core::kIgnoreTarget).sum().to(at::kDouble);
+  return {{"loss", loss.to(at::kDouble).mul(count)}};
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CausalLm::eval_sums(const at::Tensor& tokens,
+                                                                    const at::Tensor& targets) {
+  return sums_of(loss(tokens, targets), targets);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CausalLm::eval_sums_packed(
+    const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& positions) {
+  return sums_of(loss_packed(tokens, targets, positions), targets);
 }
 
 int64_t CausalLm::loss_chunk_rows(int64_t rows) const {

@@ -14,10 +14,15 @@
 // follows registration), builds blocks_ with add_blocks, and says in CausalLmDims what the base
 // needs; it implements the three parts that differ: embed, final_norm and output_weight.
 //
-// Where the features of the language-model issues go: positions reach embed() as a tensor
-// (0 .. T-1 today; packed documents would pass each document's own, and the blocks' position
-// scheme would take them through BlockCall), and blocks_ is the one list of blocks, for every
-// family, whose projections adapters would wrap.
+// The loss counts the targets that are not core::kIgnoreTarget (masked tokens, a packed
+// document's last position, padding): their summed cross-entropy over max(their number, 1),
+// computed on the device; eval_sums' "loss" is that sum (in nats).
+//
+// Packed documents (PackedDocuments; models/documents.h): positions [n, T] reach embed() as they
+// are (gpt's learned wpe takes them; llama's embed ignores them) and the blocks through
+// BlockCall::documents (the rotary scheme takes them, attention is block-diagonal causal), so
+// a document's logits are those it gets alone. Unpacked, positions are 0 .. T-1. blocks_ is the
+// one list of blocks, for every family, whose projections adapters would wrap.
 //
 // Parameter units (ddp.shard: parameters): 0 the embeddings (CausalLmDims::embeddings), 1 .. L
 // the blocks, then, for an untied output layer, one unit of what is left (the final norm and the
@@ -30,10 +35,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/block.h"  // KvCache
 #include "models/capabilities.h"
+#include "models/documents.h"
 #include "models/language_model.h"
 
 namespace models {
@@ -63,7 +70,8 @@ int64_t padded_vocab(int64_t vocab);
 class CausalLm : public LanguageModel,
                  public ActivationCheckpointing,
                  public ChunkedLoss,
-                 public ParameterUnits {
+                 public ParameterUnits,
+                 public PackedDocuments {
  public:
   ~CausalLm() override;
 
@@ -71,8 +79,20 @@ class CausalLm : public LanguageModel,
   at::Tensor forward(const at::Tensor& tokens) final;
   // Incremental decoding (LanguageModel): no dropout, no unit gate.
   at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) final;
-  // Mean next-token cross-entropy; targets int64 of the tokens' shape, below vocab_size.
+  // Next-token cross-entropy per target; targets int64 of the tokens' shape, each below
+  // vocab_size or core::kIgnoreTarget (skipped): the sum over the others / max(their number, 1).
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) final;
+  // {"loss", the summed cross-entropy over the targets that count} (Model::eval_sums).
+  std::vector<std::pair<std::string, at::Tensor>> eval_sums(const at::Tensor& tokens,
+                                                            const at::Tensor& targets) final;
+
+  // Packed documents: the three above with positions int64 [n, T] (on the CPU or the model's
+  // device; capabilities.h, PackedDocuments).
+  at::Tensor forward_packed(const at::Tensor& tokens, const at::Tensor& positions) final;
+  at::Tensor loss_packed(const at::Tensor& tokens, const at::Tensor& targets,
+                         const at::Tensor& positions) final;
+  std::vector<std::pair<std::string, at::Tensor>> eval_sums_packed(
+      const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& positions) final;
   int64_t vocab_size() const final { return dims_.vocab_size; }
   int64_t context() const final { return dims_.context; }
 
@@ -95,7 +115,8 @@ class CausalLm : public LanguageModel,
  protected:
   explicit CausalLm(CausalLmDims dims);
 
-  // The family's parts. embed: [n, T, d_model] for tokens [n, T] at `positions` int64 [T].
+  // The family's parts. embed: [n, T, d_model] for tokens [n, T] at `positions` int64 [T], or
+  // [n, T] (packed documents).
   virtual at::Tensor embed(const at::Tensor& tokens, const at::Tensor& positions) = 0;
   virtual at::Tensor final_norm(const at::Tensor& x) = 0;
   // [padded_vocab_size, d_model]: the token embedding's weight when tied.
@@ -109,8 +130,16 @@ class CausalLm : public LanguageModel,
 
  private:
   void require_tokens(const at::Tensor& tokens) const;
+  void require_targets(const at::Tensor& tokens, const at::Tensor& targets) const;
+  // The layout of packed documents at `positions` (checked against the tokens).
+  Documents documents_of(const at::Tensor& tokens, const at::Tensor& positions) const;
   // final_norm's output: everything before the output layer, with the output unit entered.
-  at::Tensor trunk(const at::Tensor& tokens);
+  // `documents`: packed (null: one sequence per row).
+  at::Tensor trunk(const at::Tensor& tokens, const Documents* documents = nullptr);
+  // The loss of final_norm's output `h` (the output unit left).
+  at::Tensor loss_of_trunk(const at::Tensor& h, const at::Tensor& targets);
+  std::vector<std::pair<std::string, at::Tensor>> sums_of(const at::Tensor& loss,
+                                                          const at::Tensor& targets) const;
   size_t output_unit() const { return dims_.tied ? 0 : 1 + blocks_.size(); }
   at::Tensor leave_output(const at::Tensor& x) const {
     return gate_ != nullptr ? gate_->leave(output_unit(), x) : x;

@@ -81,7 +81,10 @@ std::vector<int64_t> generate(LanguageModel& model, const std::vector<int64_t>& 
     const int64_t next = pick(last, o, gen);
     out.push_back(next);
     sequence.push_back(next);
-    if (o.stop_id && next == *o.stop_id) break;
+    if ((o.stop_id && next == *o.stop_id) ||
+        std::find(o.stop_ids.begin(), o.stop_ids.end(), next) != o.stop_ids.end()) {
+      break;
+    }
   }
   return out;
 }

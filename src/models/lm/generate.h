@@ -25,6 +25,7 @@ struct SamplingOptions {
   int64_t top_k = 0;         // sample among the k most likely ids (0: all)
   uint64_t seed = 0;
   std::optional<int64_t> stop_id;  // stop after generating it (the end-of-text id)
+  std::vector<int64_t> stop_ids;   // ... or any of these (a chat template's end of turn)
   bool use_cache = true;           // false: recompute the whole sequence for every new id
 };
 

@@ -11,13 +11,16 @@
 #include <limits>
 #include <stdexcept>
 
+#include "core/shape.h"  // kIgnoreTarget
+
 namespace models {
 namespace {
 
 constexpr int64_t kChunkBytes = int64_t{256} << 20;  // one chunk's fp32 logits
 
 struct Parts {
-  at::Tensor loss;    // fp32, 0-dim: the mean over rows
+  at::Tensor loss;    // fp32, 0-dim: the sum over the counted rows / max(their number, 1)
+  at::Tensor count;   // fp32, 0-dim: max(the counted rows, 1)
   at::Tensor grad_h;  // d (sum over rows) / d h, h's dtype (with a gradient only)
   at::Tensor grad_w;  // d (sum over rows) / d weight, weight's dtype (with a gradient only)
 };
@@ -39,6 +42,13 @@ at::ScalarType matmul_dtype(const at::Tensor& h) {
 // d/dh and its addition to d/dweight. Every tensor of vocabulary width is released before the next
 // chunk. The loss sum is divided by the row count here, the gradients' sums in backward.
 //
+// Ignored rows (target core::kIgnoreTarget) look up target 0 instead, so that every op keeps its
+// shape, and are weighted 0 where it is cheap, in tensors of rows rather than of vocabulary
+// width: their log p in the loss sum, their rows of d/dh, and their rows of h in d/dweight's
+// matmul (g^T h: a zero row of h adds nothing, whatever g's row holds). A counted row's weight is
+// exactly 1, so without ignored targets every number is bit for bit what it was without the
+// weighting. The count divides on the device, as a tensor.
+//
 // Memory traffic per logit (bf16): the product written (2 bytes) and cast (2 + 4), the
 // log-softmax (4 + 4), the gradient written (4 + 2) and read by two matmuls (2 + 2): 26 bytes,
 // where linear + cross_entropy under autocast moves about 58 (the copy without the padded
@@ -57,9 +67,12 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const int64_t rows = h.size(0), padded = weight.size(0);
   const at::Tensor hc = h.to(dtype), wc = weight.to(dtype);
-  const at::Tensor index = targets.reshape({rows, 1});
+  const at::Tensor counted = targets.ne(core::kIgnoreTarget).reshape({rows, 1});
+  const at::Tensor index = at::where(counted, targets.reshape({rows, 1}), 0);
+  const at::Tensor keep = counted.to(at::kFloat), keep_mm = counted.to(dtype);
   Parts p;
   p.loss = at::zeros({}, h.options().dtype(at::kFloat));
+  p.count = keep.sum().clamp_min(1.0);
   if (with_grad) {
     p.grad_h = at::empty(h.sizes(), h.options());
     p.grad_w = at::zeros(weight.sizes(), weight.options());
@@ -69,6 +82,7 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
     const int64_t n = std::min(step, rows - start);
     const at::Tensor hs = hc.narrow(0, start, n);
     const at::Tensor ts = index.narrow(0, start, n);
+    const at::Tensor ks = keep.narrow(0, start, n), ks_mm = keep_mm.narrow(0, start, n);
     at::Tensor logp;
     {
       // [n, padded], in fp32 from here on (the lower-precision product is released at once).
@@ -79,7 +93,7 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
       logp = at::_log_softmax(logits, 1, /*half_to_float=*/false);
     }
     const at::Tensor picked = logp.gather(1, ts);  // [n, 1]: log p of each target
-    p.loss.sub_(picked.sum());
+    p.loss.sub_((picked * ks).sum());
     if (!with_grad) continue;
     // softmax - one-hot, written once in the matmul dtype: exp of the log-softmax, cast as it is
     // stored; then each target's entry, p_t - 1 = expm1(log p_t), computed in fp32 (rounding p_t
@@ -93,14 +107,15 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
     }
     logp.reset();
     g.scatter_(1, ts, at::expm1(picked).to(dtype));
-    p.grad_h.narrow(0, start, n).copy_(at::mm(g, wc));
+    p.grad_h.narrow(0, start, n).copy_(at::mm(g, wc) * ks_mm);
+    const at::Tensor hk = hs * ks_mm;
     if (dtype == p.grad_w.scalar_type()) {
-      p.grad_w.addmm_(g.t(), hs);
+      p.grad_w.addmm_(g.t(), hk);
     } else {
-      p.grad_w.add_(at::mm(g.t(), hs));
+      p.grad_w.add_(at::mm(g.t(), hk));
     }
   }
-  p.loss.div_(static_cast<double>(rows));
+  p.loss.div_(p.count);
   return p;
 }
 
@@ -111,15 +126,16 @@ struct LinearCrossEntropy final : torch::autograd::Function<LinearCrossEntropy> 
     Parts p = run(h, weight, targets, vocab, chunk_rows, /*with_grad=*/true);
     ctx->saved_data["grad_h"] = std::move(p.grad_h);
     ctx->saved_data["grad_w"] = std::move(p.grad_w);
+    ctx->saved_data["count"] = std::move(p.count);
     return p.loss;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     // The loss is a scalar, so its gradients are the saved sums times the incoming scalar over
-    // the row count (the mean).
+    // the count of rows the loss counts.
     const at::Tensor grad_h = ctx->saved_data.at("grad_h").toTensor();
-    const at::Tensor scale = grads.at(0) / static_cast<double>(grad_h.size(0));
+    const at::Tensor scale = grads.at(0) / ctx->saved_data.at("count").toTensor();
     return {grad_h * scale, ctx->saved_data.at("grad_w").toTensor() * scale, at::Tensor(),
             at::Tensor(), at::Tensor()};
   }

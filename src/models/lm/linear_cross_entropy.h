@@ -1,7 +1,13 @@
 // linear_cross_entropy: the mean cross-entropy of logits = h @ weight^T against targets, computed
 // in chunks of rows so that the full [rows, vocab] logits are never held at once.
 //
-//   loss = mean_i ( logsumexp_j<vocab (h_i . w_j) - h_i . w_{target_i} )
+//   loss = sum_{i in R} ( logsumexp_j<vocab (h_i . w_j) - h_i . w_{target_i} ) / max(|R|, 1)
+//
+// where R is the rows whose target is not core::kIgnoreTarget (-100: masked tokens, a packed
+// document's last position, padding; PyTorch's ignore_index). The count |R| stays on the device
+// (no host synchronisation); a batch without targets gives loss 0 and zero gradients. An ignored
+// row costs the same as a counted one (its logits are made: skipping it would need the count on
+// the host), but takes no part in the loss or either gradient.
 //
 // A language model's output layer is where its memory goes: GPT-2 at 16 x 1024 tokens has
 // 16,384 x 50,304 logits, 1.5 GiB in bf16, and the unfused path (matmul, copy without the padded
@@ -35,8 +41,8 @@ namespace models {
 int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t padded_vocab, int64_t chunk_rows = 0);
 
 // h [rows, d], weight [padded_vocab, d] (padded_vocab >= vocab), targets int64 [rows], each below
-// vocab. Returns the mean loss (fp32, 0-dim), differentiable with respect to h and weight when
-// grad mode is on and either requires a gradient.
+// vocab or core::kIgnoreTarget. Returns the loss above (fp32, 0-dim), differentiable with respect
+// to h and weight when grad mode is on and either requires a gradient.
 at::Tensor linear_cross_entropy(const at::Tensor& h, const at::Tensor& weight,
                                 const at::Tensor& targets, int64_t vocab, int64_t chunk_rows = 0);
 
