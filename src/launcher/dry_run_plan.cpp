@@ -8,13 +8,12 @@
 
 #include "ddp/errors.h"
 #include "io/safetensors_shards.h"
+#include "memory/memory_stats.h"
 #include "train/trainer.h"
 
 namespace launcher {
 
 namespace {
-
-std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
 // Which ranks the sharded modes' per-rank state divides by.
 std::string describe_shard_ranks(const DevicePlan& plan) {
@@ -139,28 +138,31 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
   const ddp::ShardMode in_force = plan.in_force;
   std::vector<std::string> lines;
   std::string reserves;
-  for (const auto& r : kCudaReserves) reserves += fmt::format(", {} {}", r.name, mib(r.bytes));
+  for (const auto& r : kCudaReserves)
+    reserves += fmt::format(", {} {}", r.name, memory::mib_text(r.bytes));
   lines.push_back(fmt::format(
       "plan for {} rank(s) of {} device memory: budget {} (memory.target_fraction of it, less "
       "the reserves{})",
-      plan.world.ranks, mib(plan.device_bytes), mib(plan.budget), reserves));
+      plan.world.ranks, memory::mib_text(plan.device_bytes), memory::mib_text(plan.budget),
+      reserves));
   lines.push_back(describe_shard_ranks(plan));
   const memory::MemoryEstimate& a = plan.activations;
   lines.push_back(fmt::format(
       "activations (CPU-measured estimate of CUDA memory, at the config's precision): {} fixed + "
       "{:.3f} MiB/sample{}",
-      mib(a.activation_fixed), a.activation_per_sample / 1048576.0,
+      memory::mib_text(a.activation_fixed), a.activation_per_sample / 1048576.0,
       a.activation_per_chunk_row > 0 ? fmt::format(" + the loss's chunk {:.3f} MiB/row",
                                                    a.activation_per_chunk_row / 1048576.0)
                                      : ""));
   lines.push_back(fmt::format("{:<10} {:>14} {:>14} {:>14} {:>14}  {}", "ddp.shard", "parameters",
                               "gradients", "optimizer", "state total", "micro-batch auto"));
   for (const ModePlan& m : plan.modes) {
-    lines.push_back(fmt::format("{:<10} {:>14} {:>14} {:>14} {:>14}  {}{}", ddp::to_string(m.mode),
-                                mib(m.state.parameters), mib(m.state.gradients),
-                                mib(m.state.optimizer_state), mib(m.state.total()),
-                                m.micro_auto > 0 ? fmt::format("{}", m.micro_auto) : "none fits",
-                                m.mode == in_force ? "  (in force)" : ""));
+    lines.push_back(
+        fmt::format("{:<10} {:>14} {:>14} {:>14} {:>14}  {}{}", ddp::to_string(m.mode),
+                    memory::mib_text(m.state.parameters), memory::mib_text(m.state.gradients),
+                    memory::mib_text(m.state.optimizer_state), memory::mib_text(m.state.total()),
+                    m.micro_auto > 0 ? fmt::format("{}", m.micro_auto) : "none fits",
+                    m.mode == in_force ? "  (in force)" : ""));
   }
   lines.push_back(fmt::format("global batch {} at {} rank(s): rank 0 takes {}",
                               plan.batch.global_batch, plan.world.ranks, plan.batch.describe()));

@@ -187,4 +187,6 @@ std::string format_memory_table(const std::vector<MemorySample>& ranks, const st
   return out;
 }
 
+std::string mib_text(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
 }  // namespace memory

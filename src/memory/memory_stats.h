@@ -39,6 +39,9 @@ struct MemorySample {
 // Never throws; unknown fields stay -1.
 MemorySample sample_memory(c10::Device device);
 
+// "12.3 MiB": how the plans and fallbacks write a byte count.
+std::string mib_text(int64_t bytes);
+
 // Starts a new peak window (CUDA allocator peak, CPU allocator guard peak).
 void reset_peaks(c10::Device device);
 

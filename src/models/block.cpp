@@ -16,41 +16,41 @@
 namespace models {
 namespace {
 
-void require(bool ok, const std::string& message) {
+void require_block(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument("block: " + message);
 }
 
 // The sizes left at 0 in `o`, resolved, and every size checked.
 BlockOptions resolved(BlockOptions o) {
-  require(o.d_model > 0 && o.heads > 0,
-          fmt::format("d_model ({}) and heads ({}) must be positive", o.d_model, o.heads));
+  require_block(o.d_model > 0 && o.heads > 0,
+                fmt::format("d_model ({}) and heads ({}) must be positive", o.d_model, o.heads));
   if (o.head_dim == 0) {
-    require(o.d_model % o.heads == 0,
-            fmt::format("heads ({}) must divide d_model ({})", o.heads, o.d_model));
+    require_block(o.d_model % o.heads == 0,
+                  fmt::format("heads ({}) must divide d_model ({})", o.heads, o.d_model));
     o.head_dim = o.d_model / o.heads;
   }
   if (o.kv_heads == 0) o.kv_heads = o.heads;
   if (o.mlp_hidden == 0) o.mlp_hidden = 4 * o.d_model;
-  require(
+  require_block(
       o.head_dim > 0 && o.mlp_hidden > 0,
       fmt::format("head_dim ({}) and mlp_hidden ({}) must be positive", o.head_dim, o.mlp_hidden));
-  require(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
-          fmt::format("kv_heads ({}) must divide heads ({})", o.kv_heads, o.heads));
+  require_block(o.kv_heads > 0 && o.heads % o.kv_heads == 0,
+                fmt::format("kv_heads ({}) must divide heads ({})", o.kv_heads, o.heads));
   return o;
 }
 
 }  // namespace
 
 Rotary::Rotary(at::Tensor inv_freq) : inv_freq_(inv_freq.to(at::kFloat).contiguous()) {
-  require(inv_freq_.dim() == 1, "rotary: inv_freq must be one-dimensional");
+  require_block(inv_freq_.dim() == 1, "rotary: inv_freq must be one-dimensional");
 }
 
 std::pair<at::Tensor, at::Tensor> Rotary::apply(const at::Tensor& q, const at::Tensor& k,
                                                 const at::Tensor& positions) const {
   const int64_t half = inv_freq_.size(0);
-  require(q.size(-1) == 2 * half && k.size(-1) == 2 * half,
-          fmt::format("rotary: head_dim {} needs {} frequencies, got {}", q.size(-1),
-                      q.size(-1) / 2, half));
+  require_block(q.size(-1) == 2 * half && k.size(-1) == 2 * half,
+                fmt::format("rotary: head_dim {} needs {} frequencies, got {}", q.size(-1),
+                            q.size(-1) / 2, half));
   const at::Tensor f = inv_freq_.to(q.device());
   // [T, half] or [n, T, half]: position x frequency (at::outer's product, for each row).
   const at::Tensor angles = positions.to(f.options()).unsqueeze(-1) * f;
@@ -65,8 +65,8 @@ std::pair<at::Tensor, at::Tensor> Rotary::apply(const at::Tensor& q, const at::T
 }
 
 at::Tensor rotary_inv_freq(int64_t head_dim, double theta) {
-  require(head_dim > 0 && head_dim % 2 == 0,
-          fmt::format("rotary: head_dim must be positive and even, got {}", head_dim));
+  require_block(head_dim > 0 && head_dim % 2 == 0,
+                fmt::format("rotary: head_dim must be positive and even, got {}", head_dim));
   const at::Tensor exponents = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / head_dim;
   return at::pow(theta, exponents).reciprocal();
 }
@@ -176,7 +176,7 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
   std::optional<at::Tensor> mask;
   bool causal = o.causal;
   if (call.mask != nullptr) {
-    require(!cached, "a mask and a KV cache together are not supported");
+    require_block(!cached, "a mask and a KV cache together are not supported");
     mask = *call.mask;
     causal = false;
   }
@@ -263,8 +263,8 @@ at::Tensor run_blocks_cached(const std::vector<std::shared_ptr<Block>>& blocks, 
     cache.keys.resize(blocks.size());
     cache.values.resize(blocks.size());
   }
-  require(cache.keys.size() == blocks.size() && cache.values.size() == blocks.size(),
-          "a KV cache of another model");
+  require_block(cache.keys.size() == blocks.size() && cache.values.size() == blocks.size(),
+                "a KV cache of another model");
   BlockCall call;
   for (size_t i = 0; i < blocks.size(); ++i) {
     call.past_keys = &cache.keys[i];

@@ -19,7 +19,7 @@ constexpr int64_t kEncodeChunk = 1024;
 // would give dot products of size sqrt(d).
 constexpr double kEmbeddingInitStd = 0.1;
 
-void require(bool ok, const std::string& what) {
+void require_recommender(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("recommender: " + what);
 }
 
@@ -28,30 +28,34 @@ void require(bool ok, const std::string& what) {
 Recommender::Recommender(int64_t num_users, int64_t num_items, const at::Tensor& item_text,
                          const RecommenderOptions& o)
     : num_users_(num_users), num_items_(num_items) {
-  require(num_users > 0, fmt::format("needs at least one user, got {}", num_users));
-  require(num_items > 0, fmt::format("needs at least one item, got {}", num_items));
-  require(o.embedding_dim > 0,
-          fmt::format("embedding_dim must be positive, got {}", o.embedding_dim));
-  require(o.mlp_depth >= 0, fmt::format("mlp_depth must be >= 0, got {}", o.mlp_depth));
-  require(o.mlp_depth == 0 || o.mlp_hidden > 0,
-          fmt::format("mlp_hidden must be positive, got {}", o.mlp_hidden));
-  require(item_text.defined(),
-          "needs item texts (a dataset with users, items and item metadata, such as movielens)");
-  require(item_text.dim() == 2 && item_text.scalar_type() == at::kLong,
-          fmt::format("item_text must be int64 [num_items, L], got {} {}",
-                      c10::toString(item_text.scalar_type()), item_text.sizes()));
-  require(item_text.size(0) == num_items,
-          fmt::format("item_text has {} rows for {} items", item_text.size(0), num_items));
-  require(item_text.size(1) <= o.encoder.max_len,
-          fmt::format("item texts are {} tokens long but the encoder's max_len (text_len) is {}",
-                      item_text.size(1), o.encoder.max_len));
+  require_recommender(num_users > 0, fmt::format("needs at least one user, got {}", num_users));
+  require_recommender(num_items > 0, fmt::format("needs at least one item, got {}", num_items));
+  require_recommender(o.embedding_dim > 0,
+                      fmt::format("embedding_dim must be positive, got {}", o.embedding_dim));
+  require_recommender(o.mlp_depth >= 0, fmt::format("mlp_depth must be >= 0, got {}", o.mlp_depth));
+  require_recommender(o.mlp_depth == 0 || o.mlp_hidden > 0,
+                      fmt::format("mlp_hidden must be positive, got {}", o.mlp_hidden));
+  require_recommender(
+      item_text.defined(),
+      "needs item texts (a dataset with users, items and item metadata, such as movielens)");
+  require_recommender(item_text.dim() == 2 && item_text.scalar_type() == at::kLong,
+                      fmt::format("item_text must be int64 [num_items, L], got {} {}",
+                                  c10::toString(item_text.scalar_type()), item_text.sizes()));
+  require_recommender(
+      item_text.size(0) == num_items,
+      fmt::format("item_text has {} rows for {} items", item_text.size(0), num_items));
+  require_recommender(
+      item_text.size(1) <= o.encoder.max_len,
+      fmt::format("item texts are {} tokens long but the encoder's max_len (text_len) is {}",
+                  item_text.size(1), o.encoder.max_len));
   const at::Tensor text = item_text.to(at::kCPU).contiguous().clone();
   if (text.numel() > 0) {
     const int64_t lo = text.min().item<int64_t>();
     const int64_t hi = text.max().item<int64_t>();
-    require(lo >= 0 && hi <= TextEncoder::kPadId,
-            fmt::format("item_text holds token {} outside 0..{} (bytes and the padding id)",
-                        lo < 0 ? lo : hi, TextEncoder::kPadId));
+    require_recommender(
+        lo >= 0 && hi <= TextEncoder::kPadId,
+        fmt::format("item_text holds token {} outside 0..{} (bytes and the padding id)",
+                    lo < 0 ? lo : hi, TextEncoder::kPadId));
   }
 
   const int64_t d = o.embedding_dim;
@@ -130,9 +134,9 @@ at::Tensor Recommender::tower(const at::Tensor& id_embedding, const at::Tensor& 
 }
 
 at::Tensor Recommender::forward(const at::Tensor& inputs) {
-  require(inputs.dim() == 2 && inputs.size(1) >= 2 && inputs.scalar_type() == at::kLong,
-          fmt::format("inputs must be int64 [n, 1 + k] (user, items...), got {} {}",
-                      c10::toString(inputs.scalar_type()), inputs.sizes()));
+  require_recommender(inputs.dim() == 2 && inputs.size(1) >= 2 && inputs.scalar_type() == at::kLong,
+                      fmt::format("inputs must be int64 [n, 1 + k] (user, items...), got {} {}",
+                                  c10::toString(inputs.scalar_type()), inputs.sizes()));
   const at::Tensor users = inputs.select(1, 0);
   const at::Tensor items = inputs.narrow(1, 1, inputs.size(1) - 1);              // [n, k]
   const at::Tensor u = user_embedding_->forward(users);                          // [n, d]
@@ -141,7 +145,7 @@ at::Tensor Recommender::forward(const at::Tensor& inputs) {
 }
 
 at::Tensor Recommender::loss(const at::Tensor& inputs, const at::Tensor& /*targets*/) {
-  require(
+  require_recommender(
       inputs.dim() == 2 && inputs.size(1) == 3,
       fmt::format("loss needs inputs [n, 3] (user, positive, negative), got {}", inputs.sizes()));
   const at::Tensor s = forward(inputs);

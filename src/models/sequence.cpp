@@ -17,15 +17,15 @@
 namespace models {
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;
+constexpr double kSequenceNormEps = 1e-5;
 constexpr double kPosInitStd = 0.02;
 
-void require(bool ok, const std::string& message) {
+void require_sequence(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument("sequence: " + message);
 }
 
-void require_positive(const char* key, int64_t value) {
-  require(value > 0, fmt::format("{} must be positive, got {}", key, value));
+void require_positive_sequence(const char* key, int64_t value) {
+  require_sequence(value > 0, fmt::format("{} must be positive, got {}", key, value));
 }
 
 // The encoder block: GPT-2's, without the causal mask and with exact (erf) GELU, named
@@ -34,7 +34,7 @@ BlockOptions encoder_block(const SequenceOptions& o) {
   BlockOptions b;
   b.d_model = o.d_model;
   b.heads = o.heads;
-  b.norm_eps = kLayerNormEps;
+  b.norm_eps = kSequenceNormEps;
   b.causal = false;
   b.gelu = GeluApprox::kNone;
   b.names.qkv = "qkv";
@@ -57,19 +57,20 @@ struct SequenceForecaster::Layers {
 
 SequenceForecaster::SequenceForecaster(const SequenceOptions& o)
     : options_(o), layers_(std::make_shared<Layers>()) {
-  require_positive("data.features (input columns)", o.features);
-  require_positive("data.window", o.window);
-  require_positive("data.horizon", o.horizon);
-  require(o.targets > 0,
-          fmt::format("data.targets must name at least one target column, got {}", o.targets));
-  require_positive("model.num_layers", o.num_layers);
-  require(o.dropout >= 0.0 && o.dropout < 1.0,
-          fmt::format("model.dropout must be in [0, 1), got {}", o.dropout));
+  require_positive_sequence("data.features (input columns)", o.features);
+  require_positive_sequence("data.window", o.window);
+  require_positive_sequence("data.horizon", o.horizon);
+  require_sequence(
+      o.targets > 0,
+      fmt::format("data.targets must name at least one target column, got {}", o.targets));
+  require_positive_sequence("model.num_layers", o.num_layers);
+  require_sequence(o.dropout >= 0.0 && o.dropout < 1.0,
+                   fmt::format("model.dropout must be in [0, 1), got {}", o.dropout));
 
   Layers& l = *layers_;
   int64_t width = 0;  // of the encoder's output, the head's input
   if (o.cell == SequenceCell::kLstm) {
-    require_positive("model.hidden_dim", o.hidden_dim);
+    require_positive_sequence("model.hidden_dim", o.hidden_dim);
     // Dropout acts between layers only, so one layer has none (torch.nn.LSTM warns otherwise).
     l.lstm =
         register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(o.features, o.hidden_dim)
@@ -78,10 +79,11 @@ SequenceForecaster::SequenceForecaster(const SequenceOptions& o)
                                                     .dropout(o.num_layers > 1 ? o.dropout : 0.0)));
     width = o.hidden_dim;
   } else {
-    require_positive("model.d_model", o.d_model);
-    require_positive("model.heads", o.heads);
-    require(o.d_model % o.heads == 0,
-            fmt::format("model.heads ({}) must divide model.d_model ({})", o.heads, o.d_model));
+    require_positive_sequence("model.d_model", o.d_model);
+    require_positive_sequence("model.heads", o.heads);
+    require_sequence(
+        o.d_model % o.heads == 0,
+        fmt::format("model.heads ({}) must divide model.d_model ({})", o.heads, o.d_model));
     const int64_t d = o.d_model;
     l.in_proj = register_module("in_proj", torch::nn::Linear(o.features, d));
     {
@@ -90,7 +92,7 @@ SequenceForecaster::SequenceForecaster(const SequenceOptions& o)
     }
     l.blocks = add_blocks(*this, "blocks", o.num_layers, encoder_block(o));
     l.ln_f = register_module(
-        "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kLayerNormEps)));
+        "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kSequenceNormEps)));
     width = d;
   }
   l.head = register_module("head", torch::nn::Linear(width, o.horizon * o.targets));

@@ -18,8 +18,8 @@ using io::SafetensorsError;
 
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;  // GPT-2's
-constexpr double kInitStd = 0.02;       // GPT-2's
+constexpr double kEncoderNormEps = 1e-5;  // GPT-2's
+constexpr double kInitStd = 0.02;         // GPT-2's
 
 void check_positive(const char* what, int64_t value) {
   if (value <= 0) {
@@ -34,7 +34,7 @@ BlockOptions frozen_block(const TextEncoderOptions& o) {
   BlockOptions b;
   b.d_model = o.dim;
   b.heads = o.heads;
-  b.norm_eps = kLayerNormEps;
+  b.norm_eps = kEncoderNormEps;
   b.fused_gelu = false;
   b.causal = false;  // the forward's mask is causal and masks padding
   b.layout = WeightLayout::kInOut;
@@ -125,7 +125,7 @@ at::Tensor TextEncoder::forward(const at::Tensor& tokens) const {
           .unsqueeze(1);  // [n, 1, L, L], broadcast over heads
 
   x = run_blocks(blocks_, x, 0.0, /*checkpointed=*/false, &mask);
-  x = at::layer_norm(x, {d}, ln_f_w_, ln_f_b_, kLayerNormEps);
+  x = at::layer_norm(x, {d}, ln_f_w_, ln_f_b_, kEncoderNormEps);
 
   const at::Tensor w = real.unsqueeze(-1).to(x.scalar_type());  // [n, L, 1]
   const at::Tensor pooled = (x * w).sum(1) / w.sum(1).clamp_min(1.0);

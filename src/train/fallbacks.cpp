@@ -5,12 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error_text.h"
+#include "memory/memory_stats.h"
 #include "models/capabilities.h"
 
 namespace train {
 namespace {
-
-std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
 
 // Parameters, gradients and optimizer state this rank keeps between steps, as planned.
 int64_t kept_bytes(const memory::MemoryEstimate& e) {
@@ -109,7 +108,8 @@ std::string Fallbacks::shard_optimizer() {
   return fmt::format("now ddp.shard: optimizer, each rank keeps the AdamW moments of its 1/{} of "
                      "the parameters (gradients and optimizer state {} -> {} per rank); "
                      "micro-batch {} unchanged",
-                     t_.placement.world(), mib(before), mib(e.gradients + e.optimizer_state),
+                     t_.placement.world(), memory::mib_text(before),
+                     memory::mib_text(e.gradients + e.optimizer_state),
                      t_.batches.plan().micro_batch);
 }
 
@@ -128,8 +128,8 @@ std::string Fallbacks::shard_parameters() {
       "now ddp.shard: parameters (was {}), each rank keeps its 1/{} of the parameters, gradients "
       "and AdamW moments and gathers the model unit by unit (parameters, gradients and optimizer "
       "state {} -> {} per rank); micro-batch {} unchanged",
-      ddp::to_string(before), t_.placement.world(), mib(bytes), mib(kept_bytes(e)),
-      t_.batches.plan().micro_batch);
+      ddp::to_string(before), t_.placement.world(), memory::mib_text(bytes),
+      memory::mib_text(kept_bytes(e)), t_.batches.plan().micro_batch);
 }
 
 FallbacksSpent Fallbacks::spent(int64_t step, const std::vector<std::string>& failures) const {

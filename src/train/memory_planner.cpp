@@ -20,8 +20,6 @@
 namespace train {
 namespace {
 
-std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
-
 int64_t largest_bytes(const std::vector<ddp::BucketLayout>& layout) {
   int64_t most = 0;
   for (const auto& b : layout) most = std::max(most, b.bytes());
@@ -140,10 +138,11 @@ std::string MemoryPlanner::does_not_fit(models::Model& model, ddp::ShardMode mod
   for (const ddp::ShardMode other :
        {ddp::ShardMode::kOptimizer, ddp::ShardMode::kGradients, ddp::ShardMode::kParameters}) {
     if (other <= mode || need(model, other, base) > target) continue;
-    advice = fmt::format("ddp.shard: {} would keep {} per rank, leaving {} for activations: set "
-                         "ddp.shard: {} (or give each rank more memory)",
-                         ddp::to_string(other), mib(need(model, other, base)),
-                         mib(target - need(model, other, base)), ddp::to_string(other));
+    advice =
+        fmt::format("ddp.shard: {} would keep {} per rank, leaving {} for activations: set "
+                    "ddp.shard: {} (or give each rank more memory)",
+                    ddp::to_string(other), memory::mib_text(need(model, other, base)),
+                    memory::mib_text(target - need(model, other, base)), ddp::to_string(other));
     break;
   }
   const ddp::ShardFootprint f = footprint(model, mode);
@@ -151,8 +150,10 @@ std::string MemoryPlanner::does_not_fit(models::Model& model, ddp::ShardMode mod
       "rank {}: with ddp.shard: {} the state kept for the whole run does not fit before step 1: "
       "parameters {}, gradients {}, optimizer state {}, other tensors (data set, ...) {} need {} "
       "of the {} this rank plans with ({}); {}.",
-      placement_.rank(), ddp::to_string(mode), mib(f.parameters), mib(f.gradients),
-      mib(f.optimizer_state), mib(base - f.parameters), mib(need(model, mode, base)), mib(target),
+      placement_.rank(), ddp::to_string(mode), memory::mib_text(f.parameters),
+      memory::mib_text(f.gradients), memory::mib_text(f.optimizer_state),
+      memory::mib_text(base - f.parameters), memory::mib_text(need(model, mode, base)),
+      memory::mib_text(target),
       placement_.device.is_cuda() ? "the device's memory, capped by memory.fraction"
       : memory::CpuAllocatorGuard::instance().budget_bytes() > 0 ? "memory.cpu_budget_mb"
                                                                  : "the machine's memory",

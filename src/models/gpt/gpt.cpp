@@ -14,8 +14,8 @@
 namespace models {
 namespace {
 
-constexpr double kLayerNormEps = 1e-5;  // GPT-2's
-constexpr double kInitStd = 0.02;       // GPT-2's
+constexpr double kGpt2NormEps = 1e-5;  // GPT-2's
+constexpr double kInitStd = 0.02;      // GPT-2's
 
 struct Preset {
   const char* name;
@@ -27,12 +27,12 @@ constexpr Preset kPresets[] = {
     {"tiny", 2, 4, 64, 64, 256},
 };
 
-void require(bool ok, const std::string& message) {
+void require_gpt(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument("gpt: " + message);
 }
 
-void require_positive(const char* key, int64_t value) {
-  require(value > 0, fmt::format("{} must be positive, got {}", key, value));
+void require_positive_gpt(const char* key, int64_t value) {
+  require_gpt(value > 0, fmt::format("{} must be positive, got {}", key, value));
 }
 
 // GPT-2's block (the block's defaults), named as GPT-2's h.{i}.*.
@@ -40,7 +40,7 @@ BlockOptions gpt_block(const GptOptions& o) {
   BlockOptions b;
   b.d_model = o.d_model;
   b.heads = o.heads;
-  b.norm_eps = kLayerNormEps;
+  b.norm_eps = kGpt2NormEps;
   return b;
 }
 
@@ -56,21 +56,21 @@ void init_gpt2(Block& block, double residual_std) {
 
 // `o` checked (the model keys named), with padded_vocab_size resolved.
 GptOptions resolved(GptOptions o) {
-  require_positive("model.num_layers", o.num_layers);
-  require_positive("model.heads", o.heads);
-  require_positive("model.d_model", o.d_model);
-  require_positive("model.context", o.context);
-  require_positive("data.vocab_size", o.vocab_size);
-  require(o.d_model % o.heads == 0,
-          fmt::format("model.heads ({}) must divide model.d_model ({})", o.heads, o.d_model));
-  require(o.dropout >= 0.0 && o.dropout < 1.0,
-          fmt::format("model.dropout must be in [0, 1), got {}", o.dropout));
+  require_positive_gpt("model.num_layers", o.num_layers);
+  require_positive_gpt("model.heads", o.heads);
+  require_positive_gpt("model.d_model", o.d_model);
+  require_positive_gpt("model.context", o.context);
+  require_positive_gpt("data.vocab_size", o.vocab_size);
+  require_gpt(o.d_model % o.heads == 0,
+              fmt::format("model.heads ({}) must divide model.d_model ({})", o.heads, o.d_model));
+  require_gpt(o.dropout >= 0.0 && o.dropout < 1.0,
+              fmt::format("model.dropout must be in [0, 1), got {}", o.dropout));
   if (o.padded_vocab_size == 0) {
     o.padded_vocab_size = padded_vocab(o.vocab_size);
   }
-  require(o.padded_vocab_size >= o.vocab_size,
-          fmt::format("padded_vocab_size ({}) must be at least data.vocab_size ({})",
-                      o.padded_vocab_size, o.vocab_size));
+  require_gpt(o.padded_vocab_size >= o.vocab_size,
+              fmt::format("padded_vocab_size ({}) must be at least data.vocab_size ({})",
+                          o.padded_vocab_size, o.vocab_size));
   return o;
 }
 
@@ -123,7 +123,7 @@ Gpt::Gpt(Resolved, const GptOptions& o)
   blocks_ = add_blocks(*this, "h", o.num_layers, gpt_block(o),
                        [residual_std](Block& block) { init_gpt2(block, residual_std); });
   l.ln_f = register_module(
-      "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kLayerNormEps)));
+      "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kGpt2NormEps)));
   at::NoGradGuard no_grad;
   l.wte->weight.normal_(0.0, kInitStd);
   l.wpe->weight.normal_(0.0, kInitStd);

@@ -21,7 +21,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::string kPrefix = "transformer.";
+const std::string kGpt2Prefix = "transformer.";
 const std::string kCheckpointParam(io::kParamKeyPrefix);
 
 // GPT-2's Conv1D weights ([in, out]), by Gpt's name.
@@ -36,8 +36,6 @@ bool is_mask_buffer(const std::string& name) {
   static const std::regex mask(R"(h\.\d+\.attn\.(bias|masked_bias))");
   return std::regex_match(name, mask);
 }
-
-std::string shape_of(const at::Tensor& t) { return fmt::format("{}", t.sizes()); }
 
 // config.json's architecture: the keys Gpt's forward depends on must have GPT-2's values.
 void check_architecture(const HfConfig& c) {
@@ -97,7 +95,7 @@ bool read_init_weights(const HfFiles& files, GptInit& init, at::Tensor& lm_head)
       if (name.rfind(kCheckpointParam, 0) != 0) continue;
       name = name.substr(kCheckpointParam.size());
     } else {
-      if (name.rfind(kPrefix, 0) == 0) name = name.substr(kPrefix.size());
+      if (name.rfind(kGpt2Prefix, 0) == 0) name = name.substr(kGpt2Prefix.size());
       if (name == "lm_head.weight") {
         lm_head = tensor;
         continue;
@@ -122,11 +120,11 @@ void infer_init_dims(GptInit& init, const at::Tensor& lm_head, bool checkpoint) 
     auto it = init.weights.find(name);
     if (it == init.weights.end()) {
       throw init_error(fmt::format("{}: no tensor '{}{}': not a GPT-2 ({})", init.file,
-                                   checkpoint ? kCheckpointParam : kPrefix, name, init.kind));
+                                   checkpoint ? kCheckpointParam : kGpt2Prefix, name, init.kind));
     }
     if (it->second.dim() != dims) {
       throw init_error(fmt::format("{}: '{}' has shape {}; {} dimensions expected", init.file, name,
-                                   shape_of(it->second), dims));
+                                   shape_text(it->second), dims));
     }
     return it->second;
   };
@@ -137,7 +135,7 @@ void infer_init_dims(GptInit& init, const at::Tensor& lm_head, bool checkpoint) 
     throw init_error(fmt::format(
         "{}: lm_head.weight {} is not wte.weight {}: an untied output layer, which gpt (tied to "
         "the token embedding) cannot hold",
-        init.file, shape_of(lm_head), shape_of(wte)));
+        init.file, shape_text(lm_head), shape_text(wte)));
   }
   Gpt2Dims& d = init.dims;
   d.d_model = wte.size(1);
@@ -208,7 +206,7 @@ void load_gpt_init(const GptInit& init, Gpt& model) {
   how.vocab_size = o.vocab_size;
   how.vocab_rows = {"wte.weight"};  // Hugging Face's has the real vocabulary's rows
   how.file_name = [checkpoint](const std::string& name) {
-    return (checkpoint ? kCheckpointParam : kPrefix) + name;
+    return (checkpoint ? kCheckpointParam : kGpt2Prefix) + name;
   };
   how.shape_note = [checkpoint](const std::string& name) {
     return !checkpoint && is_conv1d_weight(name) ? " (after the Conv1D transpose)" : "";
@@ -220,7 +218,7 @@ std::map<std::string, at::Tensor> hf_gpt2_tensors(Gpt& model) {
   std::map<std::string, at::Tensor> out;
   for (auto& [name, w] : export_parameters(model, {"wte.weight"}, model.options().vocab_size)) {
     if (is_conv1d_weight(name)) w = w.t();
-    out.emplace(kPrefix + name, w.contiguous().clone());
+    out.emplace(kGpt2Prefix + name, w.contiguous().clone());
   }
   return out;
 }

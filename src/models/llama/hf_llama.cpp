@@ -15,7 +15,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::string kPrefix = "model.";
+const std::string kLlamaPrefix = "model.";
 const std::string kLmHead = "lm_head.weight";
 const std::string kEmbed = "embed_tokens.weight";
 
@@ -45,8 +45,6 @@ void read_rope(const HfConfig& r, RopeOptions& rope) {
   }
 }
 
-std::string shape_of(const at::Tensor& t) { return fmt::format("{}", t.sizes()); }
-
 // Llama's fused projection holds q_proj's rows, then k_proj's, then v_proj's (llama.h).
 const char* const kQkv[] = {"q_proj", "k_proj", "v_proj"};
 
@@ -72,7 +70,8 @@ void fuse_qkv(std::map<std::string, at::Tensor>& w, const std::string& where) {
     if (parts[0].dim() != parts[1].dim() ||
         (parts[0].dim() == 2 && parts[0].size(1) != parts[1].size(1))) {
       throw init_error(fmt::format("{}: model.{}q_proj.{} {} and k_proj {} do not fit together",
-                                   where, prefix, what, shape_of(parts[0]), shape_of(parts[1])));
+                                   where, prefix, what, shape_text(parts[0]),
+                                   shape_text(parts[1])));
     }
     w.emplace(prefix + "qkv_proj." + what, at::cat(parts, 0));
   }
@@ -87,7 +86,7 @@ void split_qkv(const std::string& name, const at::Tensor& t, const LlamaOptions&
   for (size_t i = 0; i < 3; ++i) {
     std::string hf = name;
     hf.replace(at, 8, kQkv[i]);
-    out.emplace(kPrefix + hf, parts[i].contiguous().clone());
+    out.emplace(kLlamaPrefix + hf, parts[i].contiguous().clone());
   }
 }
 
@@ -103,7 +102,8 @@ std::map<std::string, at::Tensor> model_weights(std::map<std::string, at::Tensor
       throw init_error(fmt::format("{}: tensor '{}' has dtype {}; a floating dtype is needed",
                                    where, key, c10::toString(tensor.scalar_type())));
     }
-    const std::string name = key.rfind(kPrefix, 0) == 0 ? key.substr(kPrefix.size()) : key;
+    const std::string name =
+        key.rfind(kLlamaPrefix, 0) == 0 ? key.substr(kLlamaPrefix.size()) : key;
     out.emplace(name, tensor.to(at::kFloat));
   }
   fuse_qkv(out, where);
@@ -216,7 +216,9 @@ void load_llama_init(const LlamaInit& init, torch::nn::Module& model, const Llam
       o.intermediate, o.vocab_size);
   how.vocab_size = o.vocab_size;
   how.vocab_rows = {kEmbed, kLmHead};
-  how.file_name = [](const std::string& name) { return name == kLmHead ? name : kPrefix + name; };
+  how.file_name = [](const std::string& name) {
+    return name == kLmHead ? name : kLlamaPrefix + name;
+  };
   load_hf_weights(init.weights, model, how);
 }
 
@@ -228,7 +230,7 @@ std::map<std::string, at::Tensor> hf_llama_tensors(torch::nn::Module& model,
       split_qkv(name, w, o, out);
       continue;
     }
-    out.emplace(name == kLmHead ? kLmHead : kPrefix + name, w.contiguous().clone());
+    out.emplace(name == kLmHead ? kLmHead : kLlamaPrefix + name, w.contiguous().clone());
   }
   return out;
 }

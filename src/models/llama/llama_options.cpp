@@ -22,7 +22,7 @@ constexpr Preset kPresets[] = {
     {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true},
 };
 
-void require(bool ok, const std::string& message) {
+void require_llama(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument("llama: " + message);
 }
 
@@ -57,27 +57,29 @@ void check_llama_options(const LlamaOptions& o) {
       {"model.heads", o.heads},           {"model.intermediate_size", o.intermediate},
       {"model.context", o.context},       {"data.vocab_size", o.vocab_size}};
   for (const auto& [key, value] : positive) {
-    require(value > 0, fmt::format("{} must be positive, got {}", key, value));
+    require_llama(value > 0, fmt::format("{} must be positive, got {}", key, value));
   }
-  require(o.kv_heads >= 0 && o.head_dim >= 0,
-          fmt::format("model.kv_heads ({}) and model.head_dim ({}) must not be negative",
-                      o.kv_heads, o.head_dim));
-  require(o.heads % o.resolved_kv_heads() == 0,
-          fmt::format("model.kv_heads ({}) must divide model.heads ({})", o.kv_heads, o.heads));
-  require(o.head_dim > 0 || o.d_model % o.heads == 0,
-          fmt::format("model.heads ({}) must divide model.d_model ({}) when model.head_dim is not "
-                      "set",
-                      o.heads, o.d_model));
-  require(o.resolved_head_dim() % 2 == 0,
-          fmt::format("the head size ({}) must be even for the rotary embedding",
-                      o.resolved_head_dim()));
-  require(o.rms_norm_eps > 0.0,
-          fmt::format("model.rms_norm_eps must be positive, got {}", o.rms_norm_eps));
-  require(o.dropout >= 0.0 && o.dropout < 1.0,
-          fmt::format("model.dropout must be in [0, 1), got {}", o.dropout));
-  require(o.padded_vocab_size == 0 || o.padded_vocab_size >= o.vocab_size,
-          fmt::format("padded_vocab_size ({}) must be at least data.vocab_size ({})",
-                      o.padded_vocab_size, o.vocab_size));
+  require_llama(o.kv_heads >= 0 && o.head_dim >= 0,
+                fmt::format("model.kv_heads ({}) and model.head_dim ({}) must not be negative",
+                            o.kv_heads, o.head_dim));
+  require_llama(
+      o.heads % o.resolved_kv_heads() == 0,
+      fmt::format("model.kv_heads ({}) must divide model.heads ({})", o.kv_heads, o.heads));
+  require_llama(
+      o.head_dim > 0 || o.d_model % o.heads == 0,
+      fmt::format("model.heads ({}) must divide model.d_model ({}) when model.head_dim is not "
+                  "set",
+                  o.heads, o.d_model));
+  require_llama(o.resolved_head_dim() % 2 == 0,
+                fmt::format("the head size ({}) must be even for the rotary embedding",
+                            o.resolved_head_dim()));
+  require_llama(o.rms_norm_eps > 0.0,
+                fmt::format("model.rms_norm_eps must be positive, got {}", o.rms_norm_eps));
+  require_llama(o.dropout >= 0.0 && o.dropout < 1.0,
+                fmt::format("model.dropout must be in [0, 1), got {}", o.dropout));
+  require_llama(o.padded_vocab_size == 0 || o.padded_vocab_size >= o.vocab_size,
+                fmt::format("padded_vocab_size ({}) must be at least data.vocab_size ({})",
+                            o.padded_vocab_size, o.vocab_size));
   try {
     check_rope_options(o.rope);
   } catch (const std::invalid_argument& e) {

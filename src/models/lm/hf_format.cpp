@@ -18,9 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string shape_of(const at::Tensor& t) { return fmt::format("{}", t.sizes()); }
-
 }  // namespace
+
+std::string shape_text(const at::Tensor& t) { return fmt::format("{}", t.sizes()); }
 
 std::invalid_argument init_error(const std::string& what) {
   return std::invalid_argument("model.init_from: " + what);
@@ -122,8 +122,8 @@ void load_hf_weights(const std::map<std::string, at::Tensor>& weights, torch::nn
     auto it = weights.find(name);
     if (it == weights.end()) {
       throw init_error(fmt::format("{}: no tensor '{}' for the model's {} {} ({})", how.where,
-                                   how.file_name ? how.file_name(name) : name, name, shape_of(mine),
-                                   how.config));
+                                   how.file_name ? how.file_name(name) : name, name,
+                                   shape_text(mine), how.config));
     }
     used.insert(name);
     const at::Tensor& w = it->second;
@@ -132,8 +132,8 @@ void load_hf_weights(const std::map<std::string, at::Tensor>& weights, torch::nn
                           w.size(1) == mine.size(1);
     if (!unpadded && w.sizes() != mine.sizes()) {
       throw init_error(fmt::format("{}: {} has shape {}{} but the model's is {} ({})", how.where,
-                                   name, shape_of(w), how.shape_note ? how.shape_note(name) : "",
-                                   shape_of(mine), how.config));
+                                   name, shape_text(w), how.shape_note ? how.shape_note(name) : "",
+                                   shape_text(mine), how.config));
     }
     copies.emplace_back(mine, w);
   }

@@ -34,6 +34,9 @@ namespace models {
 // A user mistake in the weights model.init_from names: exit 2, naming the key.
 std::invalid_argument init_error(const std::string& what);
 
+// "[768, 2304]": a tensor's shape as the weight-loading errors write it.
+std::string shape_text(const at::Tensor& t);
+
 // config.json's values, each read once with a message naming the file and the key. A key whose
 // value is null counts as absent.
 class HfConfig {

@@ -141,7 +141,7 @@ struct LinearCrossEntropy final : torch::autograd::Function<LinearCrossEntropy> 
   }
 };
 
-void require(bool ok, const std::string& message) {
+void require_lce(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument("linear_cross_entropy: " + message);
 }
 
@@ -158,15 +158,17 @@ int64_t linear_cross_entropy_chunk_rows(int64_t rows, int64_t padded_vocab, int6
 
 at::Tensor linear_cross_entropy(const at::Tensor& h, const at::Tensor& weight,
                                 const at::Tensor& targets, int64_t vocab, int64_t chunk_rows) {
-  require(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
-          fmt::format("h [rows, d] and weight [vocab, d] expected, got {} and {}", h.sizes(),
-                      weight.sizes()));
-  require(targets.dim() == 1 && targets.size(0) == h.size(0) && targets.scalar_type() == at::kLong,
-          fmt::format("targets must be int64 [{}], got {} {}", h.size(0),
-                      c10::toString(targets.scalar_type()), targets.sizes()));
-  require(vocab >= 1 && vocab <= weight.size(0),
-          fmt::format("vocab {} must be in [1, {}] (the weight's rows)", vocab, weight.size(0)));
-  require(h.size(0) >= 1, "no rows");
+  require_lce(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
+              fmt::format("h [rows, d] and weight [vocab, d] expected, got {} and {}", h.sizes(),
+                          weight.sizes()));
+  require_lce(
+      targets.dim() == 1 && targets.size(0) == h.size(0) && targets.scalar_type() == at::kLong,
+      fmt::format("targets must be int64 [{}], got {} {}", h.size(0),
+                  c10::toString(targets.scalar_type()), targets.sizes()));
+  require_lce(
+      vocab >= 1 && vocab <= weight.size(0),
+      fmt::format("vocab {} must be in [1, {}] (the weight's rows)", vocab, weight.size(0)));
+  require_lce(h.size(0) >= 1, "no rows");
   if (at::GradMode::is_enabled() && (h.requires_grad() || weight.requires_grad())) {
     return LinearCrossEntropy::apply(h, weight, targets, vocab, chunk_rows);
   }
