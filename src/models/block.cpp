@@ -168,8 +168,8 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
     std::tie(q, k) = o.position->apply(q, k, positions);
   }
   if (call.documents != nullptr) {
-    require(!cached && call.mask == nullptr,
-            "packed documents with a mask or a KV cache are not supported");
+    require_block(!cached && call.mask == nullptr,
+                  "packed documents with a mask or a KV cache are not supported");
     const at::Tensor a = call.documents->attend(q, k, v, call.dropout);
     return attn_out_->forward(a.transpose(1, 2).reshape({n, t, o.heads * hd}));
   }
