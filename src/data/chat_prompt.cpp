@@ -8,14 +8,11 @@
 #include <sstream>
 
 #include "data/errors.h"
+#include "data/mapped_file.h"
 
 namespace data {
 namespace {
 
-bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 bool is_file(const std::string& path) {
   struct stat st {};

@@ -16,6 +16,7 @@
 
 #include "core/splitmix.h"
 #include "data/errors.h"
+#include "data/mapped_file.h"
 #include "data/readers.h"
 
 namespace data {
@@ -28,10 +29,6 @@ uint64_t sample_hash(uint64_t stream, int64_t i) {
   return splitmix64(stream ^ splitmix64(static_cast<uint64_t>(i)));
 }
 
-bool is_directory(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
 
 bool ends_with_png(const std::string& name) {
   if (name.size() <= 4) return false;

@@ -8,6 +8,9 @@
 
 namespace data {
 
+// True for a path that exists and is a directory (stat(2): no exception, symlinks followed).
+bool is_directory(const std::string& path);
+
 class MappedFile {
  public:
   // Throws DataError naming `path` and `what` (say "token shard") for a file that cannot be

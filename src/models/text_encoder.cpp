@@ -19,7 +19,7 @@ using io::SafetensorsError;
 namespace {
 
 constexpr double kEncoderNormEps = 1e-5;  // GPT-2's
-constexpr double kInitStd = 0.02;         // GPT-2's
+constexpr double kEncoderInitStd = 0.02;         // GPT-2's
 
 void check_positive(const char* what, int64_t value) {
   if (value <= 0) {
@@ -67,14 +67,14 @@ TextEncoder::TextEncoder(const TextEncoderOptions& o) : options_(o) {
     return at::normal(0.0, std, shape, gen, f32);
   };
   const int64_t d = o.dim;
-  const double residual_std = kInitStd / std::sqrt(2.0 * double(o.layers));
-  wte_ = add("wte.weight", normal({kVocab, d}, kInitStd));
-  wpe_ = add("wpe.weight", normal({o.max_len, d}, kInitStd));
+  const double residual_std = kEncoderInitStd / std::sqrt(2.0 * double(o.layers));
+  wte_ = add("wte.weight", normal({kVocab, d}, kEncoderInitStd));
+  wpe_ = add("wpe.weight", normal({o.max_len, d}, kEncoderInitStd));
   blocks_ = add_blocks(*this, "h", o.layers, frozen_block(o), [&](Block& b) {
     // Drawn per block in GPT-2's order; norms 1 and 0, biases 0 as the block built them.
-    b.qkv().weight.normal_(0.0, kInitStd, gen);
+    b.qkv().weight.normal_(0.0, kEncoderInitStd, gen);
     b.attn_out().weight.normal_(0.0, residual_std, gen);
-    b.up().weight.normal_(0.0, kInitStd, gen);
+    b.up().weight.normal_(0.0, kEncoderInitStd, gen);
     b.mlp_out().weight.normal_(0.0, residual_std, gen);
   });
   ln_f_w_ = add("ln_f.weight", at::ones({d}, f32));

@@ -15,7 +15,7 @@ namespace models {
 namespace {
 
 constexpr double kGpt2NormEps = 1e-5;  // GPT-2's
-constexpr double kInitStd = 0.02;      // GPT-2's
+constexpr double kGpt2InitStd = 0.02;      // GPT-2's
 
 struct Preset {
   const char* name;
@@ -49,7 +49,7 @@ void init_gpt2(Block& block, double residual_std) {
   at::NoGradGuard no_grad;
   for (Projection* p : {&block.qkv(), &block.attn_out(), &block.up(), &block.mlp_out()}) {
     const bool residual = p == &block.attn_out() || p == &block.mlp_out();
-    p->weight.normal_(0.0, residual ? residual_std : kInitStd);
+    p->weight.normal_(0.0, residual ? residual_std : kGpt2InitStd);
     p->bias.zero_();
   }
 }
@@ -119,14 +119,14 @@ Gpt::Gpt(Resolved, const GptOptions& o)
   Layers& l = *layers_;
   l.wte = register_module("wte", torch::nn::Embedding(o.padded_vocab_size, d));
   l.wpe = register_module("wpe", torch::nn::Embedding(o.context, d));
-  const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(o.num_layers));
+  const double residual_std = kGpt2InitStd / std::sqrt(2.0 * static_cast<double>(o.num_layers));
   blocks_ = add_blocks(*this, "h", o.num_layers, gpt_block(o),
                        [residual_std](Block& block) { init_gpt2(block, residual_std); });
   l.ln_f = register_module(
       "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kGpt2NormEps)));
   at::NoGradGuard no_grad;
-  l.wte->weight.normal_(0.0, kInitStd);
-  l.wpe->weight.normal_(0.0, kInitStd);
+  l.wte->weight.normal_(0.0, kGpt2InitStd);
+  l.wpe->weight.normal_(0.0, kGpt2InitStd);
 }
 
 Gpt::~Gpt() = default;
