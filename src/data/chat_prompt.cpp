@@ -13,7 +13,6 @@
 namespace data {
 namespace {
 
-
 bool is_file(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);

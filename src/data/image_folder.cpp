@@ -29,7 +29,6 @@ uint64_t sample_hash(uint64_t stream, int64_t i) {
   return splitmix64(stream ^ splitmix64(static_cast<uint64_t>(i)));
 }
 
-
 bool ends_with_png(const std::string& name) {
   if (name.size() <= 4) return false;
   std::string ext = name.substr(name.size() - 4);

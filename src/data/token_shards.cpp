@@ -33,7 +33,6 @@ constexpr char kDocsMagic[] = "TRAINDOC";
 constexpr uint32_t kSidecarVersion = 1;
 constexpr int64_t kSidecarHeaderBytes = 32;
 
-
 bool is_file(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);

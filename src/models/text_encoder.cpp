@@ -19,7 +19,7 @@ using io::SafetensorsError;
 namespace {
 
 constexpr double kEncoderNormEps = 1e-5;  // GPT-2's
-constexpr double kEncoderInitStd = 0.02;         // GPT-2's
+constexpr double kEncoderInitStd = 0.02;  // GPT-2's
 
 void check_positive(const char* what, int64_t value) {
   if (value <= 0) {

@@ -15,7 +15,7 @@ namespace models {
 namespace {
 
 constexpr double kGpt2NormEps = 1e-5;  // GPT-2's
-constexpr double kGpt2InitStd = 0.02;      // GPT-2's
+constexpr double kGpt2InitStd = 0.02;  // GPT-2's
 
 struct Preset {
   const char* name;
