@@ -2,13 +2,21 @@
 // rank_sampler.h), the loader reading this rank's slice of the coming steps ahead (data/
 // loader.h), and the plan that cuts the slice into micro-batches (ddp/batch_plan.h). The
 // micro-batch is the same on every rank; a memory fallback changes it (set_micro_batch), never
-// the slice, so a step re-run after a fallback reads the same samples.
+// the slice, so a step re-run after a fallback reads the same samples. A mixture of sources
+// (data.mixture) is drawn by weight (ddp/mixture_order.h): rank 0 logs its sources at start-up
+// and, once, the step at which each first wraps around into a new pass.
+//
+// Test hook: with the environment variable TRAINER_TEST_DATA_ORDER=DIR, every rank appends a
+// line "STEP OFFSET INDEX..." per step it reads (its slice of the global batch, as dataset
+// indices) to DIR/rank_R.txt, so that a test can compare the sample order of runs.
 #pragma once
 
 #include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -41,7 +49,7 @@ class Batches {
   // The loader's workers start reading ahead (the micro-batch chosen).
   void start();
   // This rank's slice of batch `index` (from 0), read ahead by the loader.
-  data::Batch get(int64_t index) { return loader_->get(index); }
+  data::Batch get(int64_t index);
   // The device copy of `n` samples of `batch` from `offset` (n == 0: the slice's last sample,
   // which a rank with fewer samples than micro-batches runs with weight 0).
   data::Batch micro_batch(const data::Batch& batch, int64_t offset, int64_t n) const;
@@ -62,8 +70,17 @@ class Batches {
   ddp::BatchPlan plan_;
   ddp::RankSampler sampler_;
   std::unique_ptr<data::Loader> loader_;
+  std::vector<int64_t> wrap_steps_;  // a mixture: per source, the step (from 0) of its first wrap
+  std::vector<bool> wrap_logged_;    // ... and whether rank 0 logged it
+  std::string order_dir_;            // TRAINER_TEST_DATA_ORDER
+  std::unique_ptr<ddp::RankSampler> order_sampler_;  // its own: the loader's runs on workers
 
   void replan(int64_t micro_batch, bool equal_counts);
+  // A mixture: rank 0's line of its sources (at start-up).
+  void describe_mixture() const;
+  // A mixture: rank 0 logs the sources that first wrap around in step `index` (once each).
+  void log_wraps(int64_t index);
+  void record_order(int64_t index);
 };
 
 }  // namespace train
