@@ -63,7 +63,8 @@ int64_t padded_vocab(int64_t vocab);
 class CausalLm : public LanguageModel,
                  public ActivationCheckpointing,
                  public ChunkedLoss,
-                 public ParameterUnits {
+                 public ParameterUnits,
+                 public HiddenMatrices {
  public:
   ~CausalLm() override;
 
@@ -91,6 +92,9 @@ class CausalLm : public LanguageModel,
 
   std::vector<std::vector<std::string>> parameter_units() const final;
   void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
+
+  // The blocks' 2-D weights (attention and MLP projections), in registration order.
+  std::vector<std::string> hidden_matrices() const final;
 
  protected:
   explicit CausalLm(CausalLmDims dims);
