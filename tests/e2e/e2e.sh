@@ -1091,6 +1091,35 @@ assert all(len(r[s]) == 13 for r in runs.values() for s in range(1, 31))
 assert len(set(hashes.values())) == 1, hashes
 PY
     ;;
+  muon_np2)
+    # train.optimizer: muon through the binary: the owner plan logged once, the momentum in the
+    # checkpoint in place of the hidden matrices' AdamW moments (muon.momentum.<name>), a resume
+    # of 2 ranks under parameters on 1 rank under none; the mistakes exit 2 naming the key.
+    muon=(--config "$src/configs/gpt-tiny.yaml" --set train.optimizer=muon --set train.warmup_steps=1
+          --set train.eval_every=1000 --set train.sample_every=0 --set log.every=3
+          --set checkpoint.dir="$work/ck" --set checkpoint.async=false)
+    run mpirun -np 2 "$trainer" "${muon[@]}" --set ddp.shard=parameters --set train.steps=6 --set checkpoint.every=6
+    expect_rc 0
+    expect_grep "muon: 8 hidden matrices \([0-9.]+M parameters\) in [0-9]+ bucket\(s\), Newton-Schulz \(5 steps, BFloat16\) by one owner each, balanced by FLOPs per step: rank 0: 4 .*rank 1: 4 "
+    [ "$(grep -c "muon: 8 hidden matrices" "$out")" = 1 ] || fail "the owner plan is not logged exactly once"
+    manifest="$work/ck/step_000006/manifest.json"
+    grep -q '"muon.momentum.h.0.attn.c_attn.weight"' "$manifest" || fail "no Muon momentum in $manifest"
+    ! grep -q '"adamw.exp_avg_sq.h.0.attn.c_attn.weight"' "$manifest" || fail "a Muon matrix has AdamW moments"
+    grep -q '"adamw.exp_avg_sq.wte.weight"' "$manifest" || fail "the embedding has no AdamW moments"
+    run "$trainer" "${muon[@]}" --set train.steps=8 --set checkpoint.resume="$work/ck/step_000006"
+    expect_rc 0; expect_grep "resumed from .*step_000006: 6 steps done"; expect_grep "done: 8 steps"
+    run "$trainer" "${muon[@]}" --set train.optimizer=adamw --set train.steps=8 --set checkpoint.resume="$work/ck/step_000006"
+    expect_rc 2; expect_grep "written for another optimizer \(compare the train.optimizer key"
+    run "$trainer" --config "$src/configs/mlp.yaml" --set train.optimizer=muon --set checkpoint.dir=
+    expect_rc 2; expect_grep "train.optimizer: muon needs a model that names its hidden layers' weight matrices"
+    for bad in "train.schedule=wsdx|train.schedule: 'wsdx' is not one of: cosine, linear, constant, wsd" \
+               "train.decay_fraction=1.5|train.decay_fraction: 1.5 is out of range" \
+               "train.decay_shape=sqrt|train.decay_shape: 'sqrt' is not one of: linear, cosine, 1-sqrt" \
+               "train.muon_momentum=1|train.muon_momentum: 1 is out of range: must be in \[0, 1\)" \
+               "train.muon_lr=0|train.muon_lr: 0 is out of range"; do
+      run "$trainer" "${muon[@]}" --set train.steps=2 --set "${bad%%|*}"
+      expect_rc 2; expect_grep "${bad#*|}"; expect_no_grep "step +1/"
+    done ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"
