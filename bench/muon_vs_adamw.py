@@ -4,13 +4,14 @@ run of each (lowest validation loss at the end) as loss against steps and agains
 plot (docs/muon-vs-adamw.png) and a table; then Muon's step time against AdamW's under each
 ddp.shard mode. Prints markdown tables for bench/RESULTS.md.
 
-usage: python bench/muon_vs_adamw.py TRAINER OUTDIR [--quick]
+usage: python bench/muon_vs_adamw.py TRAINER OUTDIR [--quick] [--overhead]
   (run from the repository root: the configs' data paths are relative to it)
 
 Every run: mpirun -np 2 TRAINER --config CONFIG --set ... with log.every 10, metrics.jsonl
 (the training loss and wall time of every logged step, the validation loss of every evaluation).
 Muon's runs keep AdamW's best learning rate for their AdamW group (embeddings, output layer,
-norms, biases) and sweep train.muon_lr. --quick: a third of the steps, for a smoke test.
+norms, biases) and sweep train.muon_lr. --quick: a third of the steps (the overhead: 60 steps
+instead of 120). --overhead: only the step-time table.
 """
 import json
 import os
@@ -123,20 +124,24 @@ def tables(results):
 def overhead(trainer, outdir, quick):
     print("\n| ddp.shard | AdamW samples/s | Muon samples/s | Muon step time / AdamW's |")
     print("|---|---:|---:|---:|")
-    steps = 40 if quick else 120
+    steps = 60 if quick else 120
     for mode in MODES:
         rates = {}
         for opt in ("adamw", "muon"):
             r = run(trainer, outdir, f"overhead-{mode}-{opt}", "configs/quickstart.yaml",
-                    [f"train.steps={steps}", "train.eval_every=100000", f"ddp.shard={mode}",
+                    [f"train.steps={steps}", "train.warmup_steps=5", "train.eval_every=100000",
+                     f"ddp.shard={mode}",
                      f"train.optimizer={opt}"])
             rates[opt] = r["samples_per_s"]
         print(f"| {mode} | {rates['adamw']:.1f} | {rates['muon']:.1f} | "
               f"{rates['adamw'] / rates['muon']:.3f} |")
 
 
-def main(trainer, outdir, quick):
+def main(trainer, outdir, quick, only_overhead):
     os.makedirs(outdir, exist_ok=True)
+    if only_overhead:
+        overhead(trainer, outdir, quick)
+        return
     results = {k: sweep(trainer, outdir, k, c, quick) for k, c in CONFIGS.items()}
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(results, f)
@@ -146,7 +151,7 @@ def main(trainer, outdir, quick):
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--quick"]
+    args = [a for a in sys.argv[1:] if a not in ("--quick", "--overhead")]
     if len(args) != 2:
         sys.exit(__doc__)
-    main(args[0], args[1], "--quick" in sys.argv)
+    main(args[0], args[1], "--quick" in sys.argv, "--overhead" in sys.argv)
