@@ -28,6 +28,13 @@ T parse_number(const std::string& path, const std::map<std::string, std::string>
 
 std::string exp_avg_key(const std::string& param) { return "adamw.exp_avg." + param; }
 std::string exp_avg_sq_key(const std::string& param) { return "adamw.exp_avg_sq." + param; }
+std::string muon_momentum_key(const std::string& param) { return "muon.momentum." + param; }
+std::string first_moment_key(const std::string& param, bool muon) {
+  return muon ? muon_momentum_key(param) : exp_avg_key(param);
+}
+std::string second_moment_key(const std::string& param, bool muon) {
+  return muon ? std::string() : exp_avg_sq_key(param);
+}
 std::string param_key(const std::string& name) { return std::string(io::kParamKeyPrefix) + name; }
 
 int64_t metadata_number(const std::string& path, const std::map<std::string, std::string>& meta,

@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "io/shard_manifest.h"
 
@@ -40,6 +41,9 @@ struct CheckpointMeta {
   uint64_t seed = 0;
   int world_size = 0;
   std::string config;  // the run's effective configuration (YAML); may be empty
+  // The learning-rate schedule's plan (train/schedule.h, written and read by the Trainer as
+  // text); empty in older checkpoints.
+  std::string schedule;
 };
 
 struct Checkpoint {
@@ -58,6 +62,17 @@ enum class ShardedRead { kWhole, kOpen };
 // Keys of AdamW's moments for the parameter named `param`.
 std::string exp_avg_key(const std::string& param);
 std::string exp_avg_sq_key(const std::string& param);
+// The key of Muon's momentum for the matrix named `param` ("muon.momentum.<name>").
+std::string muon_momentum_key(const std::string& param);
+// A parameter's optimizer state is held in two moments (FusedAdamW's, train/optimizer.h); for a
+// matrix Muon updates (`muon`), the first holds its momentum and the second is unused and not
+// written. The keys of the two: AdamW's, or Muon's momentum and "" (none).
+std::string first_moment_key(const std::string& param, bool muon);
+std::string second_moment_key(const std::string& param, bool muon);
+// Whether the parameter at `index` is one of `muon`'s (per parameter; empty: none is).
+inline bool is_muon(const std::vector<bool>& muon, size_t index) {
+  return index < muon.size() && muon[index];
+}
 // The key of the parameter named `name` ("param.<name>": io/checkpoint_keys.h).
 std::string param_key(const std::string& name);
 

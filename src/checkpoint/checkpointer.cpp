@@ -144,9 +144,10 @@ std::string Checkpointer::path_of(const std::string& name) const {
   return fmt::format("{}/{}{}", options_.dir, name, kSuffix);
 }
 
-CheckpointMeta Checkpointer::meta(int64_t steps_done) const {
-  return {steps_done, record_.global_batch_size, record_.seed, comms_.control.size(),
-          record_.config_text};
+CheckpointMeta Checkpointer::meta(int64_t steps_done, const RunState& state) const {
+  return {steps_done,          record_.global_batch_size,
+          record_.seed,        comms_.control.size(),
+          record_.config_text, state.schedule};
 }
 
 std::string Checkpointer::save(const std::string& path, int64_t steps_done, const RunState& state) {
@@ -189,14 +190,14 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_single(const std::string&
   }
   std::map<std::string, at::Tensor> host;
   const std::string failed =
-      copy_to_host(checkpoint_tensors(*state.model, exp_avgs, exp_avg_sqs), host);
+      copy_to_host(checkpoint_tensors(*state.model, exp_avgs, exp_avg_sqs, state.muon), host);
   p->host_copy_s = seconds_since(started);
-  p->write =
-      launch_write(options_.async, [host = std::move(host), path, meta = meta(steps_done), failed] {
-        if (!failed.empty()) throw CheckpointError(failed);
-        write_checkpoint_tensors(path, host, meta);
-        return std::string(kSingleFileWritten);
-      });
+  p->write = launch_write(options_.async,
+                          [host = std::move(host), path, meta = meta(steps_done, state), failed] {
+                            if (!failed.empty()) throw CheckpointError(failed);
+                            write_checkpoint_tensors(path, host, meta);
+                            return std::string(kSingleFileWritten);
+                          });
   return p;
 }
 
@@ -215,6 +216,7 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string
   }
   shards.exp_avgs = state.exp_avgs;
   shards.exp_avg_sqs = state.exp_avg_sqs;
+  shards.muon = state.muon;
   // The files: one per rank of the shard group (the world; hybrid, a node), written by the first
   // node's ranks (every node holds the same blocks), file f by the group's rank f.
   const int files = comms_.shard.size();
@@ -231,7 +233,7 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string
   const std::string failed =
       writes ? copy_to_host(shard_content(shards, files, index, true).tensors, host) : "";
   p->host_copy_s = seconds_since(started);
-  const CheckpointMeta m = meta(steps_done);
+  const CheckpointMeta m = meta(steps_done, state);
   p->manifest = {
       m.world_size,
       std::string(ddp::kShardModeNames[static_cast<size_t>(state.reducer->shard_mode())]),
@@ -240,7 +242,8 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string
       m.seed,
       m.config,
       logical_tensors(shards),
-      {}};
+      {},
+      m.schedule};
   for (int f = 0; f < files; ++f) {  // every file's pieces; sizes and CRCs come with the votes
     p->manifest.files.push_back(
         {io::shard_file_name(f), f, 0, "", shard_content(shards, files, f, false).pieces});

@@ -66,9 +66,17 @@ struct RunState {
   ddp::Reducer* reducer = nullptr;  // the buckets: layout, blocks, unshard, shard_from
   // AdamW's moments: one per parameter (unsharded), or this rank's block of each bucket.
   std::vector<at::Tensor> exp_avgs, exp_avg_sqs;
+  // Per parameter: a matrix whose state is Muon's momentum, in exp_avgs' elements (written as
+  // "muon.momentum.<name>"; its exp_avg_sqs elements are unused and not written). Empty: none.
+  std::vector<bool> muon;
   // ddp.shard: parameters: gathers every unit while the returned handle lives (collective);
   // empty otherwise. The single file needs the whole model.
   std::function<std::shared_ptr<void>()> gather_units;
+  // The learning-rate schedule's plan as text (CheckpointMeta::schedule): written with every
+  // checkpoint; resume() hands the checkpoint's, with its steps done, to `resume_schedule` on
+  // every rank (not called when the checkpoint has none).
+  std::string schedule;
+  std::function<void(int64_t steps_done, const std::string& plan)> resume_schedule;
 };
 
 class Checkpointer {
@@ -120,7 +128,7 @@ class Checkpointer {
   // it). Voted.
   void read_own_moments(const std::string& step_dir, const io::ShardManifest* manifest,
                         const RunState& state);
-  CheckpointMeta meta(int64_t steps_done) const;
+  CheckpointMeta meta(int64_t steps_done, const RunState& state) const;
 
   CheckpointOptions options_;
   RunRecord record_;

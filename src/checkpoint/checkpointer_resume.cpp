@@ -21,37 +21,52 @@ namespace {
 // `state`'s per-bucket moments (the elements it owns; zeros in the padding).
 void read_moment_blocks(ShardedReader& reader, const RunState& state);
 
+// `text` (rank 0's, of `length` bytes: every rank knows the length) on every rank. Collective.
+std::string broadcast_text(ddp::Communicator& comm, const std::string& text, int64_t length,
+                           const char* what) {
+  at::Tensor bytes = at::zeros({length}, at::kByte);
+  if (comm.rank() == 0) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  comm.broadcast(bytes, 0, what);
+  return std::string(static_cast<const char*>(bytes.data_ptr()), length);
+}
+
 }  // namespace
 
 int64_t Checkpointer::resume(const Checkpoint* ckpt, const RunState& state) {
   // Rank 0 chose the checkpoint (and applied its parameters to the model before the Trainer
-  // broadcast them). The step, and for an opened sharded checkpoint the length of its path (-1:
-  // rank 0 holds whole tensors), go to every rank.
+  // broadcast them). The step, the length of the schedule's plan, and for an opened sharded
+  // checkpoint the length of its path (-1: rank 0 holds whole tensors), go to every rank.
   const bool opened = ckpt != nullptr && ckpt->manifest.has_value();
-  at::Tensor head = at::tensor({ckpt != nullptr ? ckpt->meta.step : int64_t{-1},
-                                opened ? static_cast<int64_t>(ckpt->path.size()) : int64_t{-1}},
-                               at::kLong);
+  const int64_t schedule_length =
+      ckpt != nullptr ? static_cast<int64_t>(ckpt->meta.schedule.size()) : 0;
+  at::Tensor head =
+      at::tensor({ckpt != nullptr ? ckpt->meta.step : int64_t{-1},
+                  opened ? static_cast<int64_t>(ckpt->path.size()) : int64_t{-1}, schedule_length},
+                 at::kLong);
   comms_.control.broadcast(head, 0, "resume step");
   const int64_t steps_done = head[0].item<int64_t>();
   const int64_t path_length = head[1].item<int64_t>();
   if (steps_done < 0) return 0;
+  if (head[2].item<int64_t>() > 0) {
+    const std::string plan = broadcast_text(comms_.control, ckpt ? ckpt->meta.schedule : "",
+                                            head[2].item<int64_t>(), "resume schedule");
+    if (state.resume_schedule) state.resume_schedule(steps_done, plan);
+  }
   at::NoGradGuard no_grad;
   if (path_length >= 0) {
-    at::Tensor path = at::zeros({path_length}, at::kByte);
-    if (opened) std::memcpy(path.data_ptr(), ckpt->path.data(), ckpt->path.size());
-    comms_.control.broadcast(path, 0, "resume path");
-    read_own_moments(std::string(static_cast<const char*>(path.data_ptr()), path_length),
-                     opened ? &*ckpt->manifest : nullptr, state);
+    const std::string path =
+        broadcast_text(comms_.control, opened ? ckpt->path : "", path_length, "resume path");
+    read_own_moments(path, opened ? &*ckpt->manifest : nullptr, state);
     return steps_done;
   }
   const auto named = state.model->named_parameters();
   if (state.reducer->sharded()) {  // rank 0 holds full moments; each rank takes its blocks
     std::vector<at::Tensor> m, v;
-    if (ckpt != nullptr) {
-      for (const auto& item : named) {
-        m.push_back(ckpt->tensors.at(exp_avg_key(item.key())));
-        v.push_back(ckpt->tensors.at(exp_avg_sq_key(item.key())));
-      }
+    for (size_t i = 0; ckpt != nullptr && i < named.size(); ++i) {
+      const std::string& name = named[i].key();
+      const bool muon = is_muon(state.muon, i);  // no second moment: zeros, unused
+      m.push_back(ckpt->tensors.at(first_moment_key(name, muon)));
+      v.push_back(muon ? at::zeros_like(m.back()) : ckpt->tensors.at(exp_avg_sq_key(name)));
     }
     state.reducer->shard_from(ckpt != nullptr ? &m : nullptr, state.exp_avgs);
     state.reducer->shard_from(ckpt != nullptr ? &v : nullptr, state.exp_avg_sqs);
@@ -59,12 +74,13 @@ int64_t Checkpointer::resume(const Checkpoint* ckpt, const RunState& state) {
   }
   for (size_t i = 0; i < named.size(); ++i) {
     const std::string& name = named[i].key();
+    const bool muon = is_muon(state.muon, i);  // the same on every rank
     if (ckpt != nullptr) {
-      state.exp_avgs[i].copy_(ckpt->tensors.at(exp_avg_key(name)));
-      state.exp_avg_sqs[i].copy_(ckpt->tensors.at(exp_avg_sq_key(name)));
+      state.exp_avgs[i].copy_(ckpt->tensors.at(first_moment_key(name, muon)));
+      if (!muon) state.exp_avg_sqs[i].copy_(ckpt->tensors.at(exp_avg_sq_key(name)));
     }
-    comms_.data.broadcast(state.exp_avgs[i], 0, "AdamW state of " + name);
-    comms_.data.broadcast(state.exp_avg_sqs[i], 0, "AdamW state of " + name);
+    comms_.data.broadcast(state.exp_avgs[i], 0, "optimizer state of " + name);
+    if (!muon) comms_.data.broadcast(state.exp_avg_sqs[i], 0, "optimizer state of " + name);
   }
   return steps_done;
 }
@@ -91,8 +107,9 @@ void Checkpointer::read_own_moments(const std::string& step_dir, const io::Shard
       // optimizer state, rather than rank 0 reading and broadcasting them (no copy on rank 0).
       const auto named = state.model->named_parameters();
       for (size_t i = 0; i < named.size(); ++i) {
-        reader.read_whole(exp_avg_key(named[i].key()), state.exp_avgs[i]);
-        reader.read_whole(exp_avg_sq_key(named[i].key()), state.exp_avg_sqs[i]);
+        const bool muon = is_muon(state.muon, i);
+        reader.read_whole(first_moment_key(named[i].key(), muon), state.exp_avgs[i]);
+        if (!muon) reader.read_whole(exp_avg_sq_key(named[i].key()), state.exp_avg_sqs[i]);
       }
     }
     resume_bytes_read_ = reader.bytes_read();
@@ -119,7 +136,7 @@ void read_moment_blocks(ShardedReader& reader, const RunState& state) {
   const auto& layout = state.reducer->layout();
   const auto shards = state.reducer->shards();
   const std::vector<at::Tensor>* moments[] = {&state.exp_avgs, &state.exp_avg_sqs};
-  std::string (*const keys[])(const std::string&) = {exp_avg_key, exp_avg_sq_key};
+  std::string (*const keys[])(const std::string&, bool) = {first_moment_key, second_moment_key};
   for (size_t b = 0; b < layout.size(); ++b) {
     const ddp::BucketShard& shard = shards[b];
     for (size_t k = 0; k < 2; ++k) {
@@ -136,7 +153,9 @@ void read_moment_blocks(ShardedReader& reader, const RunState& state) {
         const auto [first, last] = shard.owned(offset, p.numel());
         if (first >= last) continue;
         at::Tensor into = host.narrow(0, first - shard.begin, last - first);
-        const std::string key = keys[k](named[layout[b].params[j]].key());
+        const std::string key =
+            keys[k](named[layout[b].params[j]].key(), is_muon(state.muon, layout[b].params[j]));
+        if (key.empty()) continue;  // Muon's unused second moment: zeros
         if (reader.order(key) == element_order_of(p)) {
           reader.read(key, first - offset, into);  // the file's order is the bucket's
           continue;

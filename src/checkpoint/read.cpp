@@ -6,6 +6,8 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
 #include <system_error>
 
@@ -16,22 +18,29 @@
 namespace checkpoint {
 namespace {
 
-// Everything a checkpoint of `model` holds: its entries, then both moments of each parameter
-// (with the parameter, whose shape and dtype they share).
-std::vector<std::pair<std::string, at::Tensor>> expected_tensors(models::Model& model) {
-  auto out = model_entries(model);
-  const auto params = model.named_parameters();
-  for (const auto& item : params) out.emplace_back(exp_avg_key(item.key()), item.value());
-  for (const auto& item : params) out.emplace_back(exp_avg_sq_key(item.key()), item.value());
-  return out;
-}
-
 // A tensor's shape and dtype, as a checkpoint holds it (a tensor, or an opened sharded
 // checkpoint's logical tensor).
 struct Held {
   std::vector<int64_t> sizes;
   at::ScalarType dtype;
 };
+
+// Everything a checkpoint of `model` holds: its entries, then the moments of each parameter
+// (with the parameter, whose shape and dtype they share): AdamW's two, or the momentum of a
+// matrix in `muon`. With `any_optimizer`, each parameter's as the checkpoint `held` has them.
+std::vector<std::pair<std::string, at::Tensor>> expected_tensors(
+    models::Model& model, const std::set<std::string>& muon, bool any_optimizer,
+    const std::map<std::string, Held>& held) {
+  auto out = model_entries(model);
+  for (const auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    const bool is_muon =
+        any_optimizer ? held.count(muon_momentum_key(name)) > 0 : muon.count(name) > 0;
+    out.emplace_back(first_moment_key(name, is_muon), item.value());
+    if (!is_muon) out.emplace_back(second_moment_key(name, is_muon), item.value());
+  }
+  return out;
+}
 
 std::string describe(at::IntArrayRef sizes, at::ScalarType dtype) {
   return fmt::format("{} {}", sizes, c10::toString(dtype));
@@ -64,16 +73,21 @@ Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded) {
   return read_single_file(path);
 }
 
-void check_compatible(const Checkpoint& ckpt, models::Model& model) {
-  const auto expected = expected_tensors(model);
+void check_compatible(const Checkpoint& ckpt, models::Model& model,
+                      const std::optional<std::vector<std::string>>& muon) {
   const auto held = held_tensors(ckpt);
+  const std::set<std::string> matrices =
+      muon ? std::set<std::string>(muon->begin(), muon->end()) : std::set<std::string>();
+  const auto expected = expected_tensors(model, matrices, !muon.has_value(), held);
   for (const auto& [key, t] : expected) {
     const auto it = held.find(key);
     if (it == held.end()) {
+      const bool moment = !key.starts_with("param.") && !key.starts_with("buffer.");
       throw CheckpointError(fmt::format(
-          "{}: the model has '{}' ({}), the checkpoint does not: it was written for another model "
-          "(compare the model section of the config)",
-          ckpt.path, key, describe(t)));
+          "{}: the model has '{}' ({}), the checkpoint does not: it was written for another {} "
+          "(compare the {} section of the config)",
+          ckpt.path, key, describe(t), moment ? "optimizer" : "model",
+          moment ? "train.optimizer key of the train" : "model"));
     }
     if (t.sizes() != at::IntArrayRef(it->second.sizes) || it->second.dtype != t.scalar_type()) {
       throw CheckpointError(fmt::format(

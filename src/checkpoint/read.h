@@ -11,6 +11,7 @@
 // tensors straight from the files, and Checkpointer::resume has every rank read its own moments.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,13 @@ Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded = Sharde
 
 // Throws CheckpointError unless `ckpt` holds exactly the parameters (with moments) and non-cache
 // buffers of `model`, with the same shapes and dtypes (an opened sharded checkpoint: its
-// manifest's logical tensors; the same messages).
-void check_compatible(const Checkpoint& ckpt, models::Model& model);
+// manifest's logical tensors; the same messages). The moments are the optimizer's of the run:
+// `muon` names the matrices whose state is Muon's momentum (train.optimizer: muon; empty:
+// adamw); nullopt accepts either for each parameter (only the weights are used: --generate,
+// --export-hf).
+void check_compatible(
+    const Checkpoint& ckpt, models::Model& model,
+    const std::optional<std::vector<std::string>>& muon = std::vector<std::string>{});
 
 // Copies the checkpoint's parameters and non-cache buffers into `model` (an opened sharded
 // checkpoint: read from its files straight into the model's tensors).

@@ -26,16 +26,24 @@ std::string bucket_key(size_t bucket, const char* what) {
   return fmt::format("bucket_{:05d}.{}", bucket, what);
 }
 
-// The three logical tensors of a parameter and the state that holds each.
+// The three logical tensors of a parameter and the state that holds each: its key for a
+// parameter (a matrix Muon updates has no second moment: "").
 struct Part {
-  std::string (*key)(const std::string&);
+  std::string (*key)(const std::string& name, bool muon);
   const char* suffix;
   const std::vector<at::Tensor> ShardedState::*state;
 };
 
-const Part kParts[] = {{param_key, "param", &ShardedState::param_blocks},
-                       {exp_avg_key, "exp_avg", &ShardedState::exp_avgs},
-                       {exp_avg_sq_key, "exp_avg_sq", &ShardedState::exp_avg_sqs}};
+std::string param_part(const std::string& name, bool) { return param_key(name); }
+
+const Part kParts[] = {{param_part, "param", &ShardedState::param_blocks},
+                       {first_moment_key, "exp_avg", &ShardedState::exp_avgs},
+                       {second_moment_key, "exp_avg_sq", &ShardedState::exp_avg_sqs}};
+
+// The key of `part` of parameter `p` ("": none).
+std::string key_of(const Part& part, const ShardedState& s, size_t p) {
+  return part.key(s.params[p].first, is_muon(s.muon, p));
+}
 
 // Sharded: this rank's block of each bucket, a piece per parameter it owns elements of.
 void bucket_pieces(const ShardedState& s, int world, int rank, bool with_tensors,
@@ -48,7 +56,9 @@ void bucket_pieces(const ShardedState& s, int world, int rank, bool with_tensors
       const auto [first, last] = shard.owned(layout[b].offsets[i], param.numel());
       if (first >= last) continue;
       for (const Part& part : kParts) {
-        out.pieces.push_back({part.key(name), first - layout[b].offsets[i], last - first,
+        const std::string key = key_of(part, s, layout[b].params[i]);
+        if (key.empty()) continue;
+        out.pieces.push_back({key, first - layout[b].offsets[i], last - first,
                               bucket_key(b, part.suffix), first - shard.begin});
       }
     }
@@ -75,7 +85,8 @@ void sliced_pieces(const ShardedState& s, int world, int rank, bool with_tensors
     const int64_t count = std::min(n, first + chunk) - first;
     if (count == 0) continue;
     for (const Part& part : kParts) {
-      const std::string key = part.key(name);
+      const std::string key = key_of(part, s, p);
+      if (key.empty()) continue;
       out.pieces.push_back({key, first, count, key, 0});
       if (!with_tensors) continue;
       const at::Tensor& full =
@@ -156,10 +167,13 @@ std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& sta
     }
     out[key] = {*dtype, t.sizes().vec()};
   };
-  for (const auto& [name, param] : state.params) {
+  for (size_t p = 0; p < state.params.size(); ++p) {
+    const at::Tensor& param = state.params[p].second;
     for (const Part& part : kParts) {
-      add(part.key(name), param);
-      out[part.key(name)].order = element_order_of(param);  // the buckets' and sliced_pieces'
+      const std::string key = key_of(part, state, p);
+      if (key.empty()) continue;
+      add(key, param);
+      out[key].order = element_order_of(param);  // the buckets' and sliced_pieces'
     }
   }
   for (const auto& [key, t] : state.buffers) add(key, t);  // whole, row-major
@@ -246,7 +260,7 @@ Checkpoint read_sharded_checkpoint(const std::string& step_dir) {
       throw CheckpointDamaged(e.what());
     }
   }
-  ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config};
+  ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config, m.schedule};
   return ckpt;
 }
 
@@ -256,7 +270,7 @@ Checkpoint open_sharded_checkpoint(const std::string& step_dir) {
   try {
     io::ShardManifest m = io::read_manifest(step_dir);
     io::verify_shard_files(step_dir, m);
-    ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config};
+    ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config, m.schedule};
     ShardedReader reader(step_dir, std::move(m));
     reader.check_pieces();
     ckpt.manifest = reader.manifest();

@@ -57,6 +57,8 @@ struct ShardedState {
   // This rank's state: sharded, one block per bucket (parameter_shards(), the optimizer's
   // per-bucket moments); unsharded, one full tensor per parameter (the moments).
   std::vector<at::Tensor> param_blocks, exp_avgs, exp_avg_sqs;
+  // Per parameter: Muon's (its exp_avgs hold "muon.momentum.<name>", no second moment).
+  std::vector<bool> muon;
 };
 
 struct ShardContent {

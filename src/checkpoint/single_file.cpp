@@ -50,7 +50,8 @@ std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& mod
 
 std::map<std::string, at::Tensor> checkpoint_tensors(models::Model& model,
                                                      const std::vector<at::Tensor>& exp_avgs,
-                                                     const std::vector<at::Tensor>& exp_avg_sqs) {
+                                                     const std::vector<at::Tensor>& exp_avg_sqs,
+                                                     const std::vector<bool>& muon) {
   std::map<std::string, at::Tensor> tensors;
   for (const auto& [key, t] : model_entries(model)) tensors.emplace(key, t.detach());
   const auto params = model.named_parameters();
@@ -58,8 +59,8 @@ std::map<std::string, at::Tensor> checkpoint_tensors(models::Model& model,
     throw std::logic_error("checkpoint_tensors: one pair of moments per parameter");
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    tensors.emplace(exp_avg_key(params[i].key()), exp_avgs[i]);
-    tensors.emplace(exp_avg_sq_key(params[i].key()), exp_avg_sqs[i]);
+    tensors.emplace(first_moment_key(params[i].key(), is_muon(muon, i)), exp_avgs[i]);
+    if (!is_muon(muon, i)) tensors.emplace(exp_avg_sq_key(params[i].key()), exp_avg_sqs[i]);
   }
   return tensors;
 }
@@ -82,6 +83,7 @@ void write_checkpoint_tensors(const std::string& path,
       {"checksum", tensor_checksum(tensors)},
   };
   if (!meta.config.empty()) metadata["config"] = meta.config;
+  if (!meta.schedule.empty()) metadata["schedule"] = meta.schedule;
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path target(path);
@@ -128,6 +130,7 @@ Checkpoint read_single_file(const std::string& path) {
   ckpt.meta.seed = metadata_unsigned(path, meta, "seed");
   ckpt.meta.world_size = static_cast<int>(metadata_number(path, meta, "world_size"));
   if (const auto c = meta.find("config"); c != meta.end()) ckpt.meta.config = c->second;
+  if (const auto s = meta.find("schedule"); s != meta.end()) ckpt.meta.schedule = s->second;
   // Checkpoints written before checksums were recorded carry none: nothing to verify.
   if (const auto sum = meta.find("checksum"); sum != meta.end()) {
     const std::string actual = tensor_checksum(ckpt.tensors);

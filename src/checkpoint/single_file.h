@@ -3,7 +3,8 @@
 //
 // Contents: "param.<name>" for every parameter, "buffer.<name>" for every buffer except embedding
 // caches (rebuilt on resume), "adamw.exp_avg.<name>" and "adamw.exp_avg_sq.<name>" for AdamW's
-// moments, and string metadata: the format (kSingleFileFormat), the optimizer steps completed
+// moments ("muon.momentum.<name>" alone for a matrix Muon updates), and string metadata: the format
+// (kSingleFileFormat), the optimizer steps completed
 // ("step"), the global batch size, seed and world size the run had, the run's configuration
 // (YAML) when known, and a CRC-32 of every tensor's name and bytes in name order ("checksum":
 // "crc32:xxxxxxxx").
@@ -30,10 +31,12 @@ namespace checkpoint {
 std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model);
 
 // What a single-file checkpoint holds under its keys: the model's entries (model_entries) and
-// AdamW's moments (one pair per parameter, in named_parameters() order). Views, not copies.
+// the optimizer's moments (one pair per parameter, in named_parameters() order; a matrix whose
+// `muon` flag is set: its momentum alone, first_moment_key). Views, not copies.
 std::map<std::string, at::Tensor> checkpoint_tensors(models::Model& model,
                                                      const std::vector<at::Tensor>& exp_avgs,
-                                                     const std::vector<at::Tensor>& exp_avg_sqs);
+                                                     const std::vector<at::Tensor>& exp_avg_sqs,
+                                                     const std::vector<bool>& muon = {});
 
 // Writes the model (parameters, non-cache buffers), AdamW's moments (one pair per parameter, in
 // named_parameters() order) and `meta`. Throws CheckpointError.

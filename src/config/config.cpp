@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "config/schema.h"
 
@@ -166,6 +168,34 @@ class ConfigReader {
   }
 
   // Rules between keys, reported where the user wrote one of them.
+  // data.mixture beside the other data keys, and its folders.
+  void check_mixture(const Config& c) {
+    const std::string at = origin_["data.mixture"];
+    if (c.data.dataset != "tokens") {
+      error(at, fmt::format("data.mixture: sources of token shards need data.dataset: tokens (it "
+                            "is {})",
+                            c.data.dataset));
+    }
+    for (const auto& [key, value] :
+         {std::pair{"data.path", &c.data.path}, std::pair{"data.val_path", &c.data.val_path}}) {
+      if (!value->empty()) {
+        error(origin_[key], fmt::format("{}: not with data.mixture, whose sources each name their "
+                                        "folder (validation shards: the *val* files in it); "
+                                        "leave it empty (--set {}=)",
+                                        key, key));
+      }
+    }
+    for (size_t i = 0; i < c.data.mixture.size(); ++i) {
+      std::error_code ec;
+      const std::string& path = c.data.mixture[i].path;
+      if (!std::filesystem::is_directory(path, ec)) {
+        error(at, fmt::format(
+                      "data.mixture: [{}].path: {}: {}", i, path,
+                      std::filesystem::exists(path, ec) ? "not a directory" : "no such directory"));
+      }
+    }
+  }
+
   void check_relations(const Config& c) {
     auto given = [&](const char* key) { return !rejected_.count(key); };
     auto at = [&](const char* key) {
@@ -182,6 +212,7 @@ class ConfigReader {
                                 "holding ratings.dat and movies.dat; scripts/make_movielens.py "
                                 "writes one)");
     }
+    if (!c.data.mixture.empty() && given("data.mixture")) check_mixture(c);
     if (c.checkpoint.resume == "auto" && c.checkpoint.dir.empty() && given("checkpoint.resume")) {
       error(at("checkpoint.resume"), "checkpoint.resume: 'auto' looks for the latest checkpoint in "
                                      "checkpoint.dir, which is not set");

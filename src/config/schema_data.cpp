@@ -5,8 +5,92 @@
 #include "data/registry.h"
 
 namespace config::schema {
+namespace {
 
-std::vector<KeyDef> data_keys() {
+// One source of data.mixture: {path, weight, name}, name defaulting to the folder's last
+// component.
+data::MixtureSource mixture_source(const YAML::Node& n, size_t i) {
+  if (!n.IsMap()) {
+    throw ValueError(
+        fmt::format("[{}]: expected a map {{path, weight, name}}, got {}", i, kind_of(n)));
+  }
+  data::MixtureSource s;
+  bool weighted = false;
+  for (const auto& entry : n) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    const YAML::Node& v = entry.second;
+    if ((key == "path" || key == "name") && (!v.IsScalar() || v.Scalar().empty())) {
+      throw ValueError(
+          fmt::format("[{}].{}: expected a non-empty string, got {}", i, key, kind_of(v)));
+    }
+    if (key == "path") {
+      s.path = v.Scalar();
+    } else if (key == "name") {
+      s.name = v.Scalar();
+    } else if (key == "weight") {
+      try {
+        s.weight = parse_real(v);
+      } catch (const ValueError& e) {
+        throw ValueError(fmt::format("[{}].weight: {}", i, e.what()));
+      }
+      if (!(s.weight > 0)) {
+        throw ValueError(fmt::format("[{}].weight: {} must be above 0 (a source with no weight "
+                                     "is never drawn: leave it out)",
+                                     i, s.weight));
+      }
+      weighted = true;
+    } else {
+      throw ValueError(fmt::format("[{}]: unknown key '{}' (expected path, weight, name)", i, key));
+    }
+  }
+  if (s.path.empty()) throw ValueError(fmt::format("[{}].path: missing", i));
+  if (!weighted) throw ValueError(fmt::format("[{}].weight: missing", i));
+  if (s.name.empty()) {
+    std::string path = s.path;
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    s.name = path.substr(path.find_last_of('/') + 1);
+  }
+  return s;
+}
+
+KeyDef mixture_key() {
+  return {"data.mixture",
+          "list",
+          "[]",
+          "[{path, weight, name}, ...]",
+          "tokens: several sources drawn by weight instead of data.path, each a folder of .bin "
+          "shards (its *val* files its validation split), with a weight above 0 and a name "
+          "(default: the folder's); evaluated apart and together",
+          false,
+          [](Config& c, const YAML::Node& n) {
+            if (!n.IsSequence()) {
+              throw ValueError(
+                  fmt::format("expected a list of {{path, weight, name}}, got {}", kind_of(n)));
+            }
+            std::vector<data::MixtureSource> sources;
+            for (size_t i = 0; i < n.size(); ++i) {
+              sources.push_back(mixture_source(n[i], i));
+              for (size_t j = 0; j < i; ++j) {
+                if (sources[j].name == sources[i].name) {
+                  throw ValueError(fmt::format("[{}].name: '{}' is also [{}]'s (names must differ)",
+                                               i, sources[i].name, j));
+                }
+              }
+            }
+            c.data.mixture = std::move(sources);
+          },
+          [](const Config& c) {
+            std::vector<std::string> items;
+            for (const auto& s : c.data.mixture) {
+              items.push_back(fmt::format("{{path: \"{}\", weight: {}, name: \"{}\"}}", s.path,
+                                          s.weight, s.name));
+            }
+            return fmt::format("[{}]", fmt::join(items, ", "));
+          }};
+}
+
+// Which data, and how token data is read.
+std::vector<KeyDef> source_keys() {
   return {
       choice("data.dataset", FIELD(data.dataset), "synthetic", data::dataset_names(),
              "dataset to train on"),
@@ -17,6 +101,7 @@ std::vector<KeyDef> data_keys() {
       text("data.val_path", FIELD(data.val_path), "",
            "tokens: validation shard(s) (empty: the files in data.path with 'val' in the name); "
            "images: a directory of validation .png files (empty: data.val_fraction of data.path)"),
+      mixture_key(),
       integer("data.context", FIELD(data.context), "256", 1, 1 << 20,
               "tokens: positions per sample (each reads context + 1 tokens)"),
       integer("data.vocab_size", FIELD(data.vocab_size), "50257", 1, 1 << 30,
@@ -31,7 +116,14 @@ std::vector<KeyDef> data_keys() {
            "tokens: the encoding of the ids, for --generate and train.sample_every: auto, bytes, "
            "gpt2 or the path of a byte-level BPE tokenizer.json (auto: the tokenizer.json beside "
            "model.init_from's weights, else bytes when data.vocab_size <= 256, gpt2 when it is "
-           "50257)"),
+           "50257)")};
+}
+
+}  // namespace
+
+std::vector<KeyDef> data_keys() {
+  std::vector<KeyDef> keys = source_keys();
+  std::vector<KeyDef> rest = {
       text_list("data.features", FIELD(data.features), "[]",
                 "csv: input columns by header name (empty: every column whose first value is a "
                 "number, the targets' past values included)"),
@@ -74,6 +166,8 @@ std::vector<KeyDef> data_keys() {
            "fraction of synthetic labels replaced at random"),
       seed("data.seed", FIELD(data.seed), "1234",
            "seed of the synthetic data, MovieLens negatives, image crops and noise")};
+  keys.insert(keys.end(), rest.begin(), rest.end());
+  return keys;
 }
 
 }  // namespace config::schema

@@ -78,7 +78,7 @@ std::vector<KeyDef> run_keys() {
       real("train.lr", FIELD(train.lr), "0.001", 0.0, 10.0, true, false,
            "peak learning rate (AdamW)"),
       real("train.min_lr_ratio", FIELD(train.min_lr_ratio), "0.1", 0.0, 1.0, false, false,
-           "final learning rate as a fraction of the peak (cosine decay)"),
+           "final learning rate as a fraction of the peak (the schedule's decay)"),
       integer("train.warmup_steps", FIELD(train.warmup_steps), "10", 0, kMax,
               "steps of linear warmup"),
       real("train.weight_decay", FIELD(train.weight_decay), "0.01", 0.0, 10.0, false, false,
@@ -96,6 +96,43 @@ std::vector<KeyDef> run_keys() {
               "log validation metrics every N steps (0: after the last step only): the loss on "
               "the validation split (tokens, csv, images; PSNR too for images), HR@10 and "
               "NDCG@10 (movielens)")};
+}
+
+// The learning-rate schedule and the optimizer's groups (train/schedule.h, train/muon.h).
+std::vector<KeyDef> optimizer_keys() {
+  return {
+      enum_choice("train.schedule", FIELD(train.schedule), "cosine", train::kScheduleNames,
+                  "after warmup: cosine or linear decay to train.min_lr_ratio at the last step, "
+                  "constant, or wsd (warmup-stable-decay: the peak until the decay of the last "
+                  "train.decay_fraction of the steps)"),
+      real("train.decay_fraction", FIELD(train.decay_fraction), "0.2", 0.0, 1.0, false, false,
+           "wsd: the fraction of train.steps its decay takes (the last steps)"),
+      enum_choice("train.decay_shape", FIELD(train.decay_shape), "1-sqrt", train::kDecayShapeNames,
+                  "wsd: the decay's shape from the peak to train.min_lr_ratio (1-sqrt: 1 - "
+                  "sqrt(progress))"),
+      enum_choice("train.optimizer", FIELD(train.optimizer), "adamw", train::kOptimizerNames,
+                  "adamw: every parameter; muon: Muon (momentum orthogonalised by Newton-Schulz) "
+                  "for the hidden layers' 2-D weight matrices, AdamW (train.lr, "
+                  "train.weight_decay) for embeddings, output layer, norms and biases (gpt, "
+                  "llama)"),
+      real("train.muon_lr", FIELD(train.muon.lr), "0.02", 0.0, 10.0, true, false,
+           "muon: peak learning rate of the Muon group (the schedule scales it as train.lr)"),
+      real("train.muon_weight_decay", FIELD(train.muon.weight_decay), "0.01", 0.0, 10.0, false,
+           false, "muon: decoupled weight decay of the Muon group"),
+      real("train.muon_momentum", FIELD(train.muon.momentum), "0.95", 0.0, 1.0, false, true,
+           "muon: momentum of the Muon group"),
+      boolean("train.muon_nesterov", FIELD(train.muon.nesterov), "true",
+              "muon: Nesterov momentum (orthogonalise grad + momentum * buffer)"),
+      integer("train.muon_ns_steps", FIELD(train.muon.ns_steps), "5", 1, 99,
+              "muon: Newton-Schulz iterations (quintic, coefficients 3.4445, -4.7750, 2.0315)"),
+      enum_choice("train.muon_adjust_lr", FIELD(train.muon.adjust_lr), "original",
+                  train::kMuonAdjustLrNames,
+                  "muon: the learning rate of an A x B matrix times sqrt(max(1, A / B)) "
+                  "(original) or 0.2 sqrt(max(A, B)) (match_rms_adamw)"),
+      enum_choice("train.muon_ns_dtype", FIELD(train.muon.ns_dtype), "auto",
+                  train::kMuonNsDtypeNames,
+                  "muon: the dtype Newton-Schulz runs in (auto: bf16 as torch.optim.Muon, fp16 "
+                  "under train.precision fp16)")};
 }
 
 // Numerics and speed: precision and fp16's loss scaling, TF32, cuDNN, memory format, graphs.
@@ -167,7 +204,7 @@ std::vector<KeyDef> report_keys() {
 
 std::vector<KeyDef> train_keys() {
   std::vector<KeyDef> keys = run_keys();
-  for (const auto& part : {numerics_keys(), report_keys()}) {
+  for (const auto& part : {optimizer_keys(), numerics_keys(), report_keys()}) {
     keys.insert(keys.end(), part.begin(), part.end());
   }
   return keys;

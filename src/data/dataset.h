@@ -67,6 +67,19 @@ struct RankingTask {
   int64_t num_items = 0;
 };
 
+class Dataset;
+
+// One source of a mixture (data.mixture, data/mixture.h): its samples are indices
+// [first, first + size) of the mixture, which the sampler draws by weight (ddp/rank_sampler.h),
+// and it has a validation split of its own.
+struct SourceInfo {
+  std::string name;
+  double weight = 0;                          // normalised: the weights sum to 1
+  int64_t first = 0;                          // its first index in the mixture
+  int64_t size = 0;                           // its training windows
+  std::shared_ptr<const Dataset> validation;  // its held-out split, or nullptr
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -88,6 +101,17 @@ class Dataset {
   virtual std::shared_ptr<const Dataset> validation() const { return nullptr; }
   // The held-out ranking task, evaluated every train.eval_every steps; nullopt where there is none.
   virtual std::optional<RankingTask> ranking_task() const { return std::nullopt; }
+  // A mixture's sources, in data.mixture's order (the sampler draws them by weight instead of
+  // permuting the whole: ddp/rank_sampler.h); empty for every other dataset.
+  virtual std::vector<SourceInfo> sources() const { return {}; }
+};
+
+// data.mixture: a token source (a folder of shards, its validation shards beside them), its
+// weight and its name (data/mixture.h).
+struct MixtureSource {
+  std::string path;
+  double weight = 0;
+  std::string name;
 };
 
 // The data section of the config (declared with defaults in config/schema_data.cpp; the
@@ -110,6 +134,7 @@ struct DataOptions {
   int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
   int64_t vocab_size = 0;  // token ids must be below this
   Packing packing{};
+  std::vector<MixtureSource> mixture;  // tokens: several sources by weight (empty: data.path)
   std::string
       tokenizer;  // auto | bytes | gpt2 | a tokenizer.json: the ids' encoding (data/tokenizer.h)
   // csv

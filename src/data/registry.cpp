@@ -19,7 +19,9 @@ std::vector<std::string> dataset_names() {
 std::unique_ptr<Dataset> make_dataset(const DataOptions& options) {
   if (options.dataset == "synthetic") return std::make_unique<SyntheticClassification>(options);
   if (options.dataset == "movielens") return std::make_unique<MovieLensDataset>(options);
-  if (options.dataset == "tokens") return make_token_dataset(options);
+  if (options.dataset == "tokens") {
+    return options.mixture.empty() ? make_token_dataset(options) : make_mixture_dataset(options);
+  }
   if (options.dataset == "csv") return make_csv_dataset(options);
   if (options.dataset == "images") return make_image_dataset(options);
   throw std::invalid_argument(fmt::format("unknown dataset '{}'; known datasets: {}",

@@ -307,6 +307,12 @@ TokenShardDataset::TokenShardDataset(const std::vector<std::string>& files, int6
 
 TokenShardDataset::~TokenShardDataset() = default;
 
+int64_t TokenShardDataset::token_width() const {
+  int64_t width = 0;
+  for (const auto& s : shards_) width = std::max(width, s->width);
+  return width;
+}
+
 void TokenShardDataset::open_shards(const std::vector<std::string>& files) {
   for (const auto& f : files) {
     auto shard = std::make_unique<Shard>(f);

@@ -82,6 +82,8 @@ class TokenShardDataset final : public Dataset {
   std::shared_ptr<const Dataset> validation() const override { return validation_; }
 
   int64_t tokens() const { return tokens_; }  // in all shards, windowed or not
+  // Bytes per token id of the widest shard: 2 (uint16) or 4 (uint32, llm.c's Llama 3 header).
+  int64_t token_width() const;
   const std::vector<std::string>& files() const { return files_; }
   Packing packing_mode() const { return packing_; }  // documents or none
 

@@ -52,6 +52,7 @@ ShardManifest parse_fields(const json& j) {
   m.global_batch_size = j.at("global_batch_size").get<int64_t>();
   m.seed = j.at("seed").get<uint64_t>();
   m.config = j.at("config").get<std::string>();
+  m.schedule = j.value("schedule", std::string());
   for (const auto& [name, t] : j.at("tensors").items()) {
     m.tensors[name] = {t.at("dtype").get<std::string>(), t.at("shape").get<std::vector<int64_t>>(),
                        t.value("order", std::vector<int64_t>{})};
@@ -122,6 +123,7 @@ std::string manifest_to_json(const ShardManifest& m) {
             {"config", m.config},
             {"tensors", tensors},
             {"files", files}};
+  if (!m.schedule.empty()) j["schedule"] = m.schedule;
   return j.dump(1);
 }
 

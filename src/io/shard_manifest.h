@@ -92,6 +92,8 @@ struct ShardManifest {
   std::string config;  // the run's effective configuration (YAML); may be empty
   std::map<std::string, LogicalTensor> tensors;
   std::vector<ShardFile> files;
+  // The learning-rate schedule's plan (train/schedule.h), as text; empty in older manifests.
+  std::string schedule{};
 };
 
 // "step_000100", "rank_00003.safetensors".

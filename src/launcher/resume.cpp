@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "checkpoint/read.h"
+#include "models/capabilities.h"
 
 namespace launcher {
 namespace {
@@ -25,10 +26,24 @@ std::optional<checkpoint::Checkpoint> newest_in(const std::string& dir, const st
   return found;
 }
 
+// The moments a checkpoint for training must hold: Muon's for the hidden matrices under muon
+// (none where the model names none: the Trainer then refuses train.optimizer: muon), AdamW's for
+// the rest; any optimizer's where only the weights are used.
+std::optional<std::vector<std::string>> moments_for(models::Model& model, ResumeFor purpose,
+                                                    train::OptimizerKind optimizer) {
+  if (purpose == ResumeFor::kWeights) return std::nullopt;
+  const auto* hidden = models::as<models::HiddenMatrices>(model);
+  if (optimizer != train::OptimizerKind::kMuon || hidden == nullptr) {
+    return std::vector<std::string>{};
+  }
+  return hidden->hidden_matrices();
+}
+
 }  // namespace
 
 std::optional<checkpoint::Checkpoint> select_resume(const checkpoint::CheckpointOptions& options,
-                                                    models::Model& model, ResumeFor purpose) {
+                                                    models::Model& model, ResumeFor purpose,
+                                                    train::OptimizerKind optimizer) {
   const std::string& resume = options.resume;
   const bool file = !resume.empty() && resume != "auto";
   const bool search =
@@ -43,7 +58,8 @@ std::optional<checkpoint::Checkpoint> select_resume(const checkpoint::Checkpoint
     } else {
       chosen = newest_in(options.dir, resume.empty() ? key : key + ": auto");
     }
-    if (chosen) checkpoint::check_compatible(*chosen, model);
+    if (chosen)
+      checkpoint::check_compatible(*chosen, model, moments_for(model, purpose, optimizer));
   } catch (const checkpoint::CheckpointError& e) {
     throw checkpoint::CheckpointError(fmt::format("{}: {}", key, e.what()));
   }

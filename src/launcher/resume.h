@@ -31,9 +31,12 @@ namespace launcher {
 
 enum class ResumeFor { kTraining, kWeights };
 
-std::optional<checkpoint::Checkpoint> select_resume(const checkpoint::CheckpointOptions& options,
-                                                    models::Model& model,
-                                                    ResumeFor purpose = ResumeFor::kTraining);
+// For training, the checkpoint's moments must be those `optimizer` keeps (train.optimizer: muon:
+// the momentum of the model's hidden matrices, AdamW's moments of the rest).
+std::optional<checkpoint::Checkpoint> select_resume(
+    const checkpoint::CheckpointOptions& options, models::Model& model,
+    ResumeFor purpose = ResumeFor::kTraining,
+    train::OptimizerKind optimizer = train::OptimizerKind::kAdamW);
 
 // Whether a requeued job would continue from a checkpoint this run writes (checkpoint.dir set and
 // checkpoint.resume: auto).

@@ -163,7 +163,8 @@ void load_data_and_model(Startup& s) {
   // checkpoint, whose files every rank then reads its own moments from (Checkpointer::resume).
   try {
     s.resume_from = select_resume(config.checkpoint, *s.model,
-                                  s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining);
+                                  s.weights_only ? ResumeFor::kWeights : ResumeFor::kTraining,
+                                  config.train.optimizer);
   } catch (const checkpoint::CheckpointError& e) {
     if (s.dataset) throw;
     throw checkpoint::CheckpointError(e.what() + without_data_hint(config));

@@ -156,6 +156,15 @@ inline std::vector<std::pair<std::string, at::Tensor>> eval_sums_of(Model& model
   return packed_documents(model).eval_sums_packed(inputs, targets, positions);
 }
 
+// The hidden layers' 2-D weight matrices (train.optimizer: muon, train/muon.h): the names (as in
+// named_parameters()) of the matrices Muon optimises; every other parameter (embeddings, the
+// output layer, norms, biases) stays with AdamW. The list depends on the architecture only.
+class HiddenMatrices {
+ public:
+  virtual ~HiddenMatrices() = default;
+  virtual std::vector<std::string> hidden_matrices() const = 0;
+};
+
 // The questions the loop asks of any model, false for a model without the capability.
 inline bool has_cache(const Model& model) {
   const auto* c = as<EmbeddingCache>(model);

@@ -1,18 +1,45 @@
 #include "train/batches.h"
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 
 namespace train {
+namespace {
+
+// The sampler of `dataset`: by weight over a mixture's sources (ddp/mixture_order.h), else epoch
+// permutations.
+ddp::RankSampler make_sampler(const data::Dataset& dataset, const TrainOptions& train) {
+  const auto sources = dataset.sources();
+  if (sources.empty()) return {dataset.size(), train.global_batch_size, train.seed};
+  std::vector<ddp::MixtureSlice> slices;
+  for (const auto& s : sources) slices.push_back({s.first, s.size, s.weight});
+  return {slices, train.global_batch_size, train.seed};
+}
+
+}  // namespace
 
 Batches::Batches(const data::Dataset& dataset, const TrainOptions& train,
                  const data::LoaderOptions& loader, int world, int rank, c10::Device device)
     : dataset_(dataset), train_(train), loader_options_(loader), world_(world), rank_(rank),
       device_(device), micro_batch_(0),
       plan_(ddp::BatchPlan::make(train.global_batch_size, world, rank, train.micro_batch_size)),
-      sampler_(dataset.size(), train.global_batch_size, train.seed) {
+      sampler_(make_sampler(dataset, train)) {
   loader_options_.pin_memory = device.is_cuda();
   const auto stats = dataset.packing();
   packed_ = stats && stats->packing == data::Packing::kDocuments;
+  for (size_t k = 0; k < dataset.sources().size(); ++k) {
+    wrap_steps_.push_back(sampler_.first_wrap_step(k));
+  }
+  wrap_logged_.assign(wrap_steps_.size(), false);
+  if (const char* dir = std::getenv("TRAINER_TEST_DATA_ORDER")) {
+    order_dir_ = dir;
+    order_sampler_ = std::make_unique<ddp::RankSampler>(make_sampler(dataset, train));
+  }
+  if (rank_ == 0 && !wrap_logged_.empty()) describe_mixture();
   const int64_t largest_slice = (train.global_batch_size + world - 1) / world;
   micro_batch_ =
       train.micro_batch_size > 0 ? std::min(train.micro_batch_size, largest_slice) : largest_slice;
@@ -78,6 +105,47 @@ data::Batch Batches::first_slice() {
 
 int64_t Batches::host_bytes(int64_t step_bytes) const {
   return sampler_.buffer_bytes() + data::Loader::buffer_bytes(loader_options_, step_bytes);
+}
+
+data::Batch Batches::get(int64_t index) {
+  if (rank_ == 0 && !wrap_logged_.empty()) log_wraps(index);
+  if (!order_dir_.empty()) record_order(index);
+  return loader_->get(index);
+}
+
+void Batches::describe_mixture() const {
+  std::string line;
+  const auto sources = dataset_.sources();
+  for (size_t k = 0; k < sources.size(); ++k) {
+    const auto& s = sources[k];
+    const int64_t wrap = wrap_steps_[k];
+    line += fmt::format("{}{} {:.4f} ({} windows, {} validation; {})", k == 0 ? "" : ", ", s.name,
+                        s.weight, s.size, s.validation ? s.validation->size() : 0,
+                        wrap < 0 ? "never drawn" : fmt::format("first wraps at step {}", wrap + 1));
+  }
+  spdlog::info("data.mixture: {} sources drawn by weight, each within one sample of its share in "
+               "every {} samples: {}",
+               sources.size(), ddp::MixtureOrder::kPeriod, line);
+}
+
+void Batches::log_wraps(int64_t index) {
+  const auto sources = dataset_.sources();
+  for (size_t k = 0; k < sources.size(); ++k) {
+    if (wrap_logged_[k] || wrap_steps_[k] != index) continue;
+    wrap_logged_[k] = true;  // a step read again (a fallback) says nothing more
+    spdlog::info("step {}: data source '{}' ran out of its {} windows and wraps around: it goes "
+                 "on in a new order (each pass its own)",
+                 index + 1, sources[k].name, sources[k].size);
+  }
+}
+
+void Batches::record_order(int64_t index) {
+  const at::Tensor ids = order_sampler_->indices(index, plan_.offset, plan_.per_rank);
+  std::ofstream out(fmt::format("{}/rank_{}.txt", order_dir_, rank_), std::ios::app);
+  out << index + 1 << ' ' << plan_.offset;
+  const int64_t* p = ids.data_ptr<int64_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) out << ' ' << p[i];
+  out << '\n';
 }
 
 }  // namespace train

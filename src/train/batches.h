@@ -2,7 +2,13 @@
 // rank_sampler.h), the loader reading this rank's slice of the coming steps ahead (data/
 // loader.h), and the plan that cuts the slice into micro-batches (ddp/batch_plan.h). The
 // micro-batch is the same on every rank; a memory fallback changes it (set_micro_batch), never
-// the slice, so a step re-run after a fallback reads the same samples.
+// the slice, so a step re-run after a fallback reads the same samples. A mixture of sources
+// (data.mixture) is drawn by weight (ddp/mixture_order.h): rank 0 logs its sources at start-up
+// and, once, the step at which each first wraps around into a new pass.
+//
+// Test hook: with the environment variable TRAINER_TEST_DATA_ORDER=DIR, every rank appends a
+// line "STEP OFFSET INDEX..." per step it reads (its slice of the global batch, as dataset
+// indices) to DIR/rank_R.txt, so that a test can compare the sample order of runs.
 //
 // Each micro-batch's weight is its targets over the global batch's (Dataset::target_count;
 // docs/DESIGN.md, "Global batch semantics"). Both counts are host lookups by index: when the
@@ -18,6 +24,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -93,6 +101,16 @@ class Batches {
   // The loader's indices of batch `index` (called under its lock): this rank's, with the
   // targets recorded.
   at::Tensor take_indices(int64_t index);
+  std::vector<int64_t> wrap_steps_;  // a mixture: per source, the step (from 0) of its first wrap
+  std::vector<bool> wrap_logged_;    // ... and whether rank 0 logged it
+  std::string order_dir_;            // TRAINER_TEST_DATA_ORDER
+  std::unique_ptr<ddp::RankSampler> order_sampler_;  // its own: the loader's runs on workers
+
+  // A mixture: rank 0's line of its sources (at start-up).
+  void describe_mixture() const;
+  // A mixture: rank 0 logs the sources that first wrap around in step `index` (once each).
+  void log_wraps(int64_t index);
+  void record_order(int64_t index);
 };
 
 }  // namespace train

@@ -218,6 +218,31 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
 
 namespace {
 
+std::string means_text(const ValidationMetrics& m) {
+  std::string text;
+  for (const auto& [name, value] : m.means) text += fmt::format("{} {:.4f} ", name, value);
+  return text;
+}
+
+// A mixture's sources apart (data.mixture): each one's validation split, its means into `m` as
+// "NAME/loss", "NAME/bpb", ...; one all-reduce per source that has a split, in data.mixture's
+// order, on every rank.
+void evaluate_sources(ddp::Communicator& control, models::Model& model,
+                      const data::Dataset& dataset, int64_t step, int64_t batch,
+                      int64_t max_samples, const at::Tensor& token_bytes, ValidationMetrics& m) {
+  for (const data::SourceInfo& source : dataset.sources()) {
+    if (source.validation == nullptr) continue;
+    const ValidationMetrics one =
+        evaluate_validation(control, model, *source.validation, batch, max_samples, token_bytes);
+    if (control.rank() == 0 && one.samples > 0) {
+      spdlog::info("eval step {}: {}: {}over {} validation samples", step, source.name,
+                   means_text(one), one.samples);
+    }
+    for (const auto& [name, value] : one.means)
+      m.means.emplace_back(source.name + "/" + name, value);
+  }
+}
+
 ValidationMetrics evaluate_dataset(ddp::Communicator& control, models::Model& model,
                                    const data::Dataset& dataset, int64_t step, int64_t batch,
                                    int64_t max_samples, const at::Tensor& token_bytes) {
@@ -237,13 +262,13 @@ ValidationMetrics evaluate_dataset(ddp::Communicator& control, models::Model& mo
   }
   const auto validation = dataset.validation();
   if (!validation) return {};
-  const ValidationMetrics m =
+  ValidationMetrics m =
       evaluate_validation(control, model, *validation, batch, max_samples, token_bytes);
   if (control.rank() == 0 && m.samples > 0) {
-    std::string text;
-    for (const auto& [name, value] : m.means) text += fmt::format("{} {:.4f} ", name, value);
-    spdlog::info("eval step {}: {}over {} validation samples", step, text, m.samples);
+    spdlog::info("eval step {}: {}over {} validation samples{}", step, means_text(m), m.samples,
+                 dataset.sources().empty() ? "" : " (the sources blended by weight)");
   }
+  evaluate_sources(control, model, dataset, step, batch, max_samples, token_bytes, m);
   return m;
 }
 

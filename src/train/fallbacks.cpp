@@ -104,7 +104,7 @@ std::string Fallbacks::shard_optimizer() {
   switch_or_abort(ddp::ShardMode::kOptimizer, "shard_optimizer",
                   [this] { t_.state.shard_optimizer_in_place(); });
   e.gradients = t_.state.reducer().gradient_bytes();
-  e.optimizer_state = t_.state.optimizer().state_bytes();
+  e.optimizer_state = t_.state.optimizer_bytes();
   return fmt::format("now ddp.shard: optimizer, each rank keeps the AdamW moments of its 1/{} of "
                      "the parameters (gradients and optimizer state {} -> {} per rank); "
                      "micro-batch {} unchanged",
@@ -123,7 +123,7 @@ std::string Fallbacks::shard_parameters() {
   t_.batches.set_micro_batch(t_.batches.micro_batch(), /*equal_counts=*/true);
   t_.memory.count_parameter_shards(t_.model, t_.state.reducer());
   e.gradients = t_.state.reducer().gradient_bytes();
-  e.optimizer_state = t_.state.optimizer().state_bytes();
+  e.optimizer_state = t_.state.optimizer_bytes();
   return fmt::format(
       "now ddp.shard: parameters (was {}), each rank keeps its 1/{} of the parameters, gradients "
       "and AdamW moments and gathers the model unit by unit (parameters, gradients and optimizer "

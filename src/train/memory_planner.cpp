@@ -15,6 +15,7 @@
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"
+#include "train/muon.h"
 #include "train/precision.h"
 
 namespace train {
@@ -81,7 +82,15 @@ ddp::ShardFootprint MemoryPlanner::footprint(models::Model& model, ddp::ShardMod
   const c10::ScalarType wire = options_.ddp.reduce_dtype == ddp::ReduceDtype::kBf16
                                    ? at::kBFloat16
                                    : c10::ScalarType::Undefined;
-  return ddp::shard_footprint(planned_layout(model, mode), placement_.shard.size(), mode, wire);
+  const auto layout = planned_layout(model, mode);
+  ddp::ShardFootprint f = ddp::shard_footprint(layout, placement_.shard.size(), mode, wire);
+  if (options_.train.optimizer == OptimizerKind::kMuon) {  // its exchange buffers and workspace
+    const MuonPlan plan = plan_muon(layout, parameter_shapes(model), muon_matrices(model),
+                                    placement_.shard.size(), options_.train.muon.ns_steps);
+    f.optimizer_state +=
+        muon_buffer_bytes(plan, placement_.shard.rank(), muon_ns_dtype(options_.train));
+  }
+  return f;
 }
 
 std::vector<ddp::BucketLayout> MemoryPlanner::planned_layout(models::Model& model,
@@ -110,6 +119,8 @@ std::vector<ddp::BucketLayout> MemoryPlanner::planned_layout(models::Model& mode
     ddp::BucketLayout& unit = layout.emplace_back();
     for (const auto& name : names) {
       const ddp::ParamMeta& m = meta.at(index.at(name));
+      unit.params.push_back(index.at(name));
+      unit.offsets.push_back(unit.numel);
       unit.numel += m.numel;
       unit.dtype = m.dtype;
       unit.device = m.device;

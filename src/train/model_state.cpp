@@ -3,7 +3,11 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
 #include <map>
+#include <set>
 #include <string>
 
 #include "models/capabilities.h"
@@ -23,10 +27,92 @@ AdamWHyper adamw_hyper(const TrainOptions& t) {
 
 ModelState::ModelState(const TrainerOptions& options, const Placement& placement,
                        models::Model& model)
-    : options_(options), placement_(placement), model_(model) {}
+    : options_(options), placement_(placement), model_(model) {
+  if (options_.train.optimizer == OptimizerKind::kMuon) hidden_ = muon_matrices(model_);
+}
 
 void ModelState::allocate_optimizer() {
-  optimizer_ = std::make_unique<FusedAdamW>(model_.parameters(), adamw_hyper(options_.train));
+  optimizer_ = std::make_unique<FusedAdamW>(model_.parameters(), adamw_hyper(options_.train),
+                                            std::vector<at::Tensor>{}, adamw_updates(false));
+}
+
+std::vector<ElementRanges> ModelState::adamw_updates(bool sharded) const {
+  std::vector<ElementRanges> updates;
+  if (hidden_.empty()) return updates;  // adamw: every element
+  const auto params = model_.parameters();
+  if (!sharded) {
+    for (size_t k = 0; k < hidden_.size(); ++k) {
+      updates.push_back(hidden_[k] ? ElementRanges{} : ElementRanges{{0, params[k].numel()}});
+    }
+    return updates;
+  }
+  // Sharded: each block less the elements of the hidden matrices in it.
+  const auto& layout = reducer_->layout();
+  const auto shards = reducer_->shards();
+  for (size_t b = 0; b < layout.size(); ++b) {
+    const ddp::BucketShard& shard = shards[b];
+    ElementRanges& ranges = updates.emplace_back();
+    int64_t from = 0;
+    for (size_t j = 0; j < layout[b].params.size(); ++j) {
+      if (!hidden_[layout[b].params[j]]) continue;
+      const int64_t numel = params[layout[b].params[j]].numel();
+      const auto [first, last] = shard.owned(layout[b].offsets[j], numel);
+      if (first >= last) continue;
+      ranges.emplace_back(from, first - shard.begin);
+      from = last - shard.begin;
+    }
+    ranges.emplace_back(from, shard.size);
+  }
+  return updates;
+}
+
+void ModelState::make_muon() {
+  muon_.reset();
+  if (hidden_.empty()) return;
+  MuonPlan plan = plan_muon(reducer_->layout(), parameter_shapes(model_), hidden_,
+                            placement_.shard.size(), options_.train.muon.ns_steps);
+  std::vector<size_t> matrix_of(hidden_.size(), 0);
+  for (size_t i = 0; i < plan.matrices.size(); ++i) matrix_of[plan.matrices[i].param] = i;
+  std::vector<MuonPiece> pieces;
+  const auto params = model_.parameters();
+  if (!reducer_->sharded()) {  // every rank holds every matrix whole
+    for (const auto& m : plan.matrices) {
+      const at::Tensor& p = params[m.param];
+      pieces.push_back({matrix_of[m.param], 0, p.view({-1}), p.grad().view({-1}),
+                        optimizer_->exp_avgs()[m.param].view({-1})});
+    }
+  } else {  // this rank's blocks
+    const auto& layout = reducer_->layout();
+    const auto shards = reducer_->shards();
+    const auto blocks = reducer_->parameter_shards();
+    const auto grads = reducer_->reduced_gradients();
+    for (size_t b = 0; b < layout.size(); ++b) {
+      for (size_t j = 0; j < layout[b].params.size(); ++j) {
+        const size_t k = layout[b].params[j];
+        const auto [first, last] = shards[b].owned(layout[b].offsets[j], params[k].numel());
+        if (!hidden_[k] || first >= last) continue;
+        const int64_t at = first - shards[b].begin, n = last - first;
+        pieces.push_back({matrix_of[k], first - layout[b].offsets[j], blocks[b].narrow(0, at, n),
+                          grads[b].narrow(0, at, n), optimizer_->exp_avgs()[b].narrow(0, at, n)});
+      }
+    }
+  }
+  if (!muon_logged_ && placement_.rank() == 0) {
+    spdlog::info("muon: {}", plan.describe(muon_ns_dtype(options_.train)));
+  }
+  muon_logged_ = true;
+  muon_ = std::make_unique<Muon>(std::move(plan), std::move(pieces), options_.train.muon,
+                                 muon_ns_dtype(options_.train), reducer_->sharded(),
+                                 placement_.shard, placement_.device);
+}
+
+void ModelState::step(double factor, const at::Tensor& found_inf) {
+  optimizer_->step(options_.train.lr * factor, &found_inf);
+  if (muon_ != nullptr) muon_->step(options_.train.muon.lr * factor, found_inf);
+}
+
+int64_t ModelState::optimizer_bytes() const {
+  return optimizer_->state_bytes() + (muon_ != nullptr ? muon_->state_bytes() : 0);
 }
 
 void ModelState::allocate_gradients(ddp::ShardMode mode) {
@@ -44,6 +130,7 @@ void ModelState::allocate_gradients(ddp::ShardMode mode) {
       &placement_.control);
   if (reducer_->sharded()) optimizer_ = make_sharded_optimizer();
   make_clipper();
+  make_muon();
 }
 
 void ModelState::make_clipper() {
@@ -100,6 +187,7 @@ checkpoint::RunState ModelState::run_state() {
   state.reducer = reducer_.get();
   state.exp_avgs = optimizer_->exp_avgs();
   state.exp_avg_sqs = optimizer_->exp_avg_sqs();
+  state.muon = hidden_;
   if (gate_ != nullptr) {
     state.gather_units = [this]() -> std::shared_ptr<void> { return pin(); };
   }
@@ -121,7 +209,7 @@ c10::ScalarType ModelState::gather_dtype() const {
 
 std::unique_ptr<FusedAdamW> ModelState::make_sharded_optimizer() const {
   return std::make_unique<FusedAdamW>(reducer_->parameter_shards(), adamw_hyper(options_.train),
-                                      reducer_->reduced_gradients());
+                                      reducer_->reduced_gradients(), adamw_updates(true));
 }
 
 void ModelState::restore_moments(std::vector<at::Tensor> m, std::vector<at::Tensor> v,
@@ -143,12 +231,14 @@ void ModelState::shard_optimizer_in_place() {
   std::vector<at::Tensor> v = reducer_->blocks_of(optimizer_->exp_avg_sqs());
   const int64_t steps = optimizer_->steps();
   const at::Tensor count = optimizer_->step_count().clone();
+  muon_.reset();
   optimizer_.reset();
   clipper_.reset();
   reducer_->shard_in_place(ddp::ShardMode::kOptimizer);
   optimizer_ = make_sharded_optimizer();
   restore_moments(std::move(m), std::move(v), steps, count);
   make_clipper();
+  make_muon();  // over the blocks, its momentum among the moments just sliced
 }
 
 void ModelState::shard_parameters_in_place() {
@@ -162,6 +252,7 @@ void ModelState::shard_parameters_in_place() {
       sharded ? reducer_->unshard(optimizer_->exp_avg_sqs(), -1) : optimizer_->exp_avg_sqs();
   const int64_t steps = optimizer_->steps();
   const at::Tensor count = optimizer_->step_count().clone();
+  muon_.reset();
   optimizer_.reset();
   clipper_.reset();
   reducer_.reset();

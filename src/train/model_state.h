@@ -1,7 +1,10 @@
 // ModelState: the model's training state on this rank under the ddp.shard mode in force: the
 // Reducer's flat gradient buckets (and, sharded, this rank's blocks of the parameters), AdamW
-// over them, the gradient clipper, and under ddp.shard: parameters the unit gate that gathers
-// and frees the model unit by unit (docs/DESIGN.md, "One step, eager"). The Reducer alone holds
+// over them (train.optimizer: muon: over every parameter but the hidden matrices, which Muon
+// updates: train/muon.h), the gradient clipper, and under ddp.shard: parameters the unit gate
+// that gathers and frees the model unit by unit (docs/DESIGN.md, "One step, eager"). Muon keeps
+// its momentum in AdamW's first moments, so every change of mode below carries it along with
+// them, and Muon is made anew over the new layout after each. The Reducer alone holds
 // the shard mode in force (ddp::Reducer::shard_mode()): the rungs that shard a run in place
 // change it there, and everyone else asks.
 //
@@ -21,6 +24,7 @@
 #include "checkpoint/checkpointer.h"
 #include "ddp/reducer.h"
 #include "models/model.h"
+#include "train/muon.h"
 #include "train/optimizer.h"
 #include "train/options.h"
 #include "train/placement.h"
@@ -55,6 +59,14 @@ class ModelState {
   FusedAdamW& optimizer() { return *optimizer_; }
   const FusedAdamW& optimizer() const { return *optimizer_; }
   GradClipper& clipper() { return *clipper_; }
+  // train.optimizer: muon (null otherwise).
+  const Muon* muon() const { return muon_.get(); }
+  // The update of one step at the schedule's `factor` of each group's peak learning rate;
+  // `found_inf` (float [1] on the device) skips it. AdamW, then Muon (collective: train/muon.h).
+  void step(double factor, const at::Tensor& found_inf);
+  // Bytes of optimizer state on this rank: AdamW's moments (Muon's momentum among them) and
+  // Muon's buffers.
+  int64_t optimizer_bytes() const;
   // ddp.shard: parameters (null otherwise).
   UnitGate* gate() { return gate_.get(); }
   // Whether the model drives the gate itself (models::ParameterUnits); otherwise it is one unit,
@@ -77,6 +89,11 @@ class ModelState {
   // ddp.shard: parameters: the model's units as indices into its parameter list (empty: one).
   std::vector<std::vector<size_t>> parameter_units(ddp::ShardMode mode) const;
   std::unique_ptr<FusedAdamW> make_sharded_optimizer() const;
+  // train.optimizer: muon: the ranges of each parameter (unsharded) or block (sharded) AdamW
+  // updates (empty: every element, for adamw).
+  std::vector<ElementRanges> adamw_updates(bool sharded) const;
+  // train.optimizer: muon: Muon over the Reducer's layout and the optimizer's first moments.
+  void make_muon();
   void make_clipper();
   // The moments of the old optimizer, sliced into the new blocks, with its step counts.
   void restore_moments(std::vector<at::Tensor> m, std::vector<at::Tensor> v, int64_t steps,
@@ -89,6 +106,9 @@ class ModelState {
   std::unique_ptr<FusedAdamW> optimizer_;
   std::unique_ptr<GradClipper> clipper_;
   std::unique_ptr<UnitGate> gate_;
+  std::vector<bool> hidden_;  // per parameter: Muon's (train.optimizer: muon)
+  std::unique_ptr<Muon> muon_;
+  bool muon_logged_ = false;
 };
 
 }  // namespace train

@@ -8,16 +8,20 @@
 namespace train {
 
 FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper,
-                       std::vector<at::Tensor> grads)
+                       std::vector<at::Tensor> grads, std::vector<ElementRanges> updates)
     : params_(std::move(params)), grads_(std::move(grads)), hyper_(hyper) {
   if (params_.empty()) throw std::invalid_argument("FusedAdamW: no parameters");
   if (!grads_.empty() && grads_.size() != params_.size()) {
     throw std::invalid_argument("FusedAdamW: one gradient per parameter");
   }
+  if (!updates.empty() && updates.size() != params_.size()) {
+    throw std::invalid_argument("FusedAdamW: one list of ranges per parameter");
+  }
   const auto device = params_.front().device();
   // The fused kernel reads the step from a float32 tensor on the parameters' device.
-  const at::Tensor count = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
-  for (const auto& p : params_) {
+  count_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
     if (p.device() != device) {
       throw std::invalid_argument("FusedAdamW: parameters on more than one device");
     }
@@ -25,42 +29,64 @@ FusedAdamW::FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper,
     // parameter, gradient and moments as flat memory.
     exp_avgs_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
     exp_avg_sqs_.push_back(at::zeros_like(p, at::MemoryFormat::Preserve));
-    step_counts_.push_back(count);
+    for (const auto& [b, e] : updates.empty() ? ElementRanges{{0, p.numel()}} : updates[i]) {
+      if (b >= e) continue;
+      const Piece piece{i, b, e, b == 0 && e == p.numel()};
+      if (!piece.whole && p.dim() != 1) {
+        throw std::invalid_argument("FusedAdamW: a range of a parameter that is not 1-D");
+      }
+      pieces_.push_back(piece);
+      piece_params_.push_back(cut(p, piece));
+      piece_exp_avgs_.push_back(cut(exp_avgs_[i], piece));
+      piece_exp_avg_sqs_.push_back(cut(exp_avg_sqs_[i], piece));
+      step_counts_.push_back(count_);
+    }
   }
+}
+
+at::Tensor FusedAdamW::cut(const at::Tensor& t, const Piece& piece) {
+  return piece.whole ? t : t.narrow(0, piece.begin, piece.end - piece.begin);
+}
+
+std::vector<at::Tensor> FusedAdamW::piece_grads() const {
+  std::vector<at::Tensor> grads;
+  grads.reserve(pieces_.size());
+  for (const Piece& piece : pieces_) {
+    const at::Tensor& g = grads_.empty() ? params_[piece.param].grad() : grads_[piece.param];
+    if (!g.defined()) throw std::logic_error("FusedAdamW: a parameter has no gradient");
+    grads.push_back(cut(g, piece));
+  }
+  return grads;
 }
 
 void FusedAdamW::set_steps(int64_t steps) {
   steps_ = steps;
-  step_counts_.front().fill_(static_cast<double>(steps_));
+  count_.fill_(static_cast<double>(steps_));
 }
 
 void FusedAdamW::step(double lr, const at::Tensor* found_inf) {
   at::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads = grads_;
-  if (grads_.empty()) {
-    grads.reserve(params_.size());
-    for (const auto& p : params_) {
-      if (!p.grad().defined()) throw std::logic_error("FusedAdamW: a parameter has no gradient");
-      grads.push_back(p.grad());
-    }
-  }
+  const std::vector<at::Tensor> grads = piece_grads();
   ++steps_;
-  at::Tensor& count = step_counts_.front();
   if (found_inf == nullptr) {
     // fill_ takes the scalar as it is; add_(1) would wrap it in a tensor first (an allocation).
-    count.fill_(static_cast<double>(steps_));
-    at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, step_counts_,
-                      lr, hyper_.beta1, hyper_.beta2, hyper_.weight_decay, hyper_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+    count_.fill_(static_cast<double>(steps_));
+    if (pieces_.empty()) return;
+    at::_fused_adamw_(piece_params_, grads, piece_exp_avgs_, piece_exp_avg_sqs_,
+                      /*max_exp_avg_sqs=*/{}, step_counts_, lr, hyper_.beta1, hyper_.beta2,
+                      hyper_.weight_decay, hyper_.eps, /*amsgrad=*/false, /*maximize=*/false);
     return;
   }
   // As torch.optim.AdamW(fused=True) with a GradScaler: count the step, let the kernel skip the
   // update where found_inf is set, and take the count back for a skipped step, all on the device.
-  count.add_(1);
-  at::_fused_adamw_(params_, grads, exp_avgs_, exp_avg_sqs_, /*max_exp_avg_sqs=*/{}, step_counts_,
-                    lr, hyper_.beta1, hyper_.beta2, hyper_.weight_decay, hyper_.eps,
-                    /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, *found_inf);
-  count.sub_(found_inf->select(0, 0));  // a 0-dim view of the [1] verdict
+  count_.add_(1);
+  if (!pieces_.empty()) {
+    at::_fused_adamw_(piece_params_, grads, piece_exp_avgs_, piece_exp_avg_sqs_,
+                      /*max_exp_avg_sqs=*/{}, step_counts_, lr, hyper_.beta1, hyper_.beta2,
+                      hyper_.weight_decay, hyper_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      /*grad_scale=*/std::nullopt, *found_inf);
+  }
+  count_.sub_(found_inf->select(0, 0));  // a 0-dim view of the [1] verdict
 }
 
 int64_t FusedAdamW::state_bytes() const {

@@ -26,6 +26,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ddp/communicator.h"
@@ -39,12 +40,20 @@ struct AdamWHyper {
   double weight_decay = 0.01;
 };
 
+// Element ranges [begin, end) of a tensor, in its flat element order.
+using ElementRanges = std::vector<std::pair<int64_t, int64_t>>;
+
 class FusedAdamW {
  public:
   // Allocates both moments of every parameter and the step counter now. `grads`, when given
   // (one per parameter, same shape), are the gradients step() uses instead of each .grad (sharded
-  // blocks: views with no .grad of their own).
-  FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper, std::vector<at::Tensor> grads = {});
+  // blocks: views with no .grad of their own). `updates`, when given (one per parameter), are the
+  // ranges of each that AdamW updates; the rest belongs to another optimizer, which keeps its
+  // state in the moments' same elements (Muon's momentum in exp_avgs: train/muon.h). A range
+  // short of the whole parameter needs a 1-D parameter (a bucket's block). Empty: all of every
+  // parameter.
+  FusedAdamW(std::vector<at::Tensor> params, AdamWHyper hyper, std::vector<at::Tensor> grads = {},
+             std::vector<ElementRanges> updates = {});
 
   // One update at learning rate `lr` from the parameters' current gradients. With `found_inf`
   // (fp16 loss scaling: a float [1] tensor on the parameters' device, 1 when the reduced gradients
@@ -56,21 +65,34 @@ class FusedAdamW {
   int64_t steps() const { return steps_; }
   // Resuming: the steps already taken (bias correction continues from there).
   void set_steps(int64_t steps);
-  // Bytes of optimizer state: two moments per parameter, in the parameter's dtype.
+  // Bytes of optimizer state: two moments per parameter, in the parameter's dtype (the elements
+  // another optimizer updates included: it keeps its state there).
   int64_t state_bytes() const;
   const std::vector<at::Tensor>& exp_avgs() const { return exp_avgs_; }
   const std::vector<at::Tensor>& exp_avg_sqs() const { return exp_avg_sqs_; }
   // The step counter the kernel reads (float32 0-dim, on the device; behind steps() by the steps
   // fp16 skipped).
-  const at::Tensor& step_count() const { return step_counts_.front(); }
+  const at::Tensor& step_count() const { return count_; }
 
  private:
+  // The pieces the kernel updates, each a whole parameter or a range of one (views).
+  struct Piece {
+    size_t param;
+    int64_t begin, end;
+    bool whole;
+  };
+  // The gradients of the pieces: the explicit ones, or each parameter's .grad now.
+  std::vector<at::Tensor> piece_grads() const;
+  static at::Tensor cut(const at::Tensor& t, const Piece& piece);
+
   std::vector<at::Tensor> params_;
   std::vector<at::Tensor> grads_;  // explicit gradients (empty: each parameter's .grad)
   std::vector<at::Tensor> exp_avgs_;
   std::vector<at::Tensor> exp_avg_sqs_;
-  std::vector<at::Tensor>
-      step_counts_;  // the same float32 counter per parameter, as the kernel wants
+  std::vector<Piece> pieces_;
+  std::vector<at::Tensor> piece_params_, piece_exp_avgs_, piece_exp_avg_sqs_;
+  std::vector<at::Tensor> step_counts_;  // the same float32 counter per piece, as the kernel wants
+  at::Tensor count_;                     // that counter
   AdamWHyper hyper_;
   int64_t steps_ = 0;
 };

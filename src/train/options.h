@@ -36,15 +36,51 @@ struct SpikeGuardOptions {
 enum class Precision { kFp32, kBf16, kFp16 };
 inline constexpr std::array<const char*, 3> kPrecisionNames = {"fp32", "bf16", "fp16"};
 
+// train.schedule (train/schedule.h): the learning rate after warmup.
+enum class ScheduleKind { kCosine, kLinear, kConstant, kWsd };
+inline constexpr std::array<const char*, 4> kScheduleNames = {"cosine", "linear", "constant",
+                                                              "wsd"};
+// train.decay_shape: the shape of wsd's decay stage.
+enum class DecayShape { kLinear, kCosine, kOneMinusSqrt };
+inline constexpr std::array<const char*, 3> kDecayShapeNames = {"linear", "cosine", "1-sqrt"};
+
+// train.optimizer (train/optimizer.h, train/muon.h).
+enum class OptimizerKind { kAdamW, kMuon };
+inline constexpr std::array<const char*, 2> kOptimizerNames = {"adamw", "muon"};
+// train.muon_adjust_lr: Muon's shape-based learning-rate adjustment (torch.optim.Muon's
+// adjust_lr_fn): original, sqrt(max(1, rows / cols)); match_rms_adamw, 0.2 sqrt(max(rows, cols)).
+enum class MuonAdjustLr { kOriginal, kMatchRmsAdamW };
+inline constexpr std::array<const char*, 2> kMuonAdjustLrNames = {"original", "match_rms_adamw"};
+// train.muon_ns_dtype: the dtype Newton-Schulz runs in (auto: as torch.optim.Muon, bf16, except
+// under train.precision fp16, where it is the compute dtype fp16).
+enum class MuonNsDtype { kAuto, kFp32, kBf16, kFp16 };
+inline constexpr std::array<const char*, 4> kMuonNsDtypeNames = {"auto", "fp32", "bf16", "fp16"};
+
+// Muon's group (train.optimizer: muon): the hidden layers' 2-D weight matrices.
+struct MuonOptions {
+  double lr = 0;  // peak learning rate (the schedule scales it as it scales train.lr)
+  double weight_decay = 0;
+  double momentum = 0;
+  bool nesterov = false;
+  int64_t ns_steps = 0;
+  MuonAdjustLr adjust_lr{};
+  MuonNsDtype ns_dtype{};
+};
+
 struct TrainOptions {
   std::string device;  // auto | cpu | cuda
   int64_t global_batch_size = 0;
   int64_t micro_batch_size = 0;  // 0: auto
   int64_t steps = 0;
-  double lr = 0;
+  double lr = 0;  // AdamW's peak learning rate (every parameter, or Muon's others)
   double min_lr_ratio = 0;
   int64_t warmup_steps = 0;
-  double weight_decay = 0;
+  ScheduleKind schedule{};    // cosine | linear | constant | wsd (train/schedule.h)
+  double decay_fraction = 0;  // wsd: the fraction of train.steps its decay takes
+  DecayShape decay_shape{};   // wsd: linear | cosine | 1-sqrt
+  OptimizerKind optimizer{};  // adamw | muon
+  MuonOptions muon{};         // train.muon_*: Muon's group
+  double weight_decay = 0;    // AdamW's
   double beta1 = 0;
   double beta2 = 0;
   double eps = 0;

@@ -225,7 +225,8 @@ void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micr
 
 void Trainer::update(int64_t step, StepResult& r) {
   const auto& t = options_.train;
-  r.lr = learning_rate(batch_index(step), t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
+  const double factor = schedule_.factor(batch_index(step));
+  r.lr = t.lr * factor;
   // Sharded: each rank checked its blocks only; one verdict for all (a device all-reduce, after
   // the vote, so that every rank posts it, including one that ran out of memory before unscaling).
   if (state_.reducer().sharded()) scaler_->combine_verdict(placement_.data);
@@ -235,7 +236,7 @@ void Trainer::update(int64_t step, StepResult& r) {
   guard.set_phase(step, memory::Phase::kOptimizer);
   try {
     guard.check_injection(0);
-    clip_and_step(step, r.lr);
+    clip_and_step(step, factor);
     const StepPhase in_gather("step/gather");
     state_.reducer().gather_parameters();  // sharded: every rank updated its blocks only
   } catch (const c10::OutOfMemoryError& e) {
@@ -249,15 +250,15 @@ void Trainer::update(int64_t step, StepResult& r) {
   guard.set_phase(step, memory::Phase::kNone);
 }
 
-void Trainer::clip_and_step(int64_t step, double lr) {
+void Trainer::clip_and_step(int64_t step, double factor) {
   GradClipper& clipper = state_.clipper();
   {
     const StepPhase in_clip("step/clip");
     clipper.clip(options_.train.grad_clip);
   }
   // Every precision: a non-finite norm (the same on every rank) joins fp16's verdict; fp16 backs
-  // off or grows the scale; a step with the verdict set is counted and the optimizer kernel skips
-  // its update, on the device (LossScaler, FusedAdamW::step).
+  // off or grows the scale; a step with the verdict set is counted and the optimizers skip their
+  // update, on the device (LossScaler, FusedAdamW::step, Muon::step).
   const StepPhase in_optimizer("step/optimizer");
   scaler_->reject_nonfinite(clipper.norm());
   if (guard_ != nullptr) {  // train.skip_spikes: the global loss and norm, alike everywhere
@@ -266,7 +267,7 @@ void Trainer::clip_and_step(int64_t step, double lr) {
   }
   scaler_->update(step);
   if (guard_ != nullptr) guard_->record(scaler_->skip());
-  state_.optimizer().step(lr, &scaler_->skip());
+  state_.step(factor, scaler_->skip());
 }
 
 bool Trainer::Injections::spike_at(int64_t step) const {

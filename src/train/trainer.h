@@ -55,6 +55,7 @@
 #include "train/placement.h"
 #include "train/precision.h"
 #include "train/report/results.h"
+#include "train/schedule.h"
 #include "train/spike_guard.h"
 #include "train/step_metrics.h"
 
@@ -82,7 +83,7 @@ class Trainer {
 
   // The state a checkpoint writes, and resume reads into (views). Under ddp.shard: parameters the
   // Checkpointer gathers the units it needs through it.
-  checkpoint::RunState run_state() { return state_.run_state(); }
+  checkpoint::RunState run_state();
   // After resume: `steps` optimizer steps are done (AdamW's bias correction continues from
   // there).
   void set_steps_done(int64_t steps);
@@ -101,6 +102,10 @@ class Trainer {
   int64_t skipped_steps() const { return metrics_.skipped_total(); }  // as of the last read
   const ddp::Reducer& reducer() const { return state_.reducer(); }
   const FusedAdamW& optimizer() const { return state_.optimizer(); }  // this rank's moments
+  // train.optimizer: muon: the Newton-Schulz runs on this rank so far (0 otherwise).
+  int64_t muon_newton_schulz_calls() const {
+    return state_.muon() != nullptr ? state_.muon()->newton_schulz_calls() : 0;
+  }
   models::Model& model() { return *model_; }
   int fallbacks() const { return fallbacks_->taken(); }
   const GraphStep& graphs() const { return *graphs_; }
@@ -154,8 +159,9 @@ class Trainer {
                                     bool graphed, bool inject, memory::Phase& phase);
   // Clip, AdamW, gather: after the vote, never retried.
   void update(int64_t step, StepResult& r);
-  // Clip, the non-finite and spike verdicts, fp16's scale, AdamW.
-  void clip_and_step(int64_t step, double lr);
+  // Clip, the non-finite and spike verdicts, fp16's scale, the optimizer at the schedule's
+  // `factor` of each group's peak learning rate.
+  void clip_and_step(int64_t step, double factor);
 
   // Test hooks: train.inject_nonfinite's (rank, step) pairs and train.inject_spike's steps.
   struct Injections {
@@ -175,6 +181,7 @@ class Trainer {
   std::unique_ptr<SpikeGuard> guard_;   // train.skip_spikes (null: off)
   std::unique_ptr<GraphStep> graphs_;   // train.cuda_graphs
   StepMetrics metrics_;                 // the loss on the device; the logged steps' read
+  Schedule schedule_;                   // train.schedule's plan (resume may re-plan it)
   Injections injections_;
   std::unique_ptr<Fallbacks> fallbacks_;  // memory.fallback's ladder
 };

@@ -35,7 +35,8 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
                                     hybrid.cross_node, device},
       model_(std::move(model)),
       batches_(dataset, options_.train, options_.loader, control.size(), control.rank(), device),
-      memory_(options_, placement_), state_(options_, placement_, *model_) {
+      memory_(options_, placement_), state_(options_, placement_, *model_),
+      schedule_(options_.train) {
   // Packed documents need a model that attends within them: a user error (data.packing), the
   // same on every rank, before any collective.
   if (batches_.packed()) static_cast<void>(models::packed_documents(*model_));
@@ -97,7 +98,8 @@ void Trainer::allocate_model_state() {
 void Trainer::allocate_gradients() {
   state_.allocate_gradients(options_.ddp.shard);
   memory::MemoryEstimate& e = memory_.estimate();
-  if (state_.reducer().sharded()) e.optimizer_state = state_.optimizer().state_bytes();
+  // Sharded, AdamW is made with the Reducer; Muon always is (its buffers join the state).
+  e.optimizer_state = state_.optimizer_bytes();
   e.gradients += state_.reducer().gradient_bytes();
 }
 
@@ -125,5 +127,14 @@ void Trainer::finish_setup() {
 }
 
 void Trainer::set_steps_done(int64_t steps) { state_.optimizer().set_steps(steps); }
+
+checkpoint::RunState Trainer::run_state() {
+  checkpoint::RunState state = state_.run_state();
+  state.schedule = Schedule::to_text(schedule_.plan());
+  state.resume_schedule = [this](int64_t steps_done, const std::string& plan) {
+    schedule_.resume(steps_done, Schedule::from_text(plan));
+  };
+  return state;
+}
 
 }  // namespace train

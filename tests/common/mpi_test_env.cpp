@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "data/registry.h"
 #include "ddp/mpi_communicator.h"
+#include "models/capabilities.h"
 #include "models/registry.h"
 #include "train/loop.h"
 
@@ -106,7 +107,11 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
   if (!resume_from.empty() && comm.rank() == 0) {
     ckpt = checkpoint::read_checkpoint(resume_from,
                                        checkpoint::ShardedRead::kOpen);  // as the launcher
-    checkpoint::check_compatible(*ckpt, *model);
+    std::vector<std::string> muon;  // train.optimizer: muon: its matrices hold its momentum
+    if (config.train.optimizer == train::OptimizerKind::kMuon) {
+      muon = models::as<models::HiddenMatrices>(*model)->hidden_matrices();
+    }
+    checkpoint::check_compatible(*ckpt, *model, muon);
     checkpoint::apply_model_state(*ckpt, *model);
   }
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,

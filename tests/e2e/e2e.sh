@@ -990,6 +990,136 @@ PY
     expect_grep "resumed from $last: $s steps done"
     expect_grep "done: $((s + 10)) steps \(10 in this run\)"; grep "takes it over" "$out"
     [ ! -s "$ckpt/trainer.lock" ] || fail "a clean end left a record in the lock file: $(cat "$ckpt/trainer.lock")" ;;
+  mixture_np2)
+    # data.mixture: the sample bytes and this repository's docs, tokenized as bytes, 3 to 1 on 2
+    # ranks: the start-up line, the docs source wrapping around (logged once), validation of the
+    # blend and of each source apart in the log, metrics.jsonl and TensorBoard.
+    "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" "$src/docs/reference.md" "$work/docs" \
+      --encoding bytes --val-fraction 0.2 >/dev/null || fail "could not tokenize the docs"
+    mix="data.mixture=[{path: $src/data/tokens-sample, weight: 3, name: code}, {path: $work/docs, weight: 1}]"
+    run mpirun -np 2 "$trainer" --config "$src/configs/gpt-tiny.yaml" --set "$mix" --set data.path= \
+      --set train.steps=40 --set train.eval_every=20 --set train.eval_samples=32 --set log.every=10 \
+      --set log.metrics="$work/metrics.jsonl" --set log.tensorboard="$work/tb" --set data.context=256
+    expect_rc 0
+    expect_grep "data.mixture: 2 sources drawn by weight, each within one sample of its share in every 65536 samples: code 0.7500 \([0-9]+ windows, [0-9]+ validation; first wraps at step [0-9]+\), docs 0.2500 \([0-9]+ windows, [0-9]+ validation; first wraps at step [0-9]+\)"
+    expect_grep "step [0-9]+: data source 'docs' ran out of its [0-9]+ windows and wraps around"
+    [ "$(grep -c "data source 'docs' ran out" "$out")" = 1 ] || fail "the wrap is not logged exactly once"
+    expect_grep "eval step 40: loss [0-9.]+ bpb [0-9.]+ over 32 validation samples \(the sources blended by weight\)"
+    expect_grep "eval step 40: code: loss [0-9.]+ bpb [0-9.]+ over 32 validation samples"
+    expect_grep "eval step 40: docs: loss [0-9.]+ bpb [0-9.]+ over [0-9]+ validation samples"
+    "$TRAINER_PYTHON" - "$work/metrics.jsonl" "$work/tb" <<'PY' || fail "per-source metrics missing"
+import glob, json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+evals = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "eval"]
+assert [r["step"] for r in evals] == [20, 40], evals
+for key in ("loss", "bpb", "code/loss", "code/bpb", "docs/loss", "docs/bpb"):
+    assert all(key in r for r in evals), (key, evals[-1])
+acc = EventAccumulator(sys.argv[2]); acc.Reload()
+tags = set(acc.Tags()["scalars"])
+assert {"eval/code/loss", "eval/docs/bpb", "eval/loss"} <= tags, sorted(tags)
+print("metrics.jsonl and TensorBoard have each source's loss and bpb")
+PY
+    ;;
+  mixture_bad_configs)
+    # Every bad data.mixture exits 2 before step 1 with a message naming the key and the source.
+    mkdir -p "$work/wide" && "$TRAINER_PYTHON" - "$work/wide/train_000.bin" <<'PY'
+import struct, sys
+n = 2000
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240801, 7, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}I", *[i % 200 for i in range(n)]))
+PY
+    ok="{path: $src/data/tokens-sample, weight: 1}"
+    gpt=(--config "$src/configs/gpt-tiny.yaml" --set train.steps=2 --set train.warmup_steps=1 --set data.path=)
+    for bad in "{path: $work/wide, weight: 0}|data.mixture: \[1\].weight: 0 must be above 0" \
+               "{path: $work/wide, weight: -1}|data.mixture: \[1\].weight: -1 must be above 0" \
+               "{path: $work/none, weight: 1}|data.mixture: \[1\].path: .*/none: no such directory" \
+               "{path: $work/wide, weight: 1, name: tokens-sample}|\[1\].name: 'tokens-sample' is also \[0\]'s" \
+               "{path: $work/wide, weight: 1}|data.mixture\[1\] \('wide'\): its shards hold 32-bit token ids, data.mixture\[0\] \('tokens-sample'\)'s 16-bit ones"; do
+      run timeout 60 mpirun -np 2 "$trainer" "${gpt[@]}" --set "data.mixture=[$ok, ${bad%%|*}]"
+      expect_rc 2; expect_grep "${bad#*|}"; expect_no_grep "step +1/"
+    done
+    run "$trainer" "${gpt[@]}" --set "data.mixture=[$ok]" --set data.val_path="$src/data/tokens-sample"
+    expect_rc 2; expect_grep "data.val_path: not with data.mixture" ;;
+  mixture_order_resume_np2_np3)
+    # The sample order of a mixture (TRAINER_TEST_DATA_ORDER: each rank writes the indices it
+    # reads, test-only) is the same on 1, 2 and 3 ranks, and across a kill (SIGKILL of the job
+    # after its step-10 checkpoint) and a resume on 3 ranks.
+    mkdir -p "$work/docs"
+    "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" "$src/docs/DESIGN.md" "$work/docs" \
+      --encoding bytes >/dev/null || fail "could not tokenize the docs"
+    mix="data.mixture=[{path: $src/data/tokens-sample, weight: 2}, {path: $work/docs, weight: 1}]"
+    order=(--config "$src/configs/gpt-tiny.yaml" --set "$mix" --set data.path= --set train.steps=30
+           --set model.d_model=32 --set train.global_batch_size=13 --set train.eval_every=1000
+           --set checkpoint.every=10 --set checkpoint.async=false --set log.every=10)
+    for np in 1 2 3; do
+      mkdir "$work/order$np"
+      run env TRAINER_TEST_DATA_ORDER="$work/order$np" mpirun -np $np "$trainer" "${order[@]}"
+      expect_rc 0
+    done
+    mkdir "$work/killed" "$work/resumed"
+    echo "+ mpirun -np 2 $trainer ... (killed after its step-10 checkpoint)"
+    TRAINER_TEST_DATA_ORDER="$work/killed" mpirun -np 2 -x TRAINER_TEST_DATA_ORDER "$trainer" \
+      "${order[@]}" --set checkpoint.dir="$work/ck" --set data.inject_read_delay_ms=150 >"$out" 2>&1 &
+    mpirun_pid=$!
+    for _ in $(seq 1200); do grep -q "checkpoint written: .*step_000010" "$out" && break; sleep 0.1; done
+    grep -q "checkpoint written: .*step_000010" "$out" || { kill -KILL $mpirun_pid; fail "no step-10 checkpoint"; }
+    for r in 0 1; do victim=$(rank_pid $mpirun_pid $r); [ -n "$victim" ] && kill -KILL "$victim"; done
+    ends_within_60s $mpirun_pid || { kill -KILL $mpirun_pid; fail "the job still runs 60 s after its ranks died"; }
+    wait $mpirun_pid
+    run env TRAINER_TEST_DATA_ORDER="$work/resumed" mpirun -np 3 -x TRAINER_TEST_DATA_ORDER "$trainer" \
+      "${order[@]}" --set checkpoint.dir="$work/ck" --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "resumed from .*/ck/step_0000[12]0.safetensors"
+    resumed_at=$(grep -oE "resumed from .*/ck/step_0000([12]0)" "$out" | grep -oE "[12]0$")
+    "$TRAINER_PYTHON" - "$work" "$resumed_at" <<'PY' || fail "the sample orders differ"
+import glob, hashlib, sys
+def steps(d):
+    out = {}
+    for path in glob.glob(f"{d}/rank_*.txt"):
+        for line in open(path):
+            step, offset, *ids = map(int, line.split())
+            out.setdefault(step, {})[offset] = ids
+    return {s: [i for o in sorted(parts) for i in parts[o]] for s, parts in out.items()}
+work, at = sys.argv[1], int(sys.argv[2])
+runs = {f"np{n}": steps(f"{work}/order{n}") for n in (1, 2, 3)}
+killed, resumed = steps(f"{work}/killed"), steps(f"{work}/resumed")
+runs["np2 killed, np3 resumed"] = {s: (killed if s <= at else resumed)[s] for s in range(1, 31)}
+digest = lambda r: hashlib.sha256(repr([r[s] for s in range(1, 31)]).encode()).hexdigest()[:16]
+hashes = {name: digest(r) for name, r in runs.items()}
+print(hashes)
+assert all(len(r[s]) == 13 for r in runs.values() for s in range(1, 31))
+assert len(set(hashes.values())) == 1, hashes
+PY
+    ;;
+  muon_np2)
+    # train.optimizer: muon through the binary: the owner plan logged once, the momentum in the
+    # checkpoint in place of the hidden matrices' AdamW moments (muon.momentum.<name>), a resume
+    # of 2 ranks under parameters on 1 rank under none; the mistakes exit 2 naming the key.
+    muon=(--config "$src/configs/gpt-tiny.yaml" --set train.optimizer=muon --set train.warmup_steps=1
+          --set train.eval_every=1000 --set train.sample_every=0 --set log.every=3
+          --set checkpoint.dir="$work/ck" --set checkpoint.async=false)
+    run mpirun -np 2 "$trainer" "${muon[@]}" --set ddp.shard=parameters --set train.steps=6 --set checkpoint.every=6
+    expect_rc 0
+    expect_grep "muon: 8 hidden matrices \([0-9.]+M parameters\) in [0-9]+ bucket\(s\), Newton-Schulz \(5 steps, BFloat16\) by one owner each, balanced by FLOPs per step: rank 0: 4 .*rank 1: 4 "
+    [ "$(grep -c "muon: 8 hidden matrices" "$out")" = 1 ] || fail "the owner plan is not logged exactly once"
+    manifest="$work/ck/step_000006/manifest.json"
+    grep -q '"muon.momentum.h.0.attn.c_attn.weight"' "$manifest" || fail "no Muon momentum in $manifest"
+    ! grep -q '"adamw.exp_avg_sq.h.0.attn.c_attn.weight"' "$manifest" || fail "a Muon matrix has AdamW moments"
+    grep -q '"adamw.exp_avg_sq.wte.weight"' "$manifest" || fail "the embedding has no AdamW moments"
+    run "$trainer" "${muon[@]}" --set train.steps=8 --set checkpoint.resume="$work/ck/step_000006"
+    expect_rc 0; expect_grep "resumed from .*step_000006: 6 steps done"; expect_grep "done: 8 steps"
+    run "$trainer" "${muon[@]}" --set train.optimizer=adamw --set train.steps=8 --set checkpoint.resume="$work/ck/step_000006"
+    expect_rc 2; expect_grep "written for another optimizer \(compare the train.optimizer key"
+    run "$trainer" --config "$src/configs/mlp.yaml" --set train.optimizer=muon --set checkpoint.dir=
+    expect_rc 2; expect_grep "train.optimizer: muon needs a model that names its hidden layers' weight matrices"
+    for bad in "train.schedule=wsdx|train.schedule: 'wsdx' is not one of: cosine, linear, constant, wsd" \
+               "train.decay_fraction=1.5|train.decay_fraction: 1.5 is out of range" \
+               "train.decay_shape=sqrt|train.decay_shape: 'sqrt' is not one of: linear, cosine, 1-sqrt" \
+               "train.muon_momentum=1|train.muon_momentum: 1 is out of range: must be in \[0, 1\)" \
+               "train.muon_lr=0|train.muon_lr: 0 is out of range"; do
+      run "$trainer" "${muon[@]}" --set train.steps=2 --set "${bad%%|*}"
+      expect_rc 2; expect_grep "${bad#*|}"; expect_no_grep "step +1/"
+    done ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

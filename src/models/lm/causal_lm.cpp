@@ -172,4 +172,12 @@ std::vector<std::vector<std::string>> CausalLm::parameter_units() const {
   return units;
 }
 
+std::vector<std::string> CausalLm::hidden_matrices() const {
+  std::vector<std::string> names;
+  for (const auto& item : named_parameters()) {
+    if (under(item.key(), dims_.blocks) && item.value().dim() == 2) names.push_back(item.key());
+  }
+  return names;
+}
+
 }  // namespace models

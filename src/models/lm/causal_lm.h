@@ -71,7 +71,8 @@ class CausalLm : public LanguageModel,
                  public ActivationCheckpointing,
                  public ChunkedLoss,
                  public ParameterUnits,
-                 public PackedDocuments {
+                 public PackedDocuments,
+                 public HiddenMatrices {
  public:
   ~CausalLm() override;
 
@@ -111,6 +112,9 @@ class CausalLm : public LanguageModel,
 
   std::vector<std::vector<std::string>> parameter_units() const final;
   void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
+
+  // The blocks' 2-D weights (attention and MLP projections), in registration order.
+  std::vector<std::string> hidden_matrices() const final;
 
  protected:
   explicit CausalLm(CausalLmDims dims);
