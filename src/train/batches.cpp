@@ -74,6 +74,8 @@ at::Tensor Batches::take_indices(int64_t index) {
 }
 
 data::Batch Batches::get(int64_t index) {
+  if (rank_ == 0 && !wrap_logged_.empty()) log_wraps(index);
+  if (!order_dir_.empty()) record_order(index);
   data::Batch batch = loader_->get(index);
   const std::lock_guard<std::mutex> lock(targets_mutex_);
   targets_.erase(targets_.begin(), targets_.lower_bound(index));  // steps passed
@@ -105,12 +107,6 @@ data::Batch Batches::first_slice() {
 
 int64_t Batches::host_bytes(int64_t step_bytes) const {
   return sampler_.buffer_bytes() + data::Loader::buffer_bytes(loader_options_, step_bytes);
-}
-
-data::Batch Batches::get(int64_t index) {
-  if (rank_ == 0 && !wrap_logged_.empty()) log_wraps(index);
-  if (!order_dir_.empty()) record_order(index);
-  return loader_->get(index);
 }
 
 void Batches::describe_mixture() const {
