@@ -92,6 +92,14 @@ install_dev_tools() {
     log "installing ruff==$RUFF_VERSION, lizard==$LIZARD_VERSION into $TRAINER_VENV"
     "${pip[@]}" "ruff==$RUFF_VERSION" "lizard==$LIZARD_VERSION"
   fi
+  # PEFT: the LoRA tests load the trainer's --export-peft adapters with PeftModel.from_pretrained
+  # and compare logits and merge_and_unload() (tests/hf/lora_peft.py), and write the adapters
+  # model.lora_init_from reads. Pinned, with accelerate (which it requires).
+  local PEFT_VERSION=0.21.2 ACCELERATE_VERSION=1.15.0
+  if ! "$TRAINER_VENV/bin/python" -c "import peft, accelerate, sys; sys.exit(peft.__version__ != '$PEFT_VERSION' or accelerate.__version__ != '$ACCELERATE_VERSION')" 2>/dev/null; then
+    log "installing peft==$PEFT_VERSION, accelerate==$ACCELERATE_VERSION into $TRAINER_VENV"
+    "${pip[@]}" "peft==$PEFT_VERSION" "accelerate==$ACCELERATE_VERSION"
+  fi
   fetch_gpt2_ranks
 }
 

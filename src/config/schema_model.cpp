@@ -59,6 +59,28 @@ std::vector<KeyDef> common_keys() {
               "gpt: recompute each block in backward instead of keeping its activations")};
 }
 
+// LoRA's keys (models::LoraOptions through ModelOptions; models/lm/lora.h).
+std::vector<KeyDef> lora_keys() {
+  return {
+      integer("model.lora_rank", FIELD(model.lora_rank), "0", 0, 1 << 16,
+              "gpt, llama: rank of the LoRA adapters (0: none; else the base is frozen and only "
+              "the adapters train)"),
+      real("model.lora_alpha", FIELD(model.lora_alpha), "8.0", 0.0, kInf, true, true,
+           "gpt, llama: LoRA's alpha; the adapters' output is scaled by alpha / rank (PEFT's "
+           "default 8)"),
+      real("model.lora_dropout", FIELD(model.lora_dropout), "0.0", 0.0, 1.0, false, true,
+           "gpt, llama: dropout on the adapters' input (training only)"),
+      text_list("model.lora_targets", FIELD(model.lora_targets), "[]",
+                "gpt, llama: the adapted layers by their Hugging Face names (llama: q_proj, "
+                "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; gpt: c_attn, c_proj, "
+                "c_fc); []: the attention projections (llama q, k, v, o_proj; gpt c_attn)"),
+      text("model.lora_init_from", FIELD(model.lora_init_from), "",
+           "gpt, llama: start the adapters from this PEFT LoRA adapter directory "
+           "(adapter_config.json, adapter_model.safetensors; its r, lora_alpha and target_modules "
+           "must be model.lora_rank, lora_alpha and lora_targets); ignored when resuming from a "
+           "checkpoint")};
+}
+
 // llama's own keys (models::LlamaOptions through ModelOptions).
 std::vector<KeyDef> llama_keys() {
   return {
@@ -116,7 +138,7 @@ std::vector<KeyDef> other_keys() {
 
 std::vector<KeyDef> model_keys() {
   std::vector<KeyDef> keys = common_keys();
-  for (auto* part : {&llama_keys, &other_keys}) {
+  for (auto* part : {&llama_keys, &lora_keys, &other_keys}) {
     for (auto& k : part()) keys.push_back(std::move(k));
   }
   return keys;

@@ -23,7 +23,9 @@
 #include "launcher/launch.h"
 #include "launcher/resume.h"
 #include "models/language_model.h"
+#include "models/lm/causal_lm.h"
 #include "models/lm/generate.h"
+#include "models/lm/lora.h"
 #include "models/registry.h"
 
 namespace launcher {
@@ -193,6 +195,37 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
     say(fmt::format("wrote {}/config.json and {} from {} (load with "
                     "transformers.{}.from_pretrained(\"{}\"))",
                     dir, weights, loaded.weights, out.hf_class, dir));
+    return kExitOk;
+  });
+}
+
+int run_export_peft(const std::string& config_path, const std::vector<std::string>& overrides,
+                    const std::string& dir) {
+  if (other_rank()) return kExitOk;
+  return guarded("in --export-peft", [&] {
+    const config::Config config = config::load_config(config_path, overrides);
+    use_device(c10::Device(c10::kCPU), config.memory, 0);  // exported from the CPU
+    const Loaded loaded = load_model(config, "--export-peft");
+    const auto* lm = dynamic_cast<const models::CausalLm*>(loaded.model.get());
+    if (lm == nullptr || lm->lora_sites().empty()) {
+      throw std::invalid_argument(
+          "--export-peft: the config trains no adapters (set model.lora_rank, as the run that "
+          "made the checkpoint did)");
+    }
+    if (loaded.weights.rfind("checkpoint ", 0) != 0) {
+      throw std::invalid_argument(fmt::format(
+          "--export-peft: no adapters to export: no checkpoint in checkpoint.dir ({}) or "
+          "checkpoint.resume ({}){}",
+          config.checkpoint.dir.empty() ? "not set" : config.checkpoint.dir,
+          config.checkpoint.resume.empty() ? "not set" : config.checkpoint.resume,
+          config.model.lora_init_from.empty() ? "" : " (model.lora_init_from is already one)"));
+    }
+    // lm/lora.h: PEFT's adapter_config.json and adapter_model.safetensors.
+    models::export_peft(*lm, dir, config.model.init_from);
+    say(fmt::format("wrote {}/adapter_config.json and {}/adapter_model.safetensors from {} (load "
+                    "with peft.PeftModel.from_pretrained(base, \"{}\") over the base {})",
+                    dir, dir, loaded.weights, dir,
+                    config.model.init_from.empty() ? "the config builds" : config.model.init_from));
     return kExitOk;
   });
 }

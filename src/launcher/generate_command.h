@@ -12,7 +12,11 @@
 //           [--max-shard-size 5GB]
 //                           writes DIR/config.json and DIR/model.safetensors (in shards above the
 //                           size), found through the model registry (models::export_hf: the
-//                           family's exporter, models/gpt/hf_gpt2.h, models/llama/hf_llama.h)
+//                           family's exporter, models/gpt/hf_gpt2.h, models/llama/hf_llama.h);
+//                           with LoRA adapters (model.lora_rank), merged: W + scale B A
+//   trainer --config C --export-peft DIR
+//                           writes the adapters of a LoRA run as PEFT does (DIR/
+//                           adapter_config.json, DIR/adapter_model.safetensors)
 //
 // Both run in one process, without MPI (under mpirun, rank 0 works and the others exit 0), on
 // the weights the config names, in this order: the checkpoint file checkpoint.resume names; the
@@ -51,6 +55,10 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
                  const GenerateArgs& args);
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir, const std::string& max_shard_size = "5GB");
+// --export-peft DIR: the adapters of a LoRA run's checkpoint as PEFT writes them (DIR/
+// adapter_config.json, DIR/adapter_model.safetensors; models/lm/lora.h).
+int run_export_peft(const std::string& config_path, const std::vector<std::string>& overrides,
+                    const std::string& dir);
 // --consolidate DIR: a sharded checkpoint's step directory (checkpoint/sharded.h), every
 // file verified, written as the single-file format to DIR.safetensors.
 int run_consolidate(const std::string& config_path, const std::vector<std::string>& overrides,

@@ -44,6 +44,7 @@ struct CommandLine {
   bool generate = false;  // --generate PROMPT (launcher/generate_command.h)
   GenerateArgs generate_args;
   std::string export_hf;               // --export-hf DIR
+  std::string export_peft;             // --export-peft DIR
   std::string consolidate;             // --consolidate DIR
   std::string max_shard_size = "5GB";  // --max-shard-size (llama's --export-hf)
   bool evaluate = false;               // --evaluate: the evaluations only, then exit
@@ -79,6 +80,37 @@ CLI::Option* add_generate_options(CLI::App& app, GenerateArgs& g) {
   return generate;
 }
 
+// The commands that write the config's weights elsewhere, and --evaluate: each excludes the
+// others and --generate.
+void add_export_options(CLI::App& app, CommandLine& cli, CLI::Option* generate) {
+  auto* export_hf = app.add_option("--export-hf", cli.export_hf,
+                                   "write the config's weights as a Hugging Face GPT-2 or Llama "
+                                   "(config.json, model.safetensors) to DIR, exit")
+                        ->excludes(generate);
+  auto* export_peft =
+      app.add_option("--export-peft", cli.export_peft,
+                     "write the adapters of a LoRA run (model.lora_rank) as a PEFT adapter "
+                     "(adapter_config.json, adapter_model.safetensors) to DIR, exit")
+          ->excludes(generate)
+          ->excludes(export_hf);
+  app.add_option("--consolidate", cli.consolidate,
+                 "write the sharded checkpoint directory DIR (checkpoint.format: sharded) as one "
+                 "checkpoint file, DIR.safetensors, exit")
+      ->excludes(generate)
+      ->excludes(export_hf)
+      ->excludes(export_peft);
+  app.add_flag("--evaluate", cli.evaluate,
+               "run only the evaluations (validation loss and bits per byte, eval.tasks) on the "
+               "weights --generate would use, on one process or under mpirun, and exit")
+      ->excludes(generate)
+      ->excludes(export_hf)
+      ->excludes(export_peft);
+  app.add_option("--max-shard-size", cli.max_shard_size,
+                 "--export-hf: weights above this go to shards and an index, as "
+                 "save_pretrained (5GB, 500MB, 2GiB, bytes)")
+      ->needs(export_hf);
+}
+
 int parse_command_line(int argc, char** argv, CommandLine& cli) {
   CLI::App app{"trainer: data-parallel training with LibTorch over NCCL and MPI.\n"
                "Start one process per GPU: mpirun -np 8 trainer --config run.yaml"};
@@ -106,24 +138,7 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
       ->needs(plan_ranks);
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
   CLI::Option* generate = add_generate_options(app, cli.generate_args);
-  auto* export_hf = app.add_option("--export-hf", cli.export_hf,
-                                   "write the config's weights as a Hugging Face GPT-2 or Llama "
-                                   "(config.json, model.safetensors) to DIR, exit")
-                        ->excludes(generate);
-  app.add_option("--consolidate", cli.consolidate,
-                 "write the sharded checkpoint directory DIR (checkpoint.format: sharded) as one "
-                 "checkpoint file, DIR.safetensors, exit")
-      ->excludes(generate)
-      ->excludes(export_hf);
-  app.add_flag("--evaluate", cli.evaluate,
-               "run only the evaluations (validation loss and bits per byte, eval.tasks) on the "
-               "weights --generate would use, on one process or under mpirun, and exit")
-      ->excludes(generate)
-      ->excludes(export_hf);
-  app.add_option("--max-shard-size", cli.max_shard_size,
-                 "--export-hf: weights above this go to shards and an index, as "
-                 "save_pretrained (5GB, 500MB, 2GiB, bytes)")
-      ->needs(export_hf);
+  add_export_options(app, cli, generate);
   app.set_version_flag("--version", fmt::format("trainer 0.1.0 (LibTorch {})", TORCH_VERSION));
   const bool speaks = launcher_rank(process_environment()) == 0;
   try {
@@ -171,6 +186,8 @@ int run(int argc, char** argv) {
   if (cli.generate) return run_generate(cli.config_path, cli.overrides, cli.generate_args);
   if (!cli.export_hf.empty())
     return run_export_hf(cli.config_path, cli.overrides, cli.export_hf, cli.max_shard_size);
+  if (!cli.export_peft.empty())
+    return run_export_peft(cli.config_path, cli.overrides, cli.export_peft);
   if (!cli.consolidate.empty())
     return run_consolidate(cli.config_path, cli.overrides, cli.consolidate);
   try {

@@ -107,9 +107,51 @@ Projection::Projection(int64_t in, int64_t out, bool with_bias, WeightLayout lay
 }
 
 at::Tensor Projection::forward(const at::Tensor& x) const {
-  if (layout_ == WeightLayout::kOutIn) return at::linear(x, weight, bias);  // bias in the GEMM
-  const at::Tensor y = at::matmul(x, weight);
-  return bias.defined() ? y + bias : y;
+  at::Tensor y;
+  if (layout_ == WeightLayout::kOutIn) {
+    y = at::linear(x, weight, bias);  // bias in the GEMM
+  } else {
+    y = at::matmul(x, weight);
+    if (bias.defined()) y = y + bias;
+  }
+  for (const auto& adapter : adapters_) {
+    const at::Tensor d = adapter->delta(x, is_training());
+    if (adapter->rows == y.size(-1)) {
+      y = y + d;
+    } else {  // a slice of a fused projection (llama's q_proj of qkv_proj)
+      const int64_t begin = adapter->offset, end = begin + adapter->rows;
+      y = at::slice_scatter(y, y.narrow(-1, begin, adapter->rows) + d, -1, begin, end);
+    }
+  }
+  return y;
+}
+
+void Projection::add_adapter(std::shared_ptr<LoraAdapter> adapter) {
+  adapters_.push_back(std::move(adapter));
+}
+
+int64_t Projection::in_features() const {
+  return weight.size(layout_ == WeightLayout::kOutIn ? 1 : 0);
+}
+
+int64_t Projection::out_features() const {
+  return weight.size(layout_ == WeightLayout::kOutIn ? 0 : 1);
+}
+
+LoraAdapter::LoraAdapter(int64_t in, int64_t rows_, int64_t offset_, int64_t rank, double scale_,
+                         double dropout)
+    : lora_A(std::make_shared<torch::nn::Module>()), lora_B(std::make_shared<torch::nn::Module>()),
+      offset(offset_), rows(rows_), scale(scale_), dropout_(dropout) {
+  a = lora_A->register_parameter("weight", at::empty({rank, in}));
+  b = lora_B->register_parameter("weight", at::zeros({rows, rank}));
+  // PEFT's reset_lora_parameters: nn.init.kaiming_uniform_(lora_A, a=math.sqrt(5)), B zero.
+  at::NoGradGuard no_grad;
+  torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+}
+
+at::Tensor LoraAdapter::delta(const at::Tensor& x, bool training) const {
+  const double p = training ? dropout_ : 0.0;
+  return at::linear(at::linear(at::dropout(x, p, p > 0), a), b).mul(scale);
 }
 
 Block::Block(const BlockOptions& options) : options_(resolved(options)) {

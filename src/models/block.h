@@ -94,15 +94,40 @@ class Norm final : public torch::nn::Module {
   double eps_;
 };
 
-// y = x W^T + b (kOutIn) or x W + b (kInOut); b optional.
+// A low-rank adapter (LoRA; models/lm/lora.h) on rows [offset, offset + rows) of a projection's
+// output: adds scale * dropout(x) A^T B^T there, as PEFT's LoRA layer. A [rank, in] draws
+// Kaiming-uniform (a = sqrt(5), PEFT's default), B [rows, rank] is zero, so that a new adapter
+// changes nothing. Its two modules (lora_A with A as "weight", lora_B with B: PEFT's names) are
+// registered by the owner on the module that bears the adapted layer's Hugging Face name.
+class LoraAdapter {
+ public:
+  LoraAdapter(int64_t in, int64_t rows, int64_t offset, int64_t rank, double scale, double dropout);
+  // scale * dropout(x) A^T B^T: [..., rows]; the dropout in training only.
+  at::Tensor delta(const at::Tensor& x, bool training) const;
+  std::shared_ptr<torch::nn::Module> lora_A, lora_B;  // NOLINT(readability-identifier-naming)
+  at::Tensor a, b;  // lora_A.weight [rank, in], lora_B.weight [rows, rank]
+  int64_t offset, rows;
+  double scale;
+
+ private:
+  double dropout_;
+};
+
+// y = x W^T + b (kOutIn) or x W + b (kInOut); b optional; plus each adapter's delta on its rows.
 class Projection final : public torch::nn::Module {
  public:
   Projection(int64_t in, int64_t out, bool bias, WeightLayout layout, bool frozen);
   at::Tensor forward(const at::Tensor& x) const;
+  // Adds `adapter` (registered by the caller) to the output from now on.
+  void add_adapter(std::shared_ptr<LoraAdapter> adapter);
+  int64_t in_features() const;
+  int64_t out_features() const;
+  WeightLayout layout() const { return layout_; }
   at::Tensor weight, bias;  // bias undefined without one
 
  private:
   WeightLayout layout_;
+  std::vector<std::shared_ptr<LoraAdapter>> adapters_;
 };
 
 // Submodule and parameter names under the block. `gate` is registered for SwiGLU only; `qkv`

@@ -56,6 +56,12 @@ struct ModelOptions {
   bool attention_bias = false;
   bool mlp_bias = false;
   bool tie_embeddings = false;
+  // gpt, llama: LoRA adapters (models/lm/lora.h); rank 0: none
+  int64_t lora_rank = 0;
+  double lora_alpha = 0.0;
+  double lora_dropout = 0.0;
+  std::vector<std::string> lora_targets;  // Hugging Face names; empty: the attention projections
+  std::string lora_init_from;             // a PEFT LoRA adapter directory to start from
   // sequence
   SequenceCell cell{};  // lstm | transformer
   // cnn

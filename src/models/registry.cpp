@@ -10,6 +10,7 @@
 #include "models/cnn.h"
 #include "models/gpt/gpt_family.h"
 #include "models/llama/llama_family.h"
+#include "models/lm/lora.h"
 #include "models/mlp.h"
 #include "models/recommender.h"
 #include "models/sequence.h"
@@ -91,7 +92,11 @@ const std::map<std::string, Factory>& builtin() {
                                         {"recommender", make_recommender},
                                         {"sequence", make_sequence},
                                         {"cnn", make_cnn}};
-    for (const LmFamily& f : families()) m.emplace(f.name, f.make);
+    for (const LmFamily& f : families()) {
+      m.emplace(f.name, [make = f.make](const ModelOptions& o, const core::Shape& s) {
+        return std::shared_ptr<Model>(with_lora(make(o, s), o));
+      });
+    }
     return m;
   }();
   return models;
@@ -122,6 +127,10 @@ bool has_model(const std::string& name) { return builtin().count(name) > 0; }
 
 std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Shape& shape) {
   auto it = builtin().find(options.name);
+  if (options.lora_rank > 0 && family(options.name) == nullptr) {
+    throw std::invalid_argument(
+        fmt::format("model.lora_rank: LoRA adapts gpt and llama; model.name is {}", options.name));
+  }
   if (it == builtin().end()) {
     throw std::invalid_argument(fmt::format("unknown model '{}'; known models: {}", options.name,
                                             fmt::join(model_names(), ", ")));
@@ -138,7 +147,7 @@ std::shared_ptr<LanguageModel> create_language_model(const ModelOptions& options
         fmt::format("{} needs a language model (model.name: {}); this config has model.name: {}",
                     command, fmt::join(language_model_names(), " or "), options.name));
   }
-  return f->make(options, shape);
+  return with_lora(f->make(options, shape), options);
 }
 
 HfExport export_hf(const std::string& name, Model& model, const std::string& dir,

@@ -345,6 +345,50 @@ PY
     losses
     awk -v f="$first" -v l="$last" 'BEGIN { exit !(l < 0.8 * f) }' || fail "loss did not fall: $first -> $last"
     grep "sample at step 30" "$out" ;;
+  lora_llama_np2)
+    # LoRA (model.lora_rank) on a Hugging Face Llama (grouped queries, untied) at 2 CPU ranks under
+    # ddp.shard: parameters; --export-peft loads in PEFT with the keys exact, the merged
+    # --export-hf equals merge_and_unload() (tests/hf/lora_peft.py); --generate and --evaluate run
+    # with the adapters; bad LoRA input exits 2 naming the key or the file.
+    pyllama make "$work/hf" --vocab 256 --layers 2 --heads 4 --kv-heads 2 --width 64 \
+      --intermediate 96 --positions 64 --untied --seed 4 >/dev/null 2>&1 || fail "could not make the base"
+    lora=(--config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample"
+      --set train.device=cpu --set data.context=32 --set model.init_from="$work/hf"
+      --set model.lora_rank=4 --set model.lora_alpha=8 --set train.warmup_steps=0
+      --set 'model.lora_targets=[q_proj, v_proj, down_proj]' --set checkpoint.dir="$work/ckpt")
+    run mpirun -np 2 "$trainer" "${lora[@]}" --set ddp.shard=parameters --set train.steps=12 \
+      --set train.eval_every=12 --set train.sample_every=0 --set log.every=4
+    expect_rc 0
+    expect_grep "model.lora: rank 4, alpha 8 \(scale 2\), dropout 0, on q_proj, v_proj, down_proj \(6 layers\): [0-9]+ parameters train"
+    losses; echo "LoRA loss $first -> $last"
+    run "$trainer" "${lora[@]}" --export-peft "$work/adapter"
+    expect_rc 0; expect_grep "wrote $work/adapter/adapter_config.json"
+    run "$trainer" "${lora[@]}" --export-hf "$work/merged"
+    expect_rc 0
+    "$TRAINER_PYTHON" -c "import torch; from safetensors.torch import save_file; save_file({'inputs': torch.randint(0, 256, (2, 16))}, '$work/in.safetensors')"
+    run "$TRAINER_PYTHON" "$src/tests/hf/lora_peft.py" check "$work/hf" "$work/adapter" \
+      "$work/in.safetensors" "$work/peft.safetensors" --merged "$work/merged"
+    expect_rc 0
+    "$TRAINER_PYTHON" -c "
+from safetensors.torch import load_file
+d = load_file('$work/peft.safetensors')
+diff = (d['merged_logits'] - d['logits']).abs().max().item()
+print('merged vs PEFT weights', d['merged_diff'].item(), 'logits', diff)
+assert d['merged_diff'].item() < 1e-5 and diff < 1e-4" || fail "merged export differs from PEFT's"
+    run "$trainer" "${lora[@]}" --generate "The quick" --max-new-tokens 8 --temperature 0
+    expect_rc 0; expect_grep "weights: checkpoint $work/ckpt/final \(12 steps done\)"; expect_grep "^The quick"
+    run mpirun -np 2 "$trainer" "${lora[@]}" --evaluate
+    expect_rc 0; expect_grep "model.lora: rank 4"
+    # Bad input: exit 2, naming the key or the file.
+    run "$trainer" "${lora[@]}" --set 'model.lora_targets=[c_attn]' --set train.steps=1
+    expect_rc 2; expect_grep "model.lora_targets: 'c_attn' matches no layer of llama"
+    run "$trainer" "${lora[@]}" --set model.lora_rank=33 --set train.steps=1 --set checkpoint.dir=
+    expect_rc 2; expect_grep "model.lora_rank: 33 is above the smaller dimension \(32\) of layers.0.self_attn.v_proj"
+    run "$trainer" "${lora[@]}" --set model.lora_rank=0 --set train.steps=1
+    expect_rc 2; expect_grep "model.lora_rank: 0 with model.lora_targets"
+    run "$trainer" "${lora[@]}" --set model.lora_init_from="$work/adapter" --set model.lora_rank=2 \
+      --set train.steps=1 --set checkpoint.dir=
+    expect_rc 2; expect_grep "model.lora_init_from: $work/adapter/adapter_config.json: r is 4 but model.lora_rank is 2" ;;
   eval_tasks_match_transformers)
     # eval.tasks in both formats (llm.c's .bin, JSON Lines through the run's tokenizer.json) and
     # bits per byte, against tests/hf/hf_tasks.py's computation from the definitions with

@@ -27,7 +27,9 @@ struct Run {
   std::vector<at::Tensor> parameters;
   std::vector<at::Tensor> initial;
   std::vector<at::Tensor> step1_grads;  // the reduced gradients after step 1 (clipped)
-  double step1_grad_norm = 0;           // their global norm before clipping
+  std::vector<at::Tensor> frozen;       // the buffers after the last step (LoRA: the base)
+  std::vector<at::Tensor> frozen_initial;
+  double step1_grad_norm = 0;  // their global norm before clipping
   train::ValidationMetrics validation;
 };
 
@@ -38,15 +40,20 @@ Run train_on(ddp::Communicator& comm, const std::string& yaml) {
   auto model = models::create_model(config.model, dataset->shape());
   Run run;
   for (const auto& p : model->parameters()) run.initial.push_back(p.detach().clone());
+  for (const auto& b : model->buffers()) run.frozen_initial.push_back(b.detach().clone());
   train::Trainer trainer(config.trainer_options(), comm, comm, model, *dataset,
                          c10::Device(c10::kCPU));
   for (int64_t s = 1; s <= config.train.steps; ++s) {
     const train::StepResult r = trainer.step(s);
     if (s > 1) continue;
     run.step1_grad_norm = r.grad_norm;
+    // Under ddp.shard optimizer and above a rank holds only its shard's reduced gradients.
+    if (config.ddp.shard != ddp::ShardMode::kNone) continue;
     for (const auto& p : model->parameters()) run.step1_grads.push_back(p.grad().detach().clone());
   }
+  const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters: every unit whole
   for (const auto& p : model->parameters()) run.parameters.push_back(p.detach().clone());
+  for (const auto& b : model->buffers()) run.frozen.push_back(b.detach().clone());
   const auto validation = dataset->validation();
   if (validation) run.validation = train::evaluate_validation(comm, *model, *validation, 3, 0);
   return run;
@@ -62,7 +69,10 @@ void expect_world_matches_self(const std::string& yaml, double tolerance = 1e-5,
   const Run distributed = train_on(*world, yaml);
   const Run reference = train_on(*self, yaml);
   ASSERT_EQ(distributed.parameters.size(), reference.parameters.size());
-  const double grad_err = relative_error(distributed.step1_grads, reference.step1_grads);
+  // Sharded: the gradients' global norm (below) stands for them.
+  const double grad_err = distributed.step1_grads.empty()
+                              ? 0.0
+                              : relative_error(distributed.step1_grads, reference.step1_grads);
   EXPECT_LT(grad_err, grad_tolerance) << "step 1 gradients, world " << world->size();
   EXPECT_GT(reference.step1_grad_norm, 0);
   EXPECT_NEAR(distributed.step1_grad_norm, reference.step1_grad_norm,
@@ -71,6 +81,11 @@ void expect_world_matches_self(const std::string& yaml, double tolerance = 1e-5,
   EXPECT_LT(err, tolerance) << "world " << world->size();
   EXPECT_GT(relative_error(reference.parameters, reference.initial), 1e-3)
       << "training moved nothing";
+  // Buffers (LoRA's frozen base) do not train: bitwise as they started, on every rank.
+  ASSERT_EQ(distributed.frozen.size(), distributed.frozen_initial.size());
+  for (size_t i = 0; i < distributed.frozen.size(); ++i) {
+    EXPECT_TRUE(at::equal(distributed.frozen[i], distributed.frozen_initial[i])) << "buffer " << i;
+  }
   ASSERT_EQ(distributed.validation.means.size(), reference.validation.means.size());
   EXPECT_EQ(distributed.validation.samples, reference.validation.samples);
   EXPECT_GT(reference.validation.samples, 0);
@@ -93,8 +108,8 @@ void expect_world_matches_self(const std::string& yaml, double tolerance = 1e-5,
 const char* kTrain = "train: {device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 5, "
                      "lr: 0.003, warmup_steps: 1, seed: 11}\n";
 
-TEST(ModelEquivalence, GptOnTokenShards) {
-  test::TempDir dir;  // each rank writes the same files into its own directory
+// train_000.bin and val_000.bin: uint16 ids below 97 in a fixed pattern.
+void write_token_shards(const test::TempDir& dir) {
   for (const char* name : {"train_000.bin", "val_000.bin"}) {
     const int64_t n = std::string(name) == "val_000.bin" ? 700 : 6000;
     const at::Tensor tokens = (at::arange(n, at::kLong) * 7919 % 97).to(at::kShort);
@@ -103,6 +118,11 @@ TEST(ModelEquivalence, GptOnTokenShards) {
     std::fwrite(tokens.data_ptr(), 2, n, f);
     std::fclose(f);
   }
+}
+
+TEST(ModelEquivalence, GptOnTokenShards) {
+  test::TempDir dir;  // each rank writes the same files into its own directory
+  write_token_shards(dir);
   expect_world_matches_self(
       "model: {name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}\n"
       "data: {dataset: tokens, path: " +
@@ -113,14 +133,7 @@ TEST(ModelEquivalence, GptOnTokenShards) {
 // SwiGLU, an untied output layer.
 TEST(ModelEquivalence, LlamaOnTokenShards) {
   test::TempDir dir;
-  for (const char* name : {"train_000.bin", "val_000.bin"}) {
-    const int64_t n = std::string(name) == "val_000.bin" ? 700 : 6000;
-    const at::Tensor tokens = (at::arange(n, at::kLong) * 7919 % 97).to(at::kShort);
-    FILE* f = std::fopen((dir.path() + "/" + name).c_str(), "wb");
-    ASSERT_NE(f, nullptr);
-    std::fwrite(tokens.data_ptr(), 2, n, f);
-    std::fclose(f);
-  }
+  write_token_shards(dir);
   const std::string model =
       "model: {name: llama, preset: llama-tiny, num_layers: 2, d_model: 36, heads: 6, "
       "kv_heads: 2, intermediate_size: 40, tie_embeddings: false, rope_scaling: llama3, "
@@ -129,6 +142,27 @@ TEST(ModelEquivalence, LlamaOnTokenShards) {
       dir.path() + ", context: 16, vocab_size: 100, workers: 2}\n";
   expect_world_matches_self(model + kTrain);
 }
+
+// LoRA (model.lora_rank; models/lm/lora.h) on that llama, every target, under each ddp.shard
+// mode: the adapters train alike on W ranks and on one, the base stays bitwise as it was.
+class LoraEquivalence : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LoraEquivalence, LlamaAdaptersOnTokenShards) {
+  test::TempDir dir;
+  write_token_shards(dir);
+  const std::string model =
+      "model: {name: llama, preset: llama-tiny, num_layers: 2, d_model: 36, heads: 6, "
+      "kv_heads: 2, intermediate_size: 40, tie_embeddings: false, lora_rank: 4, lora_alpha: 8, "
+      "lora_targets: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}\n"
+      "data: {dataset: tokens, path: " +
+      dir.path() + ", context: 16, vocab_size: 100, workers: 2}\n" +
+      fmt::format("ddp: {{shard: {}}}\n", GetParam());
+  expect_world_matches_self(model + kTrain);
+}
+
+INSTANTIATE_TEST_SUITE_P(ShardModes, LoraEquivalence,
+                         ::testing::Values("none", "optimizer", "gradients", "parameters"),
+                         [](const auto& info) { return std::string(info.param); });
 
 // bf16 autocast (train.precision: bf16): matmuls round to bf16 (8 bits of mantissa), and the
 // kernels may block a micro-batch of 2 differently from one of 3, so W ranks match one process

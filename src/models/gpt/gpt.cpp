@@ -88,7 +88,10 @@ CausalLmDims dims_of(const GptOptions& o) {
           .loss_chunk_rows = o.loss_chunk_rows,
           .tied = true,
           .embeddings = {"wte", "wpe"},
-          .blocks = "h"};
+          .blocks = "h",
+          .lora_split_qkv = false,
+          .lora_default_targets = {"c_attn"},
+          .hf_prefix = "transformer."};
 }
 
 }  // namespace

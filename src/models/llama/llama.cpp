@@ -36,7 +36,10 @@ CausalLmDims dims_of(const LlamaOptions& o) {
           .loss_chunk_rows = o.loss_chunk_rows,
           .tied = o.tie_embeddings,
           .embeddings = {"embed_tokens"},
-          .blocks = "layers"};
+          .blocks = "layers",
+          .lora_split_qkv = true,
+          .lora_default_targets = {"q_proj", "k_proj", "v_proj", "o_proj"},
+          .hf_prefix = "model."};
 }
 
 // The block with Llama's parts and Hugging Face's names.

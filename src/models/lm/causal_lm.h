@@ -42,6 +42,7 @@
 #include "models/capabilities.h"
 #include "models/documents.h"
 #include "models/language_model.h"
+#include "models/lm/lora_options.h"
 
 namespace models {
 
@@ -61,6 +62,13 @@ struct CausalLmDims {
   // The names of the embedding modules (unit 0): "wte", "wpe"; "embed_tokens".
   std::vector<std::string> embeddings;
   std::string blocks;  // the name the blocks are registered under: "h", "layers"
+  // LoRA (lm/lora.h): the Hugging Face names of q, k and v are slices of the fused projection
+  // (llama's q_proj, k_proj, v_proj of qkv_proj), not the fused one (gpt's c_attn); the targets
+  // of model.lora_targets: []; the prefix of the model's names in Hugging Face's format
+  // ("transformer.", "model.").
+  bool lora_split_qkv = false;
+  std::vector<std::string> lora_default_targets;
+  std::string hf_prefix;
 };
 
 // The rows of the embedding and the output layer for `vocab` ids when the options leave it to
@@ -115,6 +123,15 @@ class CausalLm : public LanguageModel,
 
   // The blocks' 2-D weights (attention and MLP projections), in registration order.
   std::vector<std::string> hidden_matrices() const final;
+  // LoRA (lm/lora.h): freezes the base (its parameters become buffers) and adds the adapters
+  // `options` names (rank > 0), in each block's parameter unit. Once, after the base's weights
+  // are loaded. Throws std::invalid_argument naming the model.lora_* key.
+  void add_lora(const LoraOptions& options);
+  // The adapted layers, in order (empty without LoRA), and the options they were made with.
+  const std::vector<LoraSite>& lora_sites() const { return lora_sites_; }
+  const LoraOptions& lora_options() const { return lora_; }
+  // What the family's names in Hugging Face's format start with ("model.", "transformer.").
+  const std::string& hf_prefix() const { return dims_.hf_prefix; }
 
  protected:
   explicit CausalLm(CausalLmDims dims);
@@ -152,6 +169,8 @@ class CausalLm : public LanguageModel,
   CausalLmDims dims_;           // checkpoint_activations and loss_chunk_rows as set since
   int64_t own_chunk_rows_ = 0;  // loss_chunk_rows as constructed (set_loss_chunk_rows(0))
   UnitGate* gate_ = nullptr;    // ddp.shard: parameters (set by the trainer)
+  LoraOptions lora_;            // rank 0: no adapters
+  std::vector<LoraSite> lora_sites_;
 };
 
 }  // namespace models

@@ -11,6 +11,8 @@
 
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
+#include "models/lm/causal_lm.h"
+#include "models/lm/lora.h"
 
 namespace models {
 namespace {
@@ -155,12 +157,21 @@ void load_hf_weights(const std::map<std::string, at::Tensor>& weights, torch::nn
 std::vector<std::pair<std::string, at::Tensor>> export_parameters(
     torch::nn::Module& model, const std::vector<std::string>& vocab_rows, int64_t vocab_size) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : model.named_parameters()) {
-    at::Tensor w = item.value().detach().to(at::kCPU, at::kFloat);
-    if (std::find(vocab_rows.begin(), vocab_rows.end(), item.key()) != vocab_rows.end()) {
+  // With adapters, the frozen base (buffers) with each adapter merged in (lm/lora.h).
+  const auto* lm = dynamic_cast<const CausalLm*>(&model);
+  std::vector<std::pair<std::string, at::Tensor>> weights;
+  if (lm != nullptr && !lm->lora_sites().empty()) {
+    weights = merged_weights(model, lm->lora_sites());
+  } else {
+    for (const auto& item : model.named_parameters())
+      weights.emplace_back(item.key(), item.value());
+  }
+  for (const auto& [name, weight] : weights) {
+    at::Tensor w = weight.detach().to(at::kCPU, at::kFloat);
+    if (std::find(vocab_rows.begin(), vocab_rows.end(), name) != vocab_rows.end()) {
       w = w.narrow(0, 0, vocab_size);
     }
-    out.emplace_back(item.key(), std::move(w));
+    out.emplace_back(name, std::move(w));
   }
   return out;
 }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# LoRA against full fine-tuning on CPU ranks (issue 35). Prints the lines to quote in
+# bench/RESULTS.md; the load average before and after (a shared machine: compare the ratios
+# within a round, not the rates).
+#   bench/lora_compare.sh [ROUNDS] [STEPS] [RANKS]   (default 2 rounds of 20 steps, 2 ranks)
+#     llama-tiny (configs/llama-tiny.yaml: 4 blocks, 256 wide, 3.0M parameters) and a 25M llama
+#     (8 blocks, 512 wide, 8 heads over 4, SwiGLU 1376, context 128), each full and with LoRA
+#     (rank 8, alpha 16, the attention projections), alternated within a round so that a change
+#     in the machine's load hits both alike: the memory plan's per-rank state (parameters,
+#     gradients, AdamW state) and samples/s from the 'done:' line (steps after the first).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+rounds=${1:-2}
+steps=${2:-20}
+ranks=${3:-2}
+trainer=${TRAINER_BIN:-build/trainer}
+common=(--config configs/llama-tiny.yaml --set train.device=cpu --set train.warmup_steps=1
+        --set train.eval_every=0 --set train.sample_every=0 --set log.progress=off
+        --set log.metrics=off --set train.global_batch_size=16 --set train.micro_batch_size=8
+        --set log.every=1000)
+declare -A models=(
+  [llama-tiny]=""
+  [llama-25m]="--set model.num_layers=8 --set model.d_model=512 --set model.heads=8
+               --set model.kv_heads=4 --set model.intermediate_size=1376"
+)
+lora=(--set model.lora_rank=8 --set model.lora_alpha=16)
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for round in $(seq "$rounds"); do
+  for model in llama-tiny llama-25m; do
+    # shellcheck disable=SC2206  # the model's keys, split on purpose
+    keys=(${models[$model]})
+    for mode in full lora; do
+      extra=()
+      [ "$mode" = lora ] && extra=("${lora[@]}")
+      out=$(mpirun -np "$ranks" "$trainer" "${common[@]}" "${keys[@]}" "${extra[@]}" \
+        --set train.steps="$steps" 2>&1)
+      echo "round $round $model $mode: $(grep -oE '[0-9.]+ samples/s' <<<"$out" | tail -1)"
+      if [ "$round" = 1 ]; then
+        grep -E "model.lora:|memory plan|parameters;" <<<"$out" | sed 's/^.*\] /    /' | head -4
+      fi
+    done
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,73 @@
+// LoRA: low-rank adapters on a language model's projections, the base frozen (docs/DESIGN.md,
+// "One language-model base"; docs/language-models.md, "LoRA").
+//
+//   model.lora_rank r > 0 turns it on; model.lora_targets names the adapted layers by their
+//   Hugging Face names (llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
+//   gpt: c_attn, c_proj, c_fc; [] the attention projections), model.lora_alpha / r the scale,
+//   model.lora_dropout the dropout on the adapters' input.
+//
+// Each adapted layer W gets W x + scale * B A dropout(x) (models/block.h, LoraAdapter); llama's
+// q_proj, k_proj and v_proj adapt their rows of the fused qkv_proj. The adapters are the model's
+// only parameters: every weight of the base becomes a buffer (no gradient, not in parameters()),
+// so the optimizer, the reducer's buckets and shards, the memory plan and the checkpoint's
+// moments hold the adapters alone, by the mechanism a frozen block already uses. Their names are
+// PEFT's without its prefix: layers.{i}.self_attn.q_proj.lora_A.weight, h.{i}.attn.c_attn.lora_B.
+// weight; each is in its block's parameter unit.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "models/lm/lora_options.h"
+#include "models/model.h"
+
+namespace torch::nn {
+class Module;
+}
+
+namespace models {
+
+class CausalLm;
+
+// The model keys' LoRA options; rank 0: off. std::invalid_argument naming model.lora_rank when a
+// LoRA key is set without a rank.
+LoraOptions lora_options(const ModelOptions& options);
+
+// Every parameter of `module` and below becomes a buffer of the same name (requires_grad false).
+void freeze_parameters(torch::nn::Module& module);
+
+// The base's weights by name with each adapter merged into its rows (W + scale B A), as float32
+// on the CPU: what --export-hf writes of a model with adapters.
+std::vector<std::pair<std::string, at::Tensor>> merged_weights(torch::nn::Module& model,
+                                                               const std::vector<LoraSite>& sites);
+
+// The elements of `module`'s parameters (with adapters: the adapters') and of its buffers (with
+// adapters: the frozen base).
+int64_t parameter_count(torch::nn::Module& module);
+int64_t buffer_count(torch::nn::Module& module);
+
+// --export-peft DIR: DIR/adapter_config.json and DIR/adapter_model.safetensors as PEFT's
+// save_pretrained writes a LoRA adapter (keys base_model.model.<the Hugging Face name>.lora_A.
+// weight, float32), for peft.PeftModel.from_pretrained over the base `base_path` names
+// (model.init_from). Returns the two files. std::invalid_argument when `model` has no adapters,
+// std::runtime_error naming a file that cannot be written.
+std::vector<std::string> export_peft(const CausalLm& model, const std::string& dir,
+                                     const std::string& base_path);
+
+// model.lora_init_from DIR: copies a PEFT LoRA adapter (adapter_config.json,
+// adapter_model.safetensors) into `model`'s adapters. std::invalid_argument naming the file and
+// the key when it is not a LoRA adapter, its rank or targets differ from model.lora_*, or a
+// tensor is missing, extra or of another shape.
+void load_peft(CausalLm& model, const std::string& dir);
+
+// `model` with the adapters `options` names (lora_options; none when the rank is 0), the base
+// frozen, the adapters of model.lora_init_from loaded, and the log line that says how many
+// parameters train.
+std::shared_ptr<CausalLm> with_lora(std::shared_ptr<CausalLm> model, const ModelOptions& options);
+
+}  // namespace models

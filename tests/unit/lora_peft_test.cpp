@@ -1,0 +1,200 @@
+// LoRA adapters in and out against PEFT itself (tests/hf/lora_peft.py, offline, random bases
+// that tests/hf/hf_llama.py and hf_gpt2.py make): after a few steps of training the adapters
+// (B away from zero), the trainer's logits equal PeftModel.from_pretrained's on the exported
+// adapter (--export-peft's export_peft) within 1e-4, with no key missing or unexpected, and the
+// merged export (--export-hf) equals PEFT's merge_and_unload() within 1e-5, for llama (grouped
+// queries, untied) and gpt; model.lora_init_from on an adapter PEFT wrote (random B) gives
+// PEFT's logits; an adapter of another rank, other targets or another PEFT type is refused
+// naming the file and the key.
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/temp_dir.h"
+#include "io/safetensors.h"
+#include "models/lm/causal_lm.h"
+#include "models/lm/lora.h"
+#include "models/registry.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kVocab = 300, kPositions = 32;
+
+bool run_script(const std::string& script, const std::string& args, const test::TempDir& dir) {
+  const std::string log = dir.file("script.log");
+  const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR + "/tests/hf/" +
+                          script + " " + args + " > " + log + " 2>&1";
+  if (std::system(cmd.c_str()) == 0) return true;
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ADD_FAILURE() << "failed: " << cmd << "\n" << text;
+  return false;
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+struct Family {
+  const char* name;    // model.name
+  const char* script;  // what makes its random base
+  const char* make_args;
+  std::vector<std::string> targets;
+};
+const Family kFamilies[] = {
+    {"llama",
+     "hf_llama.py",
+     "--layers 2 --heads 6 --kv-heads 2 --width 48 --intermediate 100 --untied",
+     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
+    {"gpt", "hf_gpt2.py", "--layers 2 --heads 4 --width 32", {"c_attn", "c_proj", "c_fc"}},
+};
+
+models::ModelOptions options(const Family& f, const std::string& base, int64_t rank) {
+  models::ModelOptions o;
+  o.name = f.name;
+  o.preset = f.name == std::string("llama") ? "llama-tiny" : "tiny";
+  o.init_from = base;
+  o.lora_rank = rank;
+  o.lora_alpha = 12.0;
+  o.lora_targets = f.targets;
+  return o;
+}
+
+std::shared_ptr<models::CausalLm> build(const models::ModelOptions& o) {
+  core::Shape s;
+  s.vocab_size = kVocab;
+  s.context = kPositions / 2;
+  return std::dynamic_pointer_cast<models::CausalLm>(models::create_model(o, s));
+}
+
+class LoraPeft : public ::testing::TestWithParam<int> {
+ protected:
+  static void SetUpTestSuite() {
+    for (int i = 0; i < 2; ++i) {
+      const Family& f = kFamilies[i];
+      dirs_[i] = new test::TempDir();
+      made_[i] = run_script(f.script,
+                            fmt::format("make {} --vocab {} --positions {} --seed {} {}",
+                                        dirs_[i]->path(), kVocab, kPositions, 11 + i, f.make_args),
+                            *dirs_[i]);
+    }
+  }
+  static void TearDownTestSuite() {
+    for (auto*& d : dirs_) {
+      delete d;
+      d = nullptr;
+    }
+  }
+  void SetUp() override { ASSERT_TRUE(made_[GetParam()]) << "the transformers base was not made"; }
+  const Family& family() const { return kFamilies[GetParam()]; }
+  const std::string& base() const { return dirs_[GetParam()]->path(); }
+  at::Tensor inputs() const {
+    return io::read_safetensors(base() + "/expected.safetensors").at("inputs").to(at::kLong);
+  }
+
+  static test::TempDir* dirs_[2];
+  static bool made_[2];
+};
+test::TempDir* LoraPeft::dirs_[2] = {};
+bool LoraPeft::made_[2] = {};
+
+// A few steps of gradient descent on the adapters: B moves away from zero.
+void train_a_little(models::CausalLm& model, const at::Tensor& tokens) {
+  model.train();
+  for (int step = 0; step < 4; ++step) {
+    model.zero_grad();
+    model.loss(tokens, at::roll(tokens, -1, 1)).backward();
+    at::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) p.sub_(p.grad() * 2.0);
+  }
+  model.eval();
+}
+
+TEST_P(LoraPeft, ExportedAdapterGivesTheTrainersLogitsInPeftAndMergesAsPeft) {
+  auto model = build(options(family(), base(), 4));
+  ASSERT_TRUE(model);
+  const at::Tensor tokens = inputs();
+  train_a_little(*model, tokens);
+  test::TempDir out;
+  const std::string adapter = out.file("adapter"), merged = out.file("merged");
+  models::export_peft(*model, adapter, base());
+  models::export_hf(family().name, *model, merged, 0);
+  io::write_safetensors(out.file("in.safetensors"), {{"inputs", tokens}});
+  ASSERT_TRUE(
+      run_script("lora_peft.py",
+                 fmt::format("check {} {} {} {} --merged {}", base(), adapter,
+                             out.file("in.safetensors"), out.file("out.safetensors"), merged),
+                 out));
+  const auto peft = io::read_safetensors(out.file("out.safetensors"));
+  at::NoGradGuard no_grad;
+  const at::Tensor mine = model->forward(tokens).narrow(-1, 0, kVocab);
+  const double diff = max_abs_diff(mine, peft.at("logits"));
+  EXPECT_LT(diff, 1e-4) << "the trainer's logits differ from PEFT's by up to " << diff;
+  EXPECT_LT(peft.at("merged_diff").item<double>(), 1e-5)
+      << "--export-hf's merged weights differ from merge_and_unload()'s";
+  EXPECT_LT(max_abs_diff(peft.at("merged_logits"), peft.at("logits")), 1e-4);
+  // The adapters moved the logits away from the base's: the comparison sees them.
+  models::ModelOptions base_only = options(family(), base(), 0);
+  base_only.lora_targets.clear();
+  auto plain = build(base_only);
+  plain->eval();
+  EXPECT_GT(max_abs_diff(plain->forward(tokens).narrow(-1, 0, kVocab), mine), 1e-3);
+}
+
+TEST_P(LoraPeft, LoraInitFromAPeftAdapterGivesPeftsLogits) {
+  test::TempDir out;
+  const std::string adapter = out.file("adapter");
+  io::write_safetensors(out.file("in.safetensors"), {{"inputs", inputs()}});
+  ASSERT_TRUE(run_script("lora_peft.py",
+                         fmt::format("make {} {} {} {} --r 3 --alpha 12 --targets {}", base(),
+                                     adapter, out.file("in.safetensors"),
+                                     out.file("out.safetensors"), fmt::join(family().targets, " ")),
+                         out));
+  models::ModelOptions o = options(family(), base(), 3);
+  o.lora_init_from = adapter;
+  auto model = build(o);
+  model->eval();
+  at::NoGradGuard no_grad;
+  const at::Tensor mine = model->forward(inputs()).narrow(-1, 0, kVocab);
+  const at::Tensor peft = io::read_safetensors(out.file("out.safetensors")).at("logits");
+  EXPECT_LT(max_abs_diff(mine, peft), 1e-4);
+  // Another rank, other targets: refused naming the file and the key.
+  o.lora_rank = 2;
+  EXPECT_THAT([&] { build(o); }, ::testing::ThrowsMessage<std::invalid_argument>(AllOf(
+                                     HasSubstr("model.lora_init_from"),
+                                     HasSubstr("adapter_config.json: r is 3 but model.lora_rank "
+                                               "is 2"))));
+  o.lora_rank = 3;
+  o.lora_targets = {family().targets.front()};
+  EXPECT_THAT([&] { build(o); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("target_modules")));
+}
+
+TEST_P(LoraPeft, AnotherPeftTypeIsRefusedNamingTheFile) {
+  test::TempDir out;
+  const std::string adapter = out.file("adapter");
+  io::write_safetensors(out.file("in.safetensors"), {{"inputs", inputs()}});
+  ASSERT_TRUE(run_script("lora_peft.py",
+                         fmt::format("make {} {} {} {} --r 3 --alpha 12 --peft-type IA3 "
+                                     "--targets {}",
+                                     base(), adapter, out.file("in.safetensors"),
+                                     out.file("out.safetensors"), family().targets.front()),
+                         out));
+  models::ModelOptions o = options(family(), base(), 3);
+  o.lora_init_from = adapter;
+  EXPECT_THAT([&] { build(o); }, ::testing::ThrowsMessage<std::invalid_argument>(
+                                     HasSubstr("adapter_config.json: peft_type is IA3, not LORA")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Values(0, 1),
+                         [](const auto& info) { return std::string(kFamilies[info.param].name); });
+
+}  // namespace

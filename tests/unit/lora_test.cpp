@@ -1,0 +1,254 @@
+// LoRA adapters on llama and gpt (models/lm/lora.h): the loss and every adapter's gradient
+// against a PyTorch twin written from LoRA's definition (tests/reference/lora.py) with B away
+// from zero, llama with grouped-query attention, an untied output layer and every target, gpt
+// with its three; a new adapter changes nothing (step 0 is the base, bitwise); the base is
+// frozen (buffers, no gradient) and training moves only the adapters; the merged weights give
+// the adapted model's logits; the adapters' names, and the errors that name their keys.
+#include "models/lm/lora.h"
+
+#include <ATen/ATen.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/gpt/gpt.h"
+#include "models/llama/llama.h"
+#include "reference_harness.h"
+
+namespace {
+
+using models::Gpt;
+using models::GptOptions;
+using models::Llama;
+using models::LlamaOptions;
+using models::LoraOptions;
+using ::testing::HasSubstr;
+
+// 6 query heads over 2 kv heads, each 10 wide, in a 48-wide model; vocabulary 61 (padded 64).
+LlamaOptions llama_options() {
+  LlamaOptions o;
+  o.vocab_size = 61;
+  o.context = 16;
+  o.num_layers = 2;
+  o.d_model = 48;
+  o.heads = 6;
+  o.kv_heads = 2;
+  o.head_dim = 10;
+  o.intermediate = 72;
+  o.rms_norm_eps = 1e-5;
+  o.rope.theta = 100.0;
+  o.tie_embeddings = false;
+  return o;
+}
+
+GptOptions gpt_options() {
+  GptOptions o;
+  o.vocab_size = 50;
+  o.context = 16;
+  o.num_layers = 2;
+  o.heads = 4;
+  o.d_model = 32;
+  return o;
+}
+
+LoraOptions lora(int64_t rank, std::vector<std::string> targets, double alpha = 16.0) {
+  return {.rank = rank, .alpha = alpha, .dropout = 0.0, .targets = std::move(targets)};
+}
+
+const std::vector<std::string> kLlamaTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                "gate_proj", "up_proj", "down_proj"};
+
+// B away from zero, as after training (a new adapter's B is zero: no gradient reaches A).
+void randomize_b(models::CausalLm& model) {
+  at::NoGradGuard no_grad;
+  for (const auto& site : model.lora_sites()) site.adapter->b.normal_(0.0, 0.05);
+}
+
+std::map<std::string, at::Tensor> frozen_base(models::CausalLm& model) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : model.named_buffers()) out[item.key()] = item.value();
+  return out;
+}
+
+std::map<std::string, std::string> llama_meta(const LlamaOptions& o, const LoraOptions& l) {
+  return {{"family", "llama"},
+          {"num_layers", std::to_string(o.num_layers)},
+          {"heads", std::to_string(o.heads)},
+          {"kv_heads", std::to_string(o.kv_heads)},
+          {"head_dim", std::to_string(o.head_dim)},
+          {"vocab_size", std::to_string(o.vocab_size)},
+          {"rms_norm_eps", fmt::format("{}", o.rms_norm_eps)},
+          {"rope_theta", fmt::format("{}", o.rope.theta)},
+          {"lora_rank", std::to_string(l.rank)},
+          {"lora_alpha", fmt::format("{}", l.alpha)}};
+}
+
+std::map<std::string, std::string> gpt_meta(const GptOptions& o, const LoraOptions& l) {
+  return {{"family", "gpt"},
+          {"num_layers", std::to_string(o.num_layers)},
+          {"heads", std::to_string(o.heads)},
+          {"d_model", std::to_string(o.d_model)},
+          {"vocab_size", std::to_string(o.vocab_size)},
+          {"lora_rank", std::to_string(l.rank)},
+          {"lora_alpha", fmt::format("{}", l.alpha)}};
+}
+
+TEST(LoraReference, LlamaLossAndEveryAdapterGradientMatchPyTorch) {
+  at::manual_seed(5);
+  const LlamaOptions o = llama_options();
+  Llama model(o);
+  const LoraOptions l = lora(4, kLlamaTargets);
+  model.add_lora(l);
+  randomize_b(model);
+  const at::Tensor tokens = at::randint(0, o.vocab_size, {3, 12}, at::kLong);
+  const at::Tensor targets = at::randint(0, o.vocab_size, {3, 12}, at::kLong);
+  test::expect_matches_reference(model, tokens, targets, "lora.py", llama_meta(o, l), 1e-4,
+                                 frozen_base(model));
+}
+
+TEST(LoraReference, LlamaSomeOfTheFusedProjectionMatchesPyTorch) {
+  at::manual_seed(6);
+  const LlamaOptions o = llama_options();
+  Llama model(o);
+  const LoraOptions l = lora(3, {"k_proj", "down_proj"}, 6.0);
+  model.add_lora(l);
+  randomize_b(model);
+  const at::Tensor tokens = at::randint(0, o.vocab_size, {2, 10}, at::kLong);
+  const at::Tensor targets = at::randint(0, o.vocab_size, {2, 10}, at::kLong);
+  test::expect_matches_reference(model, tokens, targets, "lora.py", llama_meta(o, l), 1e-4,
+                                 frozen_base(model));
+}
+
+TEST(LoraReference, GptLossAndEveryAdapterGradientMatchPyTorch) {
+  at::manual_seed(7);
+  const GptOptions o = gpt_options();
+  Gpt model(o);
+  const LoraOptions l = lora(4, {"c_attn", "c_proj", "c_fc"});
+  model.add_lora(l);
+  randomize_b(model);
+  const at::Tensor tokens = at::randint(0, o.vocab_size, {3, 12}, at::kLong);
+  const at::Tensor targets = at::randint(0, o.vocab_size, {3, 12}, at::kLong);
+  test::expect_matches_reference(model, tokens, targets, "lora.py", gpt_meta(o, l), 1e-4,
+                                 frozen_base(model));
+}
+
+TEST(Lora, NewAdaptersGiveTheBaseLogitsBitwise) {
+  at::manual_seed(8);
+  Llama model(llama_options());
+  model.eval();
+  const at::Tensor tokens = at::randint(0, 61, {2, 12}, at::kLong);
+  const at::Tensor base = model.forward(tokens).detach();
+  model.add_lora(lora(4, kLlamaTargets));
+  EXPECT_TRUE(at::equal(model.forward(tokens), base));
+}
+
+TEST(Lora, TheBaseIsFrozenAndOnlyTheAdaptersTrain) {
+  at::manual_seed(9);
+  Llama model(llama_options());
+  int64_t base_count = 0;
+  for (const auto& p : model.parameters()) base_count += p.numel();
+  model.add_lora(lora(2, {"q_proj", "v_proj"}));
+  // The adapters are the only parameters, by PEFT's names; the base is buffers.
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) names.push_back(item.key());
+  EXPECT_THAT(
+      names,
+      ::testing::ElementsAre(
+          "layers.0.self_attn.q_proj.lora_A.weight", "layers.0.self_attn.q_proj.lora_B.weight",
+          "layers.0.self_attn.v_proj.lora_A.weight", "layers.0.self_attn.v_proj.lora_B.weight",
+          "layers.1.self_attn.q_proj.lora_A.weight", "layers.1.self_attn.q_proj.lora_B.weight",
+          "layers.1.self_attn.v_proj.lora_A.weight", "layers.1.self_attn.v_proj.lora_B.weight"));
+  EXPECT_EQ(models::buffer_count(model), base_count);
+  // 2 layers x (q: A [2, 48] + B [60, 2]; v: A [2, 48] + B [20, 2]).
+  EXPECT_EQ(models::parameter_count(model), 2 * (2 * 48 + 60 * 2 + 2 * 48 + 20 * 2));
+  std::map<std::string, at::Tensor> before;
+  for (const auto& item : model.named_buffers()) before[item.key()] = item.value().clone();
+  std::map<std::string, at::Tensor> adapters;
+  for (const auto& item : model.named_parameters()) adapters[item.key()] = item.value().clone();
+  // A few steps of plain gradient descent on what the model's parameters() are.
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor tokens = at::randint(0, 61, {2, 12}, at::kLong);
+    model.zero_grad();
+    model.loss(tokens, at::roll(tokens, -1, 1)).backward();
+    at::NoGradGuard no_grad;
+    for (auto& p : model.parameters()) p.sub_(p.grad() * 0.5);
+  }
+  for (const auto& item : model.named_buffers()) {
+    EXPECT_FALSE(item.value().requires_grad()) << item.key();
+    EXPECT_TRUE(at::equal(item.value(), before.at(item.key()))) << item.key() << " moved";
+  }
+  for (const auto& item : model.named_parameters()) {
+    EXPECT_FALSE(at::equal(item.value(), adapters.at(item.key()))) << item.key() << " stayed";
+  }
+}
+
+TEST(Lora, TheMergedWeightsGiveTheAdaptedLogits) {
+  at::manual_seed(10);
+  const LlamaOptions o = llama_options();
+  Llama model(o);
+  model.add_lora(lora(4, kLlamaTargets));
+  randomize_b(model);
+  model.eval();
+  Llama merged(o);
+  merged.eval();
+  {
+    at::NoGradGuard no_grad;
+    const auto weights = models::merged_weights(model, model.lora_sites());
+    auto params = merged.named_parameters();
+    ASSERT_EQ(weights.size(), params.size());
+    for (const auto& [name, w] : weights) params[name].copy_(w);
+  }
+  const at::Tensor tokens = at::randint(0, o.vocab_size, {2, 12}, at::kLong);
+  const at::Tensor want = model.forward(tokens).detach();
+  EXPECT_LT(test::relative_error(merged.forward(tokens).detach(), want), 1e-5);
+  // And merging moved the logits: the adapters are not zero.
+  Llama base(o);
+  EXPECT_GT(test::relative_error(base.forward(tokens).detach(), want), 1e-3);
+}
+
+TEST(LoraErrors, UnknownTargetNamesTheKeyAndTheLayers) {
+  Gpt model(gpt_options());
+  try {
+    model.add_lora(lora(2, {"q_proj"}));
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.lora_targets: 'q_proj' matches no layer of gpt"));
+    EXPECT_THAT(e.what(), HasSubstr("c_attn, c_proj, c_fc"));
+  }
+}
+
+TEST(LoraErrors, RankAboveTheSmallerDimensionNamesTheKeyAndTheLayer) {
+  Llama model(llama_options());
+  // k_proj is 20 rows (2 kv heads x 10) by 48.
+  try {
+    model.add_lora(lora(21, {"k_proj"}));
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.lora_rank: 21 is above the smaller dimension (20) of "
+                                    "layers.0.self_attn.k_proj"));
+  }
+  Llama fits(llama_options());
+  EXPECT_NO_THROW(fits.add_lora(lora(20, {"k_proj"})));
+}
+
+TEST(LoraErrors, RankZeroWithTargetsNamesTheRank) {
+  models::ModelOptions o;
+  o.lora_rank = 0;
+  o.lora_targets = {"q_proj"};
+  EXPECT_THROW(
+      {
+        try {
+          models::lora_options(o);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_THAT(e.what(), HasSubstr("model.lora_rank: 0"));
+          throw;
+        }
+      },
+      std::invalid_argument);
+}
+
+}  // namespace
