@@ -17,11 +17,11 @@ namespace {
 constexpr double kGpt2NormEps = 1e-5;  // GPT-2's
 constexpr double kGpt2InitStd = 0.02;  // GPT-2's
 
-struct Preset {
+struct GptPreset {
   const char* name;
   int64_t num_layers, heads, d_model, context, vocab_size;
 };
-constexpr Preset kPresets[] = {
+constexpr GptPreset kGptPresets[] = {
     {"gpt2", 12, 12, 768, 1024, 50257},
     {"gpt2-medium", 24, 16, 1024, 1024, 50257},
     {"tiny", 2, 4, 64, 64, 256},
@@ -102,7 +102,7 @@ struct Gpt::Layers {
 };
 
 GptOptions gpt_preset(const std::string& name) {
-  const Preset& p = find_preset(kPresets, name, "gpt");
+  const GptPreset& p = find_preset(kGptPresets, name, "gpt");
   GptOptions o;
   o.num_layers = p.num_layers;
   o.heads = p.heads;
@@ -112,7 +112,7 @@ GptOptions gpt_preset(const std::string& name) {
   return o;
 }
 
-std::vector<std::string> gpt_preset_names() { return preset_names_of(kPresets); }
+std::vector<std::string> gpt_preset_names() { return preset_names_of(kGptPresets); }
 
 Gpt::Gpt(const GptOptions& options) : Gpt(Resolved{}, resolved(options)) {}
 

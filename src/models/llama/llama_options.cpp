@@ -10,13 +10,13 @@
 namespace models {
 namespace {
 
-struct Preset {
+struct LlamaPreset {
   const char* name;
   int64_t num_layers, d_model, heads, kv_heads, intermediate, vocab_size, context;
   double rope_theta;
   bool llama3_scaling;
 };
-constexpr Preset kPresets[] = {
+constexpr LlamaPreset kLlamaPresets[] = {
     {"llama-tiny", 4, 256, 8, 4, 688, 256, 256, 10000.0, false},
     {"smollm-135m", 30, 576, 9, 3, 1536, 49152, 2048, 10000.0, false},
     {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true},
@@ -29,7 +29,7 @@ void require_llama(bool ok, const std::string& message) {
 }  // namespace
 
 LlamaOptions llama_preset(const std::string& name) {
-  const Preset& p = find_preset(kPresets, name, "llama");
+  const LlamaPreset& p = find_preset(kLlamaPresets, name, "llama");
   LlamaOptions o;
   o.num_layers = p.num_layers;
   o.d_model = p.d_model;
@@ -49,7 +49,7 @@ LlamaOptions llama_preset(const std::string& name) {
   return o;
 }
 
-std::vector<std::string> llama_preset_names() { return preset_names_of(kPresets); }
+std::vector<std::string> llama_preset_names() { return preset_names_of(kLlamaPresets); }
 
 void check_llama_options(const LlamaOptions& o) {
   const std::pair<const char*, int64_t> positive[] = {
