@@ -52,10 +52,14 @@ int64_t column_of(const std::vector<std::string>& header, const std::string& nam
   return it - header.begin();
 }
 
-}  // namespace
+// A CSV file's cells: the header, and each non-empty data row with its line number.
+struct CsvText {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  std::vector<int64_t> line_of;
+};
 
-CsvSeries read_csv_series(const std::string& path, const std::vector<std::string>& features,
-                          const std::vector<std::string>& targets, double val_fraction) {
+CsvText read_csv_text(const std::string& path, const std::vector<std::string>& targets) {
   std::ifstream in(path);
   if (!in)
     throw DataError(fmt::format("{}: cannot open the CSV file: {}", path, std::strerror(errno)));
@@ -64,31 +68,37 @@ CsvSeries read_csv_series(const std::string& path, const std::vector<std::string
     throw DataError(
         fmt::format("{}: empty: a CSV time series needs a header row and data rows", path));
   }
-  const std::vector<std::string> header = split(line);
+  CsvText text;
+  text.header = split(line);
   if (targets.empty()) {
     throw DataError(
         fmt::format("data.targets: name the column(s) of {} to predict; the header has: {}", path,
-                    fmt::join(header, ", ")));
+                    fmt::join(text.header, ", ")));
   }
-  std::vector<std::vector<std::string>> rows;
-  std::vector<int64_t> line_of;
   for (int64_t number = 2; std::getline(in, line); ++number) {
     if (trim(line).empty()) continue;
-    rows.push_back(split(line));
-    line_of.push_back(number);
-    if (rows.back().size() != header.size()) {
+    text.rows.push_back(split(line));
+    text.line_of.push_back(number);
+    if (text.rows.back().size() != text.header.size()) {
       throw DataError(fmt::format("{}:{}: {} values, the header names {} columns", path, number,
-                                  rows.back().size(), header.size()));
+                                  text.rows.back().size(), text.header.size()));
     }
   }
-  if (rows.empty()) throw DataError(fmt::format("{}: a header row and no data rows", path));
+  if (text.rows.empty()) throw DataError(fmt::format("{}: a header row and no data rows", path));
+  return text;
+}
 
-  CsvSeries s;
-  std::vector<int64_t> used;  // header index per used column
+// The header index of each column used (the features, default every numeric column of the first
+// row, then the targets not among them); fills s.feature_index, s.target_index and s.columns.
+std::vector<int64_t> choose_columns(const CsvText& text, const std::vector<std::string>& features,
+                                    const std::vector<std::string>& targets,
+                                    const std::string& path, CsvSeries& s) {
+  const std::vector<std::string>& header = text.header;
+  std::vector<int64_t> used;
   if (features.empty()) {
     double v = 0;
     for (size_t c = 0; c < header.size(); ++c) {
-      if (parse_number(rows[0][c], &v)) used.push_back(static_cast<int64_t>(c));
+      if (parse_number(text.rows[0][c], &v)) used.push_back(static_cast<int64_t>(c));
     }
   } else {
     for (const auto& f : features) used.push_back(column_of(header, f, path, "data.features"));
@@ -105,6 +115,18 @@ CsvSeries read_csv_series(const std::string& path, const std::vector<std::string
     }
   }
   for (int64_t c : used) s.columns.push_back(header[static_cast<size_t>(c)]);
+  return used;
+}
+
+}  // namespace
+
+CsvSeries read_csv_series(const std::string& path, const std::vector<std::string>& features,
+                          const std::vector<std::string>& targets, double val_fraction) {
+  const CsvText text = read_csv_text(path, targets);
+  const auto& rows = text.rows;
+  const auto& line_of = text.line_of;
+  CsvSeries s;
+  const std::vector<int64_t> used = choose_columns(text, features, targets, path, s);
 
   const auto n = static_cast<int64_t>(rows.size());
   const auto m = static_cast<int64_t>(used.size());

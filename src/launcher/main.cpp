@@ -111,13 +111,8 @@ void add_export_options(CLI::App& app, CommandLine& cli, CLI::Option* generate) 
       ->needs(export_hf);
 }
 
-int parse_command_line(int argc, char** argv, CommandLine& cli) {
-  CLI::App app{"trainer: data-parallel training with LibTorch over NCCL and MPI.\n"
-               "Start one process per GPU: mpirun -np 8 trainer --config run.yaml"};
-  app.add_option("--config", cli.config_path, "YAML run configuration")->check(CLI::ExistingFile);
-  app.add_option("--set", cli.overrides, "override a key: --set section.key=value (repeatable)")
-      ->take_all();
-  app.add_flag("--print-config", cli.print_config, "print the effective configuration and exit");
+// --dry-run and its planning options (--plan-ranks without the devices).
+void add_plan_options(CLI::App& app, CommandLine& cli) {
   auto* dry_run = app.add_flag("--dry-run", cli.dry_run,
                                "print the plan (ranks, devices, batches, model) and exit");
   auto* plan_ranks =
@@ -136,6 +131,16 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
                  "ddp.shard_group: node, whose shards span one node)")
       ->check(CLI::PositiveNumber)
       ->needs(plan_ranks);
+}
+
+int parse_command_line(int argc, char** argv, CommandLine& cli) {
+  CLI::App app{"trainer: data-parallel training with LibTorch over NCCL and MPI.\n"
+               "Start one process per GPU: mpirun -np 8 trainer --config run.yaml"};
+  app.add_option("--config", cli.config_path, "YAML run configuration")->check(CLI::ExistingFile);
+  app.add_option("--set", cli.overrides, "override a key: --set section.key=value (repeatable)")
+      ->take_all();
+  app.add_flag("--print-config", cli.print_config, "print the effective configuration and exit");
+  add_plan_options(app, cli);
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
   CLI::Option* generate = add_generate_options(app, cli.generate_args);
   add_export_options(app, cli, generate);

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #ifdef TRAINER_HAVE_CUDA
@@ -59,6 +60,51 @@ void abandon_capture(at::cuda::CUDAGraph& graph, const at::cuda::CUDAStream& str
   c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), graph.pool());
   c10::cuda::CUDACachingAllocator::releasePool(device.index(), graph.pool());
 }
+
+// Records `body` on the static buffers `inputs` / `targets` into `graph`, on a side stream that
+// starts after the work queued so far. An out-of-memory error propagates (the step's OOM: the
+// protocol falls back, invalidate() follows); another failure is returned (its first line), and
+// then nothing ran.
+std::optional<std::string> capture(at::cuda::CUDAGraph& graph, const at::Tensor& inputs,
+                                   const at::Tensor& targets, c10::Device device,
+                                   const GraphStep::Body& body) {
+  c10::cuda::CUDAGuard device_guard(device);
+  // Capture must not run on the default stream; the side stream starts after the work queued so
+  // far on the current one (the static buffers' copies).
+  const auto current = at::cuda::getCurrentCUDAStream(device.index());
+  const auto side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  cudaEvent_t queued = nullptr;
+  C10_CUDA_CHECK(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
+  C10_CUDA_CHECK(cudaEventRecord(queued, current.stream()));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(side.stream(), queued, 0));
+  cudaEventDestroy(queued);
+  graph.register_generator_state(at::cuda::detail::getDefaultCUDAGenerator(device.index()));
+  // Autocast's cast cache would hand the graph tensors cast outside it.
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
+  std::optional<std::string> failure;
+  try {
+    c10::cuda::CUDAStreamGuard stream_guard(side);
+    // Thread-local mode: the loader's workers may allocate pinned memory meanwhile; backward
+    // kernels launched by autograd's device thread onto this stream are captured all the same.
+    graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    try {
+      body(inputs, targets);
+      graph.capture_end();
+    } catch (...) {
+      abandon_capture(graph, side, device);
+      throw;
+    }
+  } catch (const c10::OutOfMemoryError&) {
+    at::autocast::set_autocast_cache_enabled(cache);
+    throw;
+  } catch (const std::exception& e) {
+    failure = core::first_line(e.what());
+  }
+  at::autocast::set_autocast_cache_enabled(cache);
+  return failure;
+}
+
 }  // namespace
 
 #else
@@ -138,44 +184,8 @@ void GraphStep::run(const at::Tensor& inputs, const at::Tensor& targets, const B
   auto c = std::make_unique<Graphs::Captured>();
   c->inputs = inputs.clone();
   c->targets = targets.clone();
-  c10::cuda::CUDAGuard device_guard(device_);
-  // Capture must not run on the default stream; the side stream starts after the work queued so
-  // far on the current one (the static buffers' copies).
-  const auto current = at::cuda::getCurrentCUDAStream(device_.index());
-  const auto side = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
-  cudaEvent_t queued = nullptr;
-  C10_CUDA_CHECK(cudaEventCreateWithFlags(&queued, cudaEventDisableTiming));
-  C10_CUDA_CHECK(cudaEventRecord(queued, current.stream()));
-  C10_CUDA_CHECK(cudaStreamWaitEvent(side.stream(), queued, 0));
-  cudaEventDestroy(queued);
-  c->graph.register_generator_state(at::cuda::detail::getDefaultCUDAGenerator(device_.index()));
-  // Autocast's cast cache would hand the graph tensors cast outside it.
-  const bool cache = at::autocast::is_autocast_cache_enabled();
-  at::autocast::set_autocast_cache_enabled(false);
-  bool captured = false;
-  try {
-    c10::cuda::CUDAStreamGuard stream_guard(side);
-    // Thread-local mode: the loader's workers may allocate pinned memory meanwhile; backward
-    // kernels launched by autograd's device thread onto this stream are captured all the same.
-    c->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-    try {
-      body(c->inputs, c->targets);
-      c->graph.capture_end();
-      captured = true;
-    } catch (...) {
-      abandon_capture(c->graph, side, device_);
-      throw;
-    }
-  } catch (const c10::OutOfMemoryError&) {
-    at::autocast::set_autocast_cache_enabled(cache);
-    throw;  // the step's OOM: the protocol falls back, invalidate() follows
-  } catch (const std::exception& e) {
-    at::autocast::set_autocast_cache_enabled(cache);
-    disable(fmt::format("capturing micro-batch {} failed: {}", inputs.sizes(),
-                        core::first_line(e.what())));
-  }
-  at::autocast::set_autocast_cache_enabled(cache);
-  if (!captured) {
+  if (const auto failure = capture(c->graph, c->inputs, c->targets, device_, body)) {
+    disable(fmt::format("capturing micro-batch {} failed: {}", inputs.sizes(), *failure));
     body(inputs, targets);  // nothing ran during the capture: this micro-batch runs eagerly
     return;
   }
