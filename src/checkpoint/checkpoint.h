@@ -44,6 +44,10 @@ struct CheckpointMeta {
   // The learning-rate schedule's plan (train/schedule.h, written and read by the Trainer as
   // text); empty in older checkpoints.
   std::string schedule;
+  // LoRA (models::FrozenBase): the frozen base the adapters belong to, which the checkpoint does
+  // not hold: its path (model.init_from) and models::FrozenBase::base_hash(); empty otherwise.
+  std::string base;
+  std::string base_hash;
 };
 
 struct Checkpoint {

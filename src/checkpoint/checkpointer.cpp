@@ -147,7 +147,8 @@ std::string Checkpointer::path_of(const std::string& name) const {
 CheckpointMeta Checkpointer::meta(int64_t steps_done, const RunState& state) const {
   return {steps_done,          record_.global_batch_size,
           record_.seed,        comms_.control.size(),
-          record_.config_text, state.schedule};
+          record_.config_text, state.schedule,
+          record_.base,        record_.base_hash};
 }
 
 std::string Checkpointer::save(const std::string& path, int64_t steps_done, const RunState& state) {
@@ -243,7 +244,9 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string
       m.config,
       logical_tensors(shards),
       {},
-      m.schedule};
+      m.schedule,
+      m.base,
+      m.base_hash};
   for (int f = 0; f < files; ++f) {  // every file's pieces; sizes and CRCs come with the votes
     p->manifest.files.push_back(
         {io::shard_file_name(f), f, 0, "", shard_content(shards, files, f, false).pieces});

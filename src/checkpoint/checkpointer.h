@@ -57,6 +57,9 @@ struct RunRecord {
   uint64_t seed = 0;
   std::string config_text;            // the effective configuration (YAML)
   ddp::ShardMode configured_shard{};  // ddp.shard as configured (checkpoint.format: auto)
+  // LoRA: the frozen base (CheckpointMeta::base, base_hash); empty otherwise.
+  std::string base;
+  std::string base_hash;
 };
 
 // A run's state on this rank, as the Trainer holds it: views, not copies. The Checkpointer writes

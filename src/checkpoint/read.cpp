@@ -14,6 +14,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/sharded.h"
 #include "checkpoint/single_file.h"
+#include "models/capabilities.h"
 
 namespace checkpoint {
 namespace {
@@ -62,6 +63,38 @@ std::map<std::string, Held> held_tensors(const Checkpoint& ckpt) {
   return out;
 }
 
+// A LoRA checkpoint holds the adapters of one frozen base (models::FrozenBase), which it does not
+// hold: the model's base must be the one it records (CheckpointMeta::base_hash), and a model
+// without adapters cannot take it.
+void check_base(const Checkpoint& ckpt, models::Model& model) {
+  const auto* frozen = models::as<models::FrozenBase>(model);
+  const std::string hash = frozen != nullptr ? frozen->base_hash() : "";
+  const std::string& held = ckpt.meta.base_hash;
+  if (hash == held) return;
+  const std::string path = frozen != nullptr ? frozen->base_path() : "";
+  auto name = [](const std::string& base, const std::string& h) {
+    return fmt::format("'{}' ({})", base.empty() ? "the config's model" : base, h);
+  };
+  if (held.empty()) {
+    throw CheckpointError(fmt::format(
+        "{}: the checkpoint holds a whole model, not LoRA adapters, and this config trains "
+        "adapters (model.lora_rank) over the base {}; resume it without model.lora_rank, or "
+        "start the LoRA run from model.init_from",
+        ckpt.path, name(path, hash)));
+  }
+  if (hash.empty()) {
+    throw CheckpointError(fmt::format(
+        "{}: the checkpoint holds LoRA adapters of the base {} and not the base itself; set "
+        "model.lora_rank and model.init_from as the run that wrote it did",
+        ckpt.path, name(ckpt.meta.base, held)));
+  }
+  throw CheckpointError(fmt::format(
+      "{}: the checkpoint holds LoRA adapters of the base {}, and model.init_from is the "
+      "base {}: another base (its config or tensors differ); set model.init_from to the base "
+      "the checkpoint was trained on",
+      ckpt.path, name(ckpt.meta.base, held), name(path, hash)));
+}
+
 }  // namespace
 
 Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded) {
@@ -75,6 +108,7 @@ Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded) {
 
 void check_compatible(const Checkpoint& ckpt, models::Model& model,
                       const std::optional<std::vector<std::string>>& muon) {
+  check_base(ckpt, model);
   const auto held = held_tensors(ckpt);
   const std::set<std::string> matrices =
       muon ? std::set<std::string>(muon->begin(), muon->end()) : std::set<std::string>();

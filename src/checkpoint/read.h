@@ -24,7 +24,9 @@ namespace checkpoint {
 // into whole tensors unless `sharded` is kOpen. Throws CheckpointError.
 Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded = ShardedRead::kWhole);
 
-// Throws CheckpointError unless `ckpt` holds exactly the parameters (with moments) and non-cache
+// Throws CheckpointError unless the checkpoint's LoRA base (CheckpointMeta::base_hash) is the
+// model's (models::FrozenBase; neither has one without adapters), naming both bases, and unless
+// `ckpt` holds exactly the parameters (with moments) and non-cache
 // buffers of `model`, with the same shapes and dtypes (an opened sharded checkpoint: its
 // manifest's logical tensors; the same messages). The moments are the optimizer's of the run:
 // `muon` names the matrices whose state is Muon's momentum (train.optimizer: muon; empty:

@@ -260,7 +260,8 @@ Checkpoint read_sharded_checkpoint(const std::string& step_dir) {
       throw CheckpointDamaged(e.what());
     }
   }
-  ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config, m.schedule};
+  ckpt.meta = {m.step,   m.global_batch_size, m.seed, m.world_size,
+               m.config, m.schedule,          m.base, m.base_hash};
   return ckpt;
 }
 
@@ -270,7 +271,8 @@ Checkpoint open_sharded_checkpoint(const std::string& step_dir) {
   try {
     io::ShardManifest m = io::read_manifest(step_dir);
     io::verify_shard_files(step_dir, m);
-    ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, m.config, m.schedule};
+    ckpt.meta = {m.step,   m.global_batch_size, m.seed, m.world_size,
+                 m.config, m.schedule,          m.base, m.base_hash};
     ShardedReader reader(step_dir, std::move(m));
     reader.check_pieces();
     ckpt.manifest = reader.manifest();

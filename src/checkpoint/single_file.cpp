@@ -39,7 +39,11 @@ std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& mod
     out.emplace_back(param_key(item.key()), item.value());
   }
   const auto* cache = models::as<models::EmbeddingCache>(model);
-  const auto caches = cache != nullptr ? cache->cache_buffer_names() : std::vector<std::string>{};
+  auto caches = cache != nullptr ? cache->cache_buffer_names() : std::vector<std::string>{};
+  if (const auto* frozen = models::as<models::FrozenBase>(model)) {  // loaded from its own path
+    const auto names = frozen->frozen_buffer_names();
+    caches.insert(caches.end(), names.begin(), names.end());
+  }
   for (const auto& item : model.named_buffers()) {
     if (std::find(caches.begin(), caches.end(), item.key()) == caches.end()) {
       out.emplace_back("buffer." + item.key(), item.value());
@@ -84,6 +88,10 @@ void write_checkpoint_tensors(const std::string& path,
   };
   if (!meta.config.empty()) metadata["config"] = meta.config;
   if (!meta.schedule.empty()) metadata["schedule"] = meta.schedule;
+  if (!meta.base_hash.empty()) {
+    metadata["base"] = meta.base;
+    metadata["base_hash"] = meta.base_hash;
+  }
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path target(path);
@@ -131,6 +139,8 @@ Checkpoint read_single_file(const std::string& path) {
   ckpt.meta.world_size = static_cast<int>(metadata_number(path, meta, "world_size"));
   if (const auto c = meta.find("config"); c != meta.end()) ckpt.meta.config = c->second;
   if (const auto s = meta.find("schedule"); s != meta.end()) ckpt.meta.schedule = s->second;
+  if (const auto b = meta.find("base"); b != meta.end()) ckpt.meta.base = b->second;
+  if (const auto h = meta.find("base_hash"); h != meta.end()) ckpt.meta.base_hash = h->second;
   // Checkpoints written before checksums were recorded carry none: nothing to verify.
   if (const auto sum = meta.find("checksum"); sum != meta.end()) {
     const std::string actual = tensor_checksum(ckpt.tensors);

@@ -2,9 +2,10 @@
 // run in one safetensors file, readable from Python with safetensors.torch.load_file.
 //
 // Contents: "param.<name>" for every parameter, "buffer.<name>" for every buffer except embedding
-// caches (rebuilt on resume), "adamw.exp_avg.<name>" and "adamw.exp_avg_sq.<name>" for AdamW's
-// moments ("muon.momentum.<name>" alone for a matrix Muon updates), and string metadata: the format
-// (kSingleFileFormat), the optimizer steps completed
+// caches (rebuilt on resume) and a LoRA run's frozen base (models::FrozenBase: loaded from
+// model.init_from on resume, named by the metadata "base" and "base_hash"), "adamw.exp_avg.<name>"
+// and "adamw.exp_avg_sq.<name>" for AdamW's moments ("muon.momentum.<name>" alone for a matrix Muon
+// updates), and string metadata: the format (kSingleFileFormat), the optimizer steps completed
 // ("step"), the global batch size, seed and world size the run had, the run's configuration
 // (YAML) when known, and a CRC-32 of every tensor's name and bytes in name order ("checksum":
 // "crc32:xxxxxxxx").
@@ -27,7 +28,7 @@ namespace checkpoint {
 
 // The model's tensors in a checkpoint, under their keys: "param.<name>" first (the likeliest to
 // differ and the clearest to report), then "buffer.<name>" for every buffer but the caches
-// (build_cache() rebuilds those).
+// (build_cache() rebuilds those) and a frozen base's (models::FrozenBase).
 std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model);
 
 // What a single-file checkpoint holds under its keys: the model's entries (model_entries) and

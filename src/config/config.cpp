@@ -228,6 +228,16 @@ class ConfigReader {
             "parameters (or the memory.fallback rung shard_parameters) yet; sample from a "
             "checkpoint with --generate instead");
     }
+    // Muon orthogonalises the update of the hidden layers' full weight matrices, which LoRA
+    // freezes (models/lm/lora.h); its factors A and B are rank-r and stay with AdamW's rule.
+    if (c.train.optimizer == train::OptimizerKind::kMuon && c.model.lora_rank > 0 &&
+        given("train.optimizer") && given("model.lora_rank")) {
+      error(at("train.optimizer"),
+            fmt::format("train.optimizer: muon updates the hidden layers' weight matrices, which "
+                        "model.lora_rank = {} freezes (only the adapters train); use "
+                        "train.optimizer: adamw with LoRA, or set model.lora_rank: 0",
+                        c.model.lora_rank));
+    }
     if (c.ddp.shard_group == ddp::ShardGroup::kNode && c.ddp.shard == ddp::ShardMode::kNone &&
         given("ddp.shard_group") && given("ddp.shard")) {
       error(at("ddp.shard_group"),

@@ -53,6 +53,8 @@ ShardManifest parse_fields(const json& j) {
   m.seed = j.at("seed").get<uint64_t>();
   m.config = j.at("config").get<std::string>();
   m.schedule = j.value("schedule", std::string());
+  m.base = j.value("base", std::string());
+  m.base_hash = j.value("base_hash", std::string());
   for (const auto& [name, t] : j.at("tensors").items()) {
     m.tensors[name] = {t.at("dtype").get<std::string>(), t.at("shape").get<std::vector<int64_t>>(),
                        t.value("order", std::vector<int64_t>{})};
@@ -124,6 +126,10 @@ std::string manifest_to_json(const ShardManifest& m) {
             {"tensors", tensors},
             {"files", files}};
   if (!m.schedule.empty()) j["schedule"] = m.schedule;
+  if (!m.base_hash.empty()) {
+    j["base"] = m.base;
+    j["base_hash"] = m.base_hash;
+  }
   return j.dump(1);
 }
 

@@ -94,6 +94,9 @@ struct ShardManifest {
   std::vector<ShardFile> files;
   // The learning-rate schedule's plan (train/schedule.h), as text; empty in older manifests.
   std::string schedule{};
+  // LoRA: the frozen base's path and hash (checkpoint::CheckpointMeta); empty otherwise.
+  std::string base{};
+  std::string base_hash{};
 };
 
 // "step_000100", "rank_00003.safetensors".

@@ -165,6 +165,20 @@ class HiddenMatrices {
   virtual std::vector<std::string> hidden_matrices() const = 0;
 };
 
+// A base that is frozen and not the run's own (LoRA, models/lm/lora.h): its weights are buffers
+// loaded from the base's path (model.init_from) at every start, and checkpoints hold the
+// adapters alone. frozen_buffer_names(): those buffers (as in named_buffers()), left out of
+// checkpoints; empty when nothing is frozen. base_hash(): a hash of the base's config and its
+// tensors' names, shapes and dtypes, which a checkpoint records and resume compares (a checkpoint
+// of another base is refused); base_path(): where it was loaded from, for messages.
+class FrozenBase {
+ public:
+  virtual ~FrozenBase() = default;
+  virtual std::vector<std::string> frozen_buffer_names() const = 0;
+  virtual std::string base_hash() const = 0;
+  virtual std::string base_path() const = 0;
+};
+
 // The questions the loop asks of any model, false for a model without the capability.
 inline bool has_cache(const Model& model) {
   const auto* c = as<EmbeddingCache>(model);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "models/capabilities.h"
 #include "train/fallbacks.h"
 #include "train/precision.h"
 #include "train/profiler.h"
@@ -63,10 +64,14 @@ std::unique_ptr<checkpoint::Checkpointer> make_checkpointer(Trainer& trainer,
                                                             std::string config_text) {
   const TrainerOptions& o = trainer.options();
   const Placement& where = trainer.placement();
+  checkpoint::RunRecord record{o.train.global_batch_size, o.train.seed, std::move(config_text),
+                               o.ddp.shard};
+  if (const auto* frozen = models::as<models::FrozenBase>(trainer.model())) {
+    record.base = frozen->base_path();  // LoRA: the base the adapters belong to
+    record.base_hash = frozen->base_hash();
+  }
   return std::make_unique<checkpoint::Checkpointer>(
-      o.checkpoint,
-      checkpoint::RunRecord{o.train.global_batch_size, o.train.seed, std::move(config_text),
-                            o.ddp.shard},
+      o.checkpoint, std::move(record),
       checkpoint::CheckpointComms{where.control, where.data, where.shard, where.replicas});
 }
 

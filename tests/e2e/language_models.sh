@@ -361,6 +361,36 @@ PY
     expect_rc 0
     expect_grep "model.lora: rank 4, alpha 8 \(scale 2\), dropout 0, on q_proj, v_proj, down_proj \(6 layers\): [0-9]+ parameters train"
     losses; echo "LoRA loss $first -> $last"
+    # The checkpoint holds the adapters and their moments, not the frozen base, and names the base.
+    "$TRAINER_PYTHON" - "$work/ckpt/final" "$work/hf" <<'PY' || fail "the LoRA checkpoint holds more than the adapters"
+import json, os, sys
+d, base = sys.argv[1:]
+m = json.load(open(os.path.join(d, "manifest.json")))
+size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+base_size = os.path.getsize(os.path.join(base, "model.safetensors"))
+print(f"LoRA checkpoint {size} bytes on disk, the base's model.safetensors {base_size} bytes")
+other = [k for k in m["tensors"] if ".lora_" not in k]
+assert not other, other
+assert m["base"] == base and m["base_hash"].startswith("crc32:"), (m.get("base"), m.get("base_hash"))
+assert size < base_size / 4, (size, base_size)
+PY
+    # Resumed on 3 ranks under another ddp.shard: the base from model.init_from, the adapters
+    # from the checkpoint.
+    cp -r "$work/ckpt" "$work/ckpt3"
+    run mpirun -np 3 "$trainer" "${lora[@]}" --set checkpoint.dir="$work/ckpt3" \
+      --set checkpoint.resume=auto --set ddp.shard=none --set train.steps=16 --set log.every=4
+    expect_rc 0; expect_grep "model.init_from $work/hf: the frozen base; its adapters and their optimizer state from $work/ckpt3/final"
+    expect_grep "step +16/16"
+    # Onto another base (wider MLP): refused, naming both.
+    pyllama make "$work/hf2" --vocab 256 --layers 2 --heads 4 --kv-heads 2 --width 64 \
+      --intermediate 128 --positions 64 --untied --seed 4 >/dev/null 2>&1 || fail "could not make the other base"
+    run "$trainer" "${lora[@]}" --set checkpoint.dir="$work/ckpt3" --set checkpoint.resume=auto \
+      --set model.init_from="$work/hf2" --set train.steps=20
+    expect_rc 2
+    expect_grep "holds LoRA adapters of the base '$work/hf' \(crc32:[0-9a-f]+\), and model.init_from is the base '$work/hf2' \(crc32:[0-9a-f]+\): another base"
+    # Muon's matrices are the frozen ones: refused at start-up naming both keys.
+    run "$trainer" "${lora[@]}" --set train.optimizer=muon --set train.steps=1 --set checkpoint.dir=
+    expect_rc 2; expect_grep "train.optimizer: muon updates the hidden layers' weight matrices, which model.lora_rank = 4 freezes"
     run "$trainer" "${lora[@]}" --export-peft "$work/adapter"
     expect_rc 0; expect_grep "wrote $work/adapter/adapter_config.json"
     run "$trainer" "${lora[@]}" --export-hf "$work/merged"

@@ -280,6 +280,19 @@ TEST(ConfigErrors, ShardGroupNodeWithoutShardingIsRefused) {
       checkpoint::Format::kSharded);
 }
 
+// Muon updates the hidden layers' weight matrices, which LoRA freezes: refused at start-up,
+// naming both keys; either alone is accepted.
+TEST(ConfigErrors, MuonWithLoraIsRefused) {
+  const std::string message = config_error(kMinimal, {"train.optimizer=muon", "model.lora_rank=4"});
+  expect_one_problem(message, "--set train.optimizer=muon",
+                     {"train.optimizer: muon updates the hidden layers' weight matrices, which "
+                      "model.lora_rank = 4 freezes",
+                      "use train.optimizer: adamw"});
+  EXPECT_EQ(parse_config(kMinimal, "good.yaml", {"train.optimizer=muon"}).train.optimizer,
+            train::OptimizerKind::kMuon);
+  EXPECT_EQ(parse_config(kMinimal, "good.yaml", {"model.lora_rank=4"}).model.lora_rank, 4);
+}
+
 TEST(ConfigErrors, WarmupRelationBrokenByAnOverride) {
   const std::string message = config_error(kMinimal, {"train.steps=8"});
   EXPECT_EQ(message, "--set train.steps=8: train.warmup_steps (default) = 10 must be smaller than "

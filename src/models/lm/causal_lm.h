@@ -80,7 +80,8 @@ class CausalLm : public LanguageModel,
                  public ChunkedLoss,
                  public ParameterUnits,
                  public PackedDocuments,
-                 public HiddenMatrices {
+                 public HiddenMatrices,
+                 public FrozenBase {
  public:
   ~CausalLm() override;
 
@@ -130,6 +131,15 @@ class CausalLm : public LanguageModel,
   // The adapted layers, in order (empty without LoRA), and the options they were made with.
   const std::vector<LoraSite>& lora_sites() const { return lora_sites_; }
   const LoraOptions& lora_options() const { return lora_; }
+  // FrozenBase: with adapters, the frozen base's weights (its parameters before add_lora) and
+  // what set_base recorded of it; without, none and "".
+  std::vector<std::string> frozen_buffer_names() const final { return frozen_; }
+  std::string base_hash() const final { return base_hash_; }
+  std::string base_path() const final { return base_path_; }
+  void set_base(std::string path, std::string hash) {
+    base_path_ = std::move(path);
+    base_hash_ = std::move(hash);
+  }
   // What the family's names in Hugging Face's format start with ("model.", "transformer.").
   const std::string& hf_prefix() const { return dims_.hf_prefix; }
 
@@ -171,6 +181,8 @@ class CausalLm : public LanguageModel,
   UnitGate* gate_ = nullptr;    // ddp.shard: parameters (set by the trainer)
   LoraOptions lora_;            // rank 0: no adapters
   std::vector<LoraSite> lora_sites_;
+  std::vector<std::string> frozen_;  // the buffers add_lora made of the base's parameters
+  std::string base_path_, base_hash_;
 };
 
 }  // namespace models

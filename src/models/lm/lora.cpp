@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
+#include <zlib.h>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -143,6 +145,7 @@ void CausalLm::add_lora(const LoraOptions& options) {
   lora_ = options;
   if (lora_.targets.empty()) lora_.targets = dims_.lora_default_targets;
   const double scale = lora_.alpha / static_cast<double>(lora_.rank);
+  for (const auto& item : named_parameters()) frozen_.push_back(item.key());
   freeze_parameters(*this);
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const std::vector<Candidate> layers = candidates(*blocks_[i], dims_.lora_split_qkv);
@@ -364,10 +367,32 @@ void load_peft(CausalLm& model, const std::string& dir) {
   for (auto& [mine, w] : copies) mine.copy_(w);
 }
 
+std::string base_hash(const CausalLm& model, const std::string& init_from) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  auto add = [&crc](const std::string& text) {
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(text.data()), static_cast<uInt>(text.size()));
+  };
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path config = fs::path(init_from) / "config.json";
+  if (!init_from.empty() && fs::is_regular_file(config, ec)) {
+    std::ifstream in(config, std::ios::binary);
+    add(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  }
+  std::map<std::string, at::Tensor> frozen;  // by name: the order of the hash
+  for (const auto& item : model.named_buffers()) frozen.emplace(item.key(), item.value());
+  for (const std::string& name : model.frozen_buffer_names()) {
+    const at::Tensor& t = frozen.at(name);
+    add(fmt::format("{} {} {};", name, t.sizes(), c10::toString(t.scalar_type())));
+  }
+  return fmt::format("crc32:{:08x}", static_cast<uint32_t>(crc));
+}
+
 std::shared_ptr<CausalLm> with_lora(std::shared_ptr<CausalLm> model, const ModelOptions& options) {
   const LoraOptions lora = lora_options(options);
   if (lora.rank == 0) return model;
   model->add_lora(lora);
+  model->set_base(options.init_from, base_hash(*model, options.init_from));
   if (!options.lora_init_from.empty()) {
     load_peft(*model, options.lora_init_from);
     spdlog::info("model.lora_init_from: the adapters of {}", options.lora_init_from);

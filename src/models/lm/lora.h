@@ -65,6 +65,11 @@ std::vector<std::string> export_peft(const CausalLm& model, const std::string& d
 // tensor is missing, extra or of another shape.
 void load_peft(CausalLm& model, const std::string& dir);
 
+// The frozen base's hash (models::FrozenBase::base_hash, "crc32:xxxxxxxx"): zlib's CRC-32 of
+// `init_from`/config.json when there is one, then each frozen buffer's name, shape and dtype in
+// name order. Call after add_lora.
+std::string base_hash(const CausalLm& model, const std::string& init_from);
+
 // `model` with the adapters `options` names (lora_options; none when the rank is 0), the base
 // frozen, the adapters of model.lora_init_from loaded, and the log line that says how many
 // parameters train.
