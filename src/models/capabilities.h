@@ -109,7 +109,19 @@ class ParameterUnits {
  public:
   virtual ~ParameterUnits() = default;
   virtual std::vector<std::vector<std::string>> parameter_units() const = 0;
+  // The units in the order every forward enters them (a unit entered twice is listed twice).
+  virtual std::vector<size_t> unit_order() const = 0;
   virtual void set_unit_gate(UnitGate* gate) = 0;
+};
+
+struct LmShape;  // models/lm/lm_shape.h
+
+// Planning from the shapes alone (--dry-run --plan-ranks; no weights, no probe): a language
+// model's dimensions, from which the plan counts its parameters, units and activations.
+class ShapePlanning {
+ public:
+  virtual ~ShapePlanning() = default;
+  virtual LmShape lm_shape() const = 0;
 };
 
 // The questions the loop asks of any model, false for a model without the capability.

@@ -53,7 +53,8 @@ struct CausalLmDims {
   bool tied = false;            // the output layer is the token embedding
   // The names of the embedding modules (unit 0): "wte", "wpe"; "embed_tokens".
   std::vector<std::string> embeddings;
-  std::string blocks;  // the name the blocks are registered under: "h", "layers"
+  std::string blocks;              // the name the blocks are registered under: "h", "layers"
+  bool learned_positions = false;  // a position embedding of `context` rows (gpt's wpe)
 };
 
 // The rows of the embedding and the output layer for `vocab` ids when the options leave it to
@@ -63,13 +64,14 @@ int64_t padded_vocab(int64_t vocab);
 class CausalLm : public LanguageModel,
                  public ActivationCheckpointing,
                  public ChunkedLoss,
-                 public ParameterUnits {
+                 public ParameterUnits,
+                 public ShapePlanning {
  public:
   ~CausalLm() override;
 
   // logits [n, T, padded_vocab_size] for tokens int64 [n, T] (1 <= T <= context).
   at::Tensor forward(const at::Tensor& tokens) final;
-  // Incremental decoding (LanguageModel): no dropout, no unit gate.
+  // Incremental decoding (LanguageModel): no dropout; the units entered as forward enters them.
   at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) final;
   // Mean next-token cross-entropy; targets int64 of the tokens' shape, below vocab_size.
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets) final;
@@ -89,7 +91,10 @@ class CausalLm : public LanguageModel,
   int64_t loss_chunk_rows(int64_t rows) const final;
   void set_loss_chunk_rows(int64_t rows) final;
 
+  LmShape lm_shape() const final;
+
   std::vector<std::vector<std::string>> parameter_units() const final;
+  std::vector<size_t> unit_order() const final;
   void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
 
  protected:

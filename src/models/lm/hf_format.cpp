@@ -168,6 +168,16 @@ std::vector<std::pair<std::string, at::Tensor>> export_parameters(
 std::vector<std::string> write_hf_dir(const std::string& dir, const std::string& config_json,
                                       const std::map<std::string, at::Tensor>& tensors,
                                       int64_t max_shard_bytes) {
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return write_hf_dir(
+      dir, config_json, std::move(entries),
+      [&](const io::TensorEntry& e) { return tensors.at(e.name); }, max_shard_bytes);
+}
+
+std::vector<std::string> write_hf_dir(
+    const std::string& dir, const std::string& config_json, std::vector<io::TensorEntry> entries,
+    const std::function<at::Tensor(const io::TensorEntry&)>& produce, int64_t max_shard_bytes) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -180,7 +190,8 @@ std::vector<std::string> write_hf_dir(const std::string& dir, const std::string&
   if (!out) throw std::runtime_error(fmt::format("cannot write {}", config));
   try {
     // transformers reads the "format" metadata of a safetensors file to know its framework.
-    return io::write_safetensors_dir(dir, tensors, max_shard_bytes, {{"format", "pt"}});
+    return io::write_safetensors_dir(dir, std::move(entries), produce, max_shard_bytes,
+                                     {{"format", "pt"}});
   } catch (const io::SafetensorsError& e) {
     throw std::runtime_error(e.what());
   }

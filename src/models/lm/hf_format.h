@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "io/safetensors.h"
+
 namespace models {
 
 // A user mistake in the weights model.init_from names: exit 2, naming the key.
@@ -110,5 +112,9 @@ std::vector<std::pair<std::string, at::Tensor>> export_parameters(
 std::vector<std::string> write_hf_dir(const std::string& dir, const std::string& config_json,
                                       const std::map<std::string, at::Tensor>& tensors,
                                       int64_t max_shard_bytes);
+// The same with the tensors made one at a time, in name order (models/lm/hf_ranges.h).
+std::vector<std::string> write_hf_dir(
+    const std::string& dir, const std::string& config_json, std::vector<io::TensorEntry> entries,
+    const std::function<at::Tensor(const io::TensorEntry&)>& produce, int64_t max_shard_bytes);
 
 }  // namespace models
