@@ -177,6 +177,7 @@ void Reducer::begin_micro_batch(bool sync) {
   }
   for (Bucket& bucket : buckets_) {
     bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
+    bucket.landed = false;
   }
   if (sync) {
     start_sync();
