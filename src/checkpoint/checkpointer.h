@@ -69,6 +69,10 @@ struct RunState {
   // ddp.shard: parameters: gathers every unit while the returned handle lives (collective);
   // empty otherwise. The single file needs the whole model.
   std::function<std::shared_ptr<void>()> gather_units;
+  // ddp.shard: parameters with a model built without storage (models/deferred_init.h): no rank
+  // holds the model, so resume reads the parameters' master blocks (reducer->parameter_shards())
+  // as it reads the moments, each rank its own; rank 0 applied only the buffers.
+  bool parameter_blocks = false;
 };
 
 class Checkpointer {

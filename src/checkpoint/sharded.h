@@ -96,6 +96,12 @@ Checkpoint read_sharded_checkpoint(const std::string& step_dir);
 // and no tensors. Throws CheckpointDamaged or CheckpointError as read_sharded_checkpoint does.
 Checkpoint open_sharded_checkpoint(const std::string& step_dir);
 
+// --consolidate: the sharded checkpoint `step_dir` (every file verified first) written as the
+// single-file format at `path`, one logical tensor at a time (read from the files, then written:
+// checkpoint/single_file.h's write_checkpoint_streaming). Returns its metadata. Throws
+// CheckpointDamaged or CheckpointError.
+CheckpointMeta consolidate_sharded_checkpoint(const std::string& step_dir, const std::string& path);
+
 // Element ranges of a sharded checkpoint's logical tensors, read straight from its files (a
 // file's header when it is opened; then only the bytes asked for). At most `max_open_files` files
 // are open at a time, the least recently used closed first, so that a reader of a checkpoint
