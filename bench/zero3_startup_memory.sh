@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Peak resident memory per rank (VmHWM, /usr/bin/time's "maximum resident set size") from process
-# start to the end of step 1 under ddp.shard: parameters, at 4 CPU ranks, on a 100.7M-parameter
-# Llama (12 blocks, 768 wide, 12 heads over 4 kv heads, MLP 2048, vocabulary 16384, untied): the
+# start to the end of step 1 under ddp.shard: parameters, at 4 CPU ranks, on an 88.1M-parameter
+# Llama (12 blocks, 768 wide, 12 heads over 4 kv heads, MLP 2048, vocabulary 16384, tied: the
+# default model.tie_embeddings): the
 # run is 1 step, no checkpoint, no validation data (the process ends after step 1). Issue 39: the
 # model built without storage holds 16/4 bytes per parameter, two units and the activations; the
 # build before it held the whole model until its broadcast (and copied it into the units).
