@@ -269,7 +269,14 @@ int prepare(ddp::MpiRuntime& mpi, Startup& s) {
   }
   s.cpus = bind_cpus(s.launch.local_rank, s.launch.local_size, s.config.train.threads);
   s.threads = s.cpus.threads;
-  const int code = agree(*s.control, attempt("loading the data set and building the model", [&] {
+  // A model built whole on every rank that does not fit: name the mode that builds it without
+  // storage (gpt, llama).
+  const char* doing =
+      s.config.ddp.shard == ddp::ShardMode::kParameters
+          ? "loading the data set and building the model"
+          : "loading the data set and building the model whole on every rank (ddp.shard: "
+            "parameters builds a gpt or llama without storage, 1/N of it per rank)";
+  const int code = agree(*s.control, attempt(doing, [&] {
     bind_rank(s);
     check_outputs(s);
     load_data_and_model(s);

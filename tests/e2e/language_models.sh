@@ -82,30 +82,34 @@ case $case_name in
     expect_grep "step +31/32" ;;
   zero3_hf_llama_np8)
     # Issue 39's whole path on 8 oversubscribed CPU ranks: a random Hugging Face Llama in bf16
-    # shards (32 blocks, 5.9M parameters: 22.4 MiB in fp32) is fine-tuned under ddp.shard:
-    # parameters from model.init_from with memory.cpu_budget_mb = 18, below its whole fp32 weights
+    # shards (32 blocks, 10.1M parameters: 38.5 MiB in fp32) is fine-tuned under ddp.shard:
+    # parameters from model.init_from with memory.cpu_budget_mb = 30, below its whole fp32 weights
     # (each rank reads only its blocks of the files, holds its 16/8 bytes per parameter, two
-    # units, one unit's gradients and the activations); under gradients the same run stops before
-    # step 1 naming parameters. It checkpoints sharded, resumes on 2 ranks (their share is 8
-    # bytes per parameter: the default budget), is exported with --export-hf and consolidated
-    # with --consolidate (both streamed), and transformers gives the exported model the logits it
-    # gives the consolidated checkpoint's parameters, within 1e-4.
+    # units, one unit's gradients and the activations); under gradients the same run runs out of
+    # memory building the model whole, before step 1 (exit 4), naming parameters. It checkpoints
+    # sharded, resumes on 2 ranks (their share is 8 bytes per parameter: the default budget), is
+    # exported with --export-hf and consolidated with --consolidate (both streamed), and
+    # transformers gives the exported model the logits it gives the consolidated checkpoint's
+    # parameters, within 1e-4. FAILS on the branch `scale` as committed: the parameters run's
+    # tensors grow past the budget in the steps (OOM in backward at 30 MiB, in forward of step 3
+    # at 36 MiB, while 16/8 bytes per parameter + two units + the planned activations are about
+    # 27 MiB): an open item of issue 39.
     pyllama make "$work/hf" --vocab 256 --layers 32 --heads 4 --kv-heads 2 --width 128 \
-      --intermediate 344 --positions 64 --untied --max-shard-size 4MB --dtype bf16 --seed 3 \
+      --intermediate 688 --positions 64 --untied --max-shard-size 8MB --dtype bf16 --seed 3 \
       >/dev/null 2>&1 || fail "could not make the transformers model"
     ls "$work/hf"/model-0000*-of-0000*.safetensors >/dev/null || fail "not in shards: $(ls "$work/hf")"
     z3=(--config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample"
       --set train.device=cpu --set model.init_from="$work/hf" --set data.context=32
       --set train.global_batch_size=8 --set train.micro_batch_size=1 --set train.warmup_steps=1
       --set train.eval_every=0 --set log.every=1 --set checkpoint.dir="$work/ckpt"
-      --set checkpoint.every=2 --set ddp.timeout_s=300)
+      --set checkpoint.every=2 --set ddp.timeout_s=300 --set model.checkpoint_activations=true)
     run timeout 300 mpirun -np 8 "$trainer" "${z3[@]}" --set train.steps=4 \
-      --set memory.cpu_budget_mb=18 --set ddp.shard=gradients
-    expect_rc 2
-    expect_grep "with ddp.shard: gradients the state kept for the whole run does not fit before step 1"
-    expect_grep "ddp.shard: parameters would keep [0-9.]+ MiB per rank"
+      --set memory.cpu_budget_mb=30 --set ddp.shard=gradients
+    expect_rc 4
+    expect_grep "out of memory loading the data set and building the model whole on every rank \\(ddp.shard: parameters builds"
+    expect_no_grep "step +1/"
     run timeout 900 mpirun -np 8 "$trainer" "${z3[@]}" --set train.steps=4 \
-      --set memory.cpu_budget_mb=18 --set ddp.shard=parameters
+      --set memory.cpu_budget_mb=30 --set ddp.shard=parameters
     expect_rc 0; expect_grep "8 rank\(s\)"
     expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
     expect_grep "done: 4 steps, .* 0 memory fallback\(s\)"

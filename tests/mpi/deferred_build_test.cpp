@@ -176,7 +176,8 @@ TEST(DeferredBuildInitFrom, RangesEqualTheWholeLoadAndEachRankReadsItsShare) {
   }
   comm->barrier("exported");
   for (const auto& file : io::safetensors_files(dir)) {
-    for (const auto& [name, info] : io::SafetensorsRangeReader(file).tensors()) {
+    const io::SafetensorsRangeReader reader(file);  // alive through the loop over its tensors
+    for (const auto& [name, info] : reader.tensors()) {
       file_bytes += info.numel * 4;
     }
   }
@@ -251,8 +252,9 @@ TEST(ShardedOom, FailureTakesTheRungOnEveryRankAndMatchesTheRungFromTheStart) {
     std::string from_start = lm_yaml(model);
     from_start.replace(from_start.find("micro_batch_size: 2"), 19, "micro_batch_size: 1");
     const OomRun halved = train_with(*comm, from_start, "");
-    for (const std::string inject : {"0:3:forward", fmt::format("{}:2:backward", last),
-                                     fmt::format("{}:1:forward", last), "0:4:backward"}) {
+    for (const std::string& inject :
+         std::vector<std::string>{"0:3:forward", fmt::format("{}:2:backward", last),
+                                  fmt::format("{}:1:forward", last), "0:4:backward"}) {
       const OomRun rung = train_with(*comm, lm_yaml(model), inject);
       EXPECT_EQ(rung.fallbacks, 1) << inject;
       EXPECT_LT(relative_error(rung.params, checkpointed.params), 1e-6) << model << " " << inject;
