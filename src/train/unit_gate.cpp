@@ -120,7 +120,10 @@ void UnitGate::dry_pass() {
 // gathers and frees the units in the forward's order (the recorded order: the same gathers as
 // the running rank's enters, which free each unit again at its leave). When every rank answers
 // "I do not", all leave together. One extra all-reduce per forward; never more than one unit
-// gathered for evaluation or generation.
+// gathered for evaluation or generation. A collective other than the gathers (evaluation's
+// all-reduce of its sums, after each rank's slice) must not begin while another rank still runs a
+// forward, whose gathers it would meet: evaluation calls settle() before it, which serves the
+// other ranks' forwards as end_lockstep() does and stays in step.
 void UnitGate::begin_lockstep() {
   if (!recorded_) throw std::logic_error("UnitGate: in step before the unit order is known");
   lockstep_ = true;
@@ -136,6 +139,12 @@ void UnitGate::end_lockstep() {
     }
   }
   lockstep_ = false;
+}
+
+void UnitGate::settle() {
+  if (!lockstep_) return;
+  end_lockstep();
+  begin_lockstep();
 }
 
 LockstepUnits::LockstepUnits(UnitGate* gate, bool units) : gate_(gate), units_(units) {

@@ -26,7 +26,9 @@
 //   validation data), gather one unit at a time while no rank holds more than that: each forward
 //   begins with one small all-reduce saying that some rank runs one, and end_lockstep() has a
 //   rank that has run all of its own gather the units in order, without computing, for as long
-//   as another rank still runs one (Note [Units in step], unit_gate.cpp). Collective.
+//   as another rank still runs one (Note [Units in step], unit_gate.cpp). Collective. A rank that
+//   reaches a collective of its own in step (evaluation's all-reduce of its sums) first calls
+//   settle(), which does the same and stays in step.
 // - Every call is collective in the sense of the Reducer's: every rank makes the same calls.
 //   Backward on CPU runs on the calling thread; on CUDA, autograd's device thread calls leave's
 //   backward, which the Reducer serialises with its hooks.
@@ -53,6 +55,9 @@ class UnitGate final : public models::UnitGate {
 
   void enter(size_t unit) override;
   at::Tensor leave(size_t unit, const at::Tensor& x) override;
+  // In step: end_lockstep() then begin_lockstep() (every rank has run its forwards); elsewhere
+  // nothing. Collective.
+  void settle() override;
 
   void begin_pass();
   // After a pass whose forward and backward ended normally: frees what is still gathered.

@@ -31,6 +31,7 @@
 #include "memory/allocator_guard.h"
 #include "models/lm/generate.h"
 #include "models/registry.h"
+#include "train/choice_evaluation.h"
 #include "train/evaluation.h"
 #include "train/loop.h"
 
@@ -285,7 +286,8 @@ TEST(ShardedOom, ThirtySeededRandomInjectionsAllComplete) {
   }
 }
 
-// Evaluation's slices (7 samples: 4 + 3 at 2 ranks, 3 + 2 + 2 at 3) and rank 0's greedy
+// Evaluation's slices (7 samples: 4 + 3 at 2 ranks, 3 + 2 + 2 at 3, so two forwards on rank 0
+// and one on the others at 3 ranks with batch 2), a multiple-choice task's, and rank 0's greedy
 // generation under parameters: the unsharded run's metrics, the pinned model's ids, and never
 // more than about a unit gathered for evaluation (the model is 8 blocks).
 TEST(LockstepUnits, EvaluationAndGenerationGatherInStep) {
@@ -304,9 +306,20 @@ TEST(LockstepUnits, EvaluationAndGenerationGatherInStep) {
   auto& guard = memory::CpuAllocatorGuard::instance();
   const int64_t base = guard.allocated_bytes();
   guard.reset_peak();
+  // Validation then a multiple-choice task in one scope, as evaluate_and_log runs them: each
+  // slice's forwards differ in number between ranks (one forward per example: 3, 2, 2 at 3).
+  data::ChoiceTask task{"random", "random.bin", {}};
+  for (int64_t i = 0; i < 7; ++i) {
+    data::ChoiceExample e;
+    for (int64_t j = 0; j < 2 + i % 5; ++j) e.context.push_back((i * 7 + j * 3) % 50);
+    for (int64_t k = 0; k < 2 + (i % 3); ++k) e.endings.push_back({(i + k) % 50, (i * k) % 50});
+    e.label = i % 2;
+    task.examples.push_back(std::move(e));
+  }
   auto units = sharded.trainer->units_in_step();
   const auto m =
       train::evaluate_validation(*comm, *sharded.model, *sharded.dataset->validation(), 2, 7);
+  const train::ChoiceCounts choice = train::evaluate_choice_task(*comm, *sharded.model, task);
   units->finish();
   EXPECT_LT(guard.peak_bytes() - base, model_bytes / 2) << "model " << model_bytes;
   const auto reference =
@@ -317,6 +330,12 @@ TEST(LockstepUnits, EvaluationAndGenerationGatherInStep) {
   for (size_t i = 0; i < m.means.size(); ++i) {
     EXPECT_NEAR(m.means[i].second, reference.means[i].second, 1e-5) << m.means[i].first;
   }
+  const train::ChoiceCounts choice_reference =
+      train::evaluate_choice_task(*comm, *unsharded.model, task);
+  EXPECT_EQ(choice.examples, 7);
+  // The same weights up to the reductions' rounding: a near tie may decide one example otherwise.
+  EXPECT_NEAR(choice.acc, choice_reference.acc, 1);
+  EXPECT_NEAR(choice.acc_norm, choice_reference.acc_norm, 1);
   models::SamplingOptions o;
   o.max_new_tokens = 8;
   o.temperature = 0;
@@ -326,7 +345,9 @@ TEST(LockstepUnits, EvaluationAndGenerationGatherInStep) {
   if (comm->rank() == 0) in_step = models::generate(*sharded.model, prompt, o);
   units->finish();
   const auto pinned = sharded.trainer->pin_parameters();
-  if (comm->rank() == 0) EXPECT_EQ(in_step, models::generate(*sharded.model, prompt, o));
+  if (comm->rank() == 0) {
+    EXPECT_EQ(in_step, models::generate(*sharded.model, prompt, o));
+  }
 }
 
 }  // namespace

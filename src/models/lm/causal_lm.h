@@ -96,6 +96,7 @@ class CausalLm : public LanguageModel,
   std::vector<std::vector<std::string>> parameter_units() const final;
   std::vector<size_t> unit_order() const final;
   void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
+  UnitGate* unit_gate() const final { return gate_; }
 
  protected:
   explicit CausalLm(CausalLmDims dims);
