@@ -268,6 +268,7 @@ class Reducer {
   };
 
   void start_sync();          // resets per-step readiness; state becomes kSyncing
+  void wait_in_flight();      // the posted reduce-scatters, each freed when done (zero3)
   void post_ready_buckets();  // in bucket order, stopping at the first bucket not yet ready
   void mark_all_ready();
   void wait_all();
