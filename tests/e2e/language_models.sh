@@ -94,7 +94,9 @@ case $case_name in
     # issue 39): with one reduce-scatter in flight (Note [One reduce-scatter in flight]) steps 1
     # and 2 fit the 30 MiB budget (plan: peak 27.0 MiB), but every rank runs out in forward of
     # step 3, right after the step-2 checkpoint, whose host copy (written in the background) the
-    # plan does not count; the gradients half exits 4 where a refusal before building (exit 2)
+    # plan does not count (with checkpoint.every=4 the four steps fit, "estimated peak 27.0 MiB,
+    # measured 25.8 MiB", and the step-4 checkpoint fails: "rank 0 could not write its shard: CPU
+    # out of memory", exit 1); the gradients half exits 4 where a refusal before building (exit 2)
     # would be right.
     pyllama make "$work/hf" --vocab 256 --layers 32 --heads 4 --kv-heads 2 --width 128 \
       --intermediate 688 --positions 64 --untied --max-shard-size 8MB --dtype bf16 --seed 3 \
