@@ -71,7 +71,8 @@ ShardContent shard_content(const ShardedState& state, int world, int rank, bool 
 // The manifest's logical tensors: every parameter, its two moments and every buffer.
 std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& state);
 
-// Writes `tensors` (host copies) as step_tmp_dir/rank_NNNNN.safetensors: to a temporary name,
+// Writes `tensors` (host copies, or the state itself when written before the step goes on:
+// Note [A bounded shard write]) as step_tmp_dir/rank_NNNNN.safetensors: to a temporary name,
 // fsync'd, renamed. Creates the directory if needed. Returns the file's size and CRC-32 (pieces
 // and rank left to the caller). Throws CheckpointError.
 io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,

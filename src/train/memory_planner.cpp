@@ -219,6 +219,30 @@ void MemoryPlanner::count_parameter_shards(models::Model& model, const ddp::Redu
   for (const auto& b : model.buffers()) buffers += b.nbytes();
   // Between steps a rank keeps its blocks; in a step at most two units are gathered.
   estimate_.parameters = masters + 2 * reducer.largest_unit_bytes() + buffers;
+  // An asynchronous sharded checkpoint's host copy: the master blocks and AdamW's two moments of
+  // the same blocks (Note [A bounded shard write]); host memory, so part of a CPU rank's peak.
+  const checkpoint::CheckpointOptions& c = options_.checkpoint;
+  const bool copies = placement_.device.is_cpu() && !c.dir.empty() && c.async;
+  estimate_.checkpoint_copy = copies ? 3 * masters : 0;
+}
+
+bool MemoryPlanner::checkpoint_copy_fits(int64_t micro_batch) {
+  // The same answer on every rank: a synchronous save is collective at once (Checkpointer::save).
+  const int64_t plan = target();
+  const bool fits =
+      plan <= 0 || estimate_.checkpoint_copy == 0 || estimate_.peak(micro_batch) <= plan;
+  at::Tensor failed = at::tensor({fits ? 0 : 1}, at::kInt);
+  placement_.control.all_reduce(failed, ddp::ReduceOp::kMax, "checkpoint copy plan vote");
+  if (failed.data_ptr<int>()[0] == 0) return true;
+  if (placement_.control.rank() == 0) {
+    spdlog::info("checkpoint.async: with the host copy of this rank's shard ({:.1f} MiB) the "
+                 "step's peak would be {:.1f} MiB, over the plan's {:.1f} MiB: checkpoints are "
+                 "written before training goes on, one tensor at a time, without a copy",
+                 estimate_.checkpoint_copy / 1048576.0, estimate_.peak(micro_batch) / 1048576.0,
+                 plan / 1048576.0);
+  }
+  estimate_.checkpoint_copy = 0;
+  return false;
 }
 
 void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches,

@@ -58,6 +58,11 @@ class MemoryPlanner {
   // ddp.shard: parameters: the parameters a rank keeps into the estimate: its master blocks, at
   // most two units gathered in a step, and the buffers. Local.
   void count_parameter_shards(models::Model& model, const ddp::Reducer& reducer);
+  // Whether the plan's peak at `micro_batch` with an asynchronous checkpoint's host copy
+  // (estimate().checkpoint_copy) fits every rank's memory; when not, the copy leaves the plan
+  // (the caller writes checkpoints synchronously, Note [A bounded shard write]) and rank 0 says
+  // so. Collective.
+  bool checkpoint_copy_fits(int64_t micro_batch);
   // Peak of forward + backward at two micro-batch sizes (halved while they run out of memory),
   // with everything persistent already allocated; backward accumulates into the Reducer's
   // buckets without reducing. Local: no collectives.

@@ -127,6 +127,9 @@ void Trainer::finish_setup() {
   if (options_.train.micro_batch_size <= 0) {  // auto: the largest that fits every rank
     batches_.set_micro_batch(memory_.choose_micro_batch(batches_.micro_batch()), units);
   }
+  // Note [A bounded shard write]: an asynchronous checkpoint's copy that does not fit the plan.
+  if (units && !memory_.checkpoint_copy_fits(batches_.micro_batch()))
+    options_.checkpoint.async = false;
   fallbacks_ = std::make_unique<Fallbacks>(
       options_.memory, RungTargets{*model_, batches_, state_, memory_, placement_});
   batches_.start();
