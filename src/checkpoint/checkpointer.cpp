@@ -230,9 +230,20 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string
   p->steps_done = steps_done;
   p->sharded = true;
   const auto started = Clock::now();
+  // Note [A bounded shard write]: written in the background, the file needs a host copy of this
+  // rank's whole shard (its blocks of the parameters and both moments) that the next steps'
+  // updates do not touch. Written now (checkpoint.async false), the step waits and nothing changes
+  // the state meanwhile: the writer takes the state's own tensors one at a time (a device tensor
+  // is copied to host memory one tensor at a time, io::SafetensorsWriter::write), so the write
+  // holds at most one tensor beside the state, the bound under ddp.shard: parameters where a
+  // shard copy may not fit (docs/DESIGN.md, "Checkpoints").
   std::map<std::string, at::Tensor> host;
-  const std::string failed =
-      writes ? copy_to_host(shard_content(shards, files, index, true).tensors, host) : "";
+  std::string failed;
+  if (writes && options_.async) {
+    failed = copy_to_host(shard_content(shards, files, index, true).tensors, host);
+  } else if (writes) {
+    host = shard_content(shards, files, index, true).tensors;  // views, written before the step
+  }
   p->host_copy_s = seconds_since(started);
   const CheckpointMeta m = meta(steps_done, state);
   p->manifest = {

@@ -80,6 +80,10 @@ struct RunState {
   // every rank (not called when the checkpoint has none).
   std::string schedule;
   std::function<void(int64_t steps_done, const std::string& plan)> resume_schedule;
+  // ddp.shard: parameters with a model built without storage (models/deferred_init.h): no rank
+  // holds the model, so resume reads the parameters' master blocks (reducer->parameter_shards())
+  // as it reads the moments, each rank its own; rank 0 applied only the buffers.
+  bool parameter_blocks = false;
 };
 
 class Checkpointer {

@@ -61,15 +61,19 @@ int64_t Checkpointer::resume(const Checkpoint* ckpt, const RunState& state) {
   }
   const auto named = state.model->named_parameters();
   if (state.reducer->sharded()) {  // rank 0 holds full moments; each rank takes its blocks
-    std::vector<at::Tensor> m, v;
+    std::vector<at::Tensor> m, v, p;
     for (size_t i = 0; ckpt != nullptr && i < named.size(); ++i) {
       const std::string& name = named[i].key();
       const bool muon = is_muon(state.muon, i);  // no second moment: zeros, unused
       m.push_back(ckpt->tensors.at(first_moment_key(name, muon)));
       v.push_back(muon ? at::zeros_like(m.back()) : ckpt->tensors.at(exp_avg_sq_key(name)));
+      if (state.parameter_blocks) p.push_back(ckpt->tensors.at(param_key(name)));
     }
     state.reducer->shard_from(ckpt != nullptr ? &m : nullptr, state.exp_avgs);
     state.reducer->shard_from(ckpt != nullptr ? &v : nullptr, state.exp_avg_sqs);
+    if (state.parameter_blocks) {
+      state.reducer->shard_from(ckpt != nullptr ? &p : nullptr, state.reducer->parameter_shards());
+    }
     return steps_done;
   }
   for (size_t i = 0; i < named.size(); ++i) {
@@ -135,11 +139,16 @@ void read_moment_blocks(ShardedReader& reader, const RunState& state) {
   const auto named = state.model->named_parameters();
   const auto& layout = state.reducer->layout();
   const auto shards = state.reducer->shards();
-  const std::vector<at::Tensor>* moments[] = {&state.exp_avgs, &state.exp_avg_sqs};
-  std::string (*const keys[])(const std::string&, bool) = {first_moment_key, second_moment_key};
+  const std::vector<at::Tensor> masters =
+      state.parameter_blocks ? state.reducer->parameter_shards() : std::vector<at::Tensor>{};
+  const std::vector<at::Tensor>* moments[] = {&state.exp_avgs, &state.exp_avg_sqs, &masters};
+  std::string (*const keys[])(const std::string&, bool) = {
+      first_moment_key, second_moment_key,
+      [](const std::string& name, bool) { return param_key(name); }};
+  const size_t parts = state.parameter_blocks ? 3 : 2;  // the moments, and the masters
   for (size_t b = 0; b < layout.size(); ++b) {
     const ddp::BucketShard& shard = shards[b];
-    for (size_t k = 0; k < 2; ++k) {
+    for (size_t k = 0; k < parts; ++k) {
       const at::Tensor& block = (*moments[k])[b];
       // As Reducer::shard_from cuts it from whole tensors: zeros in the padding. A CPU block is
       // read in place; a device block through one host block at a time.

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -15,6 +16,7 @@
 #include "checkpoint/sharded.h"
 #include "checkpoint/single_file.h"
 #include "models/capabilities.h"
+#include "models/deferred_init.h"
 
 namespace checkpoint {
 namespace {
@@ -144,13 +146,39 @@ void check_compatible(const Checkpoint& ckpt, models::Model& model,
 
 void apply_model_state(const Checkpoint& ckpt, models::Model& model) {
   at::NoGradGuard no_grad;
+  // A model built without storage (models/deferred_init.h) takes its buffers here; each rank
+  // reads its blocks of the parameters on resume (RunState::parameter_blocks).
+  const auto entries = model_entries(model);
   if (!ckpt.manifest) {
-    for (auto& [key, t] : model_entries(model)) t.copy_(ckpt.tensors.at(key));
+    for (const auto& [key, t] : entries) {
+      if (!models::holds_no_storage(t)) t.copy_(ckpt.tensors.at(key));
+    }
     return;
   }
   // Straight from the files into the model's tensors: no copy of the model besides the model.
   ShardedReader reader(ckpt.path, *ckpt.manifest);
-  for (auto& [key, t] : model_entries(model)) reader.read_whole(key, t);
+  for (const auto& [key, t] : entries) {
+    if (!models::holds_no_storage(t)) reader.read_whole(key, t);
+  }
+}
+
+models::ParameterReader parameter_reader(const Checkpoint& ckpt) {
+  if (!ckpt.manifest) {
+    const std::map<std::string, at::Tensor> tensors = ckpt.tensors;  // handles, not copies
+    return [tensors](const std::string& name, int64_t first, const at::Tensor& out) {
+      out.copy_(tensors.at(param_key(name)).reshape({-1}).narrow(0, first, out.numel()));
+    };
+  }
+  auto reader = std::make_shared<ShardedReader>(ckpt.path, *ckpt.manifest);
+  return [reader](const std::string& name, int64_t first, const at::Tensor& out) {
+    const std::string key = param_key(name);
+    if (reader->order(key).empty()) return reader->read(key, first, out);
+    // Not row-major in the files (a channels-last weight): whole, then the range.
+    const auto& shape = reader->manifest().tensors.at(key).shape;
+    at::Tensor whole = at::empty(shape, out.options());
+    reader->read_whole(key, whole);
+    out.copy_(whole.reshape({-1}).narrow(0, first, out.numel()));
+  };
 }
 
 std::string newest_good_checkpoint(const std::string& dir, std::vector<std::string>* skipped,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "models/deferred_init.h"
 #include "models/model.h"
 
 namespace checkpoint {
@@ -39,6 +40,11 @@ void check_compatible(
 // Copies the checkpoint's parameters and non-cache buffers into `model` (an opened sharded
 // checkpoint: read from its files straight into the model's tensors).
 void apply_model_state(const Checkpoint& ckpt, models::Model& model);
+
+// A checkpoint's parameters by element ranges (models/deferred_init.h's ParameterReader), for an
+// export that streams: an opened sharded checkpoint's files, read by ranges (ShardedReader), or
+// a read file's tensors. Throws CheckpointDamaged naming the file.
+models::ParameterReader parameter_reader(const Checkpoint& ckpt);
 
 // The newest checkpoint in `dir` that reads and verifies; the ones passed over and why go to
 // `skipped` ("" and none when there is none). Throws only for problems that are not damage.

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "checkpoint/files.h"
+#include "checkpoint/single_file.h"
 #include "ddp/shard.h"
 #include "io/safetensors.h"
 
@@ -280,6 +281,31 @@ Checkpoint open_sharded_checkpoint(const std::string& step_dir) {
     throw CheckpointDamaged(e.what());
   }
   return ckpt;
+}
+
+CheckpointMeta consolidate_sharded_checkpoint(const std::string& step_dir,
+                                              const std::string& path) {
+  const Checkpoint opened = open_sharded_checkpoint(step_dir);  // every file verified
+  ShardedReader reader(step_dir, *opened.manifest);
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, logical] : opened.manifest->tensors) {
+    const auto dtype = io::dtype_from_name(logical.dtype);
+    if (!dtype) {
+      throw CheckpointDamaged(fmt::format("{}/{}: '{}' has the unknown dtype '{}'", step_dir,
+                                          io::kShardManifestName, name, logical.dtype));
+    }
+    entries.push_back({name, *dtype, logical.shape});
+  }
+  // One logical tensor at a time, assembled from its pieces in the files.
+  write_checkpoint_streaming(
+      path, std::move(entries),
+      [&](const io::TensorEntry& e) {
+        at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
+        reader.read_whole(e.name, t);
+        return t;
+      },
+      opened.meta);
+  return opened.meta;
 }
 
 ShardedReader::ShardedReader(std::string step_dir, io::ShardManifest manifest,

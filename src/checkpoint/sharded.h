@@ -73,7 +73,8 @@ ShardContent shard_content(const ShardedState& state, int world, int rank, bool 
 // The manifest's logical tensors: every parameter, its two moments and every buffer.
 std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& state);
 
-// Writes `tensors` (host copies) as step_tmp_dir/rank_NNNNN.safetensors: to a temporary name,
+// Writes `tensors` (host copies, or the state itself when written before the step goes on:
+// Note [A bounded shard write]) as step_tmp_dir/rank_NNNNN.safetensors: to a temporary name,
 // fsync'd, renamed. Creates the directory if needed. Returns the file's size and CRC-32 (pieces
 // and rank left to the caller). Throws CheckpointError.
 io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
@@ -97,6 +98,12 @@ Checkpoint read_sharded_checkpoint(const std::string& step_dir);
 // the pieces the manifest places in it, reading no tensor data: a Checkpoint with `manifest` set
 // and no tensors. Throws CheckpointDamaged or CheckpointError as read_sharded_checkpoint does.
 Checkpoint open_sharded_checkpoint(const std::string& step_dir);
+
+// --consolidate: the sharded checkpoint `step_dir` (every file verified first) written as the
+// single-file format at `path`, one logical tensor at a time (read from the files, then written:
+// checkpoint/single_file.h's write_checkpoint_streaming). Returns its metadata. Throws
+// CheckpointDamaged or CheckpointError.
+CheckpointMeta consolidate_sharded_checkpoint(const std::string& step_dir, const std::string& path);
 
 // Element ranges of a sharded checkpoint's logical tensors, read straight from its files (a
 // file's header when it is opened; then only the bytes asked for). At most `max_open_files` files

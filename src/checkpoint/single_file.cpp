@@ -15,22 +15,32 @@
 
 namespace checkpoint {
 
+namespace {
+
+// tensor_checksum's CRC, one tensor at a time.
+uLong add_to_crc(uLong crc, const std::string& name, const at::Tensor& t) {
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size()));
+  const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+  const auto* bytes = static_cast<const Bytef*>(c.data_ptr());
+  size_t left = c.nbytes();
+  while (left > 0) {  // crc32 takes an unsigned int length
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+    crc = crc32(crc, bytes, chunk);
+    bytes += chunk;
+    left -= chunk;
+  }
+  return crc;
+}
+
+std::string crc_text(uLong crc) { return fmt::format("crc32:{:08x}", static_cast<uint32_t>(crc)); }
+
+}  // namespace
+
 // CRC-32 (zlib) of every tensor's name and contiguous CPU bytes, in name order (the map's).
 std::string tensor_checksum(const std::map<std::string, at::Tensor>& tensors) {
   uLong crc = crc32(0L, Z_NULL, 0);
-  for (const auto& [name, t] : tensors) {
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(name.data()), static_cast<uInt>(name.size()));
-    const at::Tensor c = t.detach().to(at::kCPU).contiguous();
-    const auto* bytes = static_cast<const Bytef*>(c.data_ptr());
-    size_t left = c.nbytes();
-    while (left > 0) {  // crc32 takes an unsigned int length
-      const uInt chunk = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-      crc = crc32(crc, bytes, chunk);
-      bytes += chunk;
-      left -= chunk;
-    }
-  }
-  return fmt::format("crc32:{:08x}", static_cast<uint32_t>(crc));
+  for (const auto& [name, t] : tensors) crc = add_to_crc(crc, name, t);
+  return crc_text(crc);
 }
 
 std::vector<std::pair<std::string, at::Tensor>> model_entries(models::Model& model) {
@@ -78,13 +88,22 @@ void write_checkpoint(const std::string& path, models::Model& model,
 void write_checkpoint_tensors(const std::string& path,
                               const std::map<std::string, at::Tensor>& tensors,
                               const CheckpointMeta& meta) {
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [key, t] : tensors) entries.push_back({key, t.scalar_type(), t.sizes().vec()});
+  write_checkpoint_streaming(
+      path, std::move(entries), [&](const io::TensorEntry& e) { return tensors.at(e.name); }, meta);
+}
+
+void write_checkpoint_streaming(const std::string& path, std::vector<io::TensorEntry> entries,
+                                const std::function<at::Tensor(const io::TensorEntry&)>& produce,
+                                const CheckpointMeta& meta) {
   std::map<std::string, std::string> metadata = {
       {"format", kSingleFileFormat},
       {"step", std::to_string(meta.step)},
       {"global_batch_size", std::to_string(meta.global_batch_size)},
       {"seed", std::to_string(meta.seed)},
       {"world_size", std::to_string(meta.world_size)},
-      {"checksum", tensor_checksum(tensors)},
+      {"checksum", crc_text(0)},  // its length reserved; filled in after the data
   };
   if (!meta.config.empty()) metadata["config"] = meta.config;
   if (!meta.schedule.empty()) metadata["schedule"] = meta.schedule;
@@ -101,7 +120,14 @@ void write_checkpoint_tensors(const std::string& path,
   }
   const std::string tmp = path + ".tmp";
   try {
-    io::write_safetensors(tmp, tensors, metadata);
+    io::SafetensorsWriter writer(tmp, std::move(entries), metadata);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (const io::TensorEntry& e : writer.entries()) {  // key order: the checksum's
+      const at::Tensor t = produce(e);
+      crc = add_to_crc(crc, e.name, t);
+      writer.write(t);
+    }
+    writer.close({{"checksum", crc_text(crc)}});
   } catch (const io::SafetensorsError& e) {
     std::remove(tmp.c_str());
     throw CheckpointError(e.what());

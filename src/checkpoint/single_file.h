@@ -16,12 +16,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
+#include "io/safetensors.h"
 #include "models/model.h"
 
 namespace checkpoint {
@@ -45,10 +47,18 @@ void write_checkpoint(const std::string& path, models::Model& model,
                       const std::vector<at::Tensor>& exp_avgs,
                       const std::vector<at::Tensor>& exp_avg_sqs, const CheckpointMeta& meta);
 
-// The same file from the tensors under their keys (as read_checkpoint gives them: --consolidate).
+// The same file from the tensors under their keys (as read_checkpoint gives them).
 void write_checkpoint_tensors(const std::string& path,
                               const std::map<std::string, at::Tensor>& tensors,
                               const CheckpointMeta& meta);
+
+// The same file from tensors made one at a time (--consolidate, streamed): `entries` lists each
+// key's dtype and shape, `produce` gives its tensor when its turn comes (key order), and the
+// checksum is computed as they are written and filled into the header last, so that one tensor
+// at a time is held. Throws CheckpointError.
+void write_checkpoint_streaming(const std::string& path, std::vector<io::TensorEntry> entries,
+                                const std::function<at::Tensor(const io::TensorEntry&)>& produce,
+                                const CheckpointMeta& meta);
 
 // Reads and verifies a single file (its checksum, when it has one). Throws CheckpointDamaged (a
 // damaged, truncated or empty file) or CheckpointError (missing, another format).

@@ -217,17 +217,6 @@ class ConfigReader {
       error(at("checkpoint.resume"), "checkpoint.resume: 'auto' looks for the latest checkpoint in "
                                      "checkpoint.dir, which is not set");
     }
-    // Samples are drawn on rank 0 alone, from the whole model, which ddp.shard: parameters
-    // gathers only collectively (train/unit_gate.h).
-    const bool zero3_rung = std::find(c.memory.fallback.begin(), c.memory.fallback.end(),
-                                      memory::Rung::kShardParameters) != c.memory.fallback.end();
-    if (c.train.sample_every > 0 && (c.ddp.shard == ddp::ShardMode::kParameters || zero3_rung) &&
-        given("train.sample_every")) {
-      error(at("train.sample_every"),
-            "train.sample_every: samples while training are not supported with ddp.shard: "
-            "parameters (or the memory.fallback rung shard_parameters) yet; sample from a "
-            "checkpoint with --generate instead");
-    }
     // Muon orthogonalises the update of the hidden layers' full weight matrices, which LoRA
     // freezes (models/lm/lora.h); its factors A and B are rank-r and stay with AdamW's rule.
     if (c.train.optimizer == train::OptimizerKind::kMuon && c.model.lora_rank > 0 &&

@@ -238,6 +238,37 @@ KeyDef integer_or_auto(std::string path, Access<int64_t> access, std::string def
           }};
 }
 
+KeyDef real_or_auto(std::string path, Access<double> access, std::string def, double lo, double hi,
+                    std::string description) {
+  const std::string range =
+      fmt::format("[{}, {}] or auto", lo, std::isinf(hi) ? "inf" : fmt::format("{}", hi));
+  return {std::move(path),
+          "number | auto",
+          std::move(def),
+          range,
+          std::move(description),
+          false,
+          [=](Config& c, const YAML::Node& n) {
+            if (n.IsScalar() && n.Scalar() == "auto") {
+              access(c) = -1;
+              return;
+            }
+            double v = 0;
+            try {
+              v = parse_real(n);
+            } catch (const ValueError&) {
+              throw ValueError(fmt::format("expected a number or 'auto', got {}", kind_of(n)));
+            }
+            if (v < lo || v > hi) {
+              throw ValueError(fmt::format("{} is out of range: must be in {}", v, range));
+            }
+            access(c) = v;
+          },
+          [=](const Config& c) {
+            return field(access, c) < 0 ? std::string("auto") : fmt::format("{}", field(access, c));
+          }};
+}
+
 KeyDef choice(std::string path, Access<std::string> access, std::string def,
               std::vector<std::string> options, std::string description) {
   const bool required = def.empty();

@@ -69,6 +69,10 @@ KeyDef checked_text(std::string path, Access<std::string> access, std::string de
 KeyDef text_list(std::string path, Access<std::vector<std::string>> access, std::string def,
                  std::string description);
 
+// A real number in [lo, hi], or `auto` (stored as -1).
+KeyDef real_or_auto(std::string path, Access<double> access, std::string def, double lo, double hi,
+                    std::string description);
+
 // A positive integer, or `auto` (stored as 0).
 KeyDef integer_or_auto(std::string path, Access<int64_t> access, std::string def,
                        std::string description);

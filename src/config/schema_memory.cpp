@@ -19,9 +19,10 @@ std::vector<KeyDef> memory_keys() {
               "halve_micro_batch stops at this micro-batch"),
       real("memory.fraction", FIELD(memory.fraction), "0", 0.0, 1.0, false, false,
            "CUDA: cap of each process's share of its device memory (0: no cap)"),
-      real("memory.cpu_budget_mb", FIELD(memory.cpu_budget_mb), "0", 0.0, kInf, false, true,
-           "CPU: tensor memory budget per rank in MiB; beyond it allocations fail as out of "
-           "memory (0: none)"),
+      real_or_auto("memory.cpu_budget_mb", FIELD(memory.cpu_budget_mb), "auto", 0.0, kInf,
+                   "CPU: tensor memory budget per rank in MiB; beyond it allocations fail as out "
+                   "of memory and take memory.fallback's rungs (auto: 90% of the memory available "
+                   "at start, divided among the node's ranks, less 256 MiB each; 0: none)"),
       checked_text("memory.inject_oom", FIELD(memory.inject_oom),
                    "test hook: fail allocations at 'rank:step:phase[:times]; ...' (phase "
                    "forward|backward|optimizer, times N|always)",

@@ -177,6 +177,7 @@ void Reducer::begin_micro_batch(bool sync) {
   }
   for (Bucket& bucket : buckets_) {
     bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
+    bucket.landed = false;
   }
   if (sync) {
     start_sync();
@@ -220,8 +221,26 @@ void Reducer::on_gradient_arriving(size_t param) {
   acquire_bucket(buckets_[bucket_of_[param]]);
 }
 
+// Note [One reduce-scatter in flight]
+// Under ddp.shard: parameters each unit's full gradient lives from its backward until its
+// reduce-scatter is done; drive_progress() frees it only when a later gradient finds that done,
+// so ranks that run ahead of a slower one (oversubscribed CPU ranks, uneven GPUs) would hold
+// every unit's full gradient by the end of backward: the whole model's, which the plan does not
+// count (it counts one unit's). So before posting a unit's reduce-scatter, the previous ones are
+// waited for and freed: at most one in flight while the next unit's backward computes (FSDP's
+// overlap of one). Every rank posts the same buckets in the same order, so the wait meets them.
+void Reducer::wait_in_flight() {
+  for (size_t b = 0; b < next_bucket_; ++b) {
+    Bucket& bucket = buckets_[b];
+    if (!bucket.work || bucket.completed) continue;
+    bucket.work->wait();
+    complete_bucket(bucket);
+  }
+}
+
 void Reducer::post_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    if (zero3()) wait_in_flight();  // Note [One reduce-scatter in flight]
     post_bucket(next_bucket_);
     launch_order_.push_back(next_bucket_);
     if (in_backward_) ++launched_during_backward_;

@@ -104,6 +104,10 @@ struct ReducerOptions {
   // is all-reduced over it after the node's reduce-scatter, and shard_from() broadcasts over it
   // first. nullptr: the shards span `comm` alone.
   Communicator* replicas = nullptr;
+  // shard parameters: the parameters hold no storage yet (a model built deferred,
+  // models/deferred_init.h): every unit starts freed with zero masters, which the caller fills
+  // (master block by block, parameter_shards()) before masters_filled(). No whole model exists.
+  bool deferred = false;
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -199,6 +203,26 @@ class Reducer {
   // rank copies its blocks into its master shards and frees every unit. From then on units are
   // freed when their backward is over. Local.
   void reshard_parameters();
+  // ReducerOptions::deferred: the caller has filled every master block; from now on as after
+  // reshard_parameters(). Local.
+  void masters_filled();
+  // The bucket of unit `unit` (units in forward order, buckets the other way round).
+  size_t unit_bucket(size_t unit) const { return unit_bucket_.at(unit); }
+  // What the rest of `unit`'s backward would do here, without its gradients: each parameter that
+  // got none this backward counts as landed (zeros; in a synced micro-batch the buckets are
+  // posted in order as they complete, as the hooks post them) and the unit is freed. The dry
+  // pass of a rank that ran out of memory (train/unit_gate.h). Collective where it posts.
+  void land_unit(size_t unit);
+  // Whether any rank passes true: one MAX all-reduce on the Reducer's communicator (the units'),
+  // named `what`. Collective.
+  bool any_rank(bool mine, const std::string& what);
+  // A new pass over the units begins (train/unit_gate.h): no unit's gradients have landed.
+  void begin_unit_pass();
+  // Whether every gradient of `unit` landed in this pass's backward (or land_unit ran).
+  bool unit_landed(size_t unit) const { return buckets_[unit_bucket_.at(unit)].landed; }
+  // shard parameters, accumulating (the start-up's probe): a unit's gradient bucket is dropped
+  // as soon as its backward ends, so that only one unit's gradients live at a time.
+  void set_discard_gradients(bool on) { discard_gradients_ = on; }
   // The bytes of the largest gathered unit (padded flat buffer).
   int64_t largest_unit_bytes() const;
   // Bucket indices in the order their all-reduces were posted in the last synced step.
@@ -236,6 +260,7 @@ class Reducer {
     at::Tensor master_wire;    // both only while the all-gather is in flight
     bool gathered = true;      // `parameters` holds storage (the gather may still be in flight)
     int64_t unit_pending = 0;  // parameters whose gradient has not landed in this backward
+    bool landed = false;       // every one landed in this micro-batch's backward
     // This step:
     int64_t pending = 0;     // parameters not yet ready
     WorkPtr work;            // its all-reduce or reduce-scatter, once posted
@@ -243,6 +268,7 @@ class Reducer {
   };
 
   void start_sync();          // resets per-step readiness; state becomes kSyncing
+  void wait_in_flight();      // the posted reduce-scatters, each freed when done (zero3)
   void post_ready_buckets();  // in bucket order, stopping at the first bucket not yet ready
   void mark_all_ready();
   void wait_all();
@@ -284,6 +310,7 @@ class Reducer {
   std::vector<size_t> unit_bucket_;  // shard parameters: unit -> bucket
   at::Tensor rider_;                 // rider(): the tail of buckets_[0].carried, or standalone
   bool resharded_ = false;           // shard parameters: reshard_parameters() has run
+  bool discard_gradients_ = false;   // set_discard_gradients()
   std::vector<size_t> launch_order_;
   size_t next_bucket_ = 0;
   size_t launched_during_backward_ = 0;

@@ -29,19 +29,24 @@ void Reducer::setup_shards() {
                          : at::Tensor();
   }
   // The parameters become views into the flat buffers: the same Variables (the model, the
-  // optimizer and autograd keep them), new storage.
+  // optimizer and autograd keep them), new storage. Deferred (no values yet), each unit's buffer
+  // is allocated only to make the views, never touched, and freed at once.
   at::NoGradGuard no_grad;
   if (zero3()) setup_masters();
+  const bool deferred = zero3() && options_.deferred;
   for (Bucket& bucket : buckets_) {
     if (zero3()) {
-      bucket.parameters = at::zeros({bucket.shard.padded}, options(bucket, bucket.layout.dtype));
+      const auto o = options(bucket, bucket.layout.dtype);
+      bucket.parameters =
+          deferred ? at::empty({bucket.shard.padded}, o) : at::zeros({bucket.shard.padded}, o);
     }
     for (size_t j = 0; j < bucket.layout.params.size(); ++j) {
       at::Tensor& p = params_[bucket.layout.params[j]].second;
       at::Tensor view = param_view(bucket.parameters, bucket.layout, j);
-      view.copy_(p.detach());
+      if (!deferred) view.copy_(p.detach());
       p.set_data(view);
     }
+    if (deferred) release_unit(bucket);
   }
 }
 

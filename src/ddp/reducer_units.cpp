@@ -94,7 +94,7 @@ void Reducer::setup_masters() {
     bucket.master =
         at::zeros({bucket.shard.size},
                   at::TensorOptions().dtype(bucket.layout.dtype).device(bucket.layout.device));
-    bucket.gathered = true;  // until reshard_parameters()
+    bucket.gathered = true;  // until reshard_parameters() (deferred: until setup_shards)
   }
 }
 
@@ -106,6 +106,47 @@ void Reducer::reshard_parameters() {
     release_unit(bucket);
   }
   resharded_ = true;
+}
+
+void Reducer::masters_filled() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  resharded_ = true;
+}
+
+bool Reducer::any_rank(bool mine, const std::string& what) {
+  if (comm_.size() == 1) return mine;
+  const auto device = buckets_.empty() ? c10::Device(c10::kCPU) : buckets_.front().layout.device;
+  at::Tensor flag = at::full({1}, mine ? 1.0F : 0.0F, at::TensorOptions().device(device));
+  comm_.all_reduce(flag, ReduceOp::kMax, what);
+  return flag.item<float>() > 0;
+}
+
+void Reducer::begin_unit_pass() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Bucket& bucket : buckets_) {
+    bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
+    bucket.landed = false;
+  }
+}
+
+void Reducer::land_unit(size_t unit) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Bucket& bucket = buckets_[unit_bucket_.at(unit)];
+  if (state_ == StepState::kSyncing) {
+    for (const size_t k : bucket.layout.params) {
+      if (ready_[k]) continue;
+      ready_[k] = 1;
+      --bucket.pending;
+    }
+    post_ready_buckets();
+    drive_progress();
+  }
+  bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
+  bucket.landed = true;
+  if (resharded_) release_unit(bucket);
+  if (state_ == StepState::kAccumulating && (!resharded_ || discard_gradients_)) {
+    release_bucket(bucket);
+  }
 }
 
 int64_t Reducer::largest_unit_bytes() const {
@@ -185,11 +226,12 @@ void Reducer::on_unit_gradient(size_t param) {
   if (--bucket.unit_pending > 0) return;
   // The unit's backward is over (counted again from here: the probe runs several backwards).
   bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
-  if (resharded_) {
-    release_unit(bucket);
-  } else if (state_ == StepState::kAccumulating) {
-    // The start-up's probe runs on the whole model, before reshard_parameters(), and discards its
-    // gradients: a unit's full gradient lives only through its backward, as in a synced step.
+  bucket.landed = true;
+  if (resharded_) release_unit(bucket);
+  if (state_ == StepState::kAccumulating && (!resharded_ || discard_gradients_)) {
+    // The start-up's probe (on the whole model before reshard_parameters(), or unit by unit from
+    // a deferred build) discards its gradients: a unit's full gradient lives only through its
+    // backward, as in a synced step.
     release_bucket(bucket);
   }
 }

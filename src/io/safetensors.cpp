@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 #include <fcntl.h>
@@ -69,6 +71,17 @@ bool as_size(const json& v, uint64_t& out) {
   if (s < 0) return false;
   out = static_cast<uint64_t>(s);
   return true;
+}
+
+void write_all(int fd, const std::string& path, const void* data, size_t bytes) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw error(path, "writing the file failed: {}", std::strerror(errno));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
 }
 
 // One header entry, checked against the data section (`data_bytes` long).
@@ -292,46 +305,96 @@ void SafetensorsRangeReader::read(const std::string& key, int64_t offset, int64_
   }
 }
 
-void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  std::vector<at::Tensor> ordered;
+int64_t TensorEntry::bytes() const {
+  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
+  for (const int64_t d : shape) n *= d;
+  return n;
+}
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorEntry> entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), entries_(std::move(entries)), metadata_(metadata) {
+  std::sort(entries_.begin(), entries_.end(),
+            [](const TensorEntry& a, const TensorEntry& b) { return a.name < b.name; });
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    if (name == "__metadata__") throw error(path, "'__metadata__' is not a valid tensor name");
-    const auto dtype = dtype_name(tensor.scalar_type());
+  for (const TensorEntry& e : entries_) {
+    if (e.name == "__metadata__") throw error(path, "'__metadata__' is not a valid tensor name");
+    if (header.contains(e.name)) throw error(path, "tensor '{}' is listed twice", e.name);
+    const auto dtype = dtype_name(e.dtype);
     if (!dtype) {
-      throw error(path, "tensor '{}': dtype {} cannot be written (supported: {})", name,
-                  c10::toString(tensor.scalar_type()), fmt::join(dtype_names(), ", "));
+      throw error(path, "tensor '{}': dtype {} cannot be written (supported: {})", e.name,
+                  c10::toString(e.dtype), fmt::join(dtype_names(), ", "));
     }
-    at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
-    const uint64_t bytes = t.numel() * t.element_size();
-    header[name] = {
-        {"dtype", *dtype}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    const auto bytes = static_cast<uint64_t>(e.bytes());
+    header[e.name] = {
+        {"dtype", *dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    ordered.push_back(std::move(t));
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw error(path, "cannot open the file for writing: {}", std::strerror(errno));
+  header_ = header.dump();
+  header_.append((8 - header_.size() % 8) % 8, ' ');
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw error(path, "cannot open the file for writing: {}", std::strerror(errno));
   std::array<char, 8> len_bytes{};
-  uint64_t n = text.size();
+  uint64_t n = header_.size();
   for (auto& b : len_bytes) {
     b = static_cast<char>(n & 0xff);
     n >>= 8;
   }
-  out.write(len_bytes.data(), 8);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  // Offsets were assigned in this order.
-  for (const auto& t : ordered) {
-    out.write(static_cast<const char*>(t.data_ptr()),
-              static_cast<std::streamsize>(t.numel() * t.element_size()));
+  std::string head(len_bytes.data(), 8);
+  head += header_;
+  write_all(fd_, path_, head.data(), head.size());
+}
+
+SafetensorsWriter::~SafetensorsWriter() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafetensorsWriter::write(const at::Tensor& tensor) {
+  if (next_ >= entries_.size()) throw error(path_, "more tensors written than listed");
+  const TensorEntry& e = entries_[next_];
+  if (tensor.scalar_type() != e.dtype || tensor.sizes() != at::IntArrayRef(e.shape)) {
+    throw error(path_, "tensor '{}' is listed as {} {}, and written as {} {}", e.name,
+                c10::toString(e.dtype), e.shape, c10::toString(tensor.scalar_type()),
+                tensor.sizes());
   }
-  out.close();
-  if (!out) throw error(path, "writing the file failed");
+  const at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
+  write_all(fd_, path_, t.data_ptr(), static_cast<size_t>(t.numel() * t.element_size()));
+  ++next_;
+}
+
+void SafetensorsWriter::close(const std::map<std::string, std::string>& patches) {
+  if (next_ != entries_.size()) {
+    throw error(path_, "{} of its {} tensors written", next_, entries_.size());
+  }
+  for (const auto& [key, value] : patches) {
+    const auto it = metadata_.find(key);
+    const std::string quoted = json(it == metadata_.end() ? "" : it->second).dump();
+    const size_t at = header_.find(json(key).dump() + ":" + quoted);
+    if (it == metadata_.end() || value.size() != it->second.size() || at == std::string::npos) {
+      throw std::logic_error("SafetensorsWriter: a patch needs a metadata value of its length");
+    }
+    const size_t pos = 8 + at + json(key).dump().size() + 2;  // past `"key":"`
+    if (::pwrite(fd_, value.data(), value.size(), static_cast<off_t>(pos)) !=
+        static_cast<ssize_t>(value.size())) {
+      throw error(path_, "cannot write its metadata: {}", std::strerror(errno));
+    }
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) throw error(path_, "writing the file failed: {}", std::strerror(errno));
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorEntry> entries;
+  for (const auto& [name, tensor] : tensors) {
+    entries.push_back({name, tensor.scalar_type(), tensor.sizes().vec()});
+  }
+  SafetensorsWriter writer(path, std::move(entries), metadata);
+  for (const auto& [name, tensor] : tensors) writer.write(tensor);  // name order, as listed
+  writer.close();
 }
 
 }  // namespace io

@@ -48,6 +48,48 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// One tensor of a file as its header lists it: name, dtype and shape.
+struct TensorEntry {
+  std::string name;
+  at::ScalarType dtype = at::kFloat;
+  std::vector<int64_t> shape;
+  int64_t bytes() const;
+};
+
+// A safetensors file written one tensor at a time (an export or a consolidation that streams
+// the model unit by unit): the header, every entry in name order, is written first; write() then
+// takes the tensors in that order, so that the writer holds one tensor at a time. Metadata
+// values may be replaced at close() by values of the same length (a checksum known only after
+// the data: reserve "crc32:00000000"). Writes to `path` itself: the caller renames a temporary
+// name where a half-written file must never be seen. Every error is a SafetensorsError naming
+// the file.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorEntry> entries,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter() noexcept;
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // The entries in the order write() takes them (by name).
+  const std::vector<TensorEntry>& entries() const { return entries_; }
+  // The next entry's tensor: its dtype and shape (any device and layout; copied to contiguous
+  // CPU memory here).
+  void write(const at::Tensor& tensor);
+  // After the last tensor: `patches` replace metadata values given at construction (same length)
+  // and the file is flushed and closed.
+  void close(const std::map<std::string, std::string>& patches = {});
+
+ private:
+  std::string path_;
+  std::vector<TensorEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+  std::string header_;  // as written, to place the patches
+  size_t next_ = 0;
+  int fd_ = -1;
+  int64_t offset_ = 0;  // bytes written so far
+};
+
 // One file opened for ranged reads (sharded checkpoints: each rank reads only the elements it
 // keeps). The constructor reads and checks the header (the same checks, and messages, as
 // read_safetensors); read() then preads only the bytes of the elements asked for. Holds the file
@@ -69,6 +111,7 @@ class SafetensorsRangeReader {
 
   const std::string& path() const { return path_; }
   bool has(const std::string& key) const { return tensors_.count(key) != 0; }
+  const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   // Throws SafetensorsError when the file has no tensor `key`.
   const TensorInfo& info(const std::string& key) const;
   // Elements [offset, offset + count) of `key`, seen flat (row-major), into `out`: a contiguous

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -45,8 +46,6 @@ std::map<std::string, std::string> read_index(const std::string& file) {
   }
   return map;
 }
-
-int64_t bytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 }  // namespace
 
@@ -131,16 +130,29 @@ std::vector<std::string> write_safetensors_dir(const std::string& dir,
                                                const std::map<std::string, at::Tensor>& tensors,
                                                int64_t max_shard_bytes,
                                                const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorEntry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return write_safetensors_dir(
+      dir, entries, [&](const TensorEntry& e) { return tensors.at(e.name); }, max_shard_bytes,
+      metadata);
+}
+
+std::vector<std::string> write_safetensors_dir(
+    const std::string& dir, std::vector<TensorEntry> entries,
+    const std::function<at::Tensor(const TensorEntry&)>& produce, int64_t max_shard_bytes,
+    const std::map<std::string, std::string>& metadata) {
   // Greedy in name order, as save_pretrained: a shard closes when the next tensor would not fit.
-  std::vector<std::map<std::string, at::Tensor>> shards(1);
+  std::sort(entries.begin(), entries.end(),
+            [](const TensorEntry& a, const TensorEntry& b) { return a.name < b.name; });
+  std::vector<std::vector<TensorEntry>> shards(1);
   int64_t in_shard = 0, total = 0;
-  for (const auto& [name, t] : tensors) {
-    const int64_t bytes = bytes_of(t);
+  for (const TensorEntry& e : entries) {
+    const int64_t bytes = e.bytes();
     if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
-    shards.back().emplace(name, t);
+    shards.back().push_back(e);
     in_shard += bytes;
     total += bytes;
   }
@@ -150,19 +162,19 @@ std::vector<std::string> write_safetensors_dir(const std::string& dir,
     static const std::regex old(R"(model(-\d{5}-of-\d{5})?\.safetensors(\.index\.json)?)");
     if (std::regex_match(f, old)) fs::remove(entry.path(), ec);
   }
-  if (shards.size() == 1) {
-    const std::string file = (fs::path(dir) / kSafetensorsFile).string();
-    write_safetensors(file, shards[0], metadata);
-    return {file};
-  }
   std::vector<std::string> written;
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", json::object()}};
   for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string name = shard_name(i, shards.size());
+    const std::string name = shards.size() == 1 ? kSafetensorsFile : shard_name(i, shards.size());
     written.push_back((fs::path(dir) / name).string());
-    write_safetensors(written.back(), shards[i], metadata);
-    for (const auto& [tensor, t] : shards[i]) index["weight_map"][tensor] = name;
+    SafetensorsWriter writer(written.back(), shards[i], metadata);
+    for (const TensorEntry& e : writer.entries()) {
+      writer.write(produce(e));  // one tensor at a time
+      index["weight_map"][e.name] = name;
+    }
+    writer.close();
   }
+  if (shards.size() == 1) return written;
   written.push_back((fs::path(dir) / kSafetensorsIndex).string());
   std::ofstream out(written.back());
   out << index.dump(2) << "\n";

@@ -12,9 +12,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "io/safetensors.h"
 
 namespace io {
 
@@ -42,5 +45,12 @@ std::vector<std::string> write_safetensors_dir(const std::string& dir,
                                                const std::map<std::string, at::Tensor>& tensors,
                                                int64_t max_shard_bytes,
                                                const std::map<std::string, std::string>& metadata);
+// The same for tensors made one at a time (an export streamed unit by unit): `entries` says each
+// one's name, dtype and shape, and `produce` gives its tensor when its turn comes (name order),
+// so that at most one tensor and one file's header are held. Returns what the other does.
+std::vector<std::string> write_safetensors_dir(
+    const std::string& dir, std::vector<TensorEntry> entries,
+    const std::function<at::Tensor(const TensorEntry&)>& produce, int64_t max_shard_bytes,
+    const std::map<std::string, std::string>& metadata);
 
 }  // namespace io

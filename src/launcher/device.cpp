@@ -5,7 +5,11 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "memory/allocator_guard.h"
+#include "memory/process_memory.h"
 
 namespace launcher {
 
@@ -43,7 +47,29 @@ DeviceBinding bind_device(const std::string& requested, int local_rank, int loca
           fmt::format("cuda:{} (of {} visible, {})", index, visible_devices, visible_note)};
 }
 
-void use_device(const c10::Device& device, const memory::MemoryOptions& memory, int rank) {
+namespace {
+
+// The machine's available memory (MemAvailable); tests state it with TRAINER_TEST_AVAILABLE_MB
+// (MiB), nothing else may set it.
+int64_t available_memory() {
+  if (const char* stated = std::getenv("TRAINER_TEST_AVAILABLE_MB")) {
+    return static_cast<int64_t>(std::atof(stated) * 1048576.0);
+  }
+  return memory::sample_machine_memory().available_bytes;
+}
+
+}  // namespace
+
+int64_t cpu_budget_auto(int64_t available, int ranks_on_node) {
+  if (available <= 0) return 0;
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const auto share =
+      static_cast<int64_t>(0.9 * static_cast<double>(available)) / std::max(1, ranks_on_node);
+  return std::max<int64_t>(64 * kMiB, share - 256 * kMiB);
+}
+
+void use_device(const c10::Device& device, const memory::MemoryOptions& memory, int rank,
+                int ranks_on_node) {
   if (device.is_cuda()) {
     c10::cuda::set_device(device.index());
     if (memory.fraction > 0) {
@@ -51,7 +77,9 @@ void use_device(const c10::Device& device, const memory::MemoryOptions& memory, 
     }
   }
   auto& guard = memory::CpuAllocatorGuard::instance();
-  guard.set_budget(static_cast<int64_t>(memory.cpu_budget_mb * 1048576.0));
+  guard.set_budget(memory.cpu_budget_mb < 0
+                       ? cpu_budget_auto(available_memory(), ranks_on_node)
+                       : static_cast<int64_t>(memory.cpu_budget_mb * 1048576.0));
   guard.set_injections(rank, memory::parse_injections(memory.inject_oom));
 }
 

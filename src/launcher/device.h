@@ -33,7 +33,14 @@ int visible_cuda_devices() noexcept;
 // Makes `device` this process's current CUDA device (when it is one) and applies the config's
 // memory limits, as training and the one-process commands (--generate, --export-hf) alike run
 // under them: memory.fraction of a CUDA device, the CPU allocator guard's budget
-// (memory.cpu_budget_mb) and the injections of rank `rank` (memory.inject_oom).
-void use_device(const c10::Device& device, const memory::MemoryOptions& memory, int rank);
+// (memory.cpu_budget_mb; auto: cpu_budget_auto over `ranks_on_node`) and the injections of rank
+// `rank` (memory.inject_oom).
+void use_device(const c10::Device& device, const memory::MemoryOptions& memory, int rank,
+                int ranks_on_node = 1);
+
+// memory.cpu_budget_mb: auto: 90% of `available` bytes (the machine's MemAvailable at start)
+// divided among the node's ranks, less 256 MiB each (what a rank holds besides tensors: LibTorch,
+// MPI, the loader's threads); at least 64 MiB. 0 (no budget) when `available` is unknown.
+int64_t cpu_budget_auto(int64_t available, int ranks_on_node);
 
 }  // namespace launcher

@@ -4,11 +4,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "ddp/errors.h"
 #include "io/safetensors_shards.h"
 #include "memory/memory_stats.h"
+#include "models/capabilities.h"
 #include "train/trainer.h"
 
 namespace launcher {
@@ -148,8 +150,9 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
   lines.push_back(describe_shard_ranks(plan));
   const memory::MemoryEstimate& a = plan.activations;
   lines.push_back(fmt::format(
-      "activations (CPU-measured estimate of CUDA memory, at the config's precision): {} fixed + "
+      "activations ({} estimate of CUDA memory, at the config's precision): {} fixed + "
       "{:.3f} MiB/sample{}",
+      plan.activations_computed ? "computed from the shapes:" : "CPU-measured",
       memory::mib_text(a.activation_fixed), a.activation_per_sample / 1048576.0,
       a.activation_per_chunk_row > 0 ? fmt::format(" + the loss's chunk {:.3f} MiB/row",
                                                    a.activation_per_chunk_row / 1048576.0)
@@ -205,6 +208,120 @@ void log_device_plan(const Startup& s, PlannedWorld world, int64_t device_bytes)
                                       device_bytes, c.memory.target_fraction, c.ddp.shard);
   for (const auto& line : describe_device_plan(plan, c.train.micro_batch_size)) {
     spdlog::info("{}", line);
+  }
+}
+
+std::vector<ddp::BucketLayout> shape_layout(const models::LmShape& shape, ddp::ShardMode mode,
+                                            const ShapePlanInputs& in) {
+  const auto params = shape.parameters();
+  const c10::Device device(c10::kCUDA, 0);  // the planned device's buckets: the sizes are the same
+  if (mode != ddp::ShardMode::kParameters) {
+    std::vector<ddp::ParamMeta> meta;
+    for (const auto& p : params) meta.push_back({p.numel, at::kFloat, device});
+    return ddp::assign_buckets(meta, in.first_bucket_bytes, in.bucket_bytes);
+  }
+  std::vector<ddp::BucketLayout> units(shape.units());
+  for (size_t k = 0; k < params.size(); ++k) {
+    ddp::BucketLayout& u = units[params[k].unit];
+    u.params.push_back(k);
+    u.offsets.push_back(u.numel);
+    u.numel += params[k].numel;
+    u.dtype = at::kFloat;
+    u.device = device;
+  }
+  return {units.rbegin(), units.rend()};  // the last unit's bucket first
+}
+
+memory::MemoryEstimate shape_activations(const models::LmShape& shape, const ShapePlanInputs& in) {
+  const auto a = shape.activations(in.positions, in.element_bytes, in.checkpointed);
+  memory::MemoryEstimate e;
+  e.activation_fixed = a.fixed;
+  e.activation_per_sample = a.per_sample;
+  e.activation_per_chunk_row = a.per_chunk_row;
+  e.loss_rows_per_sample = in.positions;
+  e.loss_chunk_rows = in.loss_chunk_rows;
+  return e;
+}
+
+DevicePlan plan_shape(const models::LmShape& shape, const ShapePlanInputs& in, int64_t global_batch,
+                      int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
+                      double target_fraction, ddp::ShardMode in_force) {
+  DevicePlan plan =
+      plan_device(shape_layout(shape, in_force, in), in.reduce_dtype, shape_activations(shape, in),
+                  global_batch, micro_batch, world, device_bytes, target_fraction, in_force);
+  plan.activations_computed = true;
+  return plan;
+}
+
+std::optional<models::LmShape> largest_fitting(const models::LmShape& shape,
+                                               const ShapePlanInputs& in, int64_t global_batch,
+                                               const PlannedWorld& world, int64_t device_bytes,
+                                               double target_fraction, ddp::ShardMode mode) {
+  const auto fits = [&](double factor) {
+    const DevicePlan p = plan_shape(shape.scaled(factor), in, global_batch, 1, world, device_bytes,
+                                    target_fraction, mode);
+    return p.modes[static_cast<size_t>(mode)].micro_auto > 0;
+  };
+  // The parameters grow as the factor's cube: a bisection on its logarithm, 1/64 to 64 times.
+  double lo = 1.0 / 64, hi = 64.0;
+  if (!fits(lo)) return std::nullopt;
+  if (fits(hi)) return shape.scaled(hi);
+  for (int i = 0; i < 40; ++i) {
+    const double mid = std::sqrt(lo * hi);
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return shape.scaled(lo);
+}
+
+namespace {
+
+std::string describe_shape(const models::LmShape& s) {
+  return fmt::format("{:.2f}B parameters ({} blocks, d_model {}, {} heads over {} kv heads of {}, "
+                     "MLP {})",
+                     static_cast<double>(s.parameter_count()) / 1e9, s.layers, s.d_model, s.heads,
+                     s.kv_heads, s.head_dim, s.intermediate);
+}
+
+ShapePlanInputs shape_inputs(const Startup& s) {
+  const config::Config& c = s.config;
+  ShapePlanInputs in;
+  in.positions = c.data.context;
+  const auto precision = c.train.precision;
+  in.element_bytes =
+      precision == train::Precision::kBf16 || precision == train::Precision::kFp16 ? 2 : 4;
+  in.checkpointed = models::checkpoints_activations(*s.model);
+  if (const auto* chunked = models::as<models::ChunkedLoss>(*s.model)) {
+    in.loss_chunk_rows = chunked->loss_chunk_rows(int64_t{1} << 40);
+  }
+  in.first_bucket_bytes = static_cast<int64_t>(c.ddp.first_bucket_mb * (1 << 20));
+  in.bucket_bytes = static_cast<int64_t>(c.ddp.bucket_mb * (1 << 20));
+  in.reduce_dtype =
+      c.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined;
+  return in;
+}
+
+}  // namespace
+
+void log_shape_plan(const Startup& s, PlannedWorld world, int64_t device_bytes) {
+  const config::Config& c = s.config;
+  const models::LmShape shape = models::as<models::ShapePlanning>(*s.model)->lm_shape();
+  const ShapePlanInputs in = shape_inputs(s);
+  world.shard_group = c.ddp.shard_group;
+  const DevicePlan plan = plan_shape(shape, in, c.train.global_batch_size, c.train.micro_batch_size,
+                                     world, device_bytes, c.memory.target_fraction, c.ddp.shard);
+  spdlog::info("model: {} {} at {} positions per sample; activations computed from the shapes "
+               "(docs/DESIGN.md, \"Planning without the device\"), not probed",
+               c.model.name, describe_shape(shape), in.positions);
+  for (const auto& line : describe_device_plan(plan, c.train.micro_batch_size)) {
+    spdlog::info("{}", line);
+  }
+  for (const ddp::ShardMode mode :
+       {ddp::ShardMode::kNone, ddp::ShardMode::kGradients, ddp::ShardMode::kParameters}) {
+    const auto largest = largest_fitting(shape, in, c.train.global_batch_size, world, device_bytes,
+                                         c.memory.target_fraction, mode);
+    spdlog::info("largest {} of this shape ratio that fits under ddp.shard: {} (micro-batch 1): {}",
+                 c.model.name, ddp::to_string(mode),
+                 largest ? describe_shape(*largest) : std::string("none"));
   }
 }
 

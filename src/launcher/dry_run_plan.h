@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "ddp/shard.h"
 #include "launcher/startup.h"
 #include "memory/estimator.h"
+#include "models/lm/lm_shape.h"
 
 namespace launcher {
 
@@ -66,7 +68,8 @@ struct DevicePlan {
   int64_t budget = 0;         // target_fraction x device_bytes, less the reserves
   ddp::ShardMode in_force{};  // ddp.shard of the config
   ddp::BatchPlan batch;  // rank 0's split of the global batch (configured micro-batch or auto's)
-  memory::MemoryEstimate activations;  // the probe's activation terms (CPU-measured)
+  memory::MemoryEstimate activations;  // the activation terms: the CPU probe's, or computed
+  bool activations_computed = false;   // computed from the shapes (plan_shape), not probed
   std::vector<ModePlan> modes;         // every ddp.shard mode, in enum order
 };
 
@@ -86,5 +89,40 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
 // taken from the config) with devices of `device_bytes` each. Throws ddp::PlanError (a global
 // batch smaller than the ranks, and as plan_shard_ranks).
 void log_device_plan(const Startup& s, PlannedWorld world, int64_t device_bytes);
+
+// A language model planned from its shapes alone (models/lm/lm_shape.h; no weights, no probe, so
+// a plan of any size takes seconds and a few MiB): what the plan takes from the config.
+struct ShapePlanInputs {
+  int64_t positions = 0;        // tokens per sample (data.context)
+  int64_t element_bytes = 4;    // activations: 2 under bf16 and fp16, 4 in fp32
+  bool checkpointed = false;    // model.checkpoint_activations
+  int64_t loss_chunk_rows = 0;  // the output layer's most rows per chunk
+  int64_t first_bucket_bytes = 0, bucket_bytes = 0;  // ddp.first_bucket_mb, ddp.bucket_mb
+  c10::ScalarType reduce_dtype = c10::ScalarType::Undefined;
+};
+
+// The buckets `mode` makes of `shape`'s parameters, as the Reducer would (by the caps; one per
+// unit under parameters, the last unit's first).
+std::vector<ddp::BucketLayout> shape_layout(const models::LmShape& shape, ddp::ShardMode mode,
+                                            const ShapePlanInputs& in);
+// The activation terms of `shape` (computed from the shapes, LmShape::activations).
+memory::MemoryEstimate shape_activations(const models::LmShape& shape, const ShapePlanInputs& in);
+// plan_device for `shape`: the buckets of `in_force`, the computed activations.
+DevicePlan plan_shape(const models::LmShape& shape, const ShapePlanInputs& in, int64_t global_batch,
+                      int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
+                      double target_fraction, ddp::ShardMode in_force);
+
+// The largest model of `shape`'s family and shape ratio (LmShape::scaled) that fits one sample
+// per micro-batch under `mode`; nullopt when not even the smallest does.
+std::optional<models::LmShape> largest_fitting(const models::LmShape& shape,
+                                               const ShapePlanInputs& in, int64_t global_batch,
+                                               const PlannedWorld& world, int64_t device_bytes,
+                                               double target_fraction, ddp::ShardMode mode);
+
+// --dry-run --plan-ranks of a language model, from its shapes (the Startup's model, built without
+// storage, and its config): the plan's table and verdict as log_device_plan's, then, per
+// ddp.shard mode of none, gradients and parameters, the largest model of its family and shape
+// ratio that fits. Throws ddp::PlanError as log_device_plan.
+void log_shape_plan(const Startup& s, PlannedWorld world, int64_t device_bytes);
 
 }  // namespace launcher

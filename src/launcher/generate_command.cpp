@@ -12,7 +12,7 @@
 
 #include "checkpoint/files.h"
 #include "checkpoint/read.h"
-#include "checkpoint/single_file.h"
+#include "checkpoint/sharded.h"
 #include "config/config.h"
 #include "data/chat_prompt.h"
 #include "io/safetensors_shards.h"
@@ -22,6 +22,7 @@
 #include "launcher/exit_status.h"
 #include "launcher/launch.h"
 #include "launcher/resume.h"
+#include "models/deferred_init.h"
 #include "models/language_model.h"
 #include "models/lm/causal_lm.h"
 #include "models/lm/generate.h"
@@ -166,13 +167,57 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
   });
 }
 
+namespace {
+
+// --export-hf's model: built without storage (models/deferred_init.h), its weights read where
+// they lie as the export needs them, one tensor at a time: a sharded checkpoint's ranges,
+// model.init_from's ranges, or a single-file checkpoint's tensors (read whole: that format is
+// one file). `read` is empty when there are no weights, and with LoRA adapters: that model is
+// built whole, as --generate builds it, and written with the adapters merged into the base
+// (models/lm/hf_ranges.h, export_reader). `weights` is empty when there are none.
+struct ToExport {
+  std::shared_ptr<models::LanguageModel> model;
+  models::ParameterReader read;
+  std::string weights;
+};
+
+ToExport model_to_export(const config::Config& config) {
+  core::Shape shape;
+  shape.vocab_size = config.data.vocab_size;
+  shape.context = config.data.context;
+  ToExport out;
+  if (config.model.lora_rank > 0) {
+    // The frozen base is buffers (models/lm/lora.h), which a deferred build leaves without
+    // storage and no ParameterReader reads: the base and the adapters are loaded whole.
+    Loaded loaded = load_model(config, "--export-hf");
+    out.model = std::move(loaded.model);
+    out.weights = std::move(loaded.weights);
+    return out;
+  }
+  {
+    models::DeferredInit scope(c10::Device(c10::kCPU));
+    out.model = models::create_language_model(config.model, shape, "--export-hf");
+    out.model->set_deferred_init(scope.finish(*out.model));
+  }
+  if (const auto found = select_resume(config.checkpoint, *out.model, ResumeFor::kWeights)) {
+    out.weights = fmt::format("checkpoint {} ({} steps done)", found->path, found->meta.step);
+    out.read = checkpoint::parameter_reader(*found);
+  } else if (!config.model.init_from.empty()) {
+    out.weights = fmt::format("model.init_from {}", config.model.init_from);
+    out.read = out.model->deferred_init()->read;
+  }
+  return out;
+}
+
+}  // namespace
+
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir, const std::string& max_shard_size) {
   if (other_rank()) return kExitOk;
   return guarded("in --export-hf", [&] {
     const config::Config config = config::load_config(config_path, overrides);
     use_device(c10::Device(c10::kCPU), config.memory, 0);  // exported from the CPU
-    const Loaded loaded = load_model(config, "--export-hf");
+    const ToExport loaded = model_to_export(config);
     if (loaded.weights.empty()) {
       throw std::invalid_argument(
           fmt::format("--export-hf: no weights to export: no checkpoint in checkpoint.dir ({}), "
@@ -188,7 +233,7 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
     }
     // The model's family writes it (models/registry.h): one model.safetensors, or shards.
     const models::HfExport out =
-        models::export_hf(config.model.name, *loaded.model, dir, max_shard_bytes);
+        models::export_hf(config.model.name, *loaded.model, dir, max_shard_bytes, loaded.read);
     const std::string weights = out.files.size() == 1
                                     ? out.files.front()
                                     : fmt::format("{} weight files", out.files.size() - 1);
@@ -242,11 +287,11 @@ int run_consolidate(const std::string& config_path, const std::vector<std::strin
           fmt::format("--consolidate: {} is not a sharded checkpoint (no {} in it)", dir,
                       io::kShardManifestName));
     }
-    const checkpoint::Checkpoint ckpt = checkpoint::read_checkpoint(dir);  // every file verified
+    // Every file verified, then one tensor at a time (checkpoint/sharded.h).
     const std::string path = dir + ".safetensors";
-    checkpoint::write_checkpoint_tensors(path, ckpt.tensors, ckpt.meta);
-    say(fmt::format("wrote {} ({} steps done, written by {} rank(s)) from {}", path, ckpt.meta.step,
-                    ckpt.meta.world_size, dir));
+    const checkpoint::CheckpointMeta meta = checkpoint::consolidate_sharded_checkpoint(dir, path);
+    say(fmt::format("wrote {} ({} steps done, written by {} rank(s)) from {}", path, meta.step,
+                    meta.world_size, dir));
     return kExitOk;
   });
 }

@@ -9,6 +9,7 @@
 #include <torch/version.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "launcher/startup.h"
 #include "launcher/stop_policy.h"
 #include "memory/process_memory.h"
+#include "models/registry.h"
 #include "train/evaluation.h"
 #include "train/loop.h"
 #include "train/report/run_report.h"
@@ -257,14 +259,27 @@ int evaluate_only(Startup& s) {
   }
   if (!s.trainer) return evaluate_tasks_only(s);  // no data: eval.tasks only
   train::Trainer& t = *s.trainer;
-  const auto pinned = t.pin_parameters();  // ddp.shard: parameters: the whole model, every rank
+  const auto units = t.units_in_step();  // ddp.shard: parameters: one unit at a time
   const train::ValidationMetrics m =
       train::evaluate_and_log(t.control(), t.model(), t.dataset(), s.start_step,
                               t.plan().micro_batch, s.config.train.eval_samples, s.eval_inputs);
+  if (units) units->finish();
   if (s.rank == 0 && m.samples == 0 && m.tasks.empty()) {
     spdlog::warn("--evaluate: nothing to evaluate (no validation split, no eval.tasks)");
   }
   s.control->barrier("shutdown");
+  return kExitOk;
+}
+
+// --dry-run --plan-ranks of a language model (launcher/dry_run_plan.h, log_shape_plan).
+int plan_from_shapes(const Startup& s, const PlannedWorld& planned, int64_t device_bytes) {
+  try {
+    log_shape_plan(s, planned, device_bytes);
+  } catch (const ddp::PlanError& e) {
+    print_error(0, e.what());
+    return kExitUsage;
+  }
+  spdlog::info("dry run: nothing trained");
   return kExitOk;
 }
 
@@ -282,7 +297,9 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
       }
       return kExitUsage;
     }
-    overrides.push_back("train.device=cpu");  // the planned device is not here: probe on CPU
+    // The planned devices and their NCCL are not here: this one process plans on the CPU.
+    overrides.push_back("train.device=cpu");
+    overrides.push_back("ddp.backend=mpi");
   }
   if (const int code = read_configuration(mpi, cli.config_path, overrides, s); code != kExitOk) {
     return code;
@@ -300,7 +317,12 @@ int train_with_mpi(ddp::MpiRuntime& mpi, const CommandLine& cli) {
     if (s.rank == 0) fmt::print("{}", config::config_to_yaml(s.config));
     return kExitOk;
   }
+  // A language model is planned from its shapes: no data, no weights, no Trainer.
+  const auto lms = models::language_model_names();
+  s.plan_only =
+      cli.planning() && std::find(lms.begin(), lms.end(), s.config.model.name) != lms.end();
   if (const int code = prepare(mpi, s); code != kExitOk) return code;
+  if (s.plan_only) return plan_from_shapes(s, planned, cli.plan_device_bytes);
   if (const int code = build_trainer(s); code != kExitOk) return code;
   log_banner(s);
   if (cli.dry_run) {

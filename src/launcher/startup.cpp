@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include <malloc.h>
@@ -25,6 +26,7 @@
 #include "launcher/no_data.h"
 #include "launcher/resume.h"
 #include "models/capabilities.h"
+#include "models/deferred_init.h"
 #include "models/language_model.h"
 #include "models/registry.h"
 #include "train/loop.h"
@@ -65,7 +67,7 @@ void bind_rank(Startup& s) {
   s.binding = bind_device(config.train.device, s.launch.local_rank, s.launch.local_size,
                           visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
   s.backend = ddp::resolve_backend(config.ddp.backend, s.binding.device, ddp::nccl_available());
-  use_device(s.binding.device, config.memory, s.launch.rank);
+  use_device(s.binding.device, config.memory, s.launch.rank, s.launch.local_size);
   at::set_num_threads(s.threads);
 }
 
@@ -138,10 +140,28 @@ void check_outputs(Startup& s) {
   for (const std::string& note : s.outputs->notes()) spdlog::info("{}", note);
 }
 
+// Whether the model is built without storage: a language model under ddp.shard: parameters
+// that a Trainer will shard (a run with data). Not with LoRA adapters (model.lora_rank): their
+// frozen base is buffers, which every rank holds whole and a deferred build would leave without
+// storage (models/lm/lora.h); that model is built whole, as before issue 39.
+bool builds_deferred(const Startup& s) {
+  const config::Config& c = s.config;
+  const auto lms = models::language_model_names();
+  if (std::find(lms.begin(), lms.end(), c.model.name) == lms.end()) return false;
+  if (c.model.lora_rank > 0) return false;
+  return c.ddp.shard == ddp::ShardMode::kParameters && s.dataset != nullptr;
+}
+
 // The data set and the model, and the checks that must fail here rather than in the Trainer.
 void load_data_and_model(Startup& s) {
   const config::Config& config = s.config;
   s.no_data = missing_validation_data(config, s.weights_only);
+  if (s.plan_only) {  // planned from the shapes: no data, no weights (a login node)
+    models::DeferredInit deferred(s.binding.device);
+    s.model = models::create_model(config.model, shape_without_data(config));
+    s.model->set_deferred_init(deferred.finish(*s.model));
+    return;
+  }
   if (s.no_data.empty()) {
     s.dataset = data::make_dataset(config.data);
     if (const auto packing = s.dataset->packing(); packing && s.rank == 0) {
@@ -154,8 +174,13 @@ void load_data_and_model(Startup& s) {
     ddp::RankSampler(s.dataset->size(), config.train.global_batch_size, config.train.seed);
   }
   at::manual_seed(config.train.seed);
+  // ddp.shard: parameters: a language model is built without storage, and each rank fills only
+  // its blocks, unit by unit (models/deferred_init.h, train/model_state.h).
+  std::optional<models::DeferredInit> deferred;
+  if (builds_deferred(s)) deferred.emplace(s.binding.device);
   s.model = models::create_model(config.model,
                                  s.dataset ? s.dataset->shape() : shape_without_data(config));
+  if (deferred) s.model->set_deferred_init(deferred->finish(*s.model));
   load_eval_inputs(s);
   if (s.rank != 0) return;
   // Rank 0 alone chooses the checkpoint to resume from and loads the model's tensors; the
@@ -257,7 +282,14 @@ int prepare(ddp::MpiRuntime& mpi, Startup& s) {
   }
   s.cpus = bind_cpus(s.launch.local_rank, s.launch.local_size, s.config.train.threads);
   s.threads = s.cpus.threads;
-  const int code = agree(*s.control, attempt("loading the data set and building the model", [&] {
+  // A model built whole on every rank that does not fit: name the mode that builds it without
+  // storage (gpt, llama).
+  const char* doing =
+      s.config.ddp.shard == ddp::ShardMode::kParameters
+          ? "loading the data set and building the model"
+          : "loading the data set and building the model whole on every rank (ddp.shard: "
+            "parameters builds a gpt or llama without storage, 1/N of it per rank)";
+  const int code = agree(*s.control, attempt(doing, [&] {
     bind_rank(s);
     check_outputs(s);
     load_data_and_model(s);
@@ -312,12 +344,17 @@ int build_trainer(Startup& s) {
       s.resume_from->manifest.reset();
       ::malloc_trim(0);  // the freed heap pages back to the system, not only to malloc
     }
-    if (s.config.train.sample_every > 0 && s.rank == 0) {
+    if (s.config.train.sample_every > 0) {  // every rank: collective under parameters
+      std::function<std::string()> sampler;
+      if (s.rank == 0) {
+        sampler = train::make_text_sampler(
+            s.model, s.config.model.name,
+            data::choose_tokenizer(s.config.data, s.config.model.init_from), s.config.train,
+            *s.dataset);
+      }
       s.actions.push_back(train::text_sample_action(
-          s.config.train.sample_every,
-          train::make_text_sampler(s.model, s.config.model.name,
-                                   data::choose_tokenizer(s.config.data, s.config.model.init_from),
-                                   s.config.train, *s.dataset)));
+          s.config.train.sample_every, std::move(sampler),
+          [trainer = s.trainer.get()] { return trainer->units_in_step(); }));
     }
   }));
   if (code == kExitOk) {

@@ -50,6 +50,9 @@ struct Startup {
   std::unique_ptr<RunLock> outputs;
   // A training run (not --evaluate, --dry-run): it locks its outputs.
   bool writes_outputs = false;
+  // --dry-run --plan-ranks: the model is planned from its shapes (built without storage), no
+  // Trainer is built (launcher/dry_run_plan.h).
+  bool plan_only = false;
   int rank = 0;
   std::unique_ptr<ddp::Communicator> bootstrap;  // phase 1's vote
   LaunchInfo launch;

@@ -15,8 +15,8 @@ int64_t MemoryEstimate::chunk_rows(int64_t micro) const {
 }
 
 int64_t MemoryEstimate::peak(int64_t micro) const {
-  return persistent() + loader + activation_fixed + activation_per_sample * micro +
-         activation_per_chunk_row * chunk_rows(micro);
+  return persistent() + loader + checkpoint_copy + activation_fixed +
+         activation_per_sample * micro + activation_per_chunk_row * chunk_rows(micro);
 }
 
 std::string MemoryEstimate::describe(int64_t micro) const {
@@ -28,11 +28,13 @@ std::string MemoryEstimate::describe(int64_t micro) const {
           : "";
   return fmt::format(
       "parameters {:.1f} MiB, gradient buckets {:.1f} MiB, optimizer state {:.1f} MiB, caches "
-      "{:.1f} MiB, other tensors {:.1f} MiB, loader {:.1f} MiB, activations {:.1f} MiB + {:.3f} "
+      "{:.1f} MiB, other tensors {:.1f} MiB, loader {:.1f} MiB, {}activations {:.1f} MiB + {:.3f} "
       "MiB/sample{} -> peak {:.1f} MiB at micro-batch {}",
       parameters / kMiB, gradients / kMiB, optimizer_state / kMiB, caches / kMiB, other / kMiB,
-      loader / kMiB, activation_fixed / kMiB, activation_per_sample / kMiB, chunked,
-      peak(micro) / kMiB, micro);
+      loader / kMiB,
+      checkpoint_copy > 0 ? fmt::format("checkpoint host copy {:.1f} MiB, ", checkpoint_copy / kMiB)
+                          : "",
+      activation_fixed / kMiB, activation_per_sample / kMiB, chunked, peak(micro) / kMiB, micro);
 }
 
 void fit_activations(int64_t b1, int64_t peak1, int64_t b2, int64_t peak2, MemoryEstimate* e) {

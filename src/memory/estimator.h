@@ -21,6 +21,9 @@ struct MemoryEstimate {
   int64_t other = 0;             // other live tensors on the device (e.g. an in-memory data set)
   int64_t loader = 0;            // the sampler's epoch permutation and this rank's batch as
                                  // loaded (host memory: counted on CPU runs only)
+  int64_t checkpoint_copy = 0;   // ddp.shard: parameters with checkpoint.async: the host copy of
+                                 // this rank's shard that the background write holds from one
+                                 // checkpoint to the next (host memory: CPU runs only)
   int64_t activation_fixed = 0;  // activation peak independent of the micro-batch
   int64_t activation_per_sample = 0;
   // Chunked loss (0 when none): bytes per row of the chunk in force, the loss's rows per sample,

@@ -25,7 +25,7 @@ struct MemoryOptions {
   std::vector<Rung> fallback;   // rungs, in order
   int64_t min_micro_batch = 0;  // halve_micro_batch never goes below this (nor below 1)
   double fraction = 0;          // CUDA: cap of this process's share of the device (0: none)
-  double cpu_budget_mb = 0;     // CPU: tensor memory budget per rank (0: none)
+  double cpu_budget_mb = 0;     // CPU: tensor memory budget per rank (0: none; -1: auto)
   std::string inject_oom;       // test hook: "rank:step:phase[:times]; ..."
   int64_t check_every = 0;      // memory table every N steps (0: at start and end only)
   double high_watermark = 0;    // warn above this share of a rank's device (or budget)

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "models/activation_checkpoint.h"
+#include "models/deferred_init.h"
 
 namespace models {
 namespace {
@@ -73,11 +74,15 @@ at::Tensor rotary_inv_freq(int64_t head_dim, double theta) {
 
 Norm::Norm(int64_t dim, NormKind kind, double eps, bool frozen)
     : dim_(dim), kind_(kind), eps_(eps) {
-  const auto add = [&](const char* name, at::Tensor value) {
-    return frozen ? register_buffer(name, std::move(value)) : register_parameter(name, value);
+  const auto add = [&](const char* name, double value) {
+    if (frozen) return register_buffer(name, at::full({dim}, value));
+    at::Tensor p = register_parameter(name, new_parameter({dim}));
+    init_parameter(
+        p, [value](const at::Tensor& t) { t.fill_(value); }, /*random=*/false);
+    return p;
   };
-  weight = add("weight", at::ones({dim}));
-  if (kind == NormKind::kLayerNorm) bias = add("bias", at::zeros({dim}));
+  weight = add("weight", 1.0);
+  if (kind == NormKind::kLayerNorm) bias = add("bias", 0.0);
 }
 
 at::Tensor Norm::forward(const at::Tensor& x) const {
@@ -94,15 +99,16 @@ Projection::Projection(int64_t in, int64_t out, bool with_bias, WeightLayout lay
     if (with_bias) bias = register_buffer("bias", at::zeros({out}));
     return;
   }
-  weight = register_parameter("weight", at::empty(shape));
-  if (with_bias) bias = register_parameter("bias", at::empty({out}));
+  weight = register_parameter("weight", new_parameter(shape));
+  if (with_bias) bias = register_parameter("bias", new_parameter({out}));
   // torch::nn::Linear's reset_parameters, draw for draw (the same random stream).
-  at::NoGradGuard no_grad;
-  torch::nn::init::kaiming_uniform_(layout == WeightLayout::kOutIn ? weight : weight.t(),
-                                    std::sqrt(5.0));
+  init_parameter(weight, [layout](const at::Tensor& w) {
+    torch::nn::init::kaiming_uniform_(layout == WeightLayout::kOutIn ? w : w.t(), std::sqrt(5.0));
+  });
   if (with_bias) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
-    torch::nn::init::uniform_(bias, -bound, bound);
+    init_parameter(bias,
+                   [bound](const at::Tensor& b) { torch::nn::init::uniform_(b, -bound, bound); });
   }
 }
 
@@ -142,11 +148,15 @@ LoraAdapter::LoraAdapter(int64_t in, int64_t rows_, int64_t offset_, int64_t ran
                          double dropout)
     : lora_A(std::make_shared<torch::nn::Module>()), lora_B(std::make_shared<torch::nn::Module>()),
       offset(offset_), rows(rows_), scale(scale_), dropout_(dropout) {
-  a = lora_A->register_parameter("weight", at::empty({rank, in}));
-  b = lora_B->register_parameter("weight", at::zeros({rows, rank}));
+  // Made and initialised as the base's parameters are (models/deferred_init.h): inside a
+  // DeferredInit scope (the planner's model) without storage, their draws recorded.
+  a = lora_A->register_parameter("weight", new_parameter({rank, in}));
+  b = lora_B->register_parameter("weight", new_parameter({rows, rank}));
   // PEFT's reset_lora_parameters: nn.init.kaiming_uniform_(lora_A, a=math.sqrt(5)), B zero.
-  at::NoGradGuard no_grad;
-  torch::nn::init::kaiming_uniform_(a, std::sqrt(5.0));
+  init_parameter(a,
+                 [](const at::Tensor& w) { torch::nn::init::kaiming_uniform_(w, std::sqrt(5.0)); });
+  init_parameter(
+      b, [](const at::Tensor& w) { w.zero_(); }, /*random=*/false);
 }
 
 at::Tensor LoraAdapter::delta(const at::Tensor& x, bool training) const {
@@ -300,7 +310,7 @@ at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Ten
 }
 
 at::Tensor run_blocks_cached(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x,
-                             KvCache& cache) {
+                             KvCache& cache, UnitGate* gate, size_t first_unit) {
   if (cache.keys.empty()) {
     cache.keys.resize(blocks.size());
     cache.values.resize(blocks.size());
@@ -311,7 +321,9 @@ at::Tensor run_blocks_cached(const std::vector<std::shared_ptr<Block>>& blocks, 
   for (size_t i = 0; i < blocks.size(); ++i) {
     call.past_keys = &cache.keys[i];
     call.past_values = &cache.values[i];
+    if (gate != nullptr) gate->enter(first_unit + i);
     x = blocks[i]->forward(x, call);
+    if (gate != nullptr) x = gate->leave(first_unit + i, x);
   }
   return x;
 }

@@ -236,8 +236,9 @@ class UnitGate;  // models/capabilities.h
 at::Tensor run_blocks(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x, double p,
                       bool checkpointed, const at::Tensor* mask = nullptr, UnitGate* gate = nullptr,
                       size_t first_unit = 0, const Documents* documents = nullptr);
-// Incremental decoding through `blocks` (no dropout), extending `cache` (sized on first use).
+// Incremental decoding through `blocks` (no dropout), extending `cache` (sized on first use);
+// with a `gate`, block i is unit first_unit + i, entered and left around it.
 at::Tensor run_blocks_cached(const std::vector<std::shared_ptr<Block>>& blocks, at::Tensor x,
-                             KvCache& cache);
+                             KvCache& cache, UnitGate* gate = nullptr, size_t first_unit = 0);
 
 }  // namespace models

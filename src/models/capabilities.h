@@ -96,6 +96,10 @@ class UnitGate {
   // After forward's last use of `unit`: returns x, whose gradient in backward arrives before the
   // unit's own backward runs (an identity autograd function), so the gate can gather it again.
   virtual at::Tensor leave(size_t unit, const at::Tensor& x) = 0;
+  // Before a collective of the caller's own that follows forwards only some ranks ran (each rank's
+  // slice of an evaluation): returns once every rank has run all of its forwards, serving the
+  // other ranks' gathers meanwhile (train::UnitGate, Note [Units in step]). Collective.
+  virtual void settle() = 0;
 };
 
 // A model whose parameters fall into units: parameter_units() lists, in forward order, the names
@@ -111,7 +115,20 @@ class ParameterUnits {
  public:
   virtual ~ParameterUnits() = default;
   virtual std::vector<std::vector<std::string>> parameter_units() const = 0;
+  // The units in the order every forward enters them (a unit entered twice is listed twice).
+  virtual std::vector<size_t> unit_order() const = 0;
   virtual void set_unit_gate(UnitGate* gate) = 0;
+  virtual UnitGate* unit_gate() const = 0;  // the gate set, or null
+};
+
+struct LmShape;  // models/lm/lm_shape.h
+
+// Planning from the shapes alone (--dry-run --plan-ranks; no weights, no probe): a language
+// model's dimensions, from which the plan counts its parameters, units and activations.
+class ShapePlanning {
+ public:
+  virtual ~ShapePlanning() = default;
+  virtual LmShape lm_shape() const = 0;
 };
 
 // Packed documents (data.packing: documents; models/documents.h): each row of a batch holds

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,8 @@ struct ModelOptions {
 // What every model has. Capabilities only some models have (embedding caches, item scores,
 // activation checkpointing, channels-last, a chunked loss) are interfaces of their own in
 // models/capabilities.h, which a model derives from besides Model.
+struct DeferredRecord;  // models/deferred_init.h
+
 class Model : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
@@ -98,6 +101,14 @@ class Model : public torch::nn::Module {
   // tokens (token models; PaLM's estimate, appendix B: 6N + 12 L d T), for tokens/s and MFU in the
   // log. 0: not a token model, or no estimate.
   virtual double flops_per_token(int64_t positions) const { return 0; }
+
+  // A model built inside a models::DeferredInit scope holds its parameters without storage, and
+  // this record says how they get their values (models/deferred_init.h); null when built whole.
+  const std::shared_ptr<DeferredRecord>& deferred_init() const { return deferred_; }
+  void set_deferred_init(std::shared_ptr<DeferredRecord> record) { deferred_ = std::move(record); }
+
+ private:
+  std::shared_ptr<DeferredRecord> deferred_;
 };
 
 }  // namespace models

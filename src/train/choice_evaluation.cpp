@@ -79,6 +79,7 @@ ChoiceCounts evaluate_choice_task(ddp::Communicator& control, models::Model& mod
   at::Tensor sums = at::tensor(
       {static_cast<double>(acc), static_cast<double>(acc_norm), static_cast<double>(count)},
       at::kDouble);
+  settle_units(model);  // ddp.shard: parameters in step
   control.all_reduce(sums, ddp::ReduceOp::kSum, "choice evaluation");
   ChoiceCounts c;
   c.name = task.name;

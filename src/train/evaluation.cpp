@@ -100,6 +100,7 @@ RankingMetrics evaluate_task(ddp::Communicator& control, models::Model& model,
     sums.narrow(0, 0, 2).add_(metric_sums(ranks, k));
     sums[2] += static_cast<double>(rows);
   }
+  settle_units(model);  // ddp.shard: parameters in step
   control.all_reduce(sums, ddp::ReduceOp::kSum, "ranking evaluation");
   RankingMetrics m;
   m.users = static_cast<int64_t>(sums[2].item<double>());
@@ -199,6 +200,7 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   }
   if (was_training) model.train();
   if (!sums.defined()) return {};  // an empty split: every rank sees n = 0, nobody communicates
+  settle_units(model);             // ddp.shard: parameters in step
   control.all_reduce(sums, ddp::ReduceOp::kSum, "validation evaluation");
   ValidationMetrics m;
   m.samples = static_cast<int64_t>(sums[-1].item<double>());

@@ -243,11 +243,12 @@ void TrainingLoop::add_builtin_actions() {
                 "evaluation",
                 {.every = o.train.eval_every, .after_last = true},
                 [this, &trainer, &o](int64_t step) {
-                  const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters
+                  const auto units = trainer.units_in_step();  // ddp.shard: parameters
                   report_->eval(
                       step,
                       evaluate_and_log(trainer.control(), trainer.model(), trainer.dataset(), step,
                                        trainer.plan().micro_batch, o.train.eval_samples, eval_));
+                  if (units) units->finish();
                 }});
 }
 

@@ -15,6 +15,7 @@
 #include "memory/memory_stats.h"
 #include "memory/oom.h"
 #include "models/capabilities.h"
+#include "models/deferred_init.h"
 #include "train/muon.h"
 #include "train/precision.h"
 
@@ -48,19 +49,30 @@ std::vector<std::string> gather_failures(ddp::Communicator& control, const std::
 MemoryPlanner::MemoryPlanner(const TrainerOptions& options, const Placement& placement)
     : options_(options), placement_(placement) {}
 
-void MemoryPlanner::allocate_agreed(const std::string& what,
-                                    const std::function<void()>& allocate) {
+void MemoryPlanner::allocate_agreed(const std::string& what, const std::function<void()>& allocate,
+                                    bool vote_errors) {
   std::string failure;
+  int kind = 0;  // 1: out of memory; 2: another error (vote_errors)
   try {
     allocate();
   } catch (const c10::OutOfMemoryError& e) {
+    kind = 1;
     failure =
         fmt::format("rank {}: {}", placement_.rank(), core::first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    if (!vote_errors) throw;
+    kind = 2;
+    failure = fmt::format("rank {}: {}", placement_.rank(), core::first_line(e.what()));
   }
-  at::Tensor failed = at::tensor({failure.empty() ? 0 : 1}, at::kInt);
+  at::Tensor failed = at::tensor({kind}, at::kInt);
   placement_.control.all_reduce(failed, ddp::ReduceOp::kMax, "allocation vote");
-  if (failed.data_ptr<int>()[0] == 0) return;
+  const int agreed = failed.data_ptr<int>()[0];
+  if (agreed == 0) return;
   const std::vector<std::string> failures = gather_failures(placement_.control, failure);
+  if (agreed == 2) {
+    throw std::invalid_argument(
+        fmt::format("before step 1, {}:\n  {}", what, fmt::join(failures, "\n  ")));
+  }
   throw memory::OutOfMemoryFatal(fmt::format(
       "out of memory before step 1, allocating {}:\n  {}\nWhat a rank keeps for the whole run "
       "(parameters, gradient buckets, optimizer state, embedding caches, the data set) must fit "
@@ -132,9 +144,19 @@ std::vector<ddp::BucketLayout> MemoryPlanner::planned_layout(models::Model& mode
 int64_t MemoryPlanner::need(models::Model& model, ddp::ShardMode mode, int64_t base) const {
   const ddp::ShardFootprint f = footprint(model, mode);
   if (mode == ddp::ShardMode::kParameters) {
-    // The whole model (in `base`) stays until the broadcast, and is copied into the units' flat
-    // buffers unit by unit: base plus the blocks plus one unit (f.parameters counts two).
-    return base + f.total() - largest_bytes(planned_layout(model, mode));
+    int64_t held = 0;  // the parameters' bytes (none for a model built without storage)
+    for (const auto& p : model.parameters()) {
+      if (!models::holds_no_storage(p)) held += p.nbytes();
+    }
+    // A model with units would be built without storage under parameters (the launcher builds a
+    // language model so): what this run holds of it now does not count, only the blocks and the
+    // units in flight (docs/DESIGN.md, "Parameters sharded").
+    if (held > 0 && mode != options_.ddp.shard && models::as<models::ParameterUnits>(model)) {
+      return base - held + f.total();
+    }
+    // Built whole, the model (in `base`) stays until the broadcast, and is copied into the units'
+    // flat buffers unit by unit: base plus the blocks plus one unit (f.parameters counts two).
+    return base + f.total() - (held > 0 ? largest_bytes(planned_layout(model, mode)) : 0);
   }
   // Sharding copies the parameters into flat buffers before their old storage goes: that copy is
   // the transient peak when it exceeds the sharded moments.
@@ -209,10 +231,34 @@ void MemoryPlanner::count_parameter_shards(models::Model& model, const ddp::Redu
   for (const auto& b : model.buffers()) buffers += b.nbytes();
   // Between steps a rank keeps its blocks; in a step at most two units are gathered.
   estimate_.parameters = masters + 2 * reducer.largest_unit_bytes() + buffers;
+  // An asynchronous sharded checkpoint's host copy: the master blocks and AdamW's two moments of
+  // the same blocks (Note [A bounded shard write]); host memory, so part of a CPU rank's peak.
+  const checkpoint::CheckpointOptions& c = options_.checkpoint;
+  const bool copies = placement_.device.is_cpu() && !c.dir.empty() && c.async;
+  estimate_.checkpoint_copy = copies ? 3 * masters : 0;
 }
 
-void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reducer,
-                                      Batches& batches) {
+bool MemoryPlanner::checkpoint_copy_fits(int64_t micro_batch) {
+  // The same answer on every rank: a synchronous save is collective at once (Checkpointer::save).
+  const int64_t plan = target();
+  const bool fits =
+      plan <= 0 || estimate_.checkpoint_copy == 0 || estimate_.peak(micro_batch) <= plan;
+  at::Tensor failed = at::tensor({fits ? 0 : 1}, at::kInt);
+  placement_.control.all_reduce(failed, ddp::ReduceOp::kMax, "checkpoint copy plan vote");
+  if (failed.data_ptr<int>()[0] == 0) return true;
+  if (placement_.control.rank() == 0) {
+    spdlog::info("checkpoint.async: with the host copy of this rank's shard ({:.1f} MiB) the "
+                 "step's peak would be {:.1f} MiB, over the plan's {:.1f} MiB: checkpoints are "
+                 "written before training goes on, one tensor at a time, without a copy",
+                 estimate_.checkpoint_copy / 1048576.0, estimate_.peak(micro_batch) / 1048576.0,
+                 plan / 1048576.0);
+  }
+  estimate_.checkpoint_copy = 0;
+  return false;
+}
+
+void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches,
+                                      UnitGate* gate) {
   const data::Batch batch = batches.first_slice();
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
   // micro-batch copied to the device is measured with the activations below.)
@@ -224,43 +270,80 @@ void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reduce
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer.zero_grad();
   reducer.begin_micro_batch(/*sync=*/false);
+  reducer.set_discard_gradients(gate != nullptr);
   // Two small micro-batches (b2 = 2 b1), halved while even they run out of memory (a large model
   // on a small device); a probe that cannot run one sample ends the start-up (allocate_agreed).
-  for (int64_t most = std::min<int64_t>(batches.plan().per_rank, 16);; most /= 2) {
+  // Under a gate every rank probes the same sizes (the smallest slice): a pass is collective.
+  const ddp::BatchPlan& plan = batches.plan();
+  const int64_t slice =
+      gate != nullptr ? std::max<int64_t>(1, plan.global_batch / plan.world_size) : plan.per_rank;
+  for (int64_t most = std::min<int64_t>(slice, 16);; most /= 2) {
     const int64_t b1 = std::max<int64_t>(1, most / 2);
     const int64_t b2 = most >= 2 ? 2 * b1 : 1;
     try {
-      probe_at(model, batch, b1, b2);
+      probe_at(model, batch, b1, b2, gate);
     } catch (const c10::OutOfMemoryError&) {
-      if (most <= 1) throw;
+      if (most <= 1) {
+        reducer.set_discard_gradients(false);
+        throw;
+      }
       continue;
     }
     break;
   }
+  reducer.set_discard_gradients(false);
   reducer.zero_grad();
+  // The probe's passes held the units they gathered, which the plan already counts with the
+  // parameters (count_parameter_shards: two units).
+  if (gate != nullptr) {
+    estimate_.activation_fixed =
+        std::max<int64_t>(0, estimate_.activation_fixed - 2 * reducer.largest_unit_bytes());
+  }
 }
 
-void MemoryPlanner::probe_at(models::Model& model, const data::Batch& batch, int64_t b1,
-                             int64_t b2) {
+int64_t MemoryPlanner::peak_of_pass(models::Model& model, const data::Batch& batch, int64_t samples,
+                                    UnitGate* gate) {
   const c10::Device device = placement_.device;
-  const auto peak_at = [&](int64_t samples) {
-    memory::reset_peaks(device);
-    const int64_t base = memory::sample_memory(device).tensor_bytes;
+  memory::reset_peaks(device);
+  const int64_t base = memory::sample_memory(device).tensor_bytes;
+  if (gate != nullptr) gate->begin_pass();
+  bool failed = false;
+  try {
+    const auto inputs = batch.inputs.narrow(0, 0, samples).to(device);
+    const auto targets = batch.targets.narrow(0, 0, samples).to(device);
+    // Packed documents: their positions stay on the host, as in training (Batches).
+    const auto positions =
+        batch.positions.defined() ? batch.positions.narrow(0, 0, samples) : at::Tensor();
+    at::Tensor loss;
     {
-      const auto inputs = batch.inputs.narrow(0, 0, samples).to(device);
-      const auto targets = batch.targets.narrow(0, 0, samples).to(device);
-      // Packed documents: their positions stay on the host, as in training (Batches).
-      const auto positions =
-          batch.positions.defined() ? batch.positions.narrow(0, 0, samples) : at::Tensor();
-      at::Tensor loss;
-      {
-        AutocastScope autocast(device, options_.train.precision);  // as in training
-        loss = models::loss_of(model, inputs, targets, positions);
-      }
-      loss.backward();
+      AutocastScope autocast(device, options_.train.precision);  // as in training
+      loss = models::loss_of(model, inputs, targets, positions);
     }
-    return memory::sample_memory(device).tensor_peak_bytes - base;
-  };
+    loss.backward();
+  } catch (const c10::OutOfMemoryError&) {
+    if (gate == nullptr) throw;
+    failed = true;
+  }
+  const int64_t peak = memory::sample_memory(device).tensor_peak_bytes - base;
+  if (gate == nullptr) return peak;
+  if (failed) {
+    gate->complete_failed_pass();
+  } else {
+    gate->end_pass();
+  }
+  at::Tensor vote = at::tensor({failed ? 1 : 0}, at::kInt);
+  placement_.control.all_reduce(vote, ddp::ReduceOp::kMax, "probe vote");
+  if (vote.data_ptr<int>()[0] != 0) {
+    C10_THROW_ERROR(
+        OutOfMemoryError,
+        fmt::format("the activation probe at {} samples ran out of memory on a rank", samples));
+  }
+  return peak;
+}
+
+void MemoryPlanner::probe_at(models::Model& model, const data::Batch& batch, int64_t b1, int64_t b2,
+                             UnitGate* gate) {
+  const auto peak_at = [&](int64_t samples) { return peak_of_pass(model, batch, samples, gate); };
   // A chunked loss (models::ChunkedLoss): its chunk stops growing once full, so the straight line
   // through two sizes below one chunk would overestimate larger micro-batches. A third probe, the
   // first size again with chunks of half its rows, measures the chunk's bytes per row.

@@ -21,6 +21,7 @@
 #include "train/batches.h"
 #include "train/options.h"
 #include "train/placement.h"
+#include "train/unit_gate.h"
 
 namespace train {
 
@@ -47,17 +48,29 @@ class MemoryPlanner {
   // Runs `allocate` (this rank's persistent allocations, no collectives), then votes: if any rank
   // ran out of memory, every rank throws the same memory::OutOfMemoryFatal naming `what`.
   // Collective.
-  void allocate_agreed(const std::string& what, const std::function<void()>& allocate);
+  // `vote_errors`: any other error of `allocate` (a file that cannot be read) is voted on too,
+  // and every rank throws std::invalid_argument with the failing ranks' messages.
+  void allocate_agreed(const std::string& what, const std::function<void()>& allocate,
+                       bool vote_errors = false);
   // The parameters, caches and other tensors the model holds on the device, into the estimate
   // (after the model moved there). Local.
   void count_model_state(models::Model& model, const std::function<void()>& build_caches);
   // ddp.shard: parameters: the parameters a rank keeps into the estimate: its master blocks, at
   // most two units gathered in a step, and the buffers. Local.
   void count_parameter_shards(models::Model& model, const ddp::Reducer& reducer);
+  // Whether the plan's peak at `micro_batch` with an asynchronous checkpoint's host copy
+  // (estimate().checkpoint_copy) fits every rank's memory; when not, the copy leaves the plan
+  // (the caller writes checkpoints synchronously, Note [A bounded shard write]) and rank 0 says
+  // so. Collective.
+  bool checkpoint_copy_fits(int64_t micro_batch);
   // Peak of forward + backward at two micro-batch sizes (halved while they run out of memory),
   // with everything persistent already allocated; backward accumulates into the Reducer's
   // buckets without reducing. Local: no collectives.
-  void probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches);
+  // ddp.shard: parameters with `gate` (a deferred build, sharded before the probe): each pass
+  // gathers the units and is collective; every rank probes the same sizes, an out-of-memory
+  // failure completes its pass (UnitGate::complete_failed_pass) and is voted on after each pass.
+  void probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches,
+                         UnitGate* gate = nullptr);
   // micro_batch_size auto: the largest micro-batch that fits, the same on every rank (the
   // smallest over ranks). Collective; returns it.
   int64_t choose_micro_batch(int64_t largest);
@@ -79,7 +92,12 @@ class MemoryPlanner {
   std::string does_not_fit(models::Model& model, ddp::ShardMode mode, int64_t base,
                            int64_t target) const;
   // One probe at `b1` and `b2` samples into the estimate (the chunked loss's third probe too).
-  void probe_at(models::Model& model, const data::Batch& batch, int64_t b1, int64_t b2);
+  void probe_at(models::Model& model, const data::Batch& batch, int64_t b1, int64_t b2,
+                UnitGate* gate);
+  // The peak of one forward and backward of the first `samples` of `batch` (a voted pass under
+  // `gate`: c10::OutOfMemoryError on every rank when one ran out).
+  int64_t peak_of_pass(models::Model& model, const data::Batch& batch, int64_t samples,
+                       UnitGate* gate);
 
   const TrainerOptions& options_;
   const Placement& placement_;

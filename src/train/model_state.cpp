@@ -126,7 +126,8 @@ void ModelState::allocate_gradients(ddp::ShardMode mode) {
       ddp::ReducerOptions{static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
                           static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
                           reduce_wire_dtype(), mode, parameter_units(mode), gather_dtype(),
-                          kRiderSlots, placement_.replicas},
+                          kRiderSlots, placement_.replicas,
+                          mode == ddp::ShardMode::kParameters && model_.deferred_init() != nullptr},
       &placement_.control);
   if (reducer_->sharded()) optimizer_ = make_sharded_optimizer();
   make_clipper();
@@ -170,15 +171,94 @@ bool ModelState::model_has_units() const {
 void ModelState::shard_parameters_after_broadcast() {
   // Every rank holds the whole model (rank 0's, just broadcast): each keeps its blocks only.
   reducer_->reshard_parameters();
+  install_gate();
+}
+
+void ModelState::install_gate() {
+  auto* declared = models::as<models::ParameterUnits>(model_);
+  // A model without units is one unit, entered once per forward.
+  std::vector<size_t> order = declared != nullptr ? declared->unit_order() : std::vector<size_t>{0};
   gate_ = std::make_unique<UnitGate>(*reducer_, options_.ddp.reshard_after_forward,
-                                     options_.ddp.prefetch_units);
-  if (auto* declared = models::as<models::ParameterUnits>(model_)) {
-    declared->set_unit_gate(gate_.get());
+                                     options_.ddp.prefetch_units, std::move(order));
+  if (declared != nullptr) declared->set_unit_gate(gate_.get());
+}
+
+bool ModelState::deferred() const {
+  return model_.deferred_init() != nullptr && reducer_ != nullptr &&
+         reducer_->shard_mode() == ddp::ShardMode::kParameters;
+}
+
+void ModelState::materialise_deferred() {
+  const models::DeferredRecord& record = *model_.deferred_init();
+  if (record.read) {
+    read_master_blocks(record.read);
+  } else {
+    replay_initialisation(record);
+  }
+  reducer_->masters_filled();
+  install_gate();
+}
+
+void ModelState::replay_initialisation(const models::DeferredRecord& record) {
+  // Each unit whole in host memory, one at a time: the same draws as the model built whole.
+  const auto named = model_.named_parameters();
+  const auto& layout = reducer_->layout();
+  const auto shards = reducer_->shards();
+  const std::vector<at::Tensor> masters = reducer_->parameter_shards();
+  std::vector<std::vector<at::Tensor>> units(reducer_->units());
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const size_t k : layout[reducer_->unit_bucket(u)].params) {
+      units[u].push_back(named[k].value());
+    }
+  }
+  at::Tensor host;  // the open unit, flat and padded as its bucket
+  const auto open = [&](size_t u) {
+    const ddp::BucketLayout& b = layout[reducer_->unit_bucket(u)];
+    host = at::zeros({shards[reducer_->unit_bucket(u)].padded}, at::kFloat);
+    std::vector<at::Tensor> views;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const at::Tensor& p = named[b.params[j]].value();
+      views.push_back(host.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
+    }
+    return views;
+  };
+  const auto close = [&](size_t u) {
+    const size_t b = reducer_->unit_bucket(u);
+    masters[b].copy_(host.narrow(0, shards[b].begin, shards[b].size));
+    host = at::Tensor();
+  };
+  models::materialise_units(record, units, open, close);
+}
+
+void ModelState::read_master_blocks(const models::ParameterReader& read) {
+  // Only this rank's elements of each unit: nothing else is read or held.
+  const auto named = model_.named_parameters();
+  const auto& layout = reducer_->layout();
+  const auto shards = reducer_->shards();
+  const std::vector<at::Tensor> masters = reducer_->parameter_shards();
+  for (size_t b = 0; b < layout.size(); ++b) {
+    const ddp::BucketShard& shard = shards[b];
+    const bool direct = masters[b].device().is_cpu() && masters[b].scalar_type() == at::kFloat;
+    at::Tensor host = direct ? masters[b] : at::zeros({shard.size}, at::kFloat);
+    for (size_t j = 0; j < layout[b].params.size(); ++j) {
+      const auto& item = named[layout[b].params[j]];
+      const int64_t offset = layout[b].offsets[j];
+      const auto [first, last] = shard.owned(offset, item.value().numel());
+      if (first < last) {
+        read(item.key(), first - offset, host.narrow(0, first - shard.begin, last - first));
+      }
+    }
+    if (!direct) masters[b].copy_(host);
   }
 }
 
 std::unique_ptr<PinnedUnits> ModelState::pin() {
   return gate_ != nullptr ? std::make_unique<PinnedUnits>(gate_.get()) : nullptr;
+}
+
+std::unique_ptr<LockstepUnits> ModelState::units_in_step() {
+  if (gate_ == nullptr) return nullptr;
+  return std::make_unique<LockstepUnits>(gate_.get(), model_has_units());
 }
 
 checkpoint::RunState ModelState::run_state() {
@@ -191,6 +271,7 @@ checkpoint::RunState ModelState::run_state() {
   if (gate_ != nullptr) {
     state.gather_units = [this]() -> std::shared_ptr<void> { return pin(); };
   }
+  state.parameter_blocks = deferred();
   return state;
 }
 

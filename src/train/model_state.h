@@ -23,6 +23,7 @@
 
 #include "checkpoint/checkpointer.h"
 #include "ddp/reducer.h"
+#include "models/deferred_init.h"
 #include "models/model.h"
 #include "train/muon.h"
 #include "train/optimizer.h"
@@ -45,6 +46,13 @@ class ModelState {
   // ddp.shard: parameters, after the broadcast: each rank keeps its blocks, and the model gets
   // the unit gate. Local.
   void shard_parameters_after_broadcast();
+  // ddp.shard: parameters with a model built without storage (models/deferred_init.h): each
+  // rank fills its master blocks unit by unit (the recorded initialisation replayed into one unit
+  // at a time, or model.init_from's ranges read straight into the blocks), and the model gets
+  // the unit gate. No broadcast: every rank computes, or reads, the same values. Local.
+  void materialise_deferred();
+  // Whether the model was built without storage and is sharded so (no parameter to broadcast).
+  bool deferred() const;
   // The rung shard_optimizer: a replicated run becomes ddp.shard: optimizer in place, each rank
   // keeping its blocks of the moments (sliced, not reset). Local; every rank takes it together.
   void shard_optimizer_in_place();
@@ -78,6 +86,10 @@ class ModelState {
   // Every unit gathered while the result lives (ddp.shard: parameters; null otherwise).
   // Collective: every rank, at the same point.
   std::unique_ptr<PinnedUnits> pin();
+  // Forwards some ranks run and others not (evaluation, samples): the units gathered in step
+  // (UnitGate::begin_lockstep; a model without units pinned). Null unless ddp.shard: parameters.
+  // Collective, and its finish() too.
+  std::unique_ptr<LockstepUnits> units_in_step();
   // The state a checkpoint writes and resume reads into (views).
   checkpoint::RunState run_state();
   // The dtype units are gathered in (the compute dtype; Undefined: fp32) and the wire dtype of
@@ -94,6 +106,10 @@ class ModelState {
   std::vector<ElementRanges> adamw_updates(bool sharded) const;
   // train.optimizer: muon: Muon over the Reducer's layout and the optimizer's first moments.
   void make_muon();
+  void install_gate();
+  // materialise_deferred's two ways.
+  void replay_initialisation(const models::DeferredRecord& record);
+  void read_master_blocks(const models::ParameterReader& read);
   void make_clipper();
   // The moments of the old optimizer, sliced into the new blocks, with its step counts.
   void restore_moments(std::vector<at::Tensor> m, std::vector<at::Tensor> v, int64_t steps,

@@ -74,9 +74,15 @@ std::function<std::string()> make_text_sampler(std::shared_ptr<models::Model> mo
   };
 }
 
-PeriodicAction text_sample_action(int64_t every, std::function<std::string()> sample) {
-  return {"text sample", "samples", {.every = every}, [sample = std::move(sample)](int64_t step) {
-            spdlog::info("sample at step {}: {}", step, sample());
+PeriodicAction text_sample_action(int64_t every, std::function<std::string()> sample,
+                                  std::function<std::unique_ptr<LockstepUnits>()> units) {
+  return {"text sample",
+          "samples",
+          {.every = every},
+          [sample = std::move(sample), units = std::move(units)](int64_t step) {
+            const std::unique_ptr<LockstepUnits> in_step = units ? units() : nullptr;
+            if (sample) spdlog::info("sample at step {}: {}", step, sample());
+            if (in_step) in_step->finish();
           }};
 }
 

@@ -17,6 +17,7 @@
 #include "models/model.h"
 #include "train/options.h"
 #include "train/periodic.h"
+#include "train/unit_gate.h"
 
 namespace train {
 
@@ -34,10 +35,14 @@ std::function<std::string()> make_text_sampler(std::shared_ptr<models::Model> mo
                                                const data::Dataset& dataset);
 
 // train.sample_every: the periodic action that logs "sample at step S: TEXT" after every
-// `every`-th step (timed as "samples"). Rank 0 only: it does not communicate, and the others do
-// not wait for it (the next step's collectives do). `sample` must leave the training state alone
-// (models/lm/generate.h: eval mode, its own generator).
-PeriodicAction text_sample_action(int64_t every, std::function<std::string()> sample);
+// `every`-th step (timed as "samples"). `sample` must leave the training state alone
+// (models/lm/generate.h: eval mode, its own generator). Every rank registers it: rank 0 with its
+// sampler, the others with none. Where `units` gives a handle (ddp.shard: parameters:
+// Trainer::units_in_step) the action is collective: rank 0 generates while the others gather the
+// units with it, one at a time, and the handle's finish() ends that on every rank; otherwise
+// only rank 0 does anything, and communicates nothing.
+PeriodicAction text_sample_action(int64_t every, std::function<std::string()> sample,
+                                  std::function<std::unique_ptr<LockstepUnits>()> units = {});
 
 // `text` on one line of a log: newlines, backslashes and control characters escaped.
 std::string one_line(const std::string& text);

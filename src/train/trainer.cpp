@@ -113,6 +113,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
   Attempt attempt;
   memory::Phase phase = memory::Phase::kNone;
   ddp::Reducer& reducer = state_.reducer();
+  passes_ = {};
   try {
     metrics_.loss().zero_();
     const bool graphed = graphs_->use_for_step(why_not_graphed(step));
@@ -131,20 +132,40 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
     attempt.failure = fmt::format("rank {} in {} (micro-batch {}): {}", placement_.rank(),
                                   memory::to_string(phase), batches_.plan().micro_batch,
                                   core::first_line(e.what_without_backtrace()));
-    // ddp.shard: parameters: the other ranks go on gathering units this rank no longer asks for,
-    // so the step cannot be voted on and retried (not yet: replaying the rest of the gathers);
-    // this rank ends the job (the launcher aborts every rank) instead of leaving it hanging.
-    if (state_.gate() != nullptr) {
-      throw memory::OutOfMemoryAbort(fmt::format(
-          "out of memory inside a ddp.shard: parameters step ({}). Such a step cannot take a "
-          "memory.fallback rung yet, so the job ends here: use a smaller train.micro_batch_size, "
-          "model.checkpoint_activations, or more memory per rank",
-          attempt.failure));
-    }
+    // ddp.shard: parameters: the other ranks go on gathering units and reduce-scattering their
+    // gradients; this rank issues the same collectives without computing (Note [A failed pass],
+    // unit_gate.cpp) so that every rank reaches the vote.
+    if (state_.gate() != nullptr) finish_passes_after_failure(attempt.failure);
     // The step's tensors are gone with the scope above; the buckets not posted yet still are.
     reducer.abandon();
   }
   return attempt;
+}
+
+void Trainer::finish_passes_after_failure(const std::string& failure) {
+  UnitGate& gate = *state_.gate();
+  ddp::Reducer& reducer = state_.reducer();
+  const size_t micros = batches_.plan().micro_sizes.size();
+  try {
+    // The micro-batch under way: its pass completed, or run whole when it had not begun.
+    if (passes_.begun > passes_.done) {
+      if (gate.in_pass()) {
+        gate.complete_failed_pass();
+      } else {
+        gate.dry_pass();
+      }
+    }
+    for (size_t m = passes_.begun; m < micros; ++m) {
+      reducer.begin_micro_batch(/*sync=*/m + 1 == micros);
+      gate.dry_pass();
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    throw memory::OutOfMemoryAbort(fmt::format(
+        "{}; then out of memory again while this rank issued the rest of the step's unit gathers "
+        "without computing ({}), so the step cannot be voted on and the job ends here: use a "
+        "smaller train.micro_batch_size, model.checkpoint_activations, or more memory per rank",
+        failure, core::first_line(e.what_without_backtrace())));
+  }
 }
 
 void Trainer::run_micro_batches(int64_t step, bool graphed, memory::Phase& phase) {
@@ -166,6 +187,7 @@ void Trainer::run_micro_batches(int64_t step, bool graphed, memory::Phase& phase
     // Only the last micro-batch's backward communicates (earlier ones accumulate: no_sync);
     // under a CUDA graph none does, and every bucket is reduced after the last replay.
     state_.reducer().begin_micro_batch(/*sync=*/!graphed && m + 1 == micros);
+    ++passes_.begun;
     // Weighted by its share of the global batch's targets: the SUM over ranks is the loss per
     // target of the global batch (docs/DESIGN.md, "Global batch semantics").
     micro_batch_forward_backward(step, micro, batches_.weight(index, offset, n) * spike, graphed,
@@ -205,18 +227,12 @@ void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micr
   } else if (gate != nullptr) {
     // ddp.shard: parameters: one pass of the gate per micro-batch; a model without units is one
     // unit, gathered for the whole forward and backward.
+    // An exception leaves the pass open: finish_passes_after_failure completes it.
     gate->begin_pass();
-    struct EndPass {
-      UnitGate& gate;
-      ~EndPass() noexcept {
-        try {
-          gate.end_pass();
-        } catch (...) {  // a failed collective already failed the step
-        }
-      }
-    } end_pass{*gate};
     if (!state_.model_has_units()) gate->enter(0);
     body(micro.inputs, micro.targets);
+    gate->end_pass();
+    ++passes_.done;
   } else {
     body(micro.inputs, micro.targets);
   }

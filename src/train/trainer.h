@@ -126,6 +126,10 @@ class Trainer {
   // ddp.shard: parameters: every unit gathered while the result lives (evaluation, checkpoints,
   // tests reading the parameters); null otherwise. Collective: every rank, at the same point.
   std::unique_ptr<PinnedUnits> pin_parameters() { return state_.pin(); }
+  // ddp.shard: parameters: forwards that ranks run in different numbers (evaluation's slices,
+  // rank 0's text sample) gather the units in step, one at a time (UnitGate, Note [Units in
+  // step]); call finish() on every rank at the same point. Null otherwise. Collective.
+  std::unique_ptr<LockstepUnits> units_in_step() { return state_.units_in_step(); }
 
  private:
   // Set-up, in the order the constructor runs it (trainer_setup.cpp).
@@ -149,6 +153,10 @@ class Trainer {
   // Forward and backward of every micro-batch, the reduction and fp16's unscale; an OOM becomes
   // the attempt's failure.
   Attempt forward_backward(int64_t step);
+  // ddp.shard: parameters, after this rank ran out of memory: the pass under way completed and
+  // the micro-batches left run dry, issuing the collectives the other ranks issue (UnitGate).
+  // Out of memory again is memory::OutOfMemoryAbort (`failure`: the first one). Collective.
+  void finish_passes_after_failure(const std::string& failure);
   // Every micro-batch of this rank's slice, forward and backward (`graphed`: replayed through
   // the CUDA graph).
   void run_micro_batches(int64_t step, bool graphed, memory::Phase& phase);
@@ -183,6 +191,11 @@ class Trainer {
   StepMetrics metrics_;                 // the loss on the device; the logged steps' read
   Schedule schedule_;                   // train.schedule's plan (resume may re-plan it)
   Injections injections_;
+  // This attempt's micro-batches: begun (the Reducer told) and passed through the unit gate.
+  struct Passes {
+    size_t begun = 0;
+    size_t done = 0;
+  } passes_;
   std::unique_ptr<Fallbacks> fallbacks_;  // memory.fallback's ladder
 };
 

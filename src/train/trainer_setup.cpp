@@ -48,9 +48,18 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
   injections_ = {parse_nonfinite_injections(options_.train.inject_nonfinite),
                  parse_spike_injections(options_.train.inject_spike)};
   memory_.allocate_agreed("gradient buckets", [&] { allocate_gradients(); });
+  // A model built without storage (ddp.shard: parameters): each rank fills its blocks unit by
+  // unit, here, so that the probe below runs through the unit gate (docs/DESIGN.md, "Parameters
+  // sharded"). A file that cannot be read is voted on too.
+  if (state_.deferred()) {
+    memory_.allocate_agreed(
+        "the parameters, unit by unit", [&] { state_.materialise_deferred(); },
+        /*vote_errors=*/true);
+  }
   // Last, so that it measures activations with everything persistent already in place.
-  memory_.allocate_agreed("the loader's buffers and the activation probe",
-                          [&] { memory_.probe_activations(*model_, state_.reducer(), batches_); });
+  memory_.allocate_agreed("the loader's buffers and the activation probe", [&] {
+    memory_.probe_activations(*model_, state_.reducer(), batches_, state_.gate());
+  });
   broadcast_model();
   finish_setup();
   graphs_ = std::make_unique<GraphStep>(options_.train.cuda_graphs, device, kGraphWarmupSteps,
@@ -105,7 +114,9 @@ void Trainer::allocate_gradients() {
 
 void Trainer::broadcast_model() {
   at::NoGradGuard no_grad;
+  // A deferred build: every rank materialised (or read) the same values into its blocks.
   for (auto& item : model_->named_parameters()) {
+    if (state_.deferred()) break;
     placement_.data.broadcast(item.value().data(), 0, "parameter " + item.key());
   }
   for (auto& item : model_->named_buffers())
@@ -115,12 +126,15 @@ void Trainer::broadcast_model() {
 void Trainer::finish_setup() {
   const bool units = state_.shard_mode() == ddp::ShardMode::kParameters;
   if (units) {
-    state_.shard_parameters_after_broadcast();
+    if (!state_.deferred()) state_.shard_parameters_after_broadcast();
     memory_.count_parameter_shards(*model_, state_.reducer());
   }
   if (options_.train.micro_batch_size <= 0) {  // auto: the largest that fits every rank
     batches_.set_micro_batch(memory_.choose_micro_batch(batches_.micro_batch()), units);
   }
+  // Note [A bounded shard write]: an asynchronous checkpoint's copy that does not fit the plan.
+  if (units && !memory_.checkpoint_copy_fits(batches_.micro_batch()))
+    options_.checkpoint.async = false;
   fallbacks_ = std::make_unique<Fallbacks>(
       options_.memory, RungTargets{*model_, batches_, state_, memory_, placement_});
   batches_.start();

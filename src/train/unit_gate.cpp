@@ -4,6 +4,9 @@
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <exception>
+#include <stdexcept>
+
 #include "ddp/errors.h"
 
 namespace train {
@@ -29,8 +32,11 @@ struct LeaveUnit final : public torch::autograd::Function<LeaveUnit> {
 }  // namespace
 
 void UnitGate::begin_pass() {
+  reducer_.begin_unit_pass();
   in_pass_ = true;
   events_.clear();
+  left_ = false;
+  backward_from_ = 0;
 }
 
 void UnitGate::end_pass() {
@@ -40,6 +46,137 @@ void UnitGate::end_pass() {
   }
   in_pass_ = false;
   if (!pinned_) reducer_.free_all_units();
+}
+
+// Note [A failed pass]
+// A rank that runs out of memory inside a pass (forward or backward of a micro-batch under
+// ddp.shard: parameters) must not stop issuing collectives: the other ranks go on gathering the
+// units and reduce-scattering their gradients, and would wait for it forever. So the failing rank
+// goes on where it stopped, without computing: in forward it enters the remaining units in the
+// recorded order (each enter gathers its unit and prefetches the next, as theirs do), then it
+// walks backward from the last event down, gathering each unit (and prefetching the one before)
+// where it had not yet, and lands each unit's gradients after the backward of the unit's first
+// event (Reducer::land_unit: in the synced micro-batch the buckets are posted as they complete,
+// the same order the hooks post them in; unit 0 of a tied model completes only at event 0, as in
+// autograd, where its parameters' gradients are accumulated once every use has contributed).
+// Nothing in between frees what the other ranks still hold: units prefetched before the failure
+// are waited for, not posted again. The micro-batches after it run as dry passes. Every rank
+// then reaches the status vote with the same collectives issued, and the step is redone after
+// the agreed fallback. The order is the model's declared one, so even the first pass can fail
+// this way. Out of memory again in the dry pass (a gather's buffer) cannot be voted on: the
+// Trainer ends the job (memory::OutOfMemoryAbort).
+bool UnitGate::first_event(size_t event) const {
+  for (size_t e = 0; e < event; ++e) {
+    if (order_[e] == order_[event]) return false;
+  }
+  return true;
+}
+
+void UnitGate::complete_failed_pass() {
+  if (!recorded_) {
+    throw std::logic_error("UnitGate: a failed pass before the unit order is known");
+  }
+  in_pass_ = true;
+  if (backward_from_ == 0) {
+    // Forward: the unit entered last gets its gather and the next one's prefetch (posted already
+    // unless they were what ran out: both do nothing then) and is left as the others leave it;
+    // then the rest are entered.
+    const size_t done = events_.size();
+    if (done > 0 && !left_) {
+      const size_t pos = done - 1;
+      reducer_.gather_unit(order_[pos]);
+      const bool last = pos + 1 == order_.size();
+      if (prefetch_ && !last) reducer_.prefetch_unit(order_[pos + 1]);
+      if (reshard_after_forward_ && !last) reducer_.free_unit(order_[pos]);
+    }
+    for (size_t pos = done; pos < order_.size(); ++pos) {
+      enter(order_[pos]);
+      if (reshard_after_forward_ && pos + 1 < order_.size()) reducer_.free_unit(order_[pos]);
+    }
+  }
+  // Backward, from the event that failed or from the last; a unit whose gradients all landed
+  // had its backward (and its gathers) already.
+  const size_t start = backward_from_ > 0 ? backward_from_ - 1 : order_.size() - 1;
+  for (size_t e = start + 1; e-- > 0;) {
+    if (reducer_.unit_landed(order_[e])) continue;
+    before_backward(e);
+    if (first_event(e)) reducer_.land_unit(order_[e]);
+  }
+  end_pass();
+}
+
+void UnitGate::dry_pass() {
+  begin_pass();
+  complete_failed_pass();
+}
+
+// Note [Units in step]
+// Evaluation splits the validation samples (and each task's examples) over the ranks, so ranks run
+// different numbers of forwards, and a text sample is drawn by rank 0 alone; under ddp.shard:
+// parameters every forward gathers every unit, and a gather needs every rank. Pinning every unit
+// would hold the whole model on every rank. Instead each forward begins, at its first unit, with
+// an all-reduce (MAX) of "I run one", and a rank that has run all of its forwards calls
+// end_lockstep(), which answers "I do not" and, while the result says that another rank does,
+// gathers and frees the units in the forward's order (the recorded order: the same gathers as
+// the running rank's enters, which free each unit again at its leave). When every rank answers
+// "I do not", all leave together. One extra all-reduce per forward; never more than one unit
+// gathered for evaluation or generation. A collective other than the gathers (evaluation's
+// all-reduce of its sums, after each rank's slice) must not begin while another rank still runs a
+// forward, whose gathers it would meet: evaluation calls settle() before it, which serves the
+// other ranks' forwards as end_lockstep() does and stays in step.
+void UnitGate::begin_lockstep() {
+  if (!recorded_) throw std::logic_error("UnitGate: in step before the unit order is known");
+  lockstep_ = true;
+  lockstep_pos_ = 0;
+}
+
+void UnitGate::end_lockstep() {
+  if (lockstep_pos_ != 0) throw std::logic_error("UnitGate: in step, a forward left unfinished");
+  while (reducer_.any_rank(false, "units in step")) {
+    for (const size_t unit : order_) {
+      reducer_.gather_unit(unit);
+      reducer_.free_unit(unit);
+    }
+  }
+  lockstep_ = false;
+}
+
+void UnitGate::settle() {
+  if (!lockstep_) return;
+  end_lockstep();
+  begin_lockstep();
+}
+
+LockstepUnits::LockstepUnits(UnitGate* gate, bool units) : gate_(gate), units_(units) {
+  if (gate_ == nullptr) return;
+  if (units_) {
+    gate_->begin_lockstep();
+  } else {
+    gate_->pin();
+  }
+}
+
+LockstepUnits::~LockstepUnits() noexcept {
+  if (gate_ == nullptr) return;
+  if (std::uncaught_exceptions() > 0 && units_) {
+    gate_ = nullptr;  // the job ends: no collective from a destructor
+    return;
+  }
+  try {
+    finish();
+  } catch (...) {
+  }
+}
+
+void LockstepUnits::finish() {
+  if (gate_ == nullptr) return;
+  UnitGate* gate = gate_;
+  gate_ = nullptr;
+  if (units_) {
+    gate->end_lockstep();
+  } else {
+    gate->unpin();
+  }
 }
 
 void UnitGate::pin() {
@@ -54,6 +191,15 @@ void UnitGate::unpin() {
 
 void UnitGate::enter(size_t unit) {
   if (pinned_) return;
+  if (lockstep_ && !in_pass_) {
+    if (lockstep_pos_ == 0) reducer_.any_rank(true, "units in step");  // a forward begins
+    if (order_[lockstep_pos_] != unit) {
+      throw std::logic_error(fmt::format("UnitGate: unit {} entered in step where the order has "
+                                         "unit {}",
+                                         unit, order_[lockstep_pos_]));
+    }
+    lockstep_pos_ = (lockstep_pos_ + 1) % order_.size();
+  }
   if (!in_pass_) {
     reducer_.gather_unit(unit);
     return;
@@ -68,6 +214,7 @@ void UnitGate::enter(size_t unit) {
         unit, pos, fmt::join(order_, ", ")));
   }
   events_.push_back(unit);
+  left_ = false;
   reducer_.gather_unit(unit);
   if (prefetch_ && recorded_ && pos + 1 < order_.size()) reducer_.prefetch_unit(order_[pos + 1]);
 }
@@ -87,12 +234,14 @@ at::Tensor UnitGate::leave(size_t unit, const at::Tensor& x) {
   --event;
   const bool last = recorded_ && event + 1 == order_.size();
   if (reshard_after_forward_ && !last) reducer_.free_unit(unit);
+  left_ = true;
   if (!x.requires_grad()) return x;
   return LeaveUnit::apply(x, this, static_cast<int64_t>(event));
 }
 
 void UnitGate::before_backward(size_t event) {
   if (pinned_ || event >= events_.size()) return;
+  backward_from_ = event + 1;
   reducer_.gather_unit(events_[event]);
   if (prefetch_ && event > 0) reducer_.prefetch_unit(events_[event - 1]);
 }

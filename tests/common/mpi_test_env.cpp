@@ -13,6 +13,7 @@
 #include "data/registry.h"
 #include "ddp/mpi_communicator.h"
 #include "models/capabilities.h"
+#include "models/deferred_init.h"
 #include "models/registry.h"
 #include "train/loop.h"
 
@@ -72,12 +73,15 @@ std::unique_ptr<ddp::Communicator> all_but_last_rank(const ddp::Communicator& wo
 }
 
 CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name,
-                    train::HybridComms hybrid) {
+                    train::HybridComms hybrid, bool deferred) {
   const auto config = config::parse_config(yaml, name);
   CpuRun r;
   r.dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
+  std::optional<models::DeferredInit> scope;
+  if (deferred) scope.emplace(c10::Device(c10::kCPU));
   r.model = models::create_model(config.model, r.dataset->shape());
+  if (scope) r.model->set_deferred_init(scope->finish(*r.model));
   r.trainer = std::make_unique<train::Trainer>(config.trainer_options(), comm, comm, r.model,
                                                *r.dataset, c10::Device(c10::kCPU), hybrid);
   return r;

@@ -32,9 +32,11 @@ struct CpuRun {
   std::shared_ptr<models::Model> model;
   std::unique_ptr<train::Trainer> trainer;
 };
-// `hybrid`: ddp.shard_group: node's communicators (train::HybridComms).
+// `hybrid`: ddp.shard_group: node's communicators (train::HybridComms). `deferred`: the model is
+// built without storage (models/deferred_init.h), as the launcher builds a language model under
+// ddp.shard: parameters.
 CpuRun make_cpu_run(ddp::Communicator& comm, const std::string& yaml, const std::string& name,
-                    train::HybridComms hybrid = {});
+                    train::HybridComms hybrid = {}, bool deferred = false);
 
 // A directory, kept for the whole process, holding one token shard (train_000.bin: 6000 uint16
 // tokens below 97) for gpt and llama on `data: {dataset: tokens}`.

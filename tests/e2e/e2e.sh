@@ -104,6 +104,62 @@ case $case_name in
     expect_grep "sample at step 600: The parser"; expect_grep "eval step 600: loss"
     expect_grep "done: 600 steps, loss [0-9.]+ -> 1\.[0-9]+,"
     [ -f runs/quickstart/final.safetensors ] || fail "no runs/quickstart/final.safetensors" ;;
+  quickstart_parameters_np2)
+    # The quick start switched to ZeRO-3 (ddp.shard: parameters), 400 of its 600 steps: it runs to
+    # the end with its samples (rank 0's generation, every rank gathering the units with it) and
+    # its evaluation (every rank's slice, the units gathered in step).
+    if ! { ln -s "$src/data" "$work/data" && cd "$work"; }; then fail "cannot set up $work"; fi
+    run mpirun -np 2 "$trainer" --config "$src/configs/quickstart.yaml" --set ddp.shard=parameters \
+      --set train.steps=400
+    expect_rc 0; expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
+    expect_grep "sample at step 200: The parser"; expect_grep "sample at step 400: The parser"
+    expect_grep "eval step 400: loss"; loss_drops
+    [ -d runs/quickstart/final ] || fail "no sharded runs/quickstart/final: $(ls runs/quickstart)" ;;
+  plan_without_gpu)
+    # The planning flags as a new user tries them on a login node (no GPU, no data): each plan
+    # comes from the model's shapes (no probe, no weights), says so, and names the largest model
+    # of the family that fits per mode; configs/gpt2.yaml as shipped (ddp.backend: nccl,
+    # data.path absent) is accepted. Time and memory: bench/RESULTS.md (/usr/bin/time -v).
+    plan=(--dry-run --plan-ranks 8 --plan-device-memory 80GiB)
+    for preset in smollm-135m llama-3.2-1b; do
+      run timeout 120 "$trainer" --config "$src/configs/llama-tiny.yaml" --set model.preset=$preset \
+        --set data.context=2048 --set train.global_batch_size=64 --set train.device=cuda "${plan[@]}"
+      expect_rc 0; expect_grep "activations computed from the shapes"
+      expect_grep "micro_batch_size auto would pick [0-9]+ under ddp.shard: none"
+      expect_grep "largest llama of this shape ratio that fits under ddp.shard: parameters \(micro-batch 1\): [0-9.]+B parameters"
+    done
+    run timeout 120 "$trainer" --config "$src/configs/gpt2.yaml" "${plan[@]}"
+    expect_rc 0; expect_grep "model: gpt 0.12B parameters"; expect_grep "dry run: nothing trained"
+    expect_no_grep "error"
+    # A preset's shape (untied, as Llama 3.1 70B's config.json): with fp32 masters and AdamW's
+    # moments (16 bytes per parameter) it fits no mode at 8 x 80 GB, and under parameters alone
+    # at 32 ranks.
+    big=(--config "$src/configs/llama-tiny.yaml" --set model.preset=llama-3.1-70b
+      --set model.tie_embeddings=false --set data.vocab_size=128256 --set data.context=4096
+      --set train.global_batch_size=32 --set train.micro_batch_size=1 --set train.precision=bf16
+      --set model.checkpoint_activations=true --set ddp.shard=parameters --set train.device=cuda
+      --dry-run --plan-device-memory 80GiB)
+    run timeout 120 "$trainer" "${big[@]}" --plan-ranks 8
+    expect_rc 0; expect_grep "model: llama 70.55B parameters"
+    expect_grep "does not fit under ddp.shard: parameters; no ddp.shard mode fits"
+    run timeout 120 "$trainer" "${big[@]}" --plan-ranks 32
+    expect_rc 0; expect_grep "train.micro_batch_size = 1 fits under ddp.shard: parameters"
+    expect_grep "gradients .* none fits" ;;
+  cpu_budget_auto_rung_np2)
+    # No memory.cpu_budget_mb set: its default (auto: the memory available at start, 90% of it
+    # shared among the node's ranks, less 256 MiB each) makes a micro-batch that does not fit the
+    # machine take a fallback rung instead of meeting the kernel's OOM killer. The machine's
+    # available memory is stated as 1200 MiB (TRAINER_TEST_AVAILABLE_MB, read in place of
+    # /proc/meminfo's MemAvailable), so 284 MiB per rank; 64 samples of 256 tokens need more.
+    run timeout 300 env TRAINER_TEST_AVAILABLE_MB=1200 mpirun -np 2 "$trainer" \
+      --config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample" \
+      --set train.device=cpu --set train.steps=2 --set train.warmup_steps=1 --set data.context=256 \
+      --set model.context=256 --set model.d_model=128 --set model.heads=4 \
+      --set train.global_batch_size=128 --set train.micro_batch_size=64 \
+      --set "memory.fallback=[halve_micro_batch]" --set train.eval_every=0
+    expect_rc 0
+    expect_grep "step 1: out of memory on [12] rank\(s\): .*CPU out of memory.*Fallback halve_micro_batch: micro-batch 64 -> 32"
+    expect_grep "done: 2 steps, .* [1-9] memory fallback\(s\)" ;;
   mlp_np1)
     run "$trainer" "${quick[@]}"
     expect_rc 0; expect_grep "step +150/150"; expect_grep "samples/s"; loss_drops ;;
@@ -343,16 +399,22 @@ SH
     expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
     expect_grep "done: 3 steps, .* 0 memory fallback\(s\)" ;;
   oom_in_shard_parameters_step_np2)
-    # An out-of-memory error inside a ddp.shard: parameters step cannot be retried yet: the job
-    # ends with exit 4 and the reason (the launcher aborts every rank), well before
-    # ddp.timeout_s, instead of leaving the other rank gathering.
-    run timeout 60 mpirun -np 2 "$trainer" --config "$src/configs/gpt-tiny.yaml" \
-      --set "data.path=$src/data/tokens-sample" --set train.device=cpu --set train.steps=5 \
-      --set train.warmup_steps=1 --set train.micro_batch_size=8 --set ddp.shard=parameters \
-      --set ddp.timeout_s=300 --set memory.inject_oom=1:3:forward
+    # An out-of-memory error inside a ddp.shard: parameters step takes a rung as in the other
+    # modes: rank 1 issues the rest of the step's gathers without computing, both vote, both
+    # recompute their blocks from then on, and the run ends (well before ddp.timeout_s); past the
+    # last rung, exit 4 on every rank with the reason.
+    zero3=(--config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample"
+      --set train.device=cpu --set train.steps=5 --set train.warmup_steps=1
+      --set train.micro_batch_size=8 --set ddp.shard=parameters --set ddp.timeout_s=300)
+    run timeout 120 mpirun -np 2 "$trainer" "${zero3[@]}" --set memory.inject_oom=1:3:forward
+    expect_rc 0
+    expect_grep "step 3: out of memory on 1 rank\(s\): rank 1 in forward .*Fallback checkpoint_activations"
+    expect_grep "done: 5 steps, .* 1 memory fallback\(s\)"
+    run timeout 120 mpirun -np 2 "$trainer" "${zero3[@]}" --set memory.inject_oom=0:2:backward:always \
+      --set "memory.fallback=[halve_micro_batch]" --set memory.min_micro_batch=4
     expect_rc 4
-    expect_grep "out of memory inside a ddp.shard: parameters step \(rank 1 in forward"
-    expect_no_grep "step +3/" ;;
+    expect_grep "out of memory at step 2 with every fallback spent"
+    expect_no_grep "step +2/" ;;
   oom_shard_optimizer_np2)
     # The rung shard_optimizer, listed first: an OOM on rank 1 at step 5 makes the run sharded
     # (ZeRO-1) on both ranks at the same micro-batch; it finishes, and its checkpoint is the one

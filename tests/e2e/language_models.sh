@@ -81,6 +81,56 @@ case $case_name in
       --set checkpoint.dir="$work/ckpt" --set log.every=1
     expect_rc 0; expect_grep "model.init_from ignored: resuming from $work/ckpt/final.safetensors"
     expect_grep "step +31/32" ;;
+  zero3_hf_llama_np8)
+    # Issue 39's whole path on 8 oversubscribed CPU ranks: a random Hugging Face Llama in bf16
+    # shards (32 blocks, 10.1M parameters: 38.5 MiB in fp32) is fine-tuned under ddp.shard:
+    # parameters from model.init_from with memory.cpu_budget_mb = 30, below its whole fp32 weights
+    # (each rank reads only its blocks of the files, holds its 16/8 bytes per parameter, two
+    # units, one unit's gradients and the activations); under gradients the same run runs out of
+    # memory building the model whole, before step 1 (exit 4), naming parameters. It checkpoints
+    # sharded, resumes on 2 ranks (their share is 8 bytes per parameter: the default budget), is
+    # exported with --export-hf and consolidated with --consolidate (both streamed), and
+    # transformers gives the exported model the logits it gives the consolidated checkpoint's
+    # parameters, within 1e-4. The checkpoint's host copy is in the plan (Note [A bounded shard
+    # write]): with it the step's peak would pass the budget (the copy is 12/8 bytes per
+    # parameter), so the run says so and writes each checkpoint before training goes on, one
+    # tensor at a time, without a copy. The gradients half exits 4 where a refusal before
+    # building (exit 2) would be right (open).
+    pyllama make "$work/hf" --vocab 256 --layers 32 --heads 4 --kv-heads 2 --width 128 \
+      --intermediate 688 --positions 64 --untied --max-shard-size 8MB --dtype bf16 --seed 3 \
+      >/dev/null 2>&1 || fail "could not make the transformers model"
+    ls "$work/hf"/model-0000*-of-0000*.safetensors >/dev/null || fail "not in shards: $(ls "$work/hf")"
+    z3=(--config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample"
+      --set train.device=cpu --set model.init_from="$work/hf" --set data.context=32
+      --set train.global_batch_size=8 --set train.micro_batch_size=1 --set train.warmup_steps=1
+      --set train.eval_every=0 --set log.every=1 --set checkpoint.dir="$work/ckpt"
+      --set checkpoint.every=2 --set ddp.timeout_s=300 --set model.checkpoint_activations=true)
+    run timeout 300 mpirun -np 8 "$trainer" "${z3[@]}" --set train.steps=4 \
+      --set memory.cpu_budget_mb=30 --set ddp.shard=gradients
+    expect_rc 4
+    expect_grep "out of memory loading the data set and building the model whole on every rank \\(ddp.shard: parameters builds"
+    expect_no_grep "step +1/"
+    run timeout 900 mpirun -np 8 "$trainer" "${z3[@]}" --set train.steps=4 \
+      --set memory.cpu_budget_mb=30 --set ddp.shard=parameters
+    expect_rc 0; expect_grep "8 rank\(s\)"
+    expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
+    expect_grep "checkpoint.async: with the host copy of this rank's shard \([0-9.]+ MiB\) the step's peak would be"
+    expect_grep "done: 4 steps, .* 0 memory fallback\(s\)"
+    [ -f "$work/ckpt/final/manifest.json" ] || fail "no sharded final checkpoint: $(ls "$work/ckpt")"
+    run timeout 600 mpirun -np 2 "$trainer" "${z3[@]}" --set train.steps=6 --set ddp.shard=parameters \
+      --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "step +5/6"; expect_grep "done: 6 steps"
+    run timeout 300 "$trainer" "${z3[@]}" --set train.steps=6 --export-hf "$work/exported"
+    expect_rc 0; expect_grep "from checkpoint $work/ckpt/[a-z_0-9]+ \(6 steps done\)"
+    chosen=$(grep -oE "from checkpoint $work/ckpt/[a-z_0-9]+" "$out" | head -1 | sed 's/from checkpoint //')
+    run timeout 300 "$trainer" "${z3[@]}" --consolidate "$chosen"
+    expect_rc 0
+    pyllama checkpoint-logits "$chosen.safetensors" "$work/exported" \
+      "$work/hf/expected.safetensors" "$work/from_checkpoint.safetensors" || fail "checkpoint-logits"
+    pyllama logits "$work/exported" "$work/hf/expected.safetensors" "$work/from_export.safetensors" \
+      || fail "logits of the export"
+    run pyllama close "$work/from_export.safetensors" "$work/from_checkpoint.safetensors" 1e-4
+    expect_rc 0; cat "$out" ;;
   export_hf)
     # A trainer checkpoint exported with --export-hf loads with from_pretrained (no missing or
     # unexpected keys) and gives the logits of the checkpoint's parameters mapped independently

@@ -15,6 +15,13 @@ usage:
   hf_llama.py greedy DIR PROMPT N
       Prints PROMPT and the bytes generate(do_sample=False) adds to its UTF-8 bytes (a byte-level
       model), N new ids, to stdout.
+  hf_llama.py checkpoint-logits CKPT CONFIG_DIR IN OUT
+      A LlamaForCausalLM of CONFIG_DIR's config.json with the parameters of the trainer's
+      single-file checkpoint CKPT ("param.<name>", mapped here from the trainer's names: the fused
+      qkv_proj split into q_proj, k_proj, v_proj, the padded vocabulary rows cut), and the logits
+      of IN's `inputs`, written to OUT as `logits`.
+  hf_llama.py close A B TOL
+      Exits 1 unless A's and B's `logits` agree within TOL (max abs), printing the largest gap.
   hf_llama.py loss DIR SHARD CONTEXT
       The mean next-token loss of DIR's model over every window of CONTEXT + 1 tokens of SHARD
       (windows k * CONTEXT ..., as the trainer's token dataset cuts them), uint16 ids with or
@@ -90,7 +97,10 @@ def make(a):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or name.endswith(".bias"):
                 p.add_(torch.randn_like(p) * 0.1)
+    if a.dtype != "fp32":  # the files in 16 bits; the expected logits from the rounded weights
+        model = model.to({"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype])
     model.save_pretrained(a.dir, safe_serialization=True, max_shard_size=a.max_shard_size)
+    model = model.float()
     steps = a.positions // 2
     g = torch.Generator().manual_seed(a.seed + 1)
     inputs = torch.randint(0, a.vocab, (2, steps), generator=g)
@@ -138,6 +148,43 @@ def greedy(a):
     sys.stdout.buffer.write(a.prompt.encode() + bytes(out[0, prompt.shape[1] :].tolist()) + b"\n")
 
 
+def checkpoint_logits(a):
+    config = LlamaConfig.from_pretrained(a.config_dir)
+    model = LlamaForCausalLM(config).eval()
+    ckpt = load_file(a.ckpt)
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    hd = getattr(config, "head_dim", None) or config.hidden_size // heads
+    state = {}
+    for key, t in ckpt.items():
+        if not key.startswith("param."):
+            continue
+        name = key[len("param.") :]
+        if name in ("embed_tokens.weight", "lm_head.weight"):
+            t = t[: config.vocab_size]
+        if ".qkv_proj." in name:
+            parts = torch.split(t, [heads * hd, kv * hd, kv * hd], dim=0)
+            for proj, part in zip(("q_proj", "k_proj", "v_proj"), parts, strict=True):
+                state["model." + name.replace("qkv_proj", proj)] = part
+            continue
+        state[name if name == "lm_head.weight" else "model." + name] = t
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not (config.tie_word_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        sys.exit(f"{a.ckpt}: missing {missing}, unexpected {unexpected}")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    inputs = load_file(a.inp)["inputs"].long()
+    with torch.no_grad():
+        save_file({"logits": model(inputs).logits.contiguous()}, a.out)
+
+
+def close(a):
+    x, y = load_file(a.a)["logits"].double(), load_file(a.b)["logits"].double()
+    gap = float((x - y).abs().max()) if x.shape == y.shape else float("inf")
+    print(f"largest logit gap {gap:.3e} (allowed {a.tol:g})")
+    sys.exit(0 if gap <= a.tol else 1)
+
+
 def loss(a):
     value, windows = shard_loss(load(a.dir), a.shard, a.context)
     print(f"{value:.6f} over {windows} windows")
@@ -159,6 +206,7 @@ def main():
     m.add_argument("--bias", action="store_true")
     m.add_argument("--max-shard-size", default="5GB")
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     lg = sub.add_parser("logits")
     lg.add_argument("dir")
     lg.add_argument("inp")
@@ -167,12 +215,26 @@ def main():
     gr.add_argument("dir")
     gr.add_argument("prompt")
     gr.add_argument("n", type=int)
+    cl = sub.add_parser("checkpoint-logits")
+    for name in ("ckpt", "config_dir", "inp", "out"):
+        cl.add_argument(name)
+    cc = sub.add_parser("close")
+    cc.add_argument("a")
+    cc.add_argument("b")
+    cc.add_argument("tol", type=float)
     ls = sub.add_parser("loss")
     ls.add_argument("dir")
     ls.add_argument("shard")
     ls.add_argument("context", type=int)
     a = p.parse_args()
-    {"make": make, "logits": logits, "greedy": greedy, "loss": loss}[a.command](a)
+    {
+        "make": make,
+        "logits": logits,
+        "greedy": greedy,
+        "loss": loss,
+        "checkpoint-logits": checkpoint_logits,
+        "close": close,
+    }[a.command](a)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ class Reordering final : public models::Model, public models::ParameterUnits {
   std::vector<std::vector<std::string>> parameter_units() const override {
     return {{"a.weight", "a.bias"}, {"c.weight", "c.bias"}, {"b.weight", "b.bias"}};
   }
+  std::vector<size_t> unit_order() const override { return {0, 1, 2}; }  // as step 1 enters them
   void set_unit_gate(models::UnitGate* gate) override { gate_ = gate; }
+  models::UnitGate* unit_gate() const override { return gate_; }
 
  private:
   torch::nn::Linear a_{nullptr}, c_{nullptr}, b_{nullptr};

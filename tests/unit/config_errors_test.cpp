@@ -253,13 +253,14 @@ TEST(ConfigErrors, DefaultWarmupNotBelowStepsIsReportedAtSteps) {
             "bad.yaml:5: train.warmup_steps (default) = 10 must be smaller than train.steps = 5");
 }
 
-// Samples are drawn on rank 0 alone, which cannot gather a parameter-sharded model.
-TEST(ConfigErrors, SamplesWhileTrainingWithShardedParametersAreRefused) {
-  const std::string message =
-      config_error(kMinimal, {"ddp.shard=parameters", "train.sample_every=10"});
-  EXPECT_THAT(message, ::testing::HasSubstr("--set train.sample_every=10: train.sample_every: "
-                                            "samples while training are not supported with "
-                                            "ddp.shard: parameters"));
+// Samples under a parameter-sharded model gather its units in step on every rank (issue 39): the
+// combination is a valid configuration.
+TEST(ConfigErrors, SamplesWhileTrainingWithShardedParametersAreAccepted) {
+  const Config c = parse_config(kMinimal, "good.yaml",
+                                {"ddp.shard=parameters", "train.sample_every=10",
+                                 "memory.fallback=[halve_micro_batch, shard_parameters]"});
+  EXPECT_EQ(c.train.sample_every, 10);
+  EXPECT_EQ(c.ddp.shard, ddp::ShardMode::kParameters);
 }
 
 // Hybrid sharding shards within the node: with nothing sharded it means nothing.

@@ -25,6 +25,20 @@ TEST(MemoryEstimate, PeakAddsEveryKindAndFitsTheProbe) {
   EXPECT_THAT(e.describe(10), HasSubstr("at micro-batch 10"));
 }
 
+// An asynchronous checkpoint's host copy (ddp.shard: parameters on CPU) is part of the peak and
+// named in the plan's line; a micro-batch that fits without it may not fit with it.
+TEST(MemoryEstimate, CheckpointHostCopyCountsInThePeak) {
+  memory::MemoryEstimate e;
+  e.parameters = 4000;
+  e.activation_per_sample = 100;
+  EXPECT_EQ(e.peak(2), 4200);
+  EXPECT_THAT(e.describe(2), ::testing::Not(HasSubstr("checkpoint host copy")));
+  e.checkpoint_copy = 3 * 1048576;
+  EXPECT_EQ(e.peak(2), 4200 + 3 * 1048576);
+  EXPECT_THAT(e.describe(2), HasSubstr("checkpoint host copy 3.0 MiB, "));
+  EXPECT_EQ(memory::largest_micro_batch(e, 4000 + 3 * 1048576 + 100 * 5, 64), 5);
+}
+
 TEST(MemoryEstimate, LargestMicroBatchThatFits) {
   memory::MemoryEstimate e;
   e.parameters = 4000;

@@ -2,13 +2,13 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/normalization.h>
 
 #include <cmath>
 #include <stdexcept>
 
 #include "models/block.h"
+#include "models/deferred_init.h"
+#include "models/embedding.h"
 #include "models/lm/presets.h"
 
 namespace models {
@@ -46,11 +46,12 @@ BlockOptions gpt_block(const GptOptions& o) {
 
 // GPT-2's initialisation; the residual output projections scaled by 1 / sqrt(2 num_layers).
 void init_gpt2(Block& block, double residual_std) {
-  at::NoGradGuard no_grad;
   for (Projection* p : {&block.qkv(), &block.attn_out(), &block.up(), &block.mlp_out()}) {
     const bool residual = p == &block.attn_out() || p == &block.mlp_out();
-    p->weight.normal_(0.0, residual ? residual_std : kGpt2InitStd);
-    p->bias.zero_();
+    const double std = residual ? residual_std : kGpt2InitStd;
+    init_parameter(p->weight, [std](const at::Tensor& w) { w.normal_(0.0, std); });
+    init_parameter(
+        p->bias, [](const at::Tensor& b) { b.zero_(); }, /*random=*/false);
   }
 }
 
@@ -91,14 +92,15 @@ CausalLmDims dims_of(const GptOptions& o) {
           .blocks = "h",
           .lora_split_qkv = false,
           .lora_default_targets = {"c_attn"},
-          .hf_prefix = "transformer."};
+          .hf_prefix = "transformer.",
+          .learned_positions = true};
 }
 
 }  // namespace
 
 struct Gpt::Layers {
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
-  torch::nn::LayerNorm ln_f{nullptr};
+  std::shared_ptr<Embedding> wte, wpe;
+  std::shared_ptr<Norm> ln_f;
 };
 
 GptOptions gpt_preset(const std::string& name) {
@@ -120,16 +122,17 @@ Gpt::Gpt(Resolved, const GptOptions& o)
     : CausalLm(dims_of(o)), options_(o), layers_(std::make_unique<Layers>()) {
   const int64_t d = o.d_model;
   Layers& l = *layers_;
-  l.wte = register_module("wte", torch::nn::Embedding(o.padded_vocab_size, d));
-  l.wpe = register_module("wpe", torch::nn::Embedding(o.context, d));
+  // The modules draw as torch::nn's would (Embedding: N(0, 1)); GPT-2's initialisation follows.
+  l.wte = register_module("wte", std::make_shared<Embedding>(o.padded_vocab_size, d));
+  l.wpe = register_module("wpe", std::make_shared<Embedding>(o.context, d));
   const double residual_std = kGpt2InitStd / std::sqrt(2.0 * static_cast<double>(o.num_layers));
   blocks_ = add_blocks(*this, "h", o.num_layers, gpt_block(o),
                        [residual_std](Block& block) { init_gpt2(block, residual_std); });
-  l.ln_f = register_module(
-      "ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(kGpt2NormEps)));
-  at::NoGradGuard no_grad;
-  l.wte->weight.normal_(0.0, kGpt2InitStd);
-  l.wpe->weight.normal_(0.0, kGpt2InitStd);
+  l.ln_f =
+      register_module("ln_f", std::make_shared<Norm>(d, NormKind::kLayerNorm, kGpt2NormEps, false));
+  for (Embedding* e : {l.wte.get(), l.wpe.get()}) {
+    init_parameter(e->weight, [](const at::Tensor& w) { w.normal_(0.0, kGpt2InitStd); });
+  }
 }
 
 Gpt::~Gpt() = default;

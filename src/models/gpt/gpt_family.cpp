@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "models/deferred_init.h"
 #include "models/gpt/gpt.h"
 #include "models/gpt/hf_gpt2.h"
 
@@ -36,9 +37,11 @@ std::shared_ptr<CausalLm> make_gpt(const ModelOptions& o, const core::Shape& s) 
   g.d_model = or_else(o.d_model, g.d_model);
   g.context = or_else(o.context, s.context);
   std::optional<GptInit> init;
+  // Built without storage (ddp.shard: parameters): the weights are read later, by ranges.
+  const bool deferred = DeferredInit::current() != nullptr;
   if (!o.init_from.empty()) {
     // The file's dimensions win over the preset's; keys the config sets must agree.
-    init = read_gpt_init(o.init_from);
+    init = read_gpt_init(o.init_from, /*weights=*/!deferred);
     apply_init_dims(*init, {o.num_layers, o.heads, o.d_model, o.context, 0, 0}, g);
   }
   require_context_fits(s, g.context);
@@ -46,7 +49,11 @@ std::shared_ptr<CausalLm> make_gpt(const ModelOptions& o, const core::Shape& s) 
   g.checkpoint_activations = o.checkpoint_activations;
   auto gpt = build_gpt(g, init);
   if (init) {
-    load_gpt_init(*init, *gpt);
+    if (deferred) {
+      defer_gpt_init(*init, *gpt);
+    } else {
+      load_gpt_init(*init, *gpt);
+    }
     spdlog::info("model.init_from: weights of {} {} ({} blocks, {} heads, {} wide, {} "
                  "positions)",
                  init->kind, init->file, g.num_layers, g.heads, g.d_model, g.context);
@@ -61,8 +68,9 @@ LmFamily gpt_family() {
           .presets = gpt_preset_names(),
           .make = make_gpt,
           .hf_class = "GPT2LMHeadModel",
-          .export_hf = [](Model& model, const std::string& dir, int64_t max_shard_bytes) {
-            return export_hf_gpt2(as_family<Gpt>(model, "gpt"), dir, max_shard_bytes);
+          .export_hf = [](Model& model, const std::string& dir, int64_t max_shard_bytes,
+                          const ParameterReader& read) {
+            return export_hf_gpt2(as_family<Gpt>(model, "gpt"), dir, max_shard_bytes, read);
           }};
 }
 

@@ -150,16 +150,64 @@ void infer_init_dims(GptInit& init, const at::Tensor& lm_head, bool checkpoint) 
   d.num_layers = static_cast<int64_t>(blocks.size());
 }
 
+// The shape of `key` in `headers`, of `dims` dimensions, or an init_error naming what is missing.
+const std::vector<int64_t>& header_shape(const std::map<std::string, HfHeader>& headers,
+                                         const GptInit& init, const std::string& key, size_t dims) {
+  const auto it = headers.find(key);
+  if (it == headers.end()) {
+    throw init_error(
+        fmt::format("{}: no tensor '{}': not a GPT-2 ({})", init.file, key, init.kind));
+  }
+  if (it->second.shape.size() != dims) {
+    throw init_error(fmt::format("{}: '{}' has shape {}; {} dimensions expected", init.file, key,
+                                 it->second.shape, dims));
+  }
+  return it->second.shape;
+}
+
+// read_gpt_init without the weights: the kind, the key prefix and the dimensions from the headers.
+void read_init_headers(const HfFiles& files, GptInit& init) {
+  const auto headers = read_hf_headers(files);
+  const auto any_key = [&](const std::string& start) {
+    return std::any_of(headers.begin(), headers.end(),
+                       [&](const auto& kv) { return kv.first.rfind(start, 0) == 0; });
+  };
+  const bool checkpoint = any_key(kCheckpointParam);
+  init.kind = checkpoint ? "trainer checkpoint" : "Hugging Face GPT-2";
+  init.prefix = checkpoint ? kCheckpointParam : any_key(kGpt2Prefix) ? kGpt2Prefix : "";
+  const auto& wte = header_shape(headers, init, init.prefix + "wte.weight", 2);
+  const auto& wpe = header_shape(headers, init, init.prefix + "wpe.weight", 2);
+  Gpt2Dims& d = init.dims;
+  d.d_model = wte[1];
+  d.context = wpe[0];
+  (checkpoint ? d.padded_vocab : d.vocab_size) = wte[0];
+  std::set<int64_t> blocks;
+  const std::regex block(std::regex_replace(init.prefix, std::regex(R"(\.)"), R"(\.)") +
+                         R"(h\.(\d+)\..*)");
+  for (const auto& [name, h] : headers) {
+    std::smatch m;
+    if (std::regex_match(name, m, block)) blocks.insert(std::stoll(m[1]));
+  }
+  d.num_layers = static_cast<int64_t>(blocks.size());
+}
+
 }  // namespace
 
-GptInit read_gpt_init(const std::string& path) {
+GptInit read_gpt_init(const std::string& path, bool weights) {
   GptInit init;
   init.path = path;
   const HfFiles files = find_hf_files(path, "a Hugging Face GPT-2 saved with save_pretrained");
   init.file = files.where();
   at::Tensor lm_head;
-  const bool checkpoint = read_init_weights(files, init, lm_head);
-  infer_init_dims(init, lm_head, checkpoint);
+  bool checkpoint = false;
+  if (weights) {
+    checkpoint = read_init_weights(files, init, lm_head);
+    infer_init_dims(init, lm_head, checkpoint);
+    init.prefix = checkpoint ? kCheckpointParam : kGpt2Prefix;
+  } else {
+    read_init_headers(files, init);
+    checkpoint = init.prefix == kCheckpointParam;
+  }
   if (!checkpoint && !files.config_file.empty()) {
     read_config_json(files.config_file, init.dims);
     init.config_file = files.config_file;
@@ -214,14 +262,42 @@ void load_gpt_init(const GptInit& init, Gpt& model) {
   load_hf_weights(init.weights, model, how);
 }
 
-std::map<std::string, at::Tensor> hf_gpt2_tensors(Gpt& model) {
-  std::map<std::string, at::Tensor> out;
-  for (auto& [name, w] : export_parameters(model, {"wte.weight"}, model.options().vocab_size)) {
-    if (is_conv1d_weight(name)) w = w.t();
-    out.emplace(kGpt2Prefix + name, w.contiguous().clone());
+HfMap gpt_hf_map(const GptOptions& o, const ParameterShapes& shapes, const std::string& prefix,
+                 bool head_in_file) {
+  const bool checkpoint = prefix == kCheckpointParam;
+  HfMap map;
+  for (const auto& [name, shape] : shapes) {
+    const int64_t rows = name == "wte.weight" && !checkpoint ? o.vocab_size : shape[0];
+    map.push_back({prefix + name, name, 0, rows, !checkpoint && is_conv1d_weight(name)});
   }
-  return out;
+  if (head_in_file && !checkpoint) {
+    map.push_back({"lm_head.weight", "wte.weight", 0, o.vocab_size, false, /*check_only=*/true});
+  }
+  return map;
 }
+
+void defer_gpt_init(const GptInit& init, Gpt& model) {
+  DeferredInit* scope = DeferredInit::current();
+  if (scope == nullptr) throw std::logic_error("defer_gpt_init outside a DeferredInit scope");
+  const GptOptions& o = model.options();
+  const HfFiles files = find_hf_files(init.path, "a Hugging Face GPT-2");
+  const auto headers = read_hf_headers(files);
+  const ParameterShapes shapes = parameter_shapes(model);
+  const bool checkpoint = init.prefix == kCheckpointParam;
+  HfMap map = gpt_hf_map(o, shapes, init.prefix, headers.count("lm_head.weight") > 0);
+  const auto ignored = [&](const std::string& key) {
+    if (checkpoint) return key.rfind(kCheckpointParam, 0) != 0;  // moments, buffers
+    const std::string name = key.rfind(kGpt2Prefix, 0) == 0 ? key.substr(kGpt2Prefix.size()) : key;
+    return is_mask_buffer(name);
+  };
+  check_hf_map(map, headers, shapes, ignored, init.file,
+               fmt::format("model.num_layers {}, heads {}, d_model {}, context {}, data.vocab_size "
+                           "{}",
+                           o.num_layers, o.heads, o.d_model, o.context, o.vocab_size));
+  scope->record().read = hf_range_reader(files, std::move(map), shapes);
+  scope->record().source = "model.init_from " + init.path;
+}
+
 std::string hf_gpt2_config_json(const Gpt& model) {
   const GptOptions& o = model.options();
   json c = {
@@ -254,9 +330,12 @@ std::string hf_gpt2_config_json(const Gpt& model) {
   return c.dump(2) + "\n";
 }
 
-std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir,
-                                        int64_t max_shard_bytes) {
-  return write_hf_dir(dir, hf_gpt2_config_json(model), hf_gpt2_tensors(model), max_shard_bytes);
+std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir, int64_t max_shard_bytes,
+                                        const ParameterReader& read) {
+  const ParameterShapes shapes = read ? parameter_shapes(model) : export_shapes(model);
+  return write_hf_streaming(dir, hf_gpt2_config_json(model),
+                            gpt_hf_map(model.options(), shapes, kGpt2Prefix), shapes,
+                            read ? read : export_reader(model), max_shard_bytes);
 }
 
 }  // namespace models

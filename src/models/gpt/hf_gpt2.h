@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "models/gpt/gpt.h"
+#include "models/lm/hf_ranges.h"
 
 namespace models {
 
@@ -49,13 +50,28 @@ struct GptInit {
   std::string kind;         // "Hugging Face GPT-2" or "trainer checkpoint"
   Gpt2Dims dims;            // from config.json where present, else from the tensors' shapes
   std::map<std::string, at::Tensor> weights;  // by Gpt's names, Linear layout, float32, CPU
+  // The files' key prefix: "transformer." or "" (Hugging Face), "param." (a checkpoint).
+  std::string prefix;
 };
 
 // Reads `path`: a Hugging Face GPT-2 directory (config.json + model.safetensors or its shards),
 // a model.safetensors file (a config.json beside it is read too), or a trainer checkpoint. Throws
 // std::invalid_argument naming model.init_from and the file for a missing or unreadable file,
 // a tensor with an unexpected name or shape, or an untied lm_head.
-GptInit read_gpt_init(const std::string& path);
+// Without `weights`, the headers only (dimensions from the shapes): a model built without storage
+// reads its ranges later (defer_gpt_init).
+GptInit read_gpt_init(const std::string& path, bool weights = true);
+
+// Hugging Face's (or a checkpoint's, `prefix` "param.") tensors as rows of the model's
+// parameters (models/lm/hf_ranges.h): the Conv1D weights transposed, wte's real vocabulary its
+// first rows (a checkpoint's: all of them); `head_in_file`: an lm_head.weight checked equal to wte.
+HfMap gpt_hf_map(const GptOptions& options, const ParameterShapes& shapes,
+                 const std::string& prefix, bool head_in_file = false);
+
+// model.init_from for a model built without storage (models/deferred_init.h): the headers
+// checked against gpt_hf_map, and the DeferredInit scope's reader set. Throws
+// std::invalid_argument naming the file.
+void defer_gpt_init(const GptInit& init, Gpt& model);
 
 // Fills the dimensions of `options` that `set` leaves at 0 from `init`, and checks the others:
 // a dimension the config sets (non-zero in `set`: num_layers, heads, d_model, context;
@@ -68,18 +84,16 @@ void apply_init_dims(const GptInit& init, const Gpt2Dims& set, GptOptions& optio
 // shape differs from the model's, and for a missing or extra tensor.
 void load_gpt_init(const GptInit& init, Gpt& model);
 
-// The model as a Hugging Face GPT2LMHeadModel: tensors by their Hugging Face names (with the
-// "transformer." prefix; Conv1D layout; wte without the padded rows; no lm_head, which is tied),
-// float32, contiguous, CPU.
-std::map<std::string, at::Tensor> hf_gpt2_tensors(Gpt& model);
-
 // config.json for `model`: GPT-2's architecture keys with the model's dimensions (dropout 0).
 std::string hf_gpt2_config_json(const Gpt& model);
 
-// Writes `dir`/config.json and the weights (models/lm/hf_format.h's write_hf_dir: sharded above
-// max_shard_bytes). Returns the weight files written (the index last). Throws std::runtime_error
+// Writes `dir`/config.json and the weights as a Hugging Face GPT2LMHeadModel ("transformer."
+// names, Conv1D layout, wte without the padded rows, no lm_head: it is tied), float32, sharded
+// above max_shard_bytes, one tensor at a time from `read` (when empty, the model's own
+// parameters; with LoRA adapters, the base with them merged in: models/lm/hf_ranges.h,
+// export_reader). Returns the weight files written (the index last). Throws std::runtime_error
 // naming the file that cannot be written.
-std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir,
-                                        int64_t max_shard_bytes);
+std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir, int64_t max_shard_bytes,
+                                        const ParameterReader& read = {});
 
 }  // namespace models

@@ -77,27 +77,19 @@ void fuse_qkv(std::map<std::string, at::Tensor>& w, const std::string& where) {
   }
 }
 
-// The other way: qkv_proj.* -> q_proj, k_proj, v_proj, as Hugging Face names them.
-void split_qkv(const std::string& name, const at::Tensor& t, const LlamaOptions& o,
-               std::map<std::string, at::Tensor>& out) {
-  const int64_t hd = o.resolved_head_dim(), kv = o.resolved_kv_heads() * hd;
-  const auto parts = t.split_with_sizes({o.heads * hd, kv, kv}, 0);
-  const size_t at = name.find("qkv_proj");
-  for (size_t i = 0; i < 3; ++i) {
-    std::string hf = name;
-    hf.replace(at, 8, kQkv[i]);
-    out.emplace(kLlamaPrefix + hf, parts[i].contiguous().clone());
-  }
+// The passed-over tensors of a file: rotary frequencies some older files carry.
+bool rotary_buffer(const std::string& key) {
+  static const std::regex rotary(
+      R"((model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq|model\.rotary_emb\.inv_freq)");
+  return std::regex_match(key, rotary);
 }
 
 // The file's tensors by Llama's names (float32), lm_head dropped where it is the tied embedding.
 std::map<std::string, at::Tensor> model_weights(std::map<std::string, at::Tensor> file,
                                                 const LlamaOptions& o, const std::string& where) {
-  static const std::regex rotary(
-      R"((model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq|model\.rotary_emb\.inv_freq)");
   std::map<std::string, at::Tensor> out;
   for (auto& [key, tensor] : file) {
-    if (std::regex_match(key, rotary)) continue;
+    if (rotary_buffer(key)) continue;
     if (!at::isFloatingType(tensor.scalar_type())) {
       throw init_error(fmt::format("{}: tensor '{}' has dtype {}; a floating dtype is needed",
                                    where, key, c10::toString(tensor.scalar_type())));
@@ -119,6 +111,14 @@ std::map<std::string, at::Tensor> model_weights(std::map<std::string, at::Tensor
     out.erase(head);
   }
   return out;
+}
+
+// The model's dimensions, for messages.
+std::string config_of(const LlamaOptions& o) {
+  return fmt::format(
+      "{} blocks, d_model {}, heads {} over {} kv heads of {}, intermediate {}, vocab {}",
+      o.num_layers, o.d_model, o.heads, o.resolved_kv_heads(), o.resolved_head_dim(),
+      o.intermediate, o.vocab_size);
 }
 
 }  // namespace
@@ -158,7 +158,7 @@ LlamaOptions read_llama_config(const std::string& file) {
   return o;
 }
 
-LlamaInit read_llama_init(const std::string& path) {
+LlamaInit read_llama_init(const std::string& path, bool weights) {
   LlamaInit init;
   init.path = path;
   const HfFiles files = find_hf_files(path, "a Hugging Face Llama saved with save_pretrained");
@@ -170,7 +170,7 @@ LlamaInit read_llama_init(const std::string& path) {
   init.config_file = files.config_file;
   init.options = read_llama_config(init.config_file);
   init.files = files.files;
-  init.weights = model_weights(read_hf_tensors(files), init.options, files.where());
+  if (weights) init.weights = model_weights(read_hf_tensors(files), init.options, files.where());
   return init;
 }
 
@@ -210,10 +210,7 @@ void apply_llama_init(const LlamaInit& init, const LlamaDimsSet& set, LlamaOptio
 void load_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& o) {
   HfLoad how;
   how.where = fmt::format("{}", fmt::join(init.files, ", "));
-  how.config = fmt::format(
-      "{} blocks, d_model {}, heads {} over {} kv heads of {}, intermediate {}, vocab {}",
-      o.num_layers, o.d_model, o.heads, o.resolved_kv_heads(), o.resolved_head_dim(),
-      o.intermediate, o.vocab_size);
+  how.config = config_of(o);
   how.vocab_size = o.vocab_size;
   how.vocab_rows = {kEmbed, kLmHead};
   how.file_name = [](const std::string& name) {
@@ -222,17 +219,41 @@ void load_llama_init(const LlamaInit& init, torch::nn::Module& model, const Llam
   load_hf_weights(init.weights, model, how);
 }
 
-std::map<std::string, at::Tensor> hf_llama_tensors(torch::nn::Module& model,
-                                                   const LlamaOptions& o) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& [name, w] : export_parameters(model, {kEmbed, kLmHead}, o.vocab_size)) {
-    if (name.find(".qkv_proj.") != std::string::npos) {
-      split_qkv(name, w, o, out);
-      continue;
+HfMap llama_hf_map(const LlamaOptions& o, const ParameterShapes& shapes, bool tied_head_in_file) {
+  static const std::regex fused(R"((layers\.\d+\.self_attn\.)qkv_proj\.(weight|bias))");
+  const int64_t hd = o.resolved_head_dim(), kv = o.resolved_kv_heads() * hd;
+  const int64_t q_rows[] = {0, o.heads * hd, o.heads * hd + kv};
+  const int64_t q_counts[] = {o.heads * hd, kv, kv};
+  HfMap map;
+  for (const auto& [name, shape] : shapes) {
+    std::smatch m;
+    if (std::regex_match(name, m, fused)) {
+      for (size_t i = 0; i < 3; ++i) {
+        map.push_back({fmt::format("{}{}{}.{}", kLlamaPrefix, m[1].str(), kQkv[i], m[2].str()),
+                       name, q_rows[i], q_counts[i]});
+      }
+    } else if (name == kEmbed || name == kLmHead) {
+      map.push_back({name == kLmHead ? kLmHead : kLlamaPrefix + name, name, 0, o.vocab_size});
+    } else {
+      map.push_back({kLlamaPrefix + name, name, 0, shape.empty() ? 1 : shape[0]});
     }
-    out.emplace(name == kLmHead ? kLmHead : kLlamaPrefix + name, w.contiguous().clone());
   }
-  return out;
+  if (o.tie_embeddings && tied_head_in_file) {
+    map.push_back({kLmHead, kEmbed, 0, o.vocab_size, false, /*check_only=*/true});
+  }
+  return map;
+}
+
+void defer_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& o) {
+  DeferredInit* scope = DeferredInit::current();
+  if (scope == nullptr) throw std::logic_error("defer_llama_init outside a DeferredInit scope");
+  const HfFiles files = find_hf_files(init.path, "a Hugging Face Llama");
+  const auto headers = read_hf_headers(files);
+  const ParameterShapes shapes = parameter_shapes(model);
+  HfMap map = llama_hf_map(o, shapes, headers.count(kLmHead) > 0);
+  check_hf_map(map, headers, shapes, rotary_buffer, files.where(), config_of(o));
+  scope->record().read = hf_range_reader(files, std::move(map), shapes);
+  scope->record().source = "model.init_from " + init.path;
 }
 
 std::string hf_llama_config_json(const LlamaOptions& o) {
@@ -273,8 +294,11 @@ std::string hf_llama_config_json(const LlamaOptions& o) {
 }
 
 std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& o,
-                                         const std::string& dir, int64_t max_shard_bytes) {
-  return write_hf_dir(dir, hf_llama_config_json(o), hf_llama_tensors(model, o), max_shard_bytes);
+                                         const std::string& dir, int64_t max_shard_bytes,
+                                         const ParameterReader& read) {
+  const ParameterShapes shapes = read ? parameter_shapes(model) : export_shapes(model);
+  return write_hf_streaming(dir, hf_llama_config_json(o), llama_hf_map(o, shapes), shapes,
+                            read ? read : export_reader(model), max_shard_bytes);
 }
 
 }  // namespace models

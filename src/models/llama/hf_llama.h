@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "models/llama/llama_options.h"
+#include "models/lm/hf_ranges.h"
 
 namespace models {
 
@@ -46,9 +47,10 @@ struct LlamaInit {
 LlamaOptions read_llama_config(const std::string& file);
 
 // Reads `path`: a directory (config.json + model.safetensors or a sharded index), or a
-// model.safetensors file with a config.json beside it. Throws std::invalid_argument naming
-// model.init_from and the file.
-LlamaInit read_llama_init(const std::string& path);
+// model.safetensors file with a config.json beside it; without `weights`, config.json and the
+// list of files only (a model built without storage reads its ranges later: defer_llama_init).
+// Throws std::invalid_argument naming model.init_from and the file.
+LlamaInit read_llama_init(const std::string& path, bool weights = true);
 
 // The dimension keys the config sets (0: not set) that must agree with the file's.
 struct LlamaDimsSet {
@@ -66,17 +68,29 @@ void apply_llama_init(const LlamaInit& init, const LlamaDimsSet& set, LlamaOptio
 // a tensor of another shape, and for a missing or extra tensor.
 void load_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& options);
 
-// The model's tensors by their Hugging Face names, without the padded rows, float32, CPU.
-std::map<std::string, at::Tensor> hf_llama_tensors(torch::nn::Module& model,
-                                                   const LlamaOptions& options);
+// Hugging Face's tensors as rows of the model's parameters (models/lm/hf_ranges.h): q_proj,
+// k_proj and v_proj three row ranges of qkv_proj; the embedding's and lm_head's real vocabulary
+// their first rows; the rest one to one under "model.". `tied_head_in_file`: a tied model's file
+// carries lm_head.weight too (checked equal to the embedding while reading).
+HfMap llama_hf_map(const LlamaOptions& options, const ParameterShapes& shapes,
+                   bool tied_head_in_file = false);
+
+// model.init_from for a model built without storage (models/deferred_init.h): the files' headers
+// checked against llama_hf_map (the same messages as load_llama_init), and the DeferredInit
+// scope's reader set to read each rank's ranges from them later. Throws std::invalid_argument
+// naming the file.
+void defer_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& options);
 
 // config.json for the model (LlamaForCausalLM; dropout 0; rope_theta and rope_scaling as the
 // Llama 3.2 files spell them).
 std::string hf_llama_config_json(const LlamaOptions& options);
 
-// Writes `dir`/config.json and the weights, sharded above max_shard_bytes. Returns the weight
-// files written. Throws std::runtime_error naming a file that cannot be written.
+// Writes `dir`/config.json and the weights, sharded above max_shard_bytes, one tensor at a time
+// from `read` (when empty, the model's own parameters; with LoRA adapters, the base with them
+// merged in: models/lm/hf_ranges.h, export_reader). Returns the weight files written. Throws
+// std::runtime_error naming a file that cannot be written.
 std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& options,
-                                         const std::string& dir, int64_t max_shard_bytes);
+                                         const std::string& dir, int64_t max_shard_bytes,
+                                         const ParameterReader& read = {});
 
 }  // namespace models

@@ -1,10 +1,9 @@
 #include "models/llama/llama.h"
 
 #include <ATen/ATen.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
-
 #include "models/block.h"
+#include "models/deferred_init.h"
+#include "models/embedding.h"
 #include "models/rope.h"
 
 namespace models {
@@ -70,25 +69,27 @@ BlockOptions block_options(const LlamaOptions& o) {
 }
 
 // transformers' _init_weights for Llama: projections N(0, 0.02), biases 0 (norms are already 1).
+void init_projection(Projection& p) {
+  init_parameter(p.weight, [](const at::Tensor& w) { w.normal_(0.0, kInitStd); });
+  if (p.bias.defined()) {
+    init_parameter(
+        p.bias, [](const at::Tensor& b) { b.zero_(); }, /*random=*/false);
+  }
+}
+
 void init_block(Block& block) {
-  at::NoGradGuard no_grad;
-  const bool swiglu = block.options().mlp == MlpKind::kSwiGlu;
   for (Projection* p : {&block.qkv(), &block.attn_out(), &block.up(), &block.mlp_out()}) {
-    p->weight.normal_(0.0, kInitStd);
-    if (p->bias.defined()) p->bias.zero_();
+    init_projection(*p);
   }
-  if (swiglu) {
-    block.gate().weight.normal_(0.0, kInitStd);
-    if (block.gate().bias.defined()) block.gate().bias.zero_();
-  }
+  if (block.options().mlp == MlpKind::kSwiGlu) init_projection(block.gate());
 }
 
 }  // namespace
 
 struct Llama::Layers {
-  torch::nn::Embedding embed_tokens{nullptr};
+  std::shared_ptr<Embedding> embed_tokens;
   std::shared_ptr<Norm> norm;
-  torch::nn::Linear lm_head{nullptr};  // untied only
+  std::shared_ptr<Projection> lm_head;  // untied only
 };
 
 Llama::Llama(const LlamaOptions& options) : Llama(Resolved{}, resolved(options)) {}
@@ -97,21 +98,19 @@ Llama::Llama(Resolved, const LlamaOptions& o)
     : CausalLm(dims_of(o)), options_(o), layers_(std::make_unique<Layers>()) {
   Layers& l = *layers_;
   // In Hugging Face's order (named_parameters() follows registration).
+  // Each module draws as torch::nn's would (Embedding: N(0, 1); Linear: kaiming), then Llama's
+  // initialisation over it: the same random stream as before the modules were the project's.
   l.embed_tokens =
-      register_module("embed_tokens", torch::nn::Embedding(o.padded_vocab_size, o.d_model));
-  {
-    at::NoGradGuard no_grad;
-    l.embed_tokens->weight.normal_(0.0, kInitStd);
-  }
+      register_module("embed_tokens", std::make_shared<Embedding>(o.padded_vocab_size, o.d_model));
+  init_parameter(l.embed_tokens->weight, [](const at::Tensor& w) { w.normal_(0.0, kInitStd); });
   blocks_ = add_blocks(*this, "layers", o.num_layers, block_options(o), init_block);
   l.norm = register_module(
       "norm", std::make_shared<Norm>(o.d_model, NormKind::kRmsNorm, o.rms_norm_eps, false));
   if (!o.tie_embeddings) {
-    l.lm_head = register_module(
-        "lm_head",
-        torch::nn::Linear(torch::nn::LinearOptions(o.d_model, o.padded_vocab_size).bias(false)));
-    at::NoGradGuard no_grad;
-    l.lm_head->weight.normal_(0.0, kInitStd);
+    l.lm_head = register_module("lm_head",
+                                std::make_shared<Projection>(o.d_model, o.padded_vocab_size, false,
+                                                             WeightLayout::kOutIn, false));
+    init_projection(*l.lm_head);
   }
 }
 

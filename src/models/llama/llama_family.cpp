@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "models/deferred_init.h"
 #include "models/llama/hf_llama.h"
 #include "models/llama/llama.h"
 
@@ -43,9 +44,11 @@ std::shared_ptr<CausalLm> make_llama(const ModelOptions& o, const core::Shape& s
   l.dropout = o.dropout;
   l.checkpoint_activations = o.checkpoint_activations;
   std::optional<LlamaInit> init;
+  // Built without storage (ddp.shard: parameters): the weights are read later, by ranges.
+  const bool deferred = DeferredInit::current() != nullptr;
   if (!o.init_from.empty()) {
     // The file's architecture wins over the preset's; dimension keys set here must agree.
-    init = read_llama_init(o.init_from);
+    init = read_llama_init(o.init_from, /*weights=*/!deferred);
     apply_llama_init(
         *init, {o.num_layers, o.heads, o.kv_heads, o.head_dim, o.d_model, o.intermediate_size}, l);
   }
@@ -53,7 +56,11 @@ std::shared_ptr<CausalLm> make_llama(const ModelOptions& o, const core::Shape& s
   require_context_fits(s, l.context);
   auto llama = std::make_shared<Llama>(l);
   if (init) {
-    load_llama_init(*init, *llama, llama->options());
+    if (deferred) {
+      defer_llama_init(*init, *llama, llama->options());
+    } else {
+      load_llama_init(*init, *llama, llama->options());
+    }
     const LlamaOptions& m = llama->options();
     spdlog::info("model.init_from: Hugging Face Llama {} ({} blocks, {} wide, {} heads over {} kv "
                  "heads of {}, MLP {}, {} positions)",
@@ -70,9 +77,10 @@ LmFamily llama_family() {
           .presets = llama_preset_names(),
           .make = make_llama,
           .hf_class = "LlamaForCausalLM",
-          .export_hf = [](Model& model, const std::string& dir, int64_t max_shard_bytes) {
+          .export_hf = [](Model& model, const std::string& dir, int64_t max_shard_bytes,
+                          const ParameterReader& read) {
             Llama& llama = as_family<Llama>(model, "llama");
-            return export_hf_llama(llama, llama.options(), dir, max_shard_bytes);
+            return export_hf_llama(llama, llama.options(), dir, max_shard_bytes, read);
           }};
 }
 

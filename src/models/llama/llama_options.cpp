@@ -14,12 +14,16 @@ struct LlamaPreset {
   const char* name;
   int64_t num_layers, d_model, heads, kv_heads, intermediate, vocab_size, context;
   double rope_theta;
-  bool llama3_scaling;
+  double llama3_factor;  // rope scaling "llama3" with this factor (0: none)
 };
+// The shapes of the published models (their config.json), dimensions only: no weights come with a
+// preset (model.init_from brings them).
 constexpr LlamaPreset kLlamaPresets[] = {
-    {"llama-tiny", 4, 256, 8, 4, 688, 256, 256, 10000.0, false},
-    {"smollm-135m", 30, 576, 9, 3, 1536, 49152, 2048, 10000.0, false},
-    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, true},
+    {"llama-tiny", 4, 256, 8, 4, 688, 256, 256, 10000.0, 0.0},
+    {"smollm-135m", 30, 576, 9, 3, 1536, 49152, 2048, 10000.0, 0.0},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, 32.0},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 500000.0, 8.0},
+    {"llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 500000.0, 8.0},
 };
 
 void require_llama(bool ok, const std::string& message) {
@@ -39,9 +43,9 @@ LlamaOptions llama_preset(const std::string& name) {
   o.vocab_size = p.vocab_size;
   o.context = p.context;
   o.rope.theta = p.rope_theta;
-  if (p.llama3_scaling) {  // Llama 3.2's config.json
+  if (p.llama3_factor > 0) {  // Llama 3.1's and 3.2's config.json
     o.rope.scaling = "llama3";
-    o.rope.factor = 32.0;
+    o.rope.factor = p.llama3_factor;
     o.rope.low_freq_factor = 1.0;
     o.rope.high_freq_factor = 4.0;
     o.rope.original_context = 8192;

@@ -9,6 +9,7 @@
 
 #include "core/shape.h"  // kIgnoreTarget
 #include "models/lm/linear_cross_entropy.h"
+#include "models/lm/lm_shape.h"
 
 namespace models {
 
@@ -80,9 +81,13 @@ at::Tensor CausalLm::forward_cached(const at::Tensor& tokens, KvCache& cache) {
   require(t >= 1 && past + t <= dims_.context,
           fmt::format("{} cached + {} new positions; model.context = {} are allowed", past, t,
                       dims_.context));
-  // The positions continue where the cache ends.
-  const at::Tensor x = embed(tokens, at::arange(past, past + t, tokens.options()));
-  return at::linear(final_norm(run_blocks_cached(blocks_, x, cache)), output_weight());
+  // The positions continue where the cache ends. Units as in trunk() (ddp.shard: parameters).
+  if (gate_ != nullptr) gate_->enter(0);
+  at::Tensor x = embed(tokens, at::arange(past, past + t, tokens.options()));
+  if (gate_ != nullptr) x = gate_->leave(0, x);
+  x = run_blocks_cached(blocks_, x, cache, gate_, 1);
+  if (gate_ != nullptr) gate_->enter(output_unit());
+  return leave_output(at::linear(final_norm(x), output_weight()));
 }
 
 at::Tensor CausalLm::loss_of_trunk(const at::Tensor& h, const at::Tensor& targets) {
@@ -178,6 +183,33 @@ std::vector<std::string> CausalLm::hidden_matrices() const {
     if (under(item.key(), dims_.blocks) && item.value().dim() == 2) names.push_back(item.key());
   }
   return names;
+}
+
+LmShape CausalLm::lm_shape() const {
+  const BlockOptions& b = blocks_.front()->options();
+  LmShape s;
+  s.family = dims_.family;
+  s.vocab = dims_.vocab_size;
+  s.padded_vocab = dims_.padded_vocab_size;
+  s.d_model = dims_.d_model;
+  s.layers = static_cast<int64_t>(blocks_.size());
+  s.heads = b.heads;
+  s.kv_heads = b.kv_heads;
+  s.head_dim = b.head_dim;
+  s.intermediate = b.mlp_hidden;
+  s.positions = dims_.learned_positions ? dims_.context : 0;
+  s.swiglu = b.mlp == MlpKind::kSwiGlu;
+  s.attention_bias = b.attn_bias;
+  s.mlp_bias = b.mlp_bias;
+  s.tied = dims_.tied;
+  return s;
+}
+
+std::vector<size_t> CausalLm::unit_order() const {
+  std::vector<size_t> order;
+  for (size_t u = 0; u <= blocks_.size(); ++u) order.push_back(u);  // embeddings, blocks
+  order.push_back(output_unit());
+  return order;
 }
 
 }  // namespace models

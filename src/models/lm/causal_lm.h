@@ -69,6 +69,7 @@ struct CausalLmDims {
   bool lora_split_qkv = false;
   std::vector<std::string> lora_default_targets;
   std::string hf_prefix;
+  bool learned_positions = false;  // a position embedding of `context` rows (gpt's wpe)
 };
 
 // The rows of the embedding and the output layer for `vocab` ids when the options leave it to
@@ -81,13 +82,14 @@ class CausalLm : public LanguageModel,
                  public ParameterUnits,
                  public PackedDocuments,
                  public HiddenMatrices,
-                 public FrozenBase {
+                 public FrozenBase,
+                 public ShapePlanning {
  public:
   ~CausalLm() override;
 
   // logits [n, T, padded_vocab_size] for tokens int64 [n, T] (1 <= T <= context).
   at::Tensor forward(const at::Tensor& tokens) final;
-  // Incremental decoding (LanguageModel): no dropout, no unit gate.
+  // Incremental decoding (LanguageModel): no dropout; the units entered as forward enters them.
   at::Tensor forward_cached(const at::Tensor& tokens, KvCache& cache) final;
   // Next-token cross-entropy per target; targets int64 of the tokens' shape, each below
   // vocab_size or core::kIgnoreTarget (skipped): the sum over the others / max(their number, 1).
@@ -119,8 +121,12 @@ class CausalLm : public LanguageModel,
   int64_t loss_chunk_rows(int64_t rows) const final;
   void set_loss_chunk_rows(int64_t rows) final;
 
+  LmShape lm_shape() const final;
+
   std::vector<std::vector<std::string>> parameter_units() const final;
+  std::vector<size_t> unit_order() const final;
   void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
+  UnitGate* unit_gate() const final { return gate_; }
 
   // The blocks' 2-D weights (attention and MLP projections), in registration order.
   std::vector<std::string> hidden_matrices() const final;

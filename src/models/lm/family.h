@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/shape.h"
+#include "models/deferred_init.h"
 #include "models/lm/causal_lm.h"
 #include "models/model.h"
 
@@ -30,10 +31,11 @@ struct LmFamily {
   // transformers' class that loads an export ("GPT2LMHeadModel"), for the message.
   std::string hf_class;
   // Writes `model` (which `make` built) into `dir` as save_pretrained does (config.json and the
-  // weights, sharded above max_shard_bytes); returns the weight files (the index last). Throws
-  // std::runtime_error naming a file that cannot be written.
+  // weights, sharded above max_shard_bytes), one tensor at a time from `read` (the model's own
+  // parameters when empty: models/lm/hf_ranges.h); returns the weight files (the index last).
+  // Throws std::runtime_error naming a file that cannot be written.
   std::function<std::vector<std::string>(Model& model, const std::string& dir,
-                                         int64_t max_shard_bytes)>
+                                         int64_t max_shard_bytes, const ParameterReader& read)>
       export_hf;
 };
 

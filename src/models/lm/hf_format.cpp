@@ -11,8 +11,6 @@
 
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
-#include "models/lm/causal_lm.h"
-#include "models/lm/lora.h"
 
 namespace models {
 namespace {
@@ -154,31 +152,19 @@ void load_hf_weights(const std::map<std::string, at::Tensor>& weights, torch::nn
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> export_parameters(
-    torch::nn::Module& model, const std::vector<std::string>& vocab_rows, int64_t vocab_size) {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  // With adapters, the frozen base (buffers) with each adapter merged in (lm/lora.h).
-  const auto* lm = dynamic_cast<const CausalLm*>(&model);
-  std::vector<std::pair<std::string, at::Tensor>> weights;
-  if (lm != nullptr && !lm->lora_sites().empty()) {
-    weights = merged_weights(model, lm->lora_sites());
-  } else {
-    for (const auto& item : model.named_parameters())
-      weights.emplace_back(item.key(), item.value());
-  }
-  for (const auto& [name, weight] : weights) {
-    at::Tensor w = weight.detach().to(at::kCPU, at::kFloat);
-    if (std::find(vocab_rows.begin(), vocab_rows.end(), name) != vocab_rows.end()) {
-      w = w.narrow(0, 0, vocab_size);
-    }
-    out.emplace_back(name, std::move(w));
-  }
-  return out;
-}
-
 std::vector<std::string> write_hf_dir(const std::string& dir, const std::string& config_json,
                                       const std::map<std::string, at::Tensor>& tensors,
                                       int64_t max_shard_bytes) {
+  std::vector<io::TensorEntry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  return write_hf_dir(
+      dir, config_json, std::move(entries),
+      [&](const io::TensorEntry& e) { return tensors.at(e.name); }, max_shard_bytes);
+}
+
+std::vector<std::string> write_hf_dir(
+    const std::string& dir, const std::string& config_json, std::vector<io::TensorEntry> entries,
+    const std::function<at::Tensor(const io::TensorEntry&)>& produce, int64_t max_shard_bytes) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -191,7 +177,8 @@ std::vector<std::string> write_hf_dir(const std::string& dir, const std::string&
   if (!out) throw std::runtime_error(fmt::format("cannot write {}", config));
   try {
     // transformers reads the "format" metadata of a safetensors file to know its framework.
-    return io::write_safetensors_dir(dir, tensors, max_shard_bytes, {{"format", "pt"}});
+    return io::write_safetensors_dir(dir, std::move(entries), produce, max_shard_bytes,
+                                     {{"format", "pt"}});
   } catch (const io::SafetensorsError& e) {
     throw std::runtime_error(e.what());
   }

@@ -29,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "io/safetensors.h"
+
 namespace models {
 
 // A user mistake in the weights model.init_from names: exit 2, naming the key.
@@ -102,16 +104,15 @@ struct HfLoad {
 void load_hf_weights(const std::map<std::string, at::Tensor>& weights, torch::nn::Module& model,
                      const HfLoad& how);
 
-// The model's parameters in order (name, tensor): detached, float32, on the CPU, the rows of
-// `vocab_rows` cut to `vocab_size`. Not yet contiguous or copied: the exporter lays each out.
-std::vector<std::pair<std::string, at::Tensor>> export_parameters(
-    torch::nn::Module& model, const std::vector<std::string>& vocab_rows, int64_t vocab_size);
-
 // Writes `dir`/config.json (creating `dir`) and `tensors` as save_pretrained does: one
 // model.safetensors up to max_shard_bytes, else shards and the index (removing the other
 // layout's files an earlier export left). Returns the weight files written (the index last).
 std::vector<std::string> write_hf_dir(const std::string& dir, const std::string& config_json,
                                       const std::map<std::string, at::Tensor>& tensors,
                                       int64_t max_shard_bytes);
+// The same with the tensors made one at a time, in name order (models/lm/hf_ranges.h).
+std::vector<std::string> write_hf_dir(
+    const std::string& dir, const std::string& config_json, std::vector<io::TensorEntry> entries,
+    const std::function<at::Tensor(const io::TensorEntry&)>& produce, int64_t max_shard_bytes);
 
 }  // namespace models

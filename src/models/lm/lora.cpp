@@ -174,15 +174,16 @@ void CausalLm::add_lora(const LoraOptions& options) {
   }
 }
 
-std::vector<std::pair<std::string, at::Tensor>> merged_weights(torch::nn::Module& model,
-                                                               const std::vector<LoraSite>& sites) {
-  std::map<std::string, at::Tensor> merged;
+at::Tensor merged_weight(const at::Tensor& base, const std::string& name,
+                         const std::vector<LoraSite>& sites) {
   at::NoGradGuard no_grad;
+  at::Tensor w = base.detach().to(at::kCPU, at::kFloat);
+  bool copied = false;  // .to() may hand back the buffer itself: clone before the first add
   for (const LoraSite& s : sites) {
-    auto it = merged.find(s.base);
-    if (it == merged.end()) {
-      it = merged.emplace(s.base, s.projection->weight.detach().to(at::kCPU, at::kFloat).clone())
-               .first;
+    if (s.base != name) continue;
+    if (!copied) {
+      w = w.clone();
+      copied = true;
     }
     const LoraAdapter& a = *s.adapter;
     // W [out, in] (or [in, out]) + scale B A on the adapter's rows of the output.
@@ -190,17 +191,19 @@ std::vector<std::pair<std::string, at::Tensor>> merged_weights(torch::nn::Module
         at::matmul(a.b.detach().to(at::kCPU, at::kFloat), a.a.detach().to(at::kCPU, at::kFloat))
             .mul(a.scale);
     if (s.projection->layout() == WeightLayout::kOutIn) {
-      it->second.narrow(0, a.offset, a.rows).add_(delta);
+      w.narrow(0, a.offset, a.rows).add_(delta);
     } else {
-      it->second.narrow(1, a.offset, a.rows).add_(delta.t());
+      w.narrow(1, a.offset, a.rows).add_(delta.t());
     }
   }
+  return w;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> merged_weights(torch::nn::Module& model,
+                                                               const std::vector<LoraSite>& sites) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : model.named_buffers()) {
-    auto it = merged.find(item.key());
-    out.emplace_back(item.key(), it != merged.end()
-                                     ? it->second
-                                     : item.value().detach().to(at::kCPU, at::kFloat));
+    out.emplace_back(item.key(), merged_weight(item.value(), item.key(), sites));
   }
   return out;
 }

@@ -46,6 +46,13 @@ void freeze_parameters(torch::nn::Module& module);
 std::vector<std::pair<std::string, at::Tensor>> merged_weights(torch::nn::Module& model,
                                                                const std::vector<LoraSite>& sites);
 
+// One weight of the base, `base` (the frozen buffer named `name`), with the adapters of `sites`
+// on it merged in (W + scale B A), float32 on the CPU: merged_weights one tensor at a time, for
+// the streamed export (lm/hf_ranges.h, export_reader). A weight without adapters comes back
+// detached, float32, on the CPU, not copied when it already is.
+at::Tensor merged_weight(const at::Tensor& base, const std::string& name,
+                         const std::vector<LoraSite>& sites);
+
 // The elements of `module`'s parameters (with adapters: the adapters') and of its buffers (with
 // adapters: the frozen base).
 int64_t parameter_count(torch::nn::Module& module);

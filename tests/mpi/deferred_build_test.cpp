@@ -1,0 +1,353 @@
+// ddp.shard: parameters with the model built without storage (models/deferred_init.h; issue 39),
+// under mpirun -np 2 and 3:
+// - DeferredBuild: gpt and llama (tied, untied) built without storage and filled unit by unit on
+//   every rank start from bitwise the parameters of the same model built whole and broadcast,
+//   and stay bitwise equal through the steps; the start-up's allocations peak at least half a
+//   model lower; model.init_from read by ranges equals the whole load while each rank reads about
+//   its share of the files; a sharded checkpoint resumes reading each rank's ranges only, and the
+//   run continues bitwise as the uninterrupted one.
+// - ShardedOom: an out-of-memory error inside a parameters step (forward or backward, one or
+//   several micro-batches, any rank) takes the next rung on every rank and ends with the
+//   parameters of a run that took that rung from the start; thirty seeded random injections all
+//   complete.
+// - LockstepUnits: evaluation (slices of different lengths per rank) and rank 0's generation under
+//   parameters give what the unsharded run gives, and evaluation gathers one unit at a time.
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <random>
+
+#include "checkpoint/checkpointer.h"
+#include "checkpoint/read.h"
+#include "common/mpi_test_env.h"
+#include "common/temp_dir.h"
+#include "config/config.h"
+#include "io/safetensors.h"
+#include "io/safetensors_shards.h"
+#include "memory/allocator_guard.h"
+#include "models/lm/generate.h"
+#include "models/registry.h"
+#include "train/choice_evaluation.h"
+#include "train/evaluation.h"
+#include "train/loop.h"
+
+namespace {
+
+using trainer_test::make_cpu_run;
+using trainer_test::relative_error;
+using trainer_test::snapshot;
+
+// Token shards with a validation shard, for the life of the process.
+const std::string& shard_dir() {
+  static const test::TempDir dir;
+  static const bool written = [] {
+    for (const char* name : {"train_000.bin", "val_000.bin"}) {
+      const at::Tensor t = (at::arange(5000, at::kLong) * 7919 % 97).to(at::kShort);
+      FILE* f = std::fopen((dir.path() + "/" + name).c_str(), "wb");
+      std::fwrite(t.data_ptr(), 2, 5000, f);
+      std::fclose(f);
+    }
+    return true;
+  }();
+  (void)written;
+  return dir.path();
+}
+
+// A language model on the shards above (`model` the YAML mapping's inside), one unit per block.
+std::string lm_yaml(const std::string& model, const std::string& extra = "") {
+  return fmt::format(
+      "model: {{{}}}\n"
+      "data: {{dataset: tokens, path: {}, context: 16, vocab_size: 100}}\n"
+      "train: {{device: cpu, global_batch_size: 7, micro_batch_size: 2, steps: 4, lr: 0.003, "
+      "warmup_steps: 1, seed: 11, grad_clip: 1.0, eval_samples: 7}}\n"
+      "ddp: {{shard: parameters}}\n"
+      "memory: {{check_every: 0}}\n{}",
+      model, shard_dir(), extra);
+}
+
+const char* kGpt = "name: gpt, preset: tiny, num_layers: 3, d_model: 32, heads: 4";
+std::string llama(bool tied) {
+  return fmt::format("name: llama, preset: llama-tiny, num_layers: 3, d_model: 36, heads: 6, "
+                     "kv_heads: 2, intermediate_size: 40, tie_embeddings: {}",
+                     tied);
+}
+
+// The parameters, gathered (collective).
+std::vector<at::Tensor> gathered(trainer_test::CpuRun& run) {
+  const auto pinned = run.trainer->pin_parameters();
+  return snapshot(*run.model);
+}
+
+bool bitwise(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!at::equal(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+class DeferredBuild : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::unique_ptr<ddp::Communicator> comm_ =
+      trainer_test::runtime().world(std::chrono::seconds(60));
+};
+
+TEST_P(DeferredBuild, StartsAndTrainsBitwiseAsTheModelBuiltWhole) {
+  const std::string yaml = lm_yaml(GetParam());
+  auto whole = make_cpu_run(*comm_, yaml, "whole.yaml");
+  auto deferred = make_cpu_run(*comm_, yaml, "deferred.yaml", {}, /*deferred=*/true);
+  ASSERT_NE(deferred.model->deferred_init(), nullptr);
+  EXPECT_TRUE(bitwise(gathered(whole), gathered(deferred)));
+  for (int64_t s = 1; s <= 4; ++s) {
+    whole.trainer->step(s);
+    deferred.trainer->step(s);
+  }
+  EXPECT_TRUE(bitwise(gathered(whole), gathered(deferred)));
+  // ddp.shard: none from the same seed: the same numbers, reduced in another layout.
+  std::string none = yaml;
+  none.replace(none.find("shard: parameters"), 17, "shard: none");
+  auto unsharded = make_cpu_run(*comm_, none, "none.yaml");
+  for (int64_t s = 1; s <= 4; ++s) unsharded.trainer->step(s);
+  EXPECT_LT(relative_error(gathered(deferred), snapshot(*unsharded.model)), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, DeferredBuild,
+                         ::testing::Values(std::string(kGpt), llama(false), llama(true)),
+                         [](const auto& info) {
+                           return info.index == 0   ? "gpt"
+                                  : info.index == 1 ? "llama"
+                                                    : "llama_tied";
+                         });
+
+// The allocator's peak through the build and the Trainer's set-up: the whole model is never
+// allocated (here 32 blocks: a unit is 1/34 of it), the whole-built run holds it until its
+// broadcast.
+TEST(DeferredBuildMemory, StartUpPeaksAtLeastHalfAModelLower) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  const std::string yaml =
+      lm_yaml("name: llama, preset: llama-tiny, num_layers: 32, d_model: 64, heads: 4, "
+              "kv_heads: 2, intermediate_size: 96");
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  const auto peak_of = [&](bool deferred, int64_t* model_bytes) {
+    guard.reset_peak();
+    const int64_t base = guard.allocated_bytes();
+    auto run = make_cpu_run(*comm, yaml, "peak.yaml", {}, deferred);
+    *model_bytes = 0;
+    for (const auto& p : run.model->parameters()) *model_bytes += p.numel() * 4;
+    return guard.peak_bytes() - base;
+  };
+  int64_t model = 0;
+  const int64_t whole = peak_of(false, &model);
+  const int64_t deferred = peak_of(true, &model);
+  EXPECT_GT(whole - deferred, model / 2)
+      << "whole " << whole << ", deferred " << deferred << ", model " << model;
+}
+
+// Rank 0's fresh directory, known to every rank (they share the machine). Collective.
+std::string shared_dir(ddp::Communicator& comm, const test::TempDir& mine) {
+  const std::string& dir = mine.path();
+  at::Tensor length = at::tensor({static_cast<int64_t>(dir.size())}, at::kLong);
+  comm.broadcast(length, 0, "dir length");
+  at::Tensor bytes = at::zeros({length.item<int64_t>()}, at::kByte);
+  if (comm.rank() == 0) std::memcpy(bytes.data_ptr(), dir.data(), dir.size());
+  comm.broadcast(bytes, 0, "dir");
+  return {static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())};
+}
+
+// model.init_from, a Hugging Face Llama directory in shards: the ranges each rank reads make the
+// model the whole load makes, and a rank reads about its share of the files.
+TEST(DeferredBuildInitFrom, RangesEqualTheWholeLoadAndEachRankReadsItsShare) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  const test::TempDir mine;
+  const std::string dir = shared_dir(*comm, mine);
+  const std::string model = llama(false);
+  int64_t file_bytes = 0;
+  if (comm->rank() == 0) {
+    const auto config = config::parse_config(lm_yaml(model), "source.yaml");
+    core::Shape shape;
+    shape.vocab_size = 100;
+    shape.context = 16;
+    at::manual_seed(5);
+    auto source = models::create_model(config.model, shape);
+    models::export_hf("llama", *source, dir, 12000);
+  }
+  comm->barrier("exported");
+  for (const auto& file : io::safetensors_files(dir)) {
+    const io::SafetensorsRangeReader reader(file);  // alive through the loop over its tensors
+    for (const auto& [name, info] : reader.tensors()) {
+      file_bytes += info.numel * 4;
+    }
+  }
+  const std::string yaml = lm_yaml(model + ", init_from: " + dir);
+  auto whole = make_cpu_run(*comm, yaml, "whole.yaml");
+  const int64_t before = io::safetensors_bytes_read();
+  auto deferred = make_cpu_run(*comm, yaml, "deferred.yaml", {}, /*deferred=*/true);
+  const int64_t read = io::safetensors_bytes_read() - before;
+  EXPECT_TRUE(bitwise(gathered(whole), gathered(deferred)));
+  EXPECT_GT(read, 0);
+  EXPECT_LT(read, file_bytes / comm->size() + file_bytes / 8) << "of " << file_bytes;
+}
+
+// A sharded checkpoint of a deferred run resumes each rank's blocks, parameters and moments,
+// from its own ranges; the run continues bitwise as the uninterrupted one.
+TEST(DeferredBuildResume, ShardedCheckpointResumesEachRanksRangesOnly) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  const test::TempDir mine;
+  const std::string path = shared_dir(*comm, mine) + "/step_000002";
+  const std::string yaml = lm_yaml(llama(true));
+  auto uninterrupted = make_cpu_run(*comm, yaml, "a.yaml", {}, true);
+  for (int64_t s = 1; s <= 4; ++s) uninterrupted.trainer->step(s);
+  {
+    auto first = make_cpu_run(*comm, yaml, "b.yaml", {}, true);
+    for (int64_t s = 1; s <= 2; ++s) first.trainer->step(s);
+    const auto checkpointer = train::make_checkpointer(*first.trainer, "");
+    ASSERT_TRUE(checkpointer->sharded());
+    checkpointer->save(path, 2, first.trainer->run_state());
+    checkpointer->finish();
+  }
+  auto resumed = make_cpu_run(*comm, yaml, "c.yaml", {}, true);
+  std::optional<checkpoint::Checkpoint> ckpt;
+  if (comm->rank() == 0) {  // as the launcher: opened, checked, the buffers applied
+    ckpt = checkpoint::read_checkpoint(path, checkpoint::ShardedRead::kOpen);
+    checkpoint::check_compatible(*ckpt, *resumed.model);
+    checkpoint::apply_model_state(*ckpt, *resumed.model);
+  }
+  const auto checkpointer = train::make_checkpointer(*resumed.trainer, "");
+  EXPECT_EQ(train::resume(*checkpointer, *resumed.trainer, ckpt ? &*ckpt : nullptr), 2);
+  int64_t total = 0;  // parameters and both moments, as the files hold them
+  for (const auto& p : resumed.model->parameters()) total += 3 * p.numel() * 4;
+  EXPECT_GT(checkpointer->resume_bytes_read(), 0);
+  EXPECT_LT(checkpointer->resume_bytes_read(), total / comm->size() + total / 8) << total;
+  for (int64_t s = 3; s <= 4; ++s) resumed.trainer->step(s);
+  EXPECT_TRUE(bitwise(gathered(resumed), gathered(uninterrupted)));
+}
+
+struct OomRun {
+  std::vector<at::Tensor> params;
+  int fallbacks = 0;
+};
+
+OomRun train_with(ddp::Communicator& comm, const std::string& yaml, const std::string& inject) {
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  guard.set_injections(comm.rank(), memory::parse_injections(inject));
+  struct Reset {
+    ~Reset() { memory::CpuAllocatorGuard::instance().set_injections(0, {}); }
+  } reset;
+  auto run = make_cpu_run(comm, yaml, "oom.yaml", {}, /*deferred=*/true);
+  for (int64_t s = 1; s <= 4; ++s) run.trainer->step(s);
+  return {gathered(run), run.trainer->fallbacks()};
+}
+
+// The rung from a failure, or from the start: checkpoint_activations (the default ladder's first)
+// and halve_micro_batch (micro-batch 2 -> 1: two micro-batches become four).
+TEST(ShardedOom, FailureTakesTheRungOnEveryRankAndMatchesTheRungFromTheStart) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  const int last = comm->size() - 1;
+  for (const std::string& model : {std::string(kGpt), llama(true)}) {
+    const OomRun checkpointed =
+        train_with(*comm, lm_yaml(model + ", checkpoint_activations: true"), "");
+    std::string from_start = lm_yaml(model);
+    from_start.replace(from_start.find("micro_batch_size: 2"), 19, "micro_batch_size: 1");
+    const OomRun halved = train_with(*comm, from_start, "");
+    for (const std::string& inject :
+         std::vector<std::string>{"0:3:forward", fmt::format("{}:2:backward", last),
+                                  fmt::format("{}:1:forward", last), "0:4:backward"}) {
+      const OomRun rung = train_with(*comm, lm_yaml(model), inject);
+      EXPECT_EQ(rung.fallbacks, 1) << inject;
+      EXPECT_LT(relative_error(rung.params, checkpointed.params), 1e-6) << model << " " << inject;
+      std::string halving = lm_yaml(model);
+      halving.replace(halving.find("memory: {check_every: 0}"), 24,
+                      "memory: {check_every: 0, fallback: [halve_micro_batch]}");
+      const OomRun half = train_with(*comm, halving, inject);
+      EXPECT_EQ(half.fallbacks, 1) << inject;
+      EXPECT_LT(relative_error(half.params, halved.params), 1e-6) << model << " " << inject;
+    }
+  }
+}
+
+TEST(ShardedOom, ThirtySeededRandomInjectionsAllComplete) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  const std::string yaml = lm_yaml(llama(false));
+  const OomRun reference = train_with(*comm, yaml, "");
+  std::mt19937 gen(20261127);  // the same sequence on every rank
+  for (int i = 0; i < 30; ++i) {
+    const int rank = std::uniform_int_distribution<int>(0, comm->size() - 1)(gen);
+    const int step = std::uniform_int_distribution<int>(1, 4)(gen);
+    const char* phase = std::uniform_int_distribution<int>(0, 1)(gen) ? "forward" : "backward";
+    const std::string inject = fmt::format("{}:{}:{}", rank, step, phase);
+    const OomRun run = train_with(*comm, yaml, inject);
+    EXPECT_EQ(run.fallbacks, 1) << inject;
+    // checkpoint_activations changes no number
+    EXPECT_LT(relative_error(run.params, reference.params), 1e-6) << inject;
+  }
+}
+
+// Evaluation's slices (7 samples: 4 + 3 at 2 ranks, 3 + 2 + 2 at 3, so two forwards on rank 0
+// and one on the others at 3 ranks with batch 2), a multiple-choice task's, and rank 0's greedy
+// generation under parameters: the unsharded run's metrics, the pinned model's ids, and never
+// more than about a unit gathered for evaluation (the model is 8 blocks).
+TEST(LockstepUnits, EvaluationAndGenerationGatherInStep) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  const std::string model = "name: gpt, preset: tiny, num_layers: 8, d_model: 64, heads: 4";
+  auto sharded = make_cpu_run(*comm, lm_yaml(model), "p.yaml", {}, true);
+  std::string none = lm_yaml(model);
+  none.replace(none.find("shard: parameters"), 17, "shard: none");
+  auto unsharded = make_cpu_run(*comm, none, "n.yaml");
+  for (int64_t s = 1; s <= 2; ++s) {
+    sharded.trainer->step(s);
+    unsharded.trainer->step(s);
+  }
+  int64_t model_bytes = 0;
+  for (const auto& p : sharded.model->parameters()) model_bytes += p.numel() * 4;
+  auto& guard = memory::CpuAllocatorGuard::instance();
+  const int64_t base = guard.allocated_bytes();
+  guard.reset_peak();
+  // Validation then a multiple-choice task in one scope, as evaluate_and_log runs them: each
+  // slice's forwards differ in number between ranks (one forward per example: 3, 2, 2 at 3).
+  data::ChoiceTask task{"random", "random.bin", {}};
+  for (int64_t i = 0; i < 7; ++i) {
+    data::ChoiceExample e;
+    for (int64_t j = 0; j < 2 + i % 5; ++j) e.context.push_back((i * 7 + j * 3) % 50);
+    for (int64_t k = 0; k < 2 + (i % 3); ++k) e.endings.push_back({(i + k) % 50, (i * k) % 50});
+    e.label = i % 2;
+    task.examples.push_back(std::move(e));
+  }
+  auto units = sharded.trainer->units_in_step();
+  const auto m =
+      train::evaluate_validation(*comm, *sharded.model, *sharded.dataset->validation(), 2, 7);
+  const train::ChoiceCounts choice = train::evaluate_choice_task(*comm, *sharded.model, task);
+  units->finish();
+  EXPECT_LT(guard.peak_bytes() - base, model_bytes / 2) << "model " << model_bytes;
+  const auto reference =
+      train::evaluate_validation(*comm, *unsharded.model, *unsharded.dataset->validation(), 2, 7);
+  ASSERT_EQ(m.samples, 7);
+  EXPECT_EQ(m.samples, reference.samples);
+  ASSERT_EQ(m.means.size(), reference.means.size());
+  for (size_t i = 0; i < m.means.size(); ++i) {
+    EXPECT_NEAR(m.means[i].second, reference.means[i].second, 1e-5) << m.means[i].first;
+  }
+  const train::ChoiceCounts choice_reference =
+      train::evaluate_choice_task(*comm, *unsharded.model, task);
+  EXPECT_EQ(choice.examples, 7);
+  // The same weights up to the reductions' rounding: a near tie may decide one example otherwise.
+  EXPECT_NEAR(choice.acc, choice_reference.acc, 1);
+  EXPECT_NEAR(choice.acc_norm, choice_reference.acc_norm, 1);
+  models::SamplingOptions o;
+  o.max_new_tokens = 8;
+  o.temperature = 0;
+  const std::vector<int64_t> prompt = {3, 1, 4, 1, 5};
+  std::vector<int64_t> in_step;
+  units = sharded.trainer->units_in_step();
+  if (comm->rank() == 0) in_step = models::generate(*sharded.model, prompt, o);
+  units->finish();
+  const auto pinned = sharded.trainer->pin_parameters();
+  if (comm->rank() == 0) {
+    EXPECT_EQ(in_step, models::generate(*sharded.model, prompt, o));
+  }
+}
+
+}  // namespace
