@@ -1159,7 +1159,8 @@ PY
     # train.optimizer: muon through the binary: the owner plan logged once, the momentum in the
     # checkpoint in place of the hidden matrices' AdamW moments (muon.momentum.<name>), a resume
     # of 2 ranks under parameters on 1 rank under none; the mistakes exit 2 naming the key.
-    muon=(--config "$src/configs/gpt-tiny.yaml" --set train.optimizer=muon --set train.warmup_steps=1
+    muon=(--config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample"
+          --set train.optimizer=muon --set train.warmup_steps=1
           --set train.eval_every=1000 --set train.sample_every=0 --set log.every=3
           --set checkpoint.dir="$work/ck" --set checkpoint.async=false)
     run mpirun -np 2 "$trainer" "${muon[@]}" --set ddp.shard=parameters --set train.steps=6 --set checkpoint.every=6
