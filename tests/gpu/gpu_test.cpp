@@ -29,7 +29,7 @@
 #include "train/precision.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // Skips only where no CUDA device is (ctest's SKIP_REGULAR_EXPRESSION matches that text). A
 // device without NCCL in the build is a failure, not a skip: the tier would otherwise pass having
@@ -591,4 +591,4 @@ TEST(Gpu, Tf32FlagDecidesMatmulPrecision) {
   train::apply_device_flags(dev, train::Switch::kOff, false);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

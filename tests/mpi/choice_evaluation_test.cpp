@@ -10,7 +10,7 @@
 #include "models/registry.h"
 #include "train/choice_evaluation.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 std::shared_ptr<models::Model> tiny_gpt() {
   const auto config = config::parse_config(R"(
@@ -61,4 +61,4 @@ TEST(ChoiceEvaluation, WorldCountsEqualOneProcessCounts) { expect_world_equals_a
 
 TEST(ChoiceEvaluation, RanksWithoutExamplesStillTakePart) { expect_world_equals_alone(2); }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -11,7 +11,7 @@
 #include "ddp/errors.h"
 #include "ddp/gather.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::ReduceOp;
 
@@ -166,8 +166,6 @@ TEST(Collectives, MissingPeerTimesOutWithMessage) {
   trainer_test::runtime().world(std::chrono::seconds(30))->barrier("after timeout test");
 }
 
-}  // namespace
-
 // The hybrid-sharding communicators (MpiRuntime::node, cross_node). Ranks fill nodes in order
 // (one real node, or kTestRanksPerNodeEnv's K consecutive ranks: the mpi_tests_nodes_np4 test runs
 // this suite as 2 nodes x 2), so world rank = node * K + node rank, and sums are closed-form.
@@ -205,3 +203,5 @@ TEST(CollectivesNodes, NodeThenCrossNodeSumIsTheWorldSum) {
   const double w = static_cast<double>(t.world_size);
   EXPECT_TRUE(at::equal(x, at::full({3}, w * (w - 1) / 2, at::kDouble))) << x;
 }
+
+}  // namespace TRAINER_UNITY_ID

@@ -35,7 +35,7 @@
 #include "train/evaluation.h"
 #include "train/loop.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::make_cpu_run;
 using trainer_test::relative_error;
@@ -384,4 +384,4 @@ TEST(LockstepUnits, EvaluationAndGenerationGatherInStep) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -9,7 +9,7 @@
 #include "common/mpi_test_env.h"
 #include "ddp/errors.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::ReduceOp;
 
@@ -95,4 +95,4 @@ TEST(Desync, TimeoutNamesTheRankThatSkippedTheCollective) {
   world(30)->barrier("after desync test");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -14,7 +14,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::relative_error;
 
@@ -125,4 +125,4 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{13, "2", 1.0, 1.0 / 1024},  // 1 KB buckets: many, params split
                       Case{13, "2", 1.0, 65536}));     // one bucket for everything
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

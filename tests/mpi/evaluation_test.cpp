@@ -18,7 +18,7 @@
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 const std::string kSample = std::string(TRAINER_SOURCE_DIR) + "/data/movielens-sample";
 
@@ -82,4 +82,4 @@ TEST(Evaluation, RanksWithoutHeldOutUsersStillTakePart) {
   world->barrier("after evaluation");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

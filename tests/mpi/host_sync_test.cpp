@@ -20,7 +20,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 std::atomic<int64_t> g_scalar_reads{0};
 thread_local int t_inside_fused_adamw = 0;
@@ -201,4 +201,4 @@ INSTANTIATE_TEST_SUITE_P(Sharded, HostSync,
                            return n;
                          });
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -23,7 +23,7 @@
 #include "common/mpi_test_env.h"
 #include "ddp/gather.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::expect_same_on_every_rank;
 using trainer_test::relative_error;
@@ -226,4 +226,4 @@ TEST_F(HybridShard, ShardedCheckpointHasOneFilePerNodeRankAndResumesAnywhere) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -11,7 +11,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::expect_same_on_every_rank;
 using trainer_test::relative_error;
@@ -87,8 +87,6 @@ TEST(LossScale, TooManySkipsInARowEndEveryRankWithAMessage) {
   expect_stop_after_two_skips(*world, "");
 }
 
-}  // namespace
-
 TEST(LossScale, Fp32NonFiniteOnOneRankSkipsTheStepOnEveryRank) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   const int last = world->size() - 1;
@@ -111,3 +109,5 @@ TEST(LossScale, Fp32TooManySkipsInARowEndEveryRankWithAMessage) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   expect_stop_after_two_skips(*world, "precision: fp32");
 }
+
+}  // namespace TRAINER_UNITY_ID

@@ -24,7 +24,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -257,4 +257,4 @@ TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
   comm->barrier("after the probe");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

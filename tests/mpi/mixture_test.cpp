@@ -19,7 +19,7 @@
 #include "ddp/gather.h"
 #include "train/batches.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 constexpr int64_t kContext = 16;
 
@@ -115,4 +115,4 @@ TEST(MixtureOrder, EveryWorldSizeReadsTheSameSamplesAndTheMixFollowsTheWeights) 
   world->barrier("done with rank 0's directory");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

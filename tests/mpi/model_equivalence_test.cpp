@@ -19,7 +19,7 @@
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::relative_error;
 
@@ -230,4 +230,4 @@ TEST(ModelEquivalence, CnnOnPngCrops) {
                             std::string(kTrain));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

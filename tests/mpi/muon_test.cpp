@@ -20,7 +20,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::relative_error;
 
@@ -152,4 +152,4 @@ TEST(MuonResume, ThreeRanksUnderParametersToTwoRanksUnderNone) {
   world->barrier("done with rank 0's directory");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

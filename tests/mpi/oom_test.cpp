@@ -18,7 +18,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 using trainer_test::relative_error;
@@ -200,9 +200,9 @@ TEST_F(Oom, ThirtySeededRandomInjectionsAllCompleteAndMatch) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // The last rung on the model it was made for: once halving is spent, the recommender releases
 // its cached item embeddings and computes them per micro-batch; the run matches one that never
@@ -245,4 +245,4 @@ TEST(OomRecommender, UncacheRungReleasesCachesOnEveryRankAndMatches) {
   EXPECT_LT(relative_error(run, reference), 1e-5);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

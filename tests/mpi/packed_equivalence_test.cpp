@@ -29,7 +29,7 @@
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::relative_error;
 
@@ -178,4 +178,4 @@ TEST(PackedEquivalence, ValidationLossAndBitsPerByteCountTargetTokensOnly) {
   EXPECT_EQ(m.samples, validation->size());
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -13,7 +13,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::relative_error;
 
@@ -76,4 +76,4 @@ TEST(ReduceDtype, Bf16BucketsHalveTheWireAndStayWithinBf16Rounding) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

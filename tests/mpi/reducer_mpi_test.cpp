@@ -12,7 +12,7 @@
 #include "ddp/reducer.h"
 #include "train/optimizer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -231,4 +231,4 @@ TEST(ReducerMpi, ClipperRiderIsSummedWithTheNorm) {
   EXPECT_FALSE(train::GradClipper({at::ones({4})}, nullptr, 1).rider().defined());
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

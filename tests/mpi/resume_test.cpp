@@ -20,7 +20,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::relative_error;
 
@@ -198,4 +198,4 @@ TEST_F(LoraResume, AnotherBaseIsRefusedNamingBoth) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -12,7 +12,7 @@
 #include "ddp/errors.h"
 #include "train/loss_scaler.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::ReduceOp;
 
@@ -121,4 +121,4 @@ TEST(ShardCollectives, OneRanksNonFiniteBlockIsEveryRanksVerdict) {
   EXPECT_EQ(scaler.found_inf().item<float>(), 0.0f);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -31,7 +31,7 @@
 #include "memory/allocator_guard.h"
 #include "train/loop.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::expect_same_on_every_rank;
 using trainer_test::relative_error;
@@ -563,4 +563,4 @@ TEST_F(ShardResume, ParametersOnWRanksIntoUnshardedOnFewerAndBack) {
   round_trip("parameters", "parameters");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

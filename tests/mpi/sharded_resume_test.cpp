@@ -39,7 +39,7 @@
 #include "train/loop.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -293,4 +293,4 @@ TEST_F(ShardedResume, ARankThatCannotReadFailsEveryRank) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -13,7 +13,7 @@
 #include "common/mpi_test_env.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using trainer_test::expect_same_on_every_rank;
 using trainer_test::relative_error;
@@ -113,4 +113,4 @@ TEST_P(SpikeGuardLossOnly, LossAloneCatchesTheSpike) {
 INSTANTIATE_TEST_SUITE_P(Shards, SpikeGuardLossOnly,
                          ::testing::Values("none", "optimizer", "gradients", "parameters"));
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

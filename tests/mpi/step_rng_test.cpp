@@ -22,7 +22,7 @@
 #include "models/registry.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 std::string config_yaml(bool checkpoint_activations, double dropout = 0.1) {
   return fmt::format(
@@ -85,4 +85,4 @@ TEST(StepRng, ResumedRunWithDropoutAndActivationCheckpointingIsBitwiseTheStraigh
   expect_exact_continuation(true);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -13,7 +13,7 @@
 #include "models/capabilities.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // Three units: a and c (12 -> 12) and the head b (12 -> 5). The first forward runs a, c, b; every
 // later one c, a, b.
@@ -77,4 +77,4 @@ TEST(UnitOrder, AChangedOrderIsRefusedOnEveryRank) {
   world->barrier("every rank refused");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -8,7 +8,7 @@
 #include "ddp/communicator.h"
 #include "ddp/options.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::resolve_backend;
 using ::testing::HasSubstr;
@@ -47,9 +47,9 @@ TEST(Backend, NcclOnCpuIsAnErrorNamingTheKey) {
   EXPECT_THROW(resolve_backend("nccl", kGpu, false), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // Timeout messages say where in the run they happened; before step 1 there is no step to name.
 TEST(BackendCommunicator, MessagesNameTheStepOrStartUp) {
@@ -57,4 +57,4 @@ TEST(BackendCommunicator, MessagesNameTheStepOrStartUp) {
   EXPECT_EQ(ddp::Communicator::when(-1), "during start-up (before step 1)");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -5,7 +5,7 @@
 #include "launcher/banner.h"
 
 namespace launcher {
-namespace {
+namespace TRAINER_UNITY_ID {
 
 TEST(Banner, NamesTheSpikeGuardsThresholdsAndWindow) {
   EXPECT_EQ(spike_guard_line({6.0, 4.5, 100}, 50),
@@ -21,5 +21,5 @@ TEST(Banner, NamesTheSpikeGuardsThresholdsAndWindow) {
             "the run (train.max_skipped_steps)");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
 }  // namespace launcher

@@ -10,7 +10,7 @@
 #include "ddp/batch_plan.h"
 #include "ddp/errors.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::BatchPlan;
 using ddp::PlanError;
@@ -162,8 +162,6 @@ TEST(BatchPlan, WeightsOfEveryMicroBatchOfEveryRankSumToOne) {
   EXPECT_DOUBLE_EQ(BatchPlan::make(10, 3, 0, 3).weight(3), 0.3);
 }
 
-}  // namespace
-
 // ddp.shard: parameters: every rank runs the largest rank's number of micro-batches, which still
 // sum to its slice; a slice shorter than that count gets empty micro-batches first.
 TEST(BatchPlan, EqualizedMicroBatchCountsAreTheSameOnEveryRank) {
@@ -196,3 +194,5 @@ TEST(BatchPlan, EqualizedMicroBatchCountsAreTheSameOnEveryRank) {
   p.equalize_micro_batches(1);
   EXPECT_THAT(p.micro_sizes, ::testing::ElementsAre(0, 1, 1, 1));
 }
+
+}  // namespace TRAINER_UNITY_ID

@@ -6,7 +6,7 @@
 
 #include "launcher/device.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -69,4 +69,4 @@ TEST(BindDevice, AutoWithEnoughGpusIsCuda) {
   EXPECT_EQ(b.description, "cuda:1 (of 4 visible, CUDA_VISIBLE_DEVICES=2,3,4,5)");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

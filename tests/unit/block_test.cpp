@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::Block;
 using models::BlockOptions;
@@ -233,4 +233,4 @@ TEST(Block, RejectsInconsistentSizes) {
   EXPECT_THROW(Block{o}, std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -6,7 +6,7 @@
 
 #include "ddp/buckets.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::assign_buckets;
 using ddp::BucketLayout;
@@ -70,4 +70,4 @@ TEST(Buckets, EveryParameterExactlyOnceAndCapsRespected) {
   for (int count : seen) EXPECT_EQ(count, 1);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -16,7 +16,7 @@
 #include "models/capabilities.h"
 #include "models/registry.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -153,9 +153,9 @@ TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
   EXPECT_EQ(error_of([&] { checkpoint::check_compatible(ckpt, *fresh); }), "");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // Overwrites `n` bytes at `offset` of `path` (from the end when offset < 0), or truncates it.
 void damage(const std::string& path, int64_t offset, const std::string& bytes) {
@@ -233,4 +233,4 @@ TEST(CheckpointIntegrity, TheConfigurationTravelsInTheMetadata) {
             "model:\n  name: mlp\n");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -14,7 +14,7 @@
 #include "common/temp_dir.h"
 #include "data/errors.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -154,4 +154,4 @@ TEST(ChoiceTasks, MalformedJsonLinesNameTheLine) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -13,7 +13,7 @@
 #include "models/cnn.h"
 #include "reference_harness.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::CnnOptions;
 using models::RestorationCnn;
@@ -211,4 +211,4 @@ TEST(CnnValidation, ErrorsNameTheConfigKey) {
   EXPECT_EQ(construction_error(o), "");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

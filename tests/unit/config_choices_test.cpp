@@ -13,7 +13,7 @@
 #include "config/schema.h"
 #include "config_test_util.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using namespace config_test;
 
@@ -131,4 +131,4 @@ TEST(ConfigChoices, AnUnknownNameNamesTheKeyAndTheChoices) {
             "--set log.progress=[bar]: log.progress: expected one of the choices, got a list");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -16,7 +16,7 @@
 #include "config/schema.h"
 #include "config_test_util.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using namespace config_test;
 
@@ -380,4 +380,4 @@ TEST(ConfigErrors, LoadConfigOfAMissingFileNamesThePath) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -15,7 +15,7 @@
 #include "config/schema.h"
 #include "config_test_util.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using namespace config_test;
 
@@ -463,4 +463,4 @@ TEST(Config, ReferenceListsEveryKey) {
               HasSubstr("[checkpoint_activations, halve_micro_batch, uncache_embeddings]"));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -16,7 +16,7 @@
 #include "data/errors.h"
 #include "data/readers.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -145,4 +145,4 @@ TEST(CsvSeries, MalformedFilesAreNamed) {
               HasSubstr("none.csv: cannot open"));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -33,7 +33,7 @@
 #include "models/lm/lm_shape.h"
 #include "models/registry.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 namespace fs = std::filesystem;
 
@@ -331,4 +331,4 @@ TEST(DeferredInit, LmShapeListsTheModelsParametersAndUnits) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

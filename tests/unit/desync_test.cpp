@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::desync::OpKind;
 using ddp::desync::OpRecord;
@@ -177,4 +177,4 @@ TEST(Desync, DeadlineIsShort) {
   EXPECT_DOUBLE_EQ(ddp::desync::exchange_deadline(std::chrono::seconds(4)).count(), 2.0);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -12,7 +12,7 @@
 #include "models/lm/lm_shape.h"
 
 namespace launcher {
-namespace {
+namespace TRAINER_UNITY_ID {
 
 TEST(PlanDeviceMemory, ParsesDecimalAndBinaryUnits) {
   EXPECT_EQ(parse_device_memory("80GiB", "--plan-device-memory"), int64_t{80} << 30);
@@ -218,5 +218,5 @@ TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseWhole) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
 }  // namespace launcher

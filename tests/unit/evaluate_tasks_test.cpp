@@ -8,7 +8,7 @@
 #include "launcher/evaluate_tasks.h"
 
 namespace launcher {
-namespace {
+namespace TRAINER_UNITY_ID {
 
 config::Config lm_config(const std::string& path, const std::string& tasks = "[hellaswag.bin]") {
   return config::parse_config("model:\n  name: gpt\ndata:\n  dataset: tokens\n  path: '" + path +
@@ -35,5 +35,5 @@ TEST(EvaluateTasks, TheShapeWithoutDataIsTheConfigsTokenKeys) {
   EXPECT_EQ(s.input_dim, 0);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
 }  // namespace launcher

@@ -20,7 +20,7 @@
 #include "memory/oom.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using launcher::ExitStatus;
 using ::testing::HasSubstr;
@@ -122,4 +122,4 @@ TEST(ExitStatus, AbortsCarryTheirOwnCodes) {
   EXPECT_THAT(torch->message, Not(HasSubstr("Exception raised from")));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

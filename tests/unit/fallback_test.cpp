@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using memory::Rung;
 
@@ -181,4 +181,4 @@ TEST(FallbackLadder, RungNames) {
   EXPECT_THROW(memory::parse_rung("shrink"), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -15,7 +15,7 @@
 #include "common/temp_dir.h"
 #include "data/errors.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -143,4 +143,4 @@ TEST(Gpt2Tokenizer, MakeTokenizerReadsTheRanksNamedByTheEnvironment) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -25,7 +25,7 @@
 #include "reference_harness.h"
 #include "train/precision.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::Gpt;
 using models::GptOptions;
@@ -438,4 +438,4 @@ TEST(GptOptions, InputsLongerThanTheContextAreRejected) {
                std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -25,7 +25,7 @@
 #include "models/lm/generate.h"
 #include "models/registry.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -267,4 +267,4 @@ TEST_F(HfGpt2, InitFromErrorsNameTheFileAndBothShapes) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

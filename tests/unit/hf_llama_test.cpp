@@ -25,7 +25,7 @@
 #include "models/lm/generate.h"
 #include "models/registry.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -240,4 +240,4 @@ TEST(SafetensorsShards, SizesAndABrokenIndex) {
               ::testing::ThrowsMessage<io::SafetensorsError>(HasSubstr(files[1])));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -22,7 +22,7 @@
 #include "data/image_folder.h"
 #include "data/readers.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using data::DataError;
 using data::DataOptions;
@@ -321,4 +321,4 @@ TEST(ImageFolder, FileBrokenAfterOpenIsADataErrorInGet) {
   EXPECT_NE(message.find(dir.file("b.png")), std::string::npos) << message;
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -7,7 +7,7 @@
 
 #include "memory/allocator_guard.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -36,4 +36,4 @@ TEST(InjectionSpec, BadEntriesNameTheKeyAndTheEntry) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -11,7 +11,7 @@
 #include "ddp/mpi_runtime.h"
 #include "launcher/launch.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using launcher::LaunchError;
 using launcher::LaunchInfo;
@@ -253,4 +253,4 @@ TEST(LaunchRank, MalformedValueIsZero) {
   EXPECT_EQ(launcher::launcher_rank(fake_env({{"SLURM_PROCID", "-2"}})), 0);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -13,7 +13,7 @@
 #include <functional>
 #include <limits>
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // Values around every regime: the tails (where tanh and erf saturate and e^-z underflows), the
 // region near 0 (where tanh's 1 - e cancels) and a dense normal sample.
@@ -94,4 +94,4 @@ TEST(LayersLinear, MatchesTheModuleForTwoAndThreeDimensionalInputs) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -9,7 +9,7 @@
 
 #include "train/schedule.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using train::DecayShape;
 using train::Schedule;
@@ -133,4 +133,4 @@ TEST(LearningRate, PlanTextReadsBackExactly) {
   EXPECT_THROW(Schedule::from_text("steps=1"), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

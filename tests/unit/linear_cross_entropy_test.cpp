@@ -18,7 +18,7 @@
 #include "reference_harness.h"
 #include "train/precision.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::linear_cross_entropy;
 
@@ -209,4 +209,4 @@ TEST(LinearCrossEntropy, BadInputsNameWhatIsWrong) {
   EXPECT_NE(message(p.h, p.targets, 17).find("vocab 17 must be in [1, 16]"), std::string::npos);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -16,7 +16,7 @@
 
 #include "reference_harness.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::Llama;
 using models::LlamaOptions;
@@ -221,4 +221,4 @@ TEST(Llama, OptionErrorsNameTheKey) {
   EXPECT_THAT(error(o), HasSubstr("model.rope_factor"));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -14,7 +14,7 @@
 
 #include "data/errors.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // Sample i is (i, 2i); a sample >= poison throws DataError, as a malformed file would.
 class CountingDataset final : public data::Dataset {
@@ -139,4 +139,4 @@ TEST(Loader, ASlowReaderWithEnoughWorkersLeavesTheStepUnblocked) {
   EXPECT_LT(waited_async, 0.2 * waited_sync) << "sync " << waited_sync << " s";
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

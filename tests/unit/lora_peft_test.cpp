@@ -22,7 +22,7 @@
 #include "models/lm/lora.h"
 #include "models/registry.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -197,4 +197,4 @@ TEST_P(LoraPeft, AnotherPeftTypeIsRefusedNamingTheFile) {
 INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Values(0, 1),
                          [](const auto& info) { return std::string(kFamilies[info.param].name); });
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -19,7 +19,7 @@
 #include "models/llama/llama.h"
 #include "reference_harness.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::Gpt;
 using models::GptOptions;
@@ -282,4 +282,4 @@ TEST(LoraErrors, RankZeroWithTargetsNamesTheRank) {
       std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

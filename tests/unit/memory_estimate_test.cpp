@@ -5,7 +5,7 @@
 
 #include "memory/estimator.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -87,4 +87,4 @@ TEST(MemoryEstimate, SingleProbeSizeIsAllPerSample) {
   EXPECT_EQ(e.activation_fixed, 4000);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

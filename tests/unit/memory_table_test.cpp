@@ -8,7 +8,7 @@
 
 #include "memory/memory_stats.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -59,4 +59,4 @@ TEST(MemoryTable, CpuSampleCountsTensorsThroughTheGuard) {
   EXPECT_GT(after.total_bytes, 0);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

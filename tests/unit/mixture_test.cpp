@@ -20,7 +20,7 @@
 #include "ddp/mixture_order.h"
 #include "ddp/rank_sampler.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::MixtureOrder;
 
@@ -236,4 +236,4 @@ TEST(MixtureConfig, BadSourcesExitNamingTheKey) {
   EXPECT_NE(config::config_to_yaml(c).find("name: \"web\""), std::string::npos);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

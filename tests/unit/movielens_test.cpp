@@ -13,7 +13,7 @@
 #include "data/movielens.h"
 #include "data/registry.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using data::MovieLensDataset;
 using data::MovieLensError;
@@ -271,4 +271,4 @@ TEST_F(MovieLens, WithTwoItemsTheNegativeIsTheOtherItem) {
   EXPECT_TRUE(at::equal(in.select(1, 2), 1 - in.select(1, 1)));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

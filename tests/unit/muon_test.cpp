@@ -23,7 +23,7 @@
 #include "train/muon.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using train::MuonPlan;
 
@@ -200,4 +200,4 @@ TEST(MuonMatrices, AreTheBlocksTwoDimensionalWeights) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

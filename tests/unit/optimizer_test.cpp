@@ -11,7 +11,7 @@
 #include "memory/allocator_guard.h"
 #include "train/optimizer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 std::vector<at::Tensor> make_params(uint64_t seed) {
   at::manual_seed(seed);
@@ -124,4 +124,4 @@ TEST(OptimizerGradClipper, LeavesGradientsAloneWithinTheLimitOrWithoutOne) {
   for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].grad().equal(before[i])) << i;
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -21,7 +21,7 @@
 #include "models/mlp.h"
 #include "reference_harness.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -233,4 +233,4 @@ TEST(PackedDocuments, AModelWithoutTheCapabilityIsRefusedNamingDataPacking) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -10,7 +10,7 @@
 #include "train/periodic.h"
 #include "train/report/run_report.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using train::Cadence;
 
@@ -77,4 +77,4 @@ TEST(DoneLine, ReportsEveryBucketApart) {
             "fallback(s)");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -5,7 +5,7 @@
 
 #include "train/report/progress.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using train::ProgressMode;
 using train::ProgressSetting;
@@ -46,4 +46,4 @@ TEST(Progress, TheStepLineHasAnEtaOnceAStepPastTheFirstIsDone) {
   EXPECT_EQ(off.eta_suffix(), "");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -14,7 +14,7 @@
 #include "ddp/errors.h"
 #include "ddp/rank_sampler.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::BatchPlan;
 using ddp::PlanError;
@@ -113,4 +113,4 @@ TEST(RankSampler, DatasetSmallerThanTheGlobalBatchIsAPlanError) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

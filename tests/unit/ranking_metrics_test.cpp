@@ -20,7 +20,7 @@
 #include "train/evaluation.h"
 #include "train/trainer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using train::ranking_metrics_from_ranks;
 
@@ -203,4 +203,4 @@ TEST(RankingMetrics, OtherDatasetsAreNotEvaluated) {
   EXPECT_TRUE(comm.ops.empty());
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

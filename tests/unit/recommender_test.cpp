@@ -18,7 +18,7 @@
 #include "models/registry.h"
 #include "reference_harness.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::Recommender;
 using models::RecommenderOptions;
@@ -321,4 +321,4 @@ TEST(Recommender, RegistryBuildsItFromAMovieLensDataset) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

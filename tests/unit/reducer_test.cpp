@@ -8,7 +8,7 @@
 #include "fake_communicator.h"
 #include "reducer_net.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -188,4 +188,4 @@ TEST(Reducer, ParameterListsThatMatchPassVerification) {
   EXPECT_NO_THROW(ddp::verify_same_parameters(comm, net.named()));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

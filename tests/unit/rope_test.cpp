@@ -9,7 +9,7 @@
 #include <cmath>
 #include <numbers>
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -71,4 +71,4 @@ TEST(Rope, BadOptionsNameTheKey) {
   EXPECT_THROW(models::rope_frequencies(7, {}), std::invalid_argument);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

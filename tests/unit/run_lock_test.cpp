@@ -21,7 +21,7 @@
 #include "launcher/run_lock.h"
 
 namespace launcher {
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -222,5 +222,5 @@ TEST(LockHolder, RecordRoundTripsAndGarbageIsNone) {
   EXPECT_FALSE(LockHolder::parse("{\"host\": \"n1\", \"pi").has_value());  // cut short
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
 }  // namespace launcher

@@ -15,7 +15,7 @@
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using io::read_safetensors;
 using io::SafetensorsError;
@@ -267,4 +267,4 @@ TEST_F(Safetensors, WriterRejectsUnsupportedDtypes) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -13,7 +13,7 @@
 #include "models/sequence.h"
 #include "reference_harness.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using models::SequenceForecaster;
 using models::SequenceOptions;
@@ -199,4 +199,4 @@ TEST(SequenceValidation, ErrorsNameTheConfigKey) {
   EXPECT_EQ(construction_error(o), "");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -9,7 +9,7 @@
 
 #include "common/temp_dir.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 namespace fs = std::filesystem;
 
@@ -201,4 +201,4 @@ TEST_F(ShardFiles, ReadsTheManifestOrSaysItIsMissing) {
   EXPECT_EQ(io::read_manifest(dir_.string()).files[1].crc32, m_.files[1].crc32);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -11,7 +11,7 @@
 #include "reducer_net.h"
 #include "train/optimizer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ddp::ShardMode;
 using trainer_test::Net;
@@ -309,4 +309,4 @@ TEST(ShardedOptimizer, FusedAdamWOverFlatBlocksEqualsPerParameter) {
   for (size_t i = 0; i < va.size(); ++i) EXPECT_TRUE(at::allclose(va[i], vb[i], 1e-6, 1e-7)) << i;
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -23,7 +23,7 @@
 #include "ddp/shard.h"
 #include "models/registry.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -289,4 +289,4 @@ TEST(ShardedCheckpoint, KeepLastPrunesStepDirectoriesWithFiles) {
   EXPECT_TRUE(checkpoint::is_sharded_checkpoint(dir.file("final")));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

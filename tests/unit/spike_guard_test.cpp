@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 struct Guard {
   train::SpikeGuard guard;
@@ -110,4 +110,4 @@ TEST(SpikeGuard, InjectionSpecs) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

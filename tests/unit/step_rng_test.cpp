@@ -11,7 +11,7 @@
 
 #include "core/splitmix.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 // Known answers, computed apart from the code under test (Python, from the contract in
 // step_rng.h: splitmix64 chained over seed ^ "STEPRAND", step, rank), so a change of the formula
@@ -68,4 +68,4 @@ TEST(StepRng, ReseedingReplaysTheDrawsWhateverCameBefore) {
   EXPECT_TRUE(at::equal(at::dropout(at::ones({256}), 0.5, true), mask));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -7,7 +7,7 @@
 #include "launcher/exit_codes.h"
 #include "launcher/stop_policy.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 TEST(StopPolicy, ExitCodeAfterARun) {
   using launcher::exit_code_after_run;
@@ -19,4 +19,4 @@ TEST(StopPolicy, ExitCodeAfterARun) {
   EXPECT_EQ(exit_code_after_run(true, SIGUSR1, 100, 100), launcher::kExitOk);
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -15,7 +15,7 @@
 #include "train/report/tensorboard.h"
 #include "train/report/tensorboard_event.pb.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 uint64_t le(const std::string& s, size_t at, int bytes) {
   uint64_t v = 0;
@@ -112,4 +112,4 @@ TEST(TensorBoard, ADirectoryThatCannotBeCreatedNamesTheKey) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -13,7 +13,7 @@
 #include "io/safetensors.h"
 #include "models/text_encoder.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using io::SafetensorsError;
 using models::TextEncoder;
@@ -229,4 +229,4 @@ TEST_F(TextEncoderFiles, LoadErrorsNameTheFileAndTensorAndChangeNothing) {
   EXPECT_TRUE(at::equal(target.forward(t), before));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

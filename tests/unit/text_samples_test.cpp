@@ -18,7 +18,7 @@
 #include "models/lm/generate.h"
 #include "models/mlp.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -116,4 +116,4 @@ TEST(TextSamples, OneLineEscapesControlCharacters) {
   EXPECT_EQ(train::one_line("a\nb\\c\td\x7f"), "a\\nb\\\\c\\x09d\\x7f");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -22,7 +22,7 @@
 #include "data/token_packing.h"
 #include "data/token_shards.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using test::append;
 using test::Doc;
@@ -403,4 +403,4 @@ TEST(TokenDocuments, ToDeviceCarriesThePositions) {
   EXPECT_FALSE(plain.positions.defined());
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

@@ -14,7 +14,7 @@
 #include "data/errors.h"
 #include "data/readers.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
 
@@ -199,4 +199,4 @@ TEST(TokenShards, Uint32ShardsReadBackAndAreChecked) {
                                "version 7 (uint32 tokens)"));
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

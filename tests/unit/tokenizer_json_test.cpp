@@ -18,7 +18,7 @@
 #include "data/errors.h"
 #include "data/tokenizer.h"
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -205,4 +205,4 @@ TEST_F(TokenizerJson, ChooseTokenizerTakesAPathAndChecksTheVocabularyFits) {
             dir_->path() + "/gpt2-pattern/tokenizer.json");
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID

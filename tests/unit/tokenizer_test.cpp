@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace {
+namespace TRAINER_UNITY_ID {
 
 TEST(TokenizerBytes, EncodesEachUtf8ByteAndDecodesBackByteForByte) {
   const auto tok = data::make_tokenizer("bytes");
@@ -39,4 +39,4 @@ TEST(Tokenizer, UnknownEncodingNamesItAndTheKnownOnes) {
   }
 }
 
-}  // namespace
+}  // namespace TRAINER_UNITY_ID
