@@ -99,12 +99,20 @@ expect_one_node_result() {
   tail -1 "$out"
 }
 
+# wait_job_end JOB TRIES INTERVAL: polls job JOB every INTERVAL seconds, at most TRIES times, until
+# it is no longer pending, running or completing; sets $state (JobState=...).
+wait_job_end() {
+  for _ in $(seq 1 "$2"); do
+    state=$(scontrol show job "$1" 2>/dev/null | grep -oE "JobState=[A-Z_]+")
+    case $state in JobState=PENDING|JobState=RUNNING|JobState=COMPLETING|"") sleep "$3" ;; *) return ;; esac
+  done
+}
 # node_failure_job CKPT_DIR ARGS...: the shipped batch script on two nodes (ARGS: the config and
 # its --set's) with checkpoint.dir=CKPT_DIR and checkpoint.resume=auto; once the checkpoint of
 # step 10 is written, the trainer ranks on n2 are killed (SIGKILL), and the job must complete on
 # n1. Its log goes to $out.
 node_failure_job() {
-  local ckpt=$1 job state="" p env_of victims=()
+  local ckpt=$1 job p env_of victims=()
   shift
   job=$(env TRAINER="$trainer" sbatch --parsable "${two_nodes[@]}" --cpus-per-task=1 \
     --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" "$@" \
@@ -121,10 +129,7 @@ node_failure_job() {
   [ ${#victims[@]} = 2 ] || { job_log; fail "found ${#victims[@]} trainer processes on n2, not 2"; }
   echo "+ kill -KILL ${victims[*]}  # the trainer ranks on n2" | tee -a "$out"
   kill -KILL "${victims[@]}"
-  for _ in $(seq 1 180); do
-    state=$(scontrol show job "$job" 2>/dev/null | grep -oE "JobState=[A-Z_]+")
-    case $state in JobState=PENDING|JobState=RUNNING|JobState=COMPLETING|"") sleep 1 ;; *) break ;; esac
-  done
+  wait_job_end "$job" 180 1
   job_log
   [ "$state" = JobState=COMPLETED ] || fail "the job ended as $state, not COMPLETED"
   expect_grep "launched by srun: 4 rank\(s\) on 2 node\(s\)"
@@ -273,10 +278,7 @@ case $case_name in
     job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
       "$src/slurm/train.sbatch" "${gpt[@]}" --set checkpoint.dir="$work/straight") || fail "sbatch failed"
     jobs+=("$job")
-    for _ in $(seq 1 240); do
-      state=$(scontrol show job "$job" 2>/dev/null | grep -oE "JobState=[A-Z_]+")
-      case $state in JobState=PENDING|JobState=RUNNING|JobState=COMPLETING|"") sleep 0.5 ;; *) break ;; esac
-    done
+    wait_job_end "$job" 240 0.5
     job_log
     [ "$state" = JobState=COMPLETED ] || fail "the uninterrupted job ended as $state, not COMPLETED"
     expect_grep "done: 150 steps"
