@@ -32,8 +32,8 @@ blocks=$work/blocks.sh
 # shellcheck disable=SC2016  # expanded by the bash that runs the blocks
 echo 'PS4="+ [\${SECONDS}s] "' >"$blocks"  # each command with the seconds since the page started
 if ! awk -v page="$page" -v out="$blocks" '
-  /^```/ && !inblock {
-    inblock = 1; info = substr($0, 4); sub(/[ \t]+$/, "", info)
+  /^[ \t]*```/ && !inblock {  # a fence, also indented in a list item
+    inblock = 1; info = $0; sub(/^[ \t]*```/, "", info); sub(/[ \t]+$/, "", info)
     if (info ~ /^(sh|bash)( |$)/) {
       split(info, w, " ")
       if (w[2] == "run") { run = 1; printf "echo \"\\$ [%s:%d]\"\n", page, NR >> out; runnable++ }
@@ -44,7 +44,7 @@ if ! awk -v page="$page" -v out="$blocks" '
     }
     next
   }
-  /^```/ && inblock { inblock = 0; run = 0; next }
+  /^[ \t]*```/ && inblock { inblock = 0; run = 0; next }
   /^<!-- docs-test/ && !inblock { run = 1; printf "echo \"\\$ [%s:%d] (hidden)\"\n", page, NR >> out; next }
   /^-->/ && run && !inblock { run = 0; next }
   run { print >> out }
