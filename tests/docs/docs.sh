@@ -20,7 +20,8 @@
 # small step counts: `--set train.steps=S --set train.warmup_steps=2` are appended to every
 # command, S being DOCS_STEPS (default 8), or twice that for a command that resumes
 # (checkpoint.resume: it trains S more steps); a command whose own train.steps is at most 50 keeps
-# it (and its warmup).
+# it (and its warmup). `--set train.threads=1` too: a single process's two intra-op threads on a
+# machine whose cores are busy with other tests took 7 times as long as one thread.
 set -uo pipefail
 page=$1 trainer=$2 src=$3
 steps=${DOCS_STEPS:-8}
@@ -62,7 +63,7 @@ for d in "$src"/data/*; do ln -s "$d" "data/$(basename "$d")"; done
 cat >build/trainer <<WRAP
 #!/usr/bin/env bash
 # build/trainer of the docs tier: $trainer with small step counts (tests/docs/docs.sh).
-args=("\$@")
+args=("\$@" --set train.threads=1)
 if ! [[ " \$* " =~ train\.steps=([0-9]+) ]] || [ "\${BASH_REMATCH[1]}" -gt 50 ]; then
   steps=$steps
   [[ " \$* " != *checkpoint.resume=* ]] || steps=\$((2 * steps))
