@@ -202,9 +202,11 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_single(const std::string&
   return p;
 }
 
-std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string& step_dir,
-                                                               int64_t steps_done,
-                                                               const RunState& state) {
+namespace {
+
+// What a sharded checkpoint of `state` holds: the parameters (or this rank's master blocks of
+// them), the buffers and the optimizer's moments.
+ShardedState sharded_state_of(const RunState& state) {
   ShardedState shards;
   for (const auto& item : state.model->named_parameters())
     shards.params.emplace_back(item.key(), item.value());
@@ -218,6 +220,15 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string
   shards.exp_avgs = state.exp_avgs;
   shards.exp_avg_sqs = state.exp_avg_sqs;
   shards.muon = state.muon;
+  return shards;
+}
+
+}  // namespace
+
+std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string& step_dir,
+                                                               int64_t steps_done,
+                                                               const RunState& state) {
+  const ShardedState shards = sharded_state_of(state);
   // The files: one per rank of the shard group (the world; hybrid, a node), written by the first
   // node's ranks (every node holds the same blocks), file f by the group's rank f.
   const int files = comms_.shard.size();

@@ -89,7 +89,7 @@ int plan_shard_ranks(const PlannedWorld& world) {
 DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::ScalarType reduce_dtype,
                        const memory::MemoryEstimate& probe, int64_t global_batch,
                        int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
-                       double target_fraction, ddp::ShardMode in_force) {
+                       double target_fraction, ddp::ShardMode in_force, int64_t frozen_bytes) {
   const int ranks = world.ranks;
   if (global_batch < ranks) {
     throw ddp::PlanError(fmt::format(
@@ -117,6 +117,7 @@ DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::Scalar
     ModePlan row;
     row.mode = static_cast<ddp::ShardMode>(m);
     row.state = ddp::shard_footprint(layout, plan.shard_ranks, row.mode, reduce_dtype);
+    row.state.parameters += frozen_bytes;
     memory::MemoryEstimate e = a;
     e.parameters = row.state.parameters;
     e.gradients = row.state.gradients;
@@ -246,9 +247,10 @@ memory::MemoryEstimate shape_activations(const models::LmShape& shape, const Sha
 DevicePlan plan_shape(const models::LmShape& shape, const ShapePlanInputs& in, int64_t global_batch,
                       int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
                       double target_fraction, ddp::ShardMode in_force) {
-  DevicePlan plan =
-      plan_device(shape_layout(shape, in_force, in), in.reduce_dtype, shape_activations(shape, in),
-                  global_batch, micro_batch, world, device_bytes, target_fraction, in_force);
+  const int64_t frozen_bytes = 4 * shape.frozen_count();  // LoRA's base: fp32 buffers
+  DevicePlan plan = plan_device(shape_layout(shape, in_force, in), in.reduce_dtype,
+                                shape_activations(shape, in), global_batch, micro_batch, world,
+                                device_bytes, target_fraction, in_force, frozen_bytes);
   plan.activations_computed = true;
   return plan;
 }

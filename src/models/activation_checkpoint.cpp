@@ -23,6 +23,11 @@ namespace {
 // CUDA one of the input's device), so dropout draws the same masks, and the autocast state, so
 // it computes in the same precision (backward runs outside the trainer's autocast scope). The
 // generators are put back afterwards: checkpointing leaves the random stream as it found it.
+// A segment whose input needs no gradient (the first block of a model whose embeddings are frozen:
+// LoRA) would give an output without a graph, as any autograd function whose inputs need none,
+// and the adapters inside would get no gradient; such an input enters as a fresh leaf that
+// requires one (as transformers' enable_input_require_grads does for PEFT with gradient
+// checkpointing), whose gradient nobody reads.
 
 // What a checkpointed segment recomputes. Held in the autograd context (as a capsule: the one
 // IValue that holds an arbitrary C++ object), so the graph keeps the block, and with it its
@@ -145,7 +150,8 @@ struct Checkpoint final : torch::autograd::Function<Checkpoint> {
 }  // namespace
 
 at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> f, const at::Tensor& x) {
-  return Checkpoint::apply(x, c10::make_intrusive<Segment>(std::move(f)));
+  const at::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_(true);
+  return Checkpoint::apply(input, c10::make_intrusive<Segment>(std::move(f)));
 }
 
 }  // namespace models

@@ -162,7 +162,6 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   const int64_t n = max_samples > 0 ? std::min(max_samples, validation.size()) : validation.size();
   const auto [begin, count] = eval_slice(n, control.size(), control.rank());
   const c10::Device device = model_device(model);
-
   at::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.eval();

@@ -214,21 +214,27 @@ SH
     expect_grep "per-rank state by ddp.shard \(parameters / gradients / optimizer state\): none [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; optimizer .*; gradients [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB; parameters [0-9.]+ / [0-9.]+ / [0-9.]+ = [0-9.]+ MiB"
     expect_grep "dry run: nothing trained"; expect_no_grep "step +1/" ;;
   dry_run_plan_cuda)
-    # A CUDA config planned on this machine (no GPU) for 64 ranks of 80 GiB: one process probes on
-    # the CPU at bf16 and prints every ddp.shard mode's per-rank state and auto's micro-batch.
+    # A CUDA config planned on this machine (no GPU) for 64 ranks of 80 GiB: every ddp.shard
+    # mode's per-rank state and auto's micro-batch; a language model's activations computed from
+    # its shapes, another model's (mlp) probed on the CPU at bf16.
     if ! { ln -s "$src/data" "$work/data" && cd "$work"; }; then fail "cannot set up $work"; fi
     run "$trainer" --config "$src/configs/quickstart.yaml" --set train.device=cuda \
       --set train.precision=bf16 --set train.global_batch_size=200 \
       --dry-run --plan-ranks 64 --plan-device-memory 80GiB
     expect_rc 0; expect_no_grep "sees no CUDA device"
     expect_grep "plan for 64 rank\(s\) of 81920.0 MiB device memory: budget [0-9.]+ MiB"
-    expect_grep "activations \(CPU-measured estimate of CUDA memory, at the config's precision\): [0-9.]+ MiB fixed \+ [0-9.]+ MiB/sample"
+    expect_grep "activations \(computed from the shapes: estimate of CUDA memory, at the config's precision\): [0-9.]+ MiB fixed \+ [0-9.]+ MiB/sample"
     for mode in none optimizer gradients; do
       expect_grep "$mode +[0-9.]+ MiB +[0-9.]+ MiB +[0-9.]+ MiB +[0-9.]+ MiB  [0-9]+"
     done
     expect_grep "none .*  \(in force\)"
     expect_grep "global batch 200 at 64 rank\(s\): rank 0 takes 4 samples \[0, 4\) in 1 micro-batch\(es\) of 4"
     expect_grep "micro_batch_size auto would pick 4 under ddp.shard: none"
+    expect_grep "dry run: nothing trained"
+    run "$trainer" --config "$src/configs/mlp.yaml" --set train.device=cuda \
+      --set train.precision=bf16 --dry-run --plan-ranks 8 --plan-device-memory 80GiB
+    expect_rc 0
+    expect_grep "activations \(CPU-measured estimate of CUDA memory, at the config's precision\): [0-9.]+ MiB fixed \+ [0-9.]+ MiB/sample"
     expect_grep "dry run: nothing trained" ;;
   dry_run_plan_errors)
     # Each mistake is exit 2 with a message naming the flag or key, before any training.
@@ -337,7 +343,7 @@ SH
       --set memory.min_micro_batch=64 --set checkpoint.dir="$work/ckpt"
     expect_rc 4
     expect_grep "trainer: error: out of memory at step 3 with every fallback spent"
-    expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes; injected by memory.inject_oom \(1:3:forward\); [0-9]+ bytes available on this machine"
+    expect_grep "rank 1 in forward \(micro-batch 64\): CPU out of memory: tried to allocate [0-9]+ bytes; injected by memory.inject_oom \(1:3:forward\); [0-9]+ bytes free of the [0-9]+ byte budget"
     expect_grep "checkpoint written to .*/ckpt/oom_step_000003.safetensors"
     expect_grep "Or shard the optimizer state: ddp.shard: optimizer, or the rung shard_optimizer in memory.fallback."
     [ -f "$work/ckpt/oom_step_000003.safetensors" ] || fail "no checkpoint"

@@ -179,13 +179,19 @@ case $case_name in
   generate_oom)
     # --generate runs under the config's memory limits, and its errors exit through the launcher's
     # table (launcher/exit_status.h): a CPU budget (memory.cpu_budget_mb) too small for the model
-    # is out of memory, exit 4 with the usual message; --export-hf alike.
+    # is out of memory, exit 4 with the usual message; --export-hf of a checkpoint alike (without
+    # weights to export it is a user mistake, exit 2, before anything is allocated).
     run mpirun -np 2 "$trainer" "${tiny[@]}" --set memory.cpu_budget_mb=0.1 --generate "Hello"
     expect_rc 4
     expect_grep "^trainer: error: out of memory in --generate: CPU out of memory: .*memory.cpu_budget_mb"
     expect_grep "Give each rank more memory \(memory.cpu_budget_mb on CPU"
     [ "$(grep -c "out of memory" "$out")" = 1 ] || fail "not said once under mpirun"
     run "$trainer" "${tiny[@]}" --set memory.cpu_budget_mb=0.1 --export-hf "$work/out"
+    expect_rc 2; expect_grep "^trainer: error: --export-hf: no weights to export"
+    run "$trainer" "${tiny[@]}" --set train.steps=1 --set checkpoint.dir="$work/ckpt"
+    expect_rc 0
+    run "$trainer" "${tiny[@]}" --set checkpoint.dir="$work/ckpt" --set memory.cpu_budget_mb=0.1 \
+      --export-hf "$work/out"
     expect_rc 4; expect_grep "^trainer: error: out of memory in --export-hf: "
     # The same command with room for the model generates.
     run "$trainer" "${tiny[@]}" --set memory.cpu_budget_mb=64 --generate "Hello" --max-new-tokens 8

@@ -8,8 +8,8 @@
 //   run continues bitwise as the uninterrupted one.
 // - ShardedOom: an out-of-memory error inside a parameters step (forward or backward, one or
 //   several micro-batches, any rank) takes the next rung on every rank and ends with the
-//   parameters of a run that took that rung from the start; thirty seeded random injections all
-//   complete.
+//   parameters of a run that took that rung from the start (LoRA's adapters too, in fp32 and
+//   bf16, their frozen base bitwise as it started); thirty seeded random injections all complete.
 // - LockstepUnits: evaluation (slices of different lengths per rank) and rank 0's generation under
 //   parameters give what the unsharded run gives, and evaluation gathers one unit at a time.
 #include <ATen/ATen.h>
@@ -229,17 +229,27 @@ TEST(DeferredBuildResume, ShardedCheckpointResumesEachRanksRangesOnly) {
 struct OomRun {
   std::vector<at::Tensor> params;
   int fallbacks = 0;
+  bool buffers_unchanged = true;  // every buffer (LoRA's frozen base) bitwise as it started
 };
 
-OomRun train_with(ddp::Communicator& comm, const std::string& yaml, const std::string& inject) {
+// `deferred`: built without storage (not with LoRA, whose frozen base every rank holds whole).
+OomRun train_with(ddp::Communicator& comm, const std::string& yaml, const std::string& inject,
+                  bool deferred = true) {
   auto& guard = memory::CpuAllocatorGuard::instance();
   guard.set_injections(comm.rank(), memory::parse_injections(inject));
   struct Reset {
     ~Reset() { memory::CpuAllocatorGuard::instance().set_injections(0, {}); }
   } reset;
-  auto run = make_cpu_run(comm, yaml, "oom.yaml", {}, /*deferred=*/true);
+  auto run = make_cpu_run(comm, yaml, "oom.yaml", {}, deferred);
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : run.model->buffers()) buffers.push_back(b.detach().clone());
   for (int64_t s = 1; s <= 4; ++s) run.trainer->step(s);
-  return {gathered(run), run.trainer->fallbacks()};
+  OomRun out{gathered(run), run.trainer->fallbacks()};
+  const auto after = run.model->buffers();
+  out.buffers_unchanged = after.size() == buffers.size();
+  for (size_t i = 0; out.buffers_unchanged && i < buffers.size(); ++i)
+    out.buffers_unchanged = at::equal(after[i], buffers[i]);
+  return out;
 }
 
 // The rung from a failure, or from the start: checkpoint_activations (the default ladder's first)
@@ -266,6 +276,30 @@ TEST(ShardedOom, FailureTakesTheRungOnEveryRankAndMatchesTheRungFromTheStart) {
       EXPECT_EQ(half.fallbacks, 1) << inject;
       EXPECT_LT(relative_error(half.params, halved.params), 1e-6) << model << " " << inject;
     }
+  }
+}
+
+// LoRA (model.lora_rank) under parameters, in fp32 and under bf16 autocast: an injected failure
+// takes the rung on every rank and ends with the adapters of a run that checkpointed activations
+// from the start, the frozen base bitwise as it started.
+TEST(ShardedOom, LoraAdaptersTakeTheRungWithTheBaseFrozen) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  const std::string model =
+      llama(false) + ", lora_rank: 4, lora_alpha: 8, lora_targets: [q_proj, v_proj, down_proj]";
+  for (const std::string precision : {"fp32", "bf16"}) {
+    const auto yaml = [&](const std::string& m) {
+      std::string y = lm_yaml(m);
+      y.replace(y.find("seed: 11"), 8, "seed: 11, precision: " + precision);
+      return y;
+    };
+    const OomRun from_start =
+        train_with(*comm, yaml(model + ", checkpoint_activations: true"), "", false);
+    EXPECT_TRUE(from_start.buffers_unchanged) << precision;
+    const OomRun rung =
+        train_with(*comm, yaml(model), fmt::format("{}:2:backward", comm->size() - 1), false);
+    EXPECT_EQ(rung.fallbacks, 1) << precision;
+    EXPECT_TRUE(rung.buffers_unchanged) << precision;
+    EXPECT_LT(relative_error(rung.params, from_start.params), 1e-6) << precision;
   }
 }
 

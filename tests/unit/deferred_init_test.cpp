@@ -290,9 +290,25 @@ TEST(DeferredInit, StreamedExportEqualsTheModelsExport) {
   }
 }
 
-// LmShape's parameters are the model's, in order, with their sizes and units.
+// LoRA on `o`: rank 4 on `targets` (empty: the family's default, the attention's projections).
+models::ModelOptions with_lora(models::ModelOptions o, std::vector<std::string> targets) {
+  o.lora_rank = 4;
+  o.lora_alpha = 8;
+  o.lora_targets = std::move(targets);
+  return o;
+}
+
+// LmShape's parameters are the model's, in order, with their sizes and units; with LoRA, the
+// adapters, and frozen_count() the base's buffers.
 TEST(DeferredInit, LmShapeListsTheModelsParametersAndUnits) {
-  for (const auto& o : {llama_options(false), llama_options(true), gpt_options()}) {
+  const std::vector<std::string> every_llama = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                "gate_proj", "up_proj", "down_proj"};
+  for (const auto& o :
+       {llama_options(false), llama_options(true), gpt_options(),
+        with_lora(llama_options(false), {}), with_lora(llama_options(true), every_llama),
+        with_lora(gpt_options(), {}), with_lora(gpt_options(), {"c_attn", "c_proj", "c_fc"}),
+        with_lora(gpt_options(), {"c_fc"})}) {
+    SCOPED_TRACE(o.name + (o.lora_rank > 0 ? " with LoRA" : ""));
     const auto model = build(o, true);
     const models::LmShape shape = models::as<models::ShapePlanning>(*model)->lm_shape();
     const auto params = shape.parameters();
@@ -309,6 +325,9 @@ TEST(DeferredInit, LmShapeListsTheModelsParametersAndUnits) {
       EXPECT_EQ(params[i].unit, unit_of.at(params[i].name)) << params[i].name;
     }
     EXPECT_EQ(shape.units(), units.size());
+    int64_t buffers = 0;
+    for (const auto& b : model->buffers()) buffers += b.numel();
+    EXPECT_EQ(shape.frozen_count(), o.lora_rank > 0 ? buffers : 0);
   }
 }
 

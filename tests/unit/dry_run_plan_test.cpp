@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ddp/errors.h"
+#include "models/lm/lm_shape.h"
 
 namespace launcher {
 namespace {
@@ -177,6 +178,44 @@ TEST(PlanDeviceRanksPerNode, RefusesRanksPerNodeThatDoNotDivideOrAreMissingUnder
                       "needs --plan-ranks-per-node M"),
             std::string::npos)
       << message({8, 0, ddp::ShardGroup::kNode});
+}
+
+// A LoRA run planned from its shapes: the buckets, gradients and optimizer state are the
+// adapters' alone, and the frozen base (fp32) is in every mode's parameters, whole on every rank.
+TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseWhole) {
+  models::LmShape shape;
+  shape.family = "llama";
+  shape.vocab = shape.padded_vocab = 1024;
+  shape.d_model = 256;
+  shape.layers = 4;
+  shape.heads = 8;
+  shape.kv_heads = 4;
+  shape.head_dim = 32;
+  shape.intermediate = 688;
+  models::LmShape lora = shape;
+  lora.lora_rank = 8;
+  lora.lora_targets = {"q_proj", "v_proj"};
+  // q_proj: A [8, 256] and B [256, 8]; v_proj: A [8, 256] and B [128, 8]; per block.
+  const int64_t adapters = 4 * (8 * 256 + 256 * 8 + 8 * 256 + 128 * 8);
+  EXPECT_EQ(lora.frozen_count(), shape.parameter_count());
+  EXPECT_EQ(lora.parameter_count(), shape.parameter_count() + adapters);
+  ShapePlanInputs in;
+  in.positions = 128;
+  in.bucket_bytes = in.first_bucket_bytes = 1 << 20;
+  const int64_t device = int64_t{8} << 30;
+  for (const auto mode : {ddp::ShardMode::kNone, ddp::ShardMode::kParameters}) {
+    const DevicePlan full = plan_shape(shape, in, 64, 1, {8}, device, 1.0, mode);
+    const DevicePlan p = plan_shape(lora, in, 64, 1, {8}, device, 1.0, mode);
+    const int64_t frozen = 4 * shape.parameter_count();
+    const ModePlan& none = p.modes[static_cast<size_t>(ddp::ShardMode::kNone)];
+    EXPECT_EQ(none.state.parameters, frozen + 4 * adapters);
+    EXPECT_EQ(none.state.gradients, 4 * adapters);
+    EXPECT_EQ(none.state.optimizer_state, 8 * adapters);
+    for (size_t m = 0; m < p.modes.size(); ++m) {
+      EXPECT_GE(p.modes[m].state.parameters, frozen) << m;  // the base is never sharded
+      EXPECT_LT(p.modes[m].state.optimizer_state, full.modes[m].state.optimizer_state / 20) << m;
+    }
+  }
 }
 
 }  // namespace

@@ -186,6 +186,37 @@ TEST(Lora, TheBaseIsFrozenAndOnlyTheAdaptersTrain) {
   }
 }
 
+// Activation checkpointing (the first rung of memory.fallback) with the base frozen: the first
+// block's input (the frozen embeddings' output) needs no gradient, and the adapters still get
+// theirs, equal to an ordinary backward's.
+TEST(Lora, CheckpointedActivationsGiveTheSameAdapterGradients) {
+  at::manual_seed(11);
+  Llama model(llama_options());
+  model.add_lora(lora(4, kLlamaTargets));
+  {
+    at::NoGradGuard no_grad;  // B is zero at first: give it values so that A's gradient is not 0
+    for (const auto& item : model.named_parameters()) {
+      if (item.key().find("lora_B") != std::string::npos) item.value().normal_(0.0, 0.1);
+    }
+  }
+  const at::Tensor tokens = at::randint(0, 61, {2, 12}, at::kLong);
+  const auto gradients = [&](bool checkpointed) {
+    model.set_checkpoint_activations(checkpointed);
+    model.zero_grad();
+    model.loss(tokens, at::roll(tokens, -1, 1)).backward();
+    std::vector<at::Tensor> out;
+    for (const auto& p : model.parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const auto plain = gradients(false);
+  const auto checkpointed = gradients(true);
+  ASSERT_EQ(plain.size(), checkpointed.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_GT(plain[i].abs().max().item<double>(), 0.0) << i;
+    EXPECT_TRUE(at::allclose(checkpointed[i], plain[i], 1e-5, 1e-7)) << i;
+  }
+}
+
 TEST(Lora, TheMergedWeightsGiveTheAdaptedLogits) {
   at::manual_seed(10);
   const LlamaOptions o = llama_options();

@@ -202,6 +202,10 @@ LmShape CausalLm::lm_shape() const {
   s.attention_bias = b.attn_bias;
   s.mlp_bias = b.mlp_bias;
   s.tied = dims_.tied;
+  if (!lora_sites_.empty()) {
+    s.lora_rank = lora_.rank;
+    s.lora_targets = lora_.targets;
+  }
   return s;
 }
 

@@ -35,6 +35,61 @@ void block_parameters(const LmShape& s, int64_t i, std::vector<LmShape::Paramete
   projection(gpt ? "mlp.c_proj" : "mlp.down_proj", s.intermediate, d, s.mlp_bias);
 }
 
+// One block's LoRA adapters (models/lm/lora.cpp), in the order named_parameters() lists them: a
+// module's adapters follow its children registered before them, so the attention's whole
+// projections (gpt's c_attn and c_proj, llama's o_proj) come before llama's q_proj, k_proj and
+// v_proj (their rows of the fused qkv_proj, registered on the attention afterwards); then the
+// MLP's projections. Each adapter is lora_A [rank, in] and lora_B [rows, rank].
+void block_adapters(const LmShape& s, int64_t i, std::vector<LmShape::Parameter>& out) {
+  const int64_t d = s.d_model, a = s.heads * s.head_dim, k = s.kv_heads * s.head_dim;
+  const bool gpt = !s.swiglu;
+  const std::string p = fmt::format("{}.{}.", gpt ? "h" : "layers", i);
+  const auto targeted = [&](const std::string& name) {
+    return std::find(s.lora_targets.begin(), s.lora_targets.end(), name) != s.lora_targets.end();
+  };
+  const auto adapter = [&](const std::string& module, int64_t in, int64_t rows) {
+    if (!targeted(module.substr(module.rfind('.') + 1))) return;
+    const size_t unit = static_cast<size_t>(1 + i);
+    out.push_back({p + module + ".lora_A.weight", s.lora_rank * in, unit});
+    out.push_back({p + module + ".lora_B.weight", rows * s.lora_rank, unit});
+  };
+  if (gpt) {
+    adapter("attn.c_attn", d, a + 2 * k);
+    adapter("attn.c_proj", a, d);
+    adapter("mlp.c_fc", d, s.intermediate);
+    adapter("mlp.c_proj", s.intermediate, d);
+    return;
+  }
+  adapter("self_attn.o_proj", a, d);
+  adapter("self_attn.q_proj", d, a);
+  adapter("self_attn.k_proj", d, k);
+  adapter("self_attn.v_proj", d, k);
+  adapter("mlp.gate_proj", d, s.intermediate);
+  adapter("mlp.up_proj", d, s.intermediate);
+  adapter("mlp.down_proj", s.intermediate, d);
+}
+
+// The base's parameters (without adapters, all of the model's).
+std::vector<LmShape::Parameter> base_parameters(const LmShape& s) {
+  std::vector<LmShape::Parameter> out;
+  const size_t last = s.units() - 1;
+  const bool gpt = !s.swiglu;
+  out.push_back({gpt ? "wte.weight" : "embed_tokens.weight", s.padded_vocab * s.d_model, 0});
+  if (s.positions > 0) out.push_back({"wpe.weight", s.positions * s.d_model, 0});
+  for (int64_t i = 0; i < s.layers; ++i) block_parameters(s, i, out);
+  const size_t norm_unit = s.tied ? 0 : last;
+  out.push_back({gpt ? "ln_f.weight" : "norm.weight", s.d_model, norm_unit});
+  if (gpt) out.push_back({"ln_f.bias", s.d_model, norm_unit});
+  if (!s.tied) out.push_back({"lm_head.weight", s.padded_vocab * s.d_model, last});
+  return out;
+}
+
+int64_t count(const std::vector<LmShape::Parameter>& params) {
+  int64_t n = 0;
+  for (const LmShape::Parameter& p : params) n += p.numel;
+  return n;
+}
+
 int64_t rounded(double v, int64_t multiple) {
   return std::max<int64_t>(multiple, static_cast<int64_t>(std::llround(v / multiple)) * multiple);
 }
@@ -42,24 +97,17 @@ int64_t rounded(double v, int64_t multiple) {
 }  // namespace
 
 std::vector<LmShape::Parameter> LmShape::parameters() const {
+  if (lora_rank <= 0) return base_parameters(*this);
   std::vector<Parameter> out;
-  const size_t last = units() - 1;
-  const bool gpt = !swiglu;
-  out.push_back({gpt ? "wte.weight" : "embed_tokens.weight", padded_vocab * d_model, 0});
-  if (positions > 0) out.push_back({"wpe.weight", positions * d_model, 0});
-  for (int64_t i = 0; i < layers; ++i) block_parameters(*this, i, out);
-  const size_t norm_unit = tied ? 0 : last;
-  out.push_back({gpt ? "ln_f.weight" : "norm.weight", d_model, norm_unit});
-  if (gpt) out.push_back({"ln_f.bias", d_model, norm_unit});
-  if (!tied) out.push_back({"lm_head.weight", padded_vocab * d_model, last});
+  for (int64_t i = 0; i < layers; ++i) block_adapters(*this, i, out);
   return out;
 }
 
 int64_t LmShape::parameter_count() const {
-  int64_t n = 0;
-  for (const Parameter& p : parameters()) n += p.numel;
-  return n;
+  return count(base_parameters(*this)) + (lora_rank > 0 ? count(parameters()) : 0);
 }
+
+int64_t LmShape::frozen_count() const { return lora_rank > 0 ? count(base_parameters(*this)) : 0; }
 
 // Note [Activations from the shapes]
 // Per token, one block saves for backward (elements, A = heads x head_dim, K = kv_heads x

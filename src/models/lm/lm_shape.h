@@ -35,15 +35,25 @@ struct LmShape {
   bool mlp_bias = false;        // the MLP's projections have biases (gpt)
   bool tied = false;            // the output layer is the token embedding
   std::string family;           // "gpt", "llama"
+  // LoRA (models/lm/lora.h): rank 0 off; the adapted layers by their Hugging Face names (as
+  // model.lora_targets, defaults applied). With adapters, parameters() lists the adapters alone
+  // (what trains, shards and has optimizer state) and frozen_count() the base, which every rank
+  // holds whole in every ddp.shard mode.
+  int64_t lora_rank = 0;
+  std::vector<std::string> lora_targets;
 
   struct Parameter {
     std::string name;
     int64_t numel = 0;
     size_t unit = 0;  // 0 the embeddings, 1 .. layers the blocks, then the output unit
   };
-  // In registration order, as the family registers them (named_parameters()).
+  // In registration order, as the family registers them (named_parameters()): the base's, or
+  // with LoRA the adapters'.
   std::vector<Parameter> parameters() const;
+  // The elements of the base and the adapters together (what the log calls the model's size).
   int64_t parameter_count() const;
+  // The frozen base's elements under LoRA (0 without adapters).
+  int64_t frozen_count() const;
   size_t units() const { return static_cast<size_t>(layers) + (tied ? 1 : 2); }
 
   struct Activations {
