@@ -12,7 +12,7 @@
 # It needs root (packages, daemons). It leaves an existing /etc/slurm/slurm.conf alone unless that
 # file was written by this script (its first line), and rewrites one that it wrote, restarting the
 # daemons when no job runs. Stopping everything: `scontrol shutdown` (the controller and every
-# slurmd). Recipe and pitfalls: docs/reference.md, "A local SLURM".
+# slurmd). Recipe and pitfalls: CONTRIBUTING.md, "A local SLURM".
 set -euo pipefail
 
 log() { echo "[local-slurm] $*"; }

@@ -63,7 +63,7 @@ gpt_short=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/toke
 two_nodes=(-p twonode -N 2 --ntasks-per-node=2)
 # run_two_nodes CMD...: `run`, with the job's log; retried once where a rank crashed inside
 # MPI_Init (Open MPI 4.1's TCP transport between the two nodes on one host segfaults there about
-# one start in 30: a fragment whose tag has no handler; docs/reference.md, "A local SLURM").
+# one start in 30: a fragment whose tag has no handler; CONTRIBUTING.md, "A local SLURM").
 run_two_nodes() {
   run "$@"
   job_log
@@ -97,6 +97,58 @@ expect_one_node_result() {
   compare_checkpoints "$work/one/final.safetensors" "$1/final.safetensors" 1e-6 ||
     fail "the two-node run's checkpoint differs from the one-node run's"
   tail -1 "$out"
+}
+
+# wait_job_end JOB TRIES INTERVAL: polls job JOB every INTERVAL seconds, at most TRIES times, until
+# it is no longer pending, running or completing; sets $state (JobState=...).
+wait_job_end() {
+  for _ in $(seq 1 "$2"); do
+    state=$(scontrol show job "$1" 2>/dev/null | grep -oE "JobState=[A-Z_]+")
+    case $state in JobState=PENDING|JobState=RUNNING|JobState=COMPLETING|"") sleep "$3" ;; *) return ;; esac
+  done
+}
+# node_failure_job CKPT_DIR ARGS...: the shipped batch script on two nodes (ARGS: the config and
+# its --set's) with checkpoint.dir=CKPT_DIR and checkpoint.resume=auto; once the checkpoint of
+# step 10 is written, the trainer ranks on n2 are killed (SIGKILL), and the job must complete on
+# n1. Its log goes to $out.
+node_failure_job() {
+  local ckpt=$1 job p env_of victims=()
+  shift
+  job=$(env TRAINER="$trainer" sbatch --parsable "${two_nodes[@]}" --cpus-per-task=1 \
+    --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" "$@" \
+    --set checkpoint.dir="$ckpt" --set checkpoint.resume=auto) || fail "sbatch failed"
+  jobs+=("$job")
+  for _ in $(seq 1 1200); do grep -q "checkpoint written: .*step_000010" "$work"/job-*.log 2>/dev/null && break; sleep 0.1; done
+  grep -q "checkpoint written: .*step_000010" "$work"/job-*.log 2>/dev/null ||
+    { job_log; fail "the job wrote no checkpoint of step 10 in 120 s"; }
+  for p in $(pgrep -f -- "$trainer"); do
+    env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
+    grep -qx "SLURMD_NODENAME=n2" <<<"$env_of" && grep -qx "TRAINER_CASE_WORK=$work" <<<"$env_of" &&
+      victims+=("$p")
+  done
+  [ ${#victims[@]} = 2 ] || { job_log; fail "found ${#victims[@]} trainer processes on n2, not 2"; }
+  echo "+ kill -KILL ${victims[*]}  # the trainer ranks on n2" | tee -a "$out"
+  kill -KILL "${victims[@]}"
+  wait_job_end "$job" 180 1
+  job_log
+  [ "$state" = JobState=COMPLETED ] || fail "the job ended as $state, not COMPLETED"
+  expect_grep "launched by srun: 4 rank\(s\) on 2 node\(s\)"
+  expect_grep "lost rank\(s\) 2,3 on node\(s\) n2: written to .*/ckpt/failure.json"
+  expect_grep "train.sbatch: lost node\(s\) n2 \(rank\(s\) 2,3\) at step [0-9]+"
+  expect_grep "train.sbatch: node restart 1 of 2: without n2, on n1 \(2 rank\(s\)\)"
+  expect_grep "launched by srun: 2 rank\(s\) on 1 node\(s\)"
+  expect_grep "done: 40 steps \("
+}
+# Sets $resumed to the step the restarted run resumed from ($out: "resumed from
+# DIR/step_N[.safetensors]: N steps done (written by 4 rank(s))"); the batch script's restart
+# message must name the same step.
+resumed_step() {
+  local n
+  n=$(grep -oE "resumed from .*/ckpt/step_[0-9]+(.safetensors)?: [0-9]+ steps done \(written by 4 rank\(s\)\)" "$out" |
+    grep -oE "[0-9]+ steps done" | grep -oE "^[0-9]+")
+  [ -n "$n" ] || fail "the restarted run did not resume from a 4-rank checkpoint"
+  expect_grep "train.sbatch: node restart 1 of 2: .* from the newest checkpoint in .*/ckpt \(step $n;"
+  resumed=$n
 }
 
 # Waits (up to 120 s) for requeued job $1 to end, shortening SLURM's hold of a requeued job: SLURM
@@ -226,10 +278,7 @@ case $case_name in
     job=$(env TRAINER="$trainer" sbatch --parsable "${small[@]}" --ntasks-per-node=2 \
       "$src/slurm/train.sbatch" "${gpt[@]}" --set checkpoint.dir="$work/straight") || fail "sbatch failed"
     jobs+=("$job")
-    for _ in $(seq 1 240); do
-      state=$(scontrol show job "$job" 2>/dev/null | grep -oE "JobState=[A-Z_]+")
-      case $state in JobState=PENDING|JobState=RUNNING|JobState=COMPLETING|"") sleep 0.5 ;; *) break ;; esac
-    done
+    wait_job_end "$job" 240 0.5
     job_log
     [ "$state" = JobState=COMPLETED ] || fail "the uninterrupted job ended as $state, not COMPLETED"
     expect_grep "done: 150 steps"
@@ -416,37 +465,8 @@ SH
     cd "$work" || exit 1
     cfg=("${gpt_short[@]:1}" --set train.steps=40 --set log.every=1 --set checkpoint.every=10
       --set ddp.timeout_s=10)
-    job=$(env TRAINER="$trainer" sbatch --parsable "${two_nodes[@]}" --cpus-per-task=1 \
-      --gpus-per-node=0 --output="$work/job-%j.log" "$src/slurm/train.sbatch" "${cfg[@]}" \
-      --set checkpoint.dir="$work/ckpt" --set checkpoint.resume=auto) || fail "sbatch failed"
-    jobs+=("$job")
-    for _ in $(seq 1 1200); do grep -q "checkpoint written: .*step_000010" "$work"/job-*.log 2>/dev/null && break; sleep 0.1; done
-    grep -q "checkpoint written: .*step_000010" "$work"/job-*.log 2>/dev/null ||
-      { job_log; fail "the job wrote no checkpoint of step 10 in 120 s"; }
-    victims=()
-    for p in $(pgrep -f -- "$trainer"); do
-      env_of=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)
-      grep -qx "SLURMD_NODENAME=n2" <<<"$env_of" && grep -qx "TRAINER_CASE_WORK=$work" <<<"$env_of" &&
-        victims+=("$p")
-    done
-    [ ${#victims[@]} = 2 ] || { job_log; fail "found ${#victims[@]} trainer processes on n2, not 2"; }
-    echo "+ kill -KILL ${victims[*]}  # the trainer ranks on n2" | tee -a "$out"
-    kill -KILL "${victims[@]}"
-    state=""
-    for _ in $(seq 1 180); do
-      state=$(scontrol show job "$job" 2>/dev/null | grep -oE "JobState=[A-Z_]+")
-      case $state in JobState=PENDING|JobState=RUNNING|JobState=COMPLETING|"") sleep 1 ;; *) break ;; esac
-    done
-    job_log
-    [ "$state" = JobState=COMPLETED ] || fail "the job ended as $state, not COMPLETED"
-    expect_grep "launched by srun: 4 rank\(s\) on 2 node\(s\)"
-    expect_grep "lost rank\(s\) 2,3 on node\(s\) n2: written to .*/ckpt/failure.json"
-    expect_grep "train.sbatch: lost node\(s\) n2 \(rank\(s\) 2,3\) at step [0-9]+"
-    expect_grep "train.sbatch: node restart 1 of 2: without n2, on n1 \(2 rank\(s\)\)"
-    expect_grep "launched by srun: 2 rank\(s\) on 1 node\(s\)"
-    resumed=$(grep -oE "resumed from .*/ckpt/step_[0-9]+.safetensors: [0-9]+ steps done \(written by 4 rank\(s\)\)" "$out" |
-      grep -oE "[0-9]+ steps done" | grep -oE "^[0-9]+")
-    [ -n "$resumed" ] || fail "the restarted run did not resume from a 4-rank checkpoint"
+    node_failure_job "$work/ckpt" "${cfg[@]}"
+    resumed_step
     expect_grep "done: 40 steps \($((40 - resumed)) in this run\)"
     # By hand: 4 ranks to that checkpoint, then 2 ranks from it.
     ckpt=$(printf "step_%06d.safetensors" "$resumed")
@@ -458,6 +478,18 @@ SH
       { cat "$work/two.txt" >>"$out"; fail "the 2-rank run from the checkpoint failed"; }
     compare_checkpoints "$work/two/final.safetensors" "$work/ckpt/final.safetensors" 1e-5 ||
       fail "the restarted job's final checkpoint differs from the run switched by hand"
+    tail -1 "$out" ;;
+  twonode_node_failure_sharded)
+    # As twonode_node_failure_restart, under ddp.shard: gradients, whose checkpoints are sharded
+    # directories (step_N/ with manifest.json, no step_N.safetensors): the batch script's restart
+    # message must name the step of the directory the run resumes from, not step 0.
+    cd "$work" || exit 1
+    node_failure_job "$work/ckpt" "${gpt_short[@]:1}" --set train.steps=40 --set log.every=1 \
+      --set checkpoint.every=10 --set ddp.timeout_s=10 --set ddp.shard=gradients
+    [ -f "$work/ckpt/step_000010/manifest.json" ] || fail "no sharded checkpoint step_000010/"
+    resumed_step
+    [ "$resumed" -ge 10 ] || fail "resumed from step $resumed, not a checkpoint of step 10 or later"
+    expect_grep "done: 40 steps \($((40 - resumed)) in this run\)"
     tail -1 "$out" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
