@@ -140,9 +140,10 @@ check_function_length() {
 }
 
 # 5. Structure rules no compiler checks (scripts/lint_structure.py says each): include pairs
-# inside a folder, and defaults written beside the schema's.
+# inside a folder, defaults written beside the schema's, and no anonymous namespace in a test
+# file (the unity batches).
 check_structure() {
-  local src rule
+  local src tests rule
   mapfile -t src < <(files 'src/*.h' 'src/*.cpp')
   for rule in includes defaults; do
     if ! python3 scripts/lint_structure.py "$rule" "${src[@]}"; then
@@ -151,6 +152,12 @@ check_structure() {
       say "$rule: clean"
     fi
   done
+  mapfile -t tests < <(files 'tests/unit/*.cpp' 'tests/mpi/*.cpp' 'tests/gpu/*.cpp')
+  if ! python3 scripts/lint_structure.py unity "${tests[@]}"; then
+    failure unity "tests/ (file:line above; the rule in scripts/lint_structure.py)"
+  else
+    say "unity: clean"
+  fi
 }
 
 check_cpp

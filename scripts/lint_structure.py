@@ -4,6 +4,7 @@ and "Configuration").
 
     scripts/lint_structure.py includes [FILE ...]   # no two files of a folder include each other
     scripts/lint_structure.py defaults [FILE ...]   # options structs repeat no schema default
+    scripts/lint_structure.py unity [FILE ...]      # test files: no `namespace {`
 
 FILE: the files to read (scripts/lint.sh passes those git tracks); without them, every .h and
 .cpp under src/. Each problem is one line naming the file and line; the exit code is 1 if any.
@@ -18,6 +19,10 @@ struct that config::Config holds (src/config/run_config.h), or of a struct such 
 whose value the schema declares (FIELD(section.key) or an accessor naming c.section.key) must have
 no initialiser but a zero value (0, 0.0, false, "", {}, nullptr, T{}): a second default there
 would silently disagree with the schema's for code that builds the struct without it.
+
+unity: the test binaries compile in unity batches (docs/DESIGN.md, "Tests and benchmarks"), where
+the anonymous namespaces of a batch's files are one namespace; a test file (tests/unit, tests/mpi,
+tests/gpu) keeps its helpers in `namespace TRAINER_UNITY_ID {` instead, a namespace of its own.
 """
 
 import re
@@ -179,12 +184,35 @@ def check_defaults(files):
     return problems
 
 
+ANONYMOUS = re.compile(r"^\s*namespace\s*\{", re.M)
+
+
+def check_unity(files):
+    """Test files that open an anonymous namespace (use namespace TRAINER_UNITY_ID)."""
+    problems = []
+    for f in files:
+        text = strip_comments(Path(f).read_text())
+        for m in ANONYMOUS.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append(
+                f"{f}:{line}: `namespace {{` in a test file: write `namespace TRAINER_UNITY_ID {{` "
+                "(a namespace of its own in a unity batch)"
+            )
+    return problems
+
+
+CHECKS = {"includes": check_includes, "defaults": check_defaults, "unity": check_unity}
+
+
 def main(argv):
-    if not argv or argv[0] not in ("includes", "defaults"):
+    if not argv or argv[0] not in CHECKS:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    files = sources(argv[1:])
-    problems = check_includes(files) if argv[0] == "includes" else check_defaults(files)
+    if argv[0] == "unity":
+        files = [Path(a) for a in argv[1:]] or sorted(Path("tests").glob("*/*.cpp"))
+    else:
+        files = sources(argv[1:])
+    problems = CHECKS[argv[0]](files)
     for p in problems:
         print(p)
     return 1 if problems else 0
