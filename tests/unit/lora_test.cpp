@@ -169,8 +169,8 @@ TEST(Lora, TheBaseIsFrozenAndOnlyTheAdaptersTrain) {
   for (const auto& item : model.named_buffers()) before[item.key()] = item.value().clone();
   std::map<std::string, at::Tensor> adapters;
   for (const auto& item : model.named_parameters()) adapters[item.key()] = item.value().clone();
-  // A few steps of plain gradient descent on what the model's parameters() are.
-  for (int step = 0; step < 3; ++step) {
+  // 50 steps of plain gradient descent on what the model's parameters() are.
+  for (int step = 0; step < 50; ++step) {
     const at::Tensor tokens = at::randint(0, 61, {2, 12}, at::kLong);
     model.zero_grad();
     model.loss(tokens, at::roll(tokens, -1, 1)).backward();
