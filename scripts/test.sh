@@ -15,4 +15,7 @@ elif [ "$(id -u)" = 0 ]; then
   scripts/local-slurm.sh || echo "[test] no local SLURM: the slurm tests will be skipped"
 fi
 source scripts/env.sh
-exec ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"
+# As many tests at once as there are cores (TEST_JOBS=1: one at a time): many wait on Python's
+# imports, mpirun's start or SLURM's timers more than they compute. A test states what it needs
+# (PROCESSORS: an mpi test's ranks; RESOURCE_LOCK slurm: the one local cluster).
+exec ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${TEST_JOBS:-$(nproc)}" "$@"
