@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "odd_llama.h"
 #include "reference_harness.h"
 
 namespace TRAINER_UNITY_ID {
@@ -24,20 +25,7 @@ using ::testing::HasSubstr;
 
 // Vocabulary 61 pads to 64: the padded rows must stay out of the loss. 6 heads over 2 kv heads,
 // each 10 wide, in a 48-wide model.
-LlamaOptions odd_options() {
-  LlamaOptions o;
-  o.vocab_size = 61;
-  o.context = 16;
-  o.num_layers = 2;
-  o.d_model = 48;
-  o.heads = 6;
-  o.kv_heads = 2;
-  o.head_dim = 10;
-  o.intermediate = 72;
-  o.rms_norm_eps = 1e-5;
-  o.rope.theta = 100.0;
-  return o;
-}
+LlamaOptions odd_options() { return test::odd_llama_options(16, true); }
 
 std::map<std::string, std::string> meta(const Llama& model) {
   const LlamaOptions& o = model.options();

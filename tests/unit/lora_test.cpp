@@ -17,6 +17,7 @@
 
 #include "models/gpt/gpt.h"
 #include "models/llama/llama.h"
+#include "odd_llama.h"
 #include "reference_harness.h"
 
 namespace TRAINER_UNITY_ID {
@@ -29,21 +30,7 @@ using models::LoraOptions;
 using ::testing::HasSubstr;
 
 // 6 query heads over 2 kv heads, each 10 wide, in a 48-wide model; vocabulary 61 (padded 64).
-LlamaOptions llama_options() {
-  LlamaOptions o;
-  o.vocab_size = 61;
-  o.context = 16;
-  o.num_layers = 2;
-  o.d_model = 48;
-  o.heads = 6;
-  o.kv_heads = 2;
-  o.head_dim = 10;
-  o.intermediate = 72;
-  o.rms_norm_eps = 1e-5;
-  o.rope.theta = 100.0;
-  o.tie_embeddings = false;
-  return o;
-}
+LlamaOptions llama_options() { return test::odd_llama_options(16, false); }
 
 GptOptions gpt_options() {
   GptOptions o;

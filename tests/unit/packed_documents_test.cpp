@@ -19,6 +19,7 @@
 #include "models/gpt/gpt.h"
 #include "models/llama/llama.h"
 #include "models/mlp.h"
+#include "odd_llama.h"
 #include "reference_harness.h"
 
 namespace TRAINER_UNITY_ID {
@@ -39,21 +40,7 @@ models::GptOptions gpt_options() {
 }
 
 // Grouped-query attention (6 heads over 2), head_dim 10 apart from d_model / heads, untied.
-models::LlamaOptions llama_options() {
-  models::LlamaOptions o;
-  o.vocab_size = kVocab;
-  o.context = kContext;
-  o.num_layers = 2;
-  o.d_model = 48;
-  o.heads = 6;
-  o.kv_heads = 2;
-  o.head_dim = 10;
-  o.intermediate = 72;
-  o.rms_norm_eps = 1e-5;
-  o.rope.theta = 100.0;
-  o.tie_embeddings = false;
-  return o;
-}
+models::LlamaOptions llama_options() { return test::odd_llama_options(kContext, false); }
 
 // A packed batch: rows of documents (their lengths, filling each row at most), the rest of a row
 // padding (one more document, as data/token_shards.h pads: input 0, no target). Targets: the
