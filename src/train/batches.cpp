@@ -45,6 +45,12 @@ Batches::Batches(const data::Dataset& dataset, const TrainOptions& train,
       train.micro_batch_size > 0 ? std::min(train.micro_batch_size, largest_slice) : largest_slice;
 }
 
+Batches::~Batches() {
+  // Members go in reverse order of declaration, targets_ and its mutex before loader_: the
+  // workers, which record each step's targets, are joined before anything they touch is freed.
+  loader_.reset();
+}
+
 void Batches::replan(int64_t micro_batch, bool equal_counts) {
   plan_ = ddp::BatchPlan::make(train_.global_batch_size, world_, rank_, micro_batch);
   if (equal_counts) plan_.equalize_micro_batches(micro_batch);

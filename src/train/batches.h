@@ -40,6 +40,8 @@ class Batches {
   // Rank `rank` of `world`; the loader starts with start().
   Batches(const data::Dataset& dataset, const TrainOptions& train,
           const data::LoaderOptions& loader, int world, int rank, c10::Device device);
+  // Stops the loader's workers first: they call take_indices(), which uses the members below.
+  ~Batches();
 
   const data::Dataset& dataset() const { return dataset_; }
   const ddp::BatchPlan& plan() const { return plan_; }
