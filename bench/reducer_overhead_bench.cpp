@@ -161,7 +161,7 @@ log: {{level: warn}}
     int64_t n_params = 0;
     for (const auto& p : plain.params) n_params += p.numel();
     std::vector<double> t_trainer, t_plain;
-    int64_t next_trainer = 0, next_plain = 0;
+    int64_t next_trainer = 1, next_plain = 1;  // steps count from 1 (Trainer::step)
     auto run = [&](bool use_trainer, int64_t n, std::vector<double>* times) {
       for (int64_t i = 0; i < n; ++i) {
         synchronize(device);

@@ -62,9 +62,15 @@ std::vector<BucketLayout> Reducer::unit_layout() const {
   }
   // The last unit's gradients are ready first in backward: its bucket comes first. Within a unit,
   // parameters in reverse registration order, as assign_buckets lays them out.
+  // A unit without parameters (LoRA: a frozen unit's weights are buffers) still has a bucket,
+  // empty, on the parameters' device: its master joins the optimizer's blocks.
   std::vector<BucketLayout> layout;
   for (auto u = units.rbegin(); u != units.rend(); ++u) {
     BucketLayout bucket;
+    if (!params_.empty()) {
+      bucket.dtype = params_.front().second.scalar_type();
+      bucket.device = params_.front().second.device();
+    }
     std::vector<size_t> members = *u;
     std::sort(members.rbegin(), members.rend());
     for (const size_t k : members) {

@@ -52,7 +52,14 @@ std::pair<at::Tensor, at::Tensor> Rotary::apply(const at::Tensor& q, const at::T
   require_block(q.size(-1) == 2 * half && k.size(-1) == 2 * half,
                 fmt::format("rotary: head_dim {} needs {} frequencies, got {}", q.size(-1),
                             q.size(-1) / 2, half));
-  const at::Tensor f = inv_freq_.to(q.device());
+  at::Tensor f;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!on_device_.defined() || on_device_.device() != q.device()) {
+      on_device_ = inv_freq_.to(q.device());
+    }
+    f = on_device_;
+  }
   // [T, half] or [n, T, half]: position x frequency (at::outer's product, for each row).
   const at::Tensor angles = positions.to(f.options()).unsqueeze(-1) * f;
   at::Tensor both = at::cat({angles, angles}, -1);     // [.., T, head_dim]

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,7 +78,11 @@ class Rotary final : public PositionScheme {
                                           const at::Tensor& positions) const override;
 
  private:
-  at::Tensor inv_freq_;  // CPU; moved to q's device on use
+  at::Tensor inv_freq_;  // CPU
+  // inv_freq_ on the device of the last apply(): copied once, not in every forward (a copy from
+  // pageable host memory waits for the device, and a CUDA graph cannot capture it).
+  mutable std::mutex mutex_;
+  mutable at::Tensor on_device_;
 };
 at::Tensor rotary_inv_freq(int64_t head_dim, double theta);
 

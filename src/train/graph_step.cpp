@@ -46,8 +46,9 @@ std::vector<int64_t> shape_key(const at::Tensor& inputs, const at::Tensor& targe
 }
 
 // Ends a capture that an exception interrupted, so the stream and the allocator leave capture
-// mode (CUDAGraph::capture_end would throw on the invalidated capture before releasing its pool).
-void abandon_capture(at::cuda::CUDAGraph& graph, const at::cuda::CUDAStream& stream,
+// mode (CUDAGraph::capture_end would throw on the invalidated capture before releasing its pool,
+// and CUDAGraph::pool() throws before a capture ended: the pool is the caller's own handle).
+void abandon_capture(c10::MempoolId_t pool, const at::cuda::CUDAStream& stream,
                      c10::Device device) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream.stream(), &status) == cudaSuccess &&
@@ -57,8 +58,8 @@ void abandon_capture(at::cuda::CUDAGraph& graph, const at::cuda::CUDAStream& str
     if (partial != nullptr) cudaGraphDestroy(partial);
   }
   cudaGetLastError();  // clear the sticky-free error the interrupted capture left
-  c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), graph.pool());
-  c10::cuda::CUDACachingAllocator::releasePool(device.index(), graph.pool());
+  c10::cuda::CUDACachingAllocator::endAllocateToPool(device.index(), pool);
+  c10::cuda::CUDACachingAllocator::releasePool(device.index(), pool);
 }
 
 // Records `body` on the static buffers `inputs` / `targets` into `graph`, on a side stream that
@@ -87,12 +88,13 @@ std::optional<std::string> capture(at::cuda::CUDAGraph& graph, const at::Tensor&
     c10::cuda::CUDAStreamGuard stream_guard(side);
     // Thread-local mode: the loader's workers may allocate pinned memory meanwhile; backward
     // kernels launched by autograd's device thread onto this stream are captured all the same.
-    graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    const c10::MempoolId_t pool = at::cuda::graph_pool_handle();
+    graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     try {
       body(inputs, targets);
       graph.capture_end();
     } catch (...) {
-      abandon_capture(graph, side, device);
+      abandon_capture(pool, side, device);
       throw;
     }
   } catch (const c10::OutOfMemoryError&) {

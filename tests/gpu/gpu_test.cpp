@@ -20,6 +20,7 @@
 #include "ddp/errors.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/reducer.h"
+#include "memory/allocator_guard.h"
 #include "memory/memory_stats.h"
 #include "models/cnn.h"
 #include "models/gpt/gpt.h"
@@ -391,6 +392,12 @@ GptRun train_gpt_on_cuda(ddp::Communicator& control, ddp::Communicator& data,
                            "train: {device: cuda, global_batch_size: 16, micro_batch_size: 4, "
                            "steps: 100, lr: 0.003, warmup_steps: 2, seed: 5}\n";
   const auto config = config::parse_config(yaml, "gpu-gpt.yaml", overrides);
+  // memory.inject_oom, armed as the launcher arms it (launcher/device.cpp), for this run only.
+  memory::CpuAllocatorGuard::instance().set_injections(
+      control.rank(), memory::parse_injections(config.memory.inject_oom));
+  struct Disarm {
+    ~Disarm() { memory::CpuAllocatorGuard::instance().set_injections(0, {}); }
+  } disarm;
   const auto dataset = data::make_dataset(config.data);
   at::manual_seed(config.train.seed);
   auto model = models::create_model(config.model, dataset->shape());
@@ -449,6 +456,7 @@ TEST(Gpu, CudaGraphsTrainLikeEagerAndRecaptureAfterAFallback) {
   const auto eager_oom = train_gpt_on_cuda(*control, *comm, dir.path(), oom, 12);
   const auto graphed_oom =
       train_gpt_on_cuda(*control, *comm, dir.path(), with(oom, "train.cuda_graphs=true"), 12);
+  EXPECT_EQ(eager_oom.captures, 0);
   EXPECT_EQ(graphed_oom.captures, 2) << "micro-batch 4, then 2 after the fallback";
   EXPECT_LT(relative_difference(graphed_oom.params, eager_oom.params), 1e-5);
 }
