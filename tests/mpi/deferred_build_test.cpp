@@ -279,14 +279,15 @@ TEST(ShardedOom, FailureTakesTheRungOnEveryRankAndMatchesTheRungFromTheStart) {
   }
 }
 
-// LoRA (model.lora_rank) under parameters, in fp32 and under bf16 autocast: an injected failure
+// LoRA (model.lora_rank) under parameters, in fp32, under bf16 autocast and in fp16 with its loss
+// scale: an injected failure
 // takes the rung on every rank and ends with the adapters of a run that checkpointed activations
 // from the start, the frozen base bitwise as it started.
 TEST(ShardedOom, LoraAdaptersTakeTheRungWithTheBaseFrozen) {
   auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
   const std::string model =
       llama(false) + ", lora_rank: 4, lora_alpha: 8, lora_targets: [q_proj, v_proj, down_proj]";
-  for (const std::string precision : {"fp32", "bf16"}) {
+  for (const std::string precision : {"fp32", "bf16", "fp16"}) {
     const auto yaml = [&](const std::string& m) {
       std::string y = lm_yaml(m);
       y.replace(y.find("seed: 11"), 8, "seed: 11, precision: " + precision);

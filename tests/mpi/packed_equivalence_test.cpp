@@ -4,8 +4,8 @@
 // beside documents that are all targets, documents longer than the context split). The loss is the
 // global batch's summed target losses over their number, so the gradient cannot depend on how the
 // batch is split: after a few steps the parameters match one process to 1e-5 (the noise floor of
-// changing the world size: other summation orders), under ddp.shard none and parameters, for gpt
-// and llama, and so do the validation loss and bits per byte.
+// changing the world size: other summation orders), under ddp.shard none and parameters, for gpt,
+// llama and llama's LoRA adapters, and so do the validation loss and bits per byte.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -144,6 +144,16 @@ TEST(PackedEquivalence, GptUnsharded) { expect_world_matches_self(kGpt, "none");
 TEST(PackedEquivalence, GptParametersSharded) { expect_world_matches_self(kGpt, "parameters"); }
 TEST(PackedEquivalence, LlamaUnsharded) { expect_world_matches_self(kLlama, "none"); }
 TEST(PackedEquivalence, LlamaParametersSharded) { expect_world_matches_self(kLlama, "parameters"); }
+// LoRA adapters (model.lora_rank) trained on the packed, masked documents, the base frozen and
+// sharded with them under parameters.
+const char* kLlamaLora =
+    "model: {name: llama, preset: llama-tiny, num_layers: 2, d_model: 36, heads: 6, kv_heads: 2, "
+    "intermediate_size: 40, tie_embeddings: false, lora_rank: 4, lora_alpha: 8, "
+    "lora_targets: [q_proj, v_proj, down_proj]}\n";
+TEST(PackedEquivalence, LlamaLoraUnsharded) { expect_world_matches_self(kLlamaLora, "none"); }
+TEST(PackedEquivalence, LlamaLoraParametersSharded) {
+  expect_world_matches_self(kLlamaLora, "parameters");
+}
 
 // The validation loss is per target token and bits per byte counts the target tokens' bytes only,
 // on every rank: against the model's own masked mean over every validation window at once (one
