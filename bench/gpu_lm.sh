@@ -8,6 +8,9 @@
 #     MODEL smollm: the llama at SmolLM-135M's shape, 2,048 positions (30 steps of 8 sequences)
 #   PRECISIONS="bf16 fp32" (default bf16)   VARIANTS=1: the trainer's extra bf16 rows too
 #   (ddp.reduce_dtype: bf16, model.checkpoint_activations, ddp.shard: gradients)
+#   PROFILE=DIR: instead of the table, Kineto traces of steps 3-7 of the trainer (log.profile),
+#   PyTorch eager and torch.compile (bf16) in DIR, and bench/profile_summary.py's comparison of
+#   them: phases, operators, the GPU's busy and idle time, the kernels with the most time
 #
 # The tokens are random ids in a shard written to $TMPDIR: speed does not depend on the text.
 # Prints a markdown table: tokens/s, MFU (6 x parameters x tokens/s + attention's 12 x layers x
@@ -70,6 +73,15 @@ row() {  # name precision tokens/s
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+if [ -n "${PROFILE:-}" ]; then
+  rm -rf "$PROFILE" && mkdir -p "$PROFILE"
+  echo "trainer $(trainer_run bf16 --set log.profile="$PROFILE/trainer") tokens/s (profiled)"
+  echo "eager $(peer_run bf16 --trace "$PROFILE/eager") tokens/s (profiled)"
+  echo "compiled $(peer_run bf16 --compile --trace "$PROFILE/compiled") tokens/s (profiled)"
+  "$py" bench/profile_summary.py trainer="$PROFILE/trainer/trace_rank0.json" \
+    eager="$PROFILE/eager/trace_rank0.json" compiled="$PROFILE/compiled/trace_rank0.json"
+  exit
+fi
 echo "$model, $micro x $context tokens per step, $steps steps (tokens/s over steps 2-$steps)"
 echo "| run | precision | tokens/s | MFU | / PyTorch eager | / torch.compile |"
 echo "|---|---|---:|---:|---:|---:|"

@@ -10,12 +10,35 @@ torch.profiler or by the trainer's log.profile (train/profiler.h). Both name the
   - each phase's wall time (its annotation's duration), and the time in no phase;
   - the operators with the most self time (an operator's time minus that of the operators it
     called), across the whole step: where the time goes inside the phases.
+  - on a GPU (traces with CUDA activity): the GPU's busy time (the union of its kernels' and
+    copies' intervals) against the traced wall time, and the kernels with the most time, so that
+    launch gaps and unfused kernels show against a peer's (torch.compile's).
 Steps are counted by their "step/optimizer" annotations. --phase=forward (backward, ...) sums
 the operators inside that phase only."""
 import collections
 import json
 import os
 import sys
+
+
+def gpu_time(events):
+    """(busy us, {kernel name: us}) of the GPU events ("kernel", "gpu_memcpy", "gpu_memset")."""
+    gpu = [e for e in events
+           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    kernels = collections.Counter()
+    for e in gpu:
+        name = e["name"] if len(e["name"]) <= 90 else e["name"][:87] + "..."
+        kernels[name] += e["dur"]
+    busy, end = 0, None  # the union of the intervals
+    for e in sorted(gpu, key=lambda e: e["ts"]):
+        start, stop = e["ts"], e["ts"] + e["dur"]
+        if end is None or start > end:
+            busy += stop - start
+            end = stop
+        elif stop > end:
+            busy += stop - end
+            end = stop
+    return busy, kernels
 
 
 def load(path, phase=None):
@@ -58,7 +81,7 @@ def load(path, phase=None):
                         if e["cat"] == "user_annotation" and e["name"].startswith("step/")),
                        key=lambda e: e["ts"])
     wall = (annotated[-1]["ts"] + annotated[-1]["dur"] - annotated[0]["ts"]) if annotated else 0
-    return steps, phases, self_us, wall
+    return steps, phases, self_us, wall, *gpu_time(events)
 
 
 def main():
@@ -93,17 +116,31 @@ def main():
         f"{ms(max(0, r[4] - sum(r[2].values())), r[1]):.2f}"
         for r in runs) + " |")
     print("| **step** | " + " | ".join(f"**{ms(r[4], r[1]):.2f}**" for r in runs) + " |")
-    print("\nOperators by self time (top 25 of any run):\n")
+    def top_table(title, field, total, quote=""):
+        """The 25 names of runs' counter `field` with the most time per step in any run."""
+        print(f"\n{title} (top 25 of any run):\n")
+        print(header)
+        print(rule)
+        top = collections.Counter()
+        for r in runs:
+            for n, us in r[field].items():
+                top[n] = max(top[n], us / r[1])
+        for n, _ in top.most_common(25):
+            print(f"| {quote}{n}{quote} | "
+                  + " | ".join(f"{ms(r[field].get(n, 0), r[1]):.2f}" for r in runs) + " |")
+        print(f"| {total} | "
+              + " | ".join(f"{ms(sum(r[field].values()), r[1]):.2f}" for r in runs) + " |")
+
+    top_table("Operators by self time", 3, "all operators")
+    if not any(r[6] for r in runs):
+        return 0
+    print("\nGPU (kernels, copies and memsets; busy = the union of their intervals):\n")
     print(header)
     print(rule)
-    top = collections.Counter()
-    for r in runs:
-        for n, us in r[3].items():
-            top[n] = max(top[n], us / r[1])
-    for n, _ in top.most_common(25):
-        print(f"| {n} | " + " | ".join(f"{ms(r[3].get(n, 0), r[1]):.2f}" for r in runs) + " |")
-    print("| all operators | "
-          + " | ".join(f"{ms(sum(r[3].values()), r[1]):.2f}" for r in runs) + " |")
+    print("| GPU busy | " + " | ".join(f"{ms(r[5], r[1]):.2f}" for r in runs) + " |")
+    print("| GPU idle in the step | " + " | ".join(
+        f"{ms(max(0, r[4] - r[5]), r[1]):.2f}" for r in runs) + " |")
+    top_table("Kernels by time", 6, "all kernels", quote="`")
     return 0
 
 

@@ -323,7 +323,10 @@ def main():
             dist.barrier()
             start = time.perf_counter()
         if a.trace and step == 2:  # the trainer's log.profile_from 3 (1-based)
-            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            kinds = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":  # the kernels too, as the trainer's log.profile on CUDA
+                kinds.append(torch.profiler.ProfilerActivity.CUDA)
+            prof = torch.profiler.profile(activities=kinds)
             prof.__enter__()
         with phase("step/data"):
             x, y = next(batches)

@@ -119,13 +119,16 @@ tests() {
   TAIL=20 LIMIT=200 LOGS=$logs/paths step cuda-paths tests/gpu/cuda_paths.sh "$bin" "${cases[@]}"
 }
 
-# BENCH="gpt2 reducer smollm" (the default): which benchmarks `bench` runs.
+# BENCH="gpt2 reducer smollm" (the default): which benchmarks `bench` runs; "profile" adds the
+# traced comparison of GPT-2 against PyTorch eager and compiled (bench/gpu_lm.sh with PROFILE).
 benches=" ${BENCH:-gpt2 reducer smollm} "
 bench() {
   use_deps
   [[ $benches == *" gpt2 "* ]] && TAIL=14 LIMIT=200 BUILD_DIR=$bin OUT=$logs VARIANTS=1 step gpt2-vs-pytorch bench/gpu_lm.sh gpt2 "${GPT2_STEPS:-30}"
   [[ $benches == *" reducer "* ]] && LIMIT=60 step reducer-overhead-cuda mpirun -np 1 "$bin/bench/reducer_overhead_bench" --device cuda
   [[ $benches == *" smollm "* ]] && TAIL=8 LIMIT=150 BUILD_DIR=$bin OUT=$logs step smollm-vs-pytorch bench/gpu_lm.sh smollm "${LLAMA_STEPS:-30}"
+  [[ $benches == *" profile "* ]] && TAIL=80 LIMIT=200 BUILD_DIR=$bin OUT=$logs PROFILE=/tmp/traces \
+    step profile-gpt2 bench/gpu_lm.sh gpt2 12
   return 0
 }
 
