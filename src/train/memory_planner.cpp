@@ -277,6 +277,13 @@ void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reduce
   const ddp::BatchPlan& plan = batches.plan();
   const int64_t slice =
       gate != nullptr ? std::max<int64_t>(1, plan.global_batch / plan.world_size) : plan.per_rank;
+  if (placement_.rank() == 0) {  // a large model on a CPU: minutes without a line otherwise
+    const int64_t most = std::min<int64_t>(slice, 16);
+    spdlog::info("memory plan: measuring the activations of micro-batches of {} and {} samples "
+                 "(forward and backward on {}) ...",
+                 std::max<int64_t>(1, most / 2), most >= 2 ? 2 * std::max<int64_t>(1, most / 2) : 1,
+                 placement_.device.str());
+  }
   for (int64_t most = std::min<int64_t>(slice, 16);; most /= 2) {
     const int64_t b1 = std::max<int64_t>(1, most / 2);
     const int64_t b2 = most >= 2 ? 2 * b1 : 1;
