@@ -8,6 +8,9 @@
 #     (rank 8, alpha 16, the attention projections), alternated within a round so that a change
 #     in the machine's load hits both alike: the memory plan's per-rank state (parameters,
 #     gradients, AdamW state) and samples/s from the 'done:' line (steps after the first).
+#   DEVICE=cuda (default cpu): on GPUs (one per rank), in bf16. MODELS="llama-tiny llama-25m
+#     smollm" (the default: the first two): smollm is the llama at SmolLM-135M's shape with 2,048
+#     positions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -15,7 +18,11 @@ rounds=${1:-2}
 steps=${2:-20}
 ranks=${3:-2}
 trainer=${TRAINER_BIN:-build/trainer}
-common=(--config configs/llama-tiny.yaml --set train.device=cpu --set train.warmup_steps=1
+device=${DEVICE:-cpu}
+precision=fp32
+[ "$device" = cuda ] && precision=bf16
+common=(--config configs/llama-tiny.yaml --set train.device="$device" --set train.precision="$precision"
+        --set data.path=data/tokens-sample --set train.warmup_steps=1
         --set train.eval_every=0 --set train.sample_every=0 --set log.progress=off
         --set log.metrics=off --set train.global_batch_size=16 --set train.micro_batch_size=8
         --set log.every=1000)
@@ -23,11 +30,12 @@ declare -A models=(
   [llama-tiny]=""
   [llama-25m]="--set model.num_layers=8 --set model.d_model=512 --set model.heads=8
                --set model.kv_heads=4 --set model.intermediate_size=1376"
+  [smollm]="--set model.preset=smollm-135m --set data.vocab_size=49152 --set data.context=2048"
 )
 lora=(--set model.lora_rank=8 --set model.lora_alpha=16)
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
-  for model in llama-tiny llama-25m; do
+  for model in ${MODELS:-llama-tiny llama-25m}; do
     # shellcheck disable=SC2206  # the model's keys, split on purpose
     keys=(${models[$model]})
     for mode in full lora; do

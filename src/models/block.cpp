@@ -3,6 +3,7 @@
 #include "models/capabilities.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <fmt/format.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -119,7 +120,13 @@ Projection::Projection(int64_t in, int64_t out, bool with_bias, WeightLayout lay
   }
 }
 
-at::Tensor Projection::forward(const at::Tensor& x) const {
+at::Tensor Projection::forward(const at::Tensor& input) const {
+  // Under autocast, x is cast once here for the base and every adapter (autocast casts each op's
+  // inputs anew: once per adapter otherwise).
+  const c10::DeviceType device = input.device().type();
+  const bool autocast = !adapters_.empty() && at::autocast::is_autocast_enabled(device) &&
+                        input.scalar_type() == at::kFloat;
+  const at::Tensor x = autocast ? input.to(at::autocast::get_autocast_dtype(device)) : input;
   at::Tensor y;
   if (layout_ == WeightLayout::kOutIn) {
     y = at::linear(x, weight, bias);  // bias in the GEMM
@@ -127,16 +134,43 @@ at::Tensor Projection::forward(const at::Tensor& x) const {
     y = at::matmul(x, weight);
     if (bias.defined()) y = y + bias;
   }
+  if (adapters_.empty()) return y;
+  // Every adapter's narrow middle side by side, [n, sum of ranks], then one GEMM with the B
+  // matrices laid out on their rows of the output ([out, sum of ranks], zero elsewhere: llama's
+  // q_proj, k_proj, v_proj of the fused qkv_proj, block-diagonal when they tile its rows) that
+  // adds into y: y + scale middle B^T. One
+  // full-size pass however many adapters, where an add or a slice_scatter per adapter each read
+  // and wrote the whole output; without dropout the middles are one GEMM too.
+  const int64_t out = y.size(-1);
+  const double scale = adapters_.front()->scale;  // alpha / rank, the model's for every adapter
+  bool dropout = false;
+  bool tiled = true;  // the adapters cover the rows in order, end to end (q, k and v of qkv)
+  int64_t end = 0;
+  std::vector<at::Tensor> as, bs;
   for (const auto& adapter : adapters_) {
-    const at::Tensor d = adapter->delta(x, is_training());
-    if (adapter->rows == y.size(-1)) {
-      y = y + d;
-    } else {  // a slice of a fused projection (llama's q_proj of qkv_proj)
-      const int64_t begin = adapter->offset, end = begin + adapter->rows;
-      y = at::slice_scatter(y, y.narrow(-1, begin, adapter->rows) + d, -1, begin, end);
-    }
+    dropout = dropout || (adapter->dropout() > 0 && is_training());
+    tiled = tiled && adapter->offset == end;
+    end = adapter->offset + adapter->rows;
+    as.push_back(adapter->a);
+    bs.push_back(adapter->scale == scale ? adapter->b : adapter->b * (adapter->scale / scale));
   }
-  return y;
+  tiled = tiled && end == out;
+  for (size_t i = 0; i < bs.size() && !tiled; ++i) {
+    const LoraAdapter& a = *adapters_[i];
+    bs[i] = at::constant_pad_nd(bs[i], {0, 0, a.offset, out - a.offset - a.rows});
+  }
+  at::Tensor middle;
+  if (dropout) {  // each adapter its own mask, as PEFT's separate lora_dropout modules
+    std::vector<at::Tensor> middles;
+    for (const auto& adapter : adapters_) middles.push_back(adapter->down(x, is_training()));
+    middle = at::cat(middles, -1);
+  } else {
+    middle = at::linear(x, as.size() == 1 ? as.front() : at::cat(as, 0));
+  }
+  const at::Tensor b = bs.size() == 1 ? bs.front() : tiled ? at::block_diag(bs) : at::cat(bs, 1);
+  const at::Tensor y2 = at::addmm(y.reshape({-1, out}), middle.reshape({-1, middle.size(-1)}),
+                                  b.t(), /*beta=*/1, /*alpha=*/scale);
+  return y2.view(y.sizes());
 }
 
 void Projection::add_adapter(std::shared_ptr<LoraAdapter> adapter) {
@@ -166,9 +200,9 @@ LoraAdapter::LoraAdapter(int64_t in, int64_t rows_, int64_t offset_, int64_t ran
       b, [](const at::Tensor& w) { w.zero_(); }, /*random=*/false);
 }
 
-at::Tensor LoraAdapter::delta(const at::Tensor& x, bool training) const {
+at::Tensor LoraAdapter::down(const at::Tensor& x, bool training) const {
   const double p = training ? dropout_ : 0.0;
-  return at::linear(at::linear(at::dropout(x, p, p > 0), a), b).mul(scale);
+  return at::linear(p > 0 ? at::dropout(x, p, true) : x, a);
 }
 
 Block::Block(const BlockOptions& options) : options_(resolved(options)) {

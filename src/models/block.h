@@ -107,8 +107,9 @@ class Norm final : public torch::nn::Module {
 class LoraAdapter {
  public:
   LoraAdapter(int64_t in, int64_t rows, int64_t offset, int64_t rank, double scale, double dropout);
-  // scale * dropout(x) A^T B^T: [..., rows]; the dropout in training only.
-  at::Tensor delta(const at::Tensor& x, bool training) const;
+  // dropout(x) A^T: [..., rank], the adapter's narrow middle; the dropout in training only.
+  at::Tensor down(const at::Tensor& x, bool training) const;
+  double dropout() const { return dropout_; }
   std::shared_ptr<torch::nn::Module> lora_A, lora_B;  // NOLINT(readability-identifier-naming)
   at::Tensor a, b;  // lora_A.weight [rank, in], lora_B.weight [rows, rank]
   int64_t offset, rows;
@@ -118,7 +119,8 @@ class LoraAdapter {
   double dropout_;
 };
 
-// y = x W^T + b (kOutIn) or x W + b (kInOut); b optional; plus each adapter's delta on its rows.
+// y = x W^T + b (kOutIn) or x W + b (kInOut); b optional; plus each adapter's delta on its rows,
+// all of a projection's adapters in one GEMM that adds into y (Projection::forward).
 class Projection final : public torch::nn::Module {
  public:
   Projection(int64_t in, int64_t out, bool bias, WeightLayout layout, bool frozen);
