@@ -128,7 +128,9 @@ for c in "${cases[@]}"; do
     echo "PASS $c ($((SECONDS - start)) s)"
   else
     reason=$(cat "$work/reason")
-    reason=${reason:-$(grep -E "error|Error|what\(\)" "$out" | head -1)}
+    # The trainer's own message ("trainer: error: ..."), not Open MPI's plugin noise (pmix's
+    # "dlopen error" lines on the GPU machines).
+    reason=${reason:-$(grep -E "trainer: error|[a-z_]+: error:|what\(\)|Error:" "$out" | grep -v dlopen | head -1)}
     echo "FAIL $c ($((SECONDS - start)) s): ${reason:-exit code, see $out}"
     failed+=("$c")
   fi
