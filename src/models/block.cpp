@@ -138,9 +138,9 @@ at::Tensor Projection::forward(const at::Tensor& input) const {
   // Every adapter's narrow middle side by side, [n, sum of ranks], then one GEMM with the B
   // matrices laid out on their rows of the output ([out, sum of ranks], zero elsewhere: llama's
   // q_proj, k_proj, v_proj of the fused qkv_proj, block-diagonal when they tile its rows) that
-  // adds into y: y + scale middle B^T. One
-  // full-size pass however many adapters, where an add or a slice_scatter per adapter each read
-  // and wrote the whole output; without dropout the middles are one GEMM too.
+  // adds into y: y + scale middle B^T. One full-size pass however many adapters, where an add or
+  // a slice_scatter per adapter each read and wrote the whole output; without dropout the middles
+  // are one GEMM too.
   const int64_t out = y.size(-1);
   const double scale = adapters_.front()->scale;  // alpha / rank, the model's for every adapter
   bool dropout = false;
