@@ -108,6 +108,12 @@ case_lora_bf16() {
   trainer "${sft[@]}" --set model.lora_rank=8 --set checkpoint.dir="$ck" --export-peft "$work/peft" &&
     [ -f "$work/peft/adapter_model.safetensors" ]
 }
+# LoRA adapters captured in a CUDA graph with the frozen base (fp16's loss scale on the way).
+case_lora_graphs() {
+  trainer "${tokens[@]}" "${common[@]}" --set train.steps=30 --set train.precision=fp16 \
+    --set model.lora_rank=8 --set train.cuda_graphs=true && loss_falls &&
+    expect "train.cuda_graphs: captured"
+}
 # The CNN's channels-last tensors through a checkpoint and a resume on the GPU.
 case_cnn_checkpoint() {
   local ck=$work/cnn
@@ -118,7 +124,7 @@ case_cnn_checkpoint() {
 }
 
 all=(mlp llama_bf16 llama_fp16 llama_graphs muon zero3_checkpoint_resume oom_optimizer
-  oom_gradients oom_parameters sft_packed lora_bf16 cnn_checkpoint)
+  oom_gradients oom_parameters sft_packed lora_bf16 lora_graphs cnn_checkpoint)
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=("${all[@]}")
 for c in "${cases[@]}"; do
