@@ -65,6 +65,11 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
                  Communicator* control)
     : params_(std::move(params)), comm_(comm), options_(options) {
   verify_same_parameters(control != nullptr ? *control : comm_, params_);
+  if (zero3() && !options_.frozen.empty()) {  // every rank has frozen tensors, or none does
+    NamedParameters frozen;
+    for (const auto& unit : options_.frozen) frozen.insert(frozen.end(), unit.begin(), unit.end());
+    verify_same_parameters(control != nullptr ? *control : comm_, frozen);
+  }
   std::vector<ParamMeta> meta;
   for (const auto& [name, p] : params_) meta.push_back({p.numel(), p.scalar_type(), p.device()});
   layout_ = zero3() ? unit_layout()

@@ -60,8 +60,10 @@
 //   objects stay, as FSDP1's flat parameters, so references autograd saved do not keep the bytes)
 //   and reallocated and all-gathered by gather_unit() / prefetch_unit(). Gradients are per step as
 //   under gradients. When the last gradient of a unit lands in a backward (any micro-batch), the
-//   unit's parameters are freed: its backward is over. The caller (train/unit_gate.h) decides when
-//   to gather; every rank gathers the same units in the same order.
+//   unit's parameters are freed: its backward is over. A unit's frozen tensors (LoRA's base:
+//   ReducerOptions::frozen) are sharded, gathered and freed with it, and such a unit is freed by
+//   the caller once backward has passed it. The caller (train/unit_gate.h) decides when to
+//   gather; every rank gathers the same units in the same order.
 // Switching a replicated run to sharded in place (the memory.fallback rung shard_optimizer):
 // shard_in_place() pads the buckets, allocates the blocks and adopts the flat parameters;
 // blocks_of() slices the replicated moments. Both are local (every rank holds the same state).
@@ -82,6 +84,8 @@
 #include "ddp/shard.h"
 
 namespace ddp {
+
+using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
 struct ReducerOptions {
   int64_t first_bucket_bytes = 1 << 20;
@@ -108,6 +112,14 @@ struct ReducerOptions {
   // models/deferred_init.h): every unit starts freed with zero masters, which the caller fills
   // (master block by block, parameter_shards()) before masters_filled(). No whole model exists.
   bool deferred = false;
+  // shard parameters: tensors each unit holds besides its parameters that take no gradient (a
+  // LoRA run's frozen base, which the model keeps as buffers), one list per unit in forward order
+  // (empty, or fewer lists than units: the rest hold none). They are sharded and gathered with
+  // their unit in a flat buffer of their own (no gradient, no optimizer state, nothing reduced),
+  // and a unit that holds any is not freed when its gradients land (its frozen tensors may still
+  // be needed for the gradient of its input) but when the gate says its backward is over
+  // (free_unit). Not with `deferred`.
+  std::vector<NamedParameters> frozen{};
 };
 
 // Parameters that differ between ranks, or parameters that got no gradient.
@@ -115,8 +127,6 @@ class ParameterError : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
-
-using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Checks that every rank holds the same parameter list; throws ParameterError naming the first
 // parameter that differs and the ranks that disagree. Collective.
@@ -223,8 +233,10 @@ class Reducer {
   // shard parameters, accumulating (the start-up's probe): a unit's gradient bucket is dropped
   // as soon as its backward ends, so that only one unit's gradients live at a time.
   void set_discard_gradients(bool on) { discard_gradients_ = on; }
-  // The bytes of the largest gathered unit (padded flat buffer).
+  // The bytes of the largest gathered unit (padded flat buffers, its frozen tensors' included).
   int64_t largest_unit_bytes() const;
+  // ReducerOptions::frozen: the bytes of this rank's blocks of them (kept for the whole run).
+  int64_t frozen_shard_bytes() const;
   // Bucket indices in the order their all-reduces were posted in the last synced step.
   const std::vector<size_t>& launch_order() const { return launch_order_; }
   // Buckets posted while backward was still running in the last synced step (overlap).
@@ -236,6 +248,24 @@ class Reducer {
 
  private:
   enum class StepState { kIdle, kAccumulating, kSyncing, kDone };
+
+  // shard parameters: a unit's all-gather while in flight (gather_dtype: the unit as gathered and
+  // this rank's block of it, in that dtype).
+  struct Gather {
+    WorkPtr work;
+    at::Tensor wire;
+    at::Tensor master_wire;
+  };
+  // shard parameters: a unit's frozen tensors (ReducerOptions::frozen), laid out, sharded and
+  // gathered as its parameters are, in a flat buffer of their own.
+  struct Frozen {
+    NamedParameters tensors;
+    BucketLayout layout;  // params: indices into `tensors`
+    BucketShard shard;
+    at::Tensor full;    // each tensor is a view into it; storage only while the unit is gathered
+    at::Tensor master;  // this rank's block, kept for the whole run
+    Gather gather;
+  };
 
   // One bucket's state (as c10d's Reducer::Bucket): its buffers, its collective, its readiness.
   // Sharded buckets are padded to shard.padded elements; under ZeRO-2, `gradients` and `wire` exist
@@ -255,9 +285,8 @@ class Reducer {
     // optimizer updates it); `parameters` is then the unit's whole flat buffer, its storage
     // allocated only while `gathered`.
     at::Tensor master;
-    WorkPtr gather;            // its all-gather, while in flight
-    at::Tensor gather_wire;    // gather_dtype: the unit as gathered and this rank's block of it,
-    at::Tensor master_wire;    // both only while the all-gather is in flight
+    Gather gather;             // its all-gather, while in flight
+    Frozen frozen;             // its frozen tensors (none: frozen.full undefined)
     bool gathered = true;      // `parameters` holds storage (the gather may still be in flight)
     int64_t unit_pending = 0;  // parameters whose gradient has not landed in this backward
     bool landed = false;       // every one landed in this micro-batch's backward
@@ -293,7 +322,11 @@ class Reducer {
   // shard parameters (reducer_units.cpp).
   std::vector<BucketLayout> unit_layout() const;
   void setup_masters();
+  void setup_frozen(Bucket& bucket, NamedParameters tensors);  // flat views, before reshard
   void post_gather(size_t b);
+  // Posts the all-gather of `master` blocks into `full` (the gather_dtype through a copy).
+  void post_flat_gather(const at::Tensor& full, const at::Tensor& master, Gather& gather,
+                        const std::string& what);
   void finish_gather(Bucket& bucket);  // waits for its all-gather; casts a gather_dtype copy back
   void release_unit(Bucket& bucket);
   void on_unit_gradient(size_t param);        // a unit's last gradient frees it

@@ -183,10 +183,13 @@ std::vector<at::Tensor> Reducer::blocks_of(const std::vector<at::Tensor>& full) 
   std::vector<at::Tensor> blocks;
   for (const BucketLayout& layout : layout_) {
     const BucketShard shard = shard_bucket(layout.numel, comm_.size(), comm_.rank());
-    // One bucket's flat copy at a time: the extra memory is one bucket.
-    blocks.push_back(flat_bucket(&full, layout, full[layout.params[0]].options())
-                         .narrow(0, shard.begin, shard.size)
-                         .clone());
+    // One bucket's flat copy at a time: the extra memory is one bucket. A unit without
+    // parameters (LoRA: a frozen unit) has an empty block in the bucket's dtype and device.
+    const auto options = layout.params.empty()
+                             ? at::TensorOptions().dtype(layout.dtype).device(layout.device)
+                             : full[layout.params[0]].options();
+    blocks.push_back(
+        flat_bucket(&full, layout, options).narrow(0, shard.begin, shard.size).clone());
   }
   return blocks;
 }

@@ -102,6 +102,50 @@ void Reducer::setup_masters() {
                   at::TensorOptions().dtype(bucket.layout.dtype).device(bucket.layout.device));
     bucket.gathered = true;  // until reshard_parameters() (deferred: until setup_shards)
   }
+  if (options_.frozen.empty()) return;
+  if (options_.deferred) {
+    throw std::logic_error("Reducer: frozen tensors need a model built with storage");
+  }
+  if (options_.frozen.size() > unit_bucket_.size()) {
+    throw ParameterError(fmt::format("ddp.shard: parameters: frozen tensors for {} units of {}",
+                                     options_.frozen.size(), unit_bucket_.size()));
+  }
+  for (size_t u = 0; u < options_.frozen.size(); ++u) {
+    setup_frozen(buckets_[unit_bucket_[u]], options_.frozen[u]);
+  }
+}
+
+void Reducer::setup_frozen(Bucket& bucket, NamedParameters tensors) {
+  Frozen& f = bucket.frozen;
+  f.tensors = std::move(tensors);
+  if (f.tensors.empty()) return;
+  f.layout.dtype = f.tensors.front().second.scalar_type();
+  f.layout.device = f.tensors.front().second.device();
+  for (size_t j = 0; j < f.tensors.size(); ++j) {
+    const auto& [name, t] = f.tensors[j];
+    if (t.scalar_type() != f.layout.dtype || t.device() != f.layout.device) {
+      throw ParameterError(fmt::format("ddp.shard: parameters: frozen tensor '{}' differs in "
+                                       "dtype or device from the rest of its unit",
+                                       name));
+    }
+    f.layout.params.push_back(j);
+    f.layout.offsets.push_back(f.layout.numel);
+    f.layout.numel += t.numel();
+  }
+  f.shard = shard_bucket(f.layout.numel, comm_.size(), comm_.rank());
+  const auto options = at::TensorOptions().dtype(f.layout.dtype).device(f.layout.device);
+  f.master = at::zeros({f.shard.size}, options);
+  f.full = at::empty({f.shard.padded}, options);
+  f.full.narrow(0, f.layout.numel, f.shard.padded - f.layout.numel).zero_();
+  // The same tensors (the model's buffers), new storage: each a view into the flat buffer.
+  for (size_t j = 0; j < f.tensors.size(); ++j) {
+    at::Tensor& t = f.tensors[j].second;
+    at::Tensor piece = f.full.narrow(0, f.layout.offsets[j], t.numel());
+    at::Tensor view =
+        t.is_contiguous() ? piece.view(t.sizes()) : piece.as_strided(t.sizes(), t.strides());
+    view.copy_(t.detach());
+    t.set_data(view);
+  }
 }
 
 void Reducer::reshard_parameters() {
@@ -109,6 +153,8 @@ void Reducer::reshard_parameters() {
   at::NoGradGuard no_grad;
   for (Bucket& bucket : buckets_) {
     bucket.master.copy_(bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size));
+    Frozen& f = bucket.frozen;
+    if (f.full.defined()) f.master.copy_(f.full.narrow(0, f.shard.begin, f.shard.size));
     release_unit(bucket);
   }
   resharded_ = true;
@@ -149,7 +195,7 @@ void Reducer::land_unit(size_t unit) {
   }
   bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
   bucket.landed = true;
-  if (resharded_) release_unit(bucket);
+  if (resharded_ && !bucket.frozen.full.defined()) release_unit(bucket);
   if (state_ == StepState::kAccumulating && (!resharded_ || discard_gradients_)) {
     release_bucket(bucket);
   }
@@ -158,45 +204,71 @@ void Reducer::land_unit(size_t unit) {
 int64_t Reducer::largest_unit_bytes() const {
   int64_t most = 0;
   for (const Bucket& bucket : buckets_) {
-    most = std::max<int64_t>(most, bucket.shard.padded * c10::elementSize(bucket.layout.dtype));
+    const Frozen& f = bucket.frozen;
+    most = std::max<int64_t>(most, bucket.shard.padded * c10::elementSize(bucket.layout.dtype) +
+                                       f.shard.padded * c10::elementSize(f.layout.dtype));
   }
   return most;
+}
+
+int64_t Reducer::frozen_shard_bytes() const {
+  int64_t bytes = 0;
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.frozen.master.defined()) bytes += bucket.frozen.master.nbytes();
+  }
+  return bytes;
 }
 
 void Reducer::post_gather(size_t b) {
   Bucket& bucket = buckets_[b];
   if (bucket.gathered) return;
+  Frozen& f = bucket.frozen;
   allocate_storage(bucket.parameters);
+  if (f.full.defined()) allocate_storage(f.full);
   bucket.gathered = true;
+  const size_t unit = buckets_.size() - 1 - b;
+  post_flat_gather(bucket.parameters, bucket.master, bucket.gather,
+                   fmt::format("parameters of unit {}", unit));
+  if (f.full.defined()) {
+    post_flat_gather(f.full, f.master, f.gather, fmt::format("frozen tensors of unit {}", unit));
+  }
+}
+
+void Reducer::post_flat_gather(const at::Tensor& full, const at::Tensor& master, Gather& gather,
+                               const std::string& what) {
   if (comm_.size() == 1) {
-    bucket.parameters.copy_(bucket.master);
+    full.copy_(master);
     return;
   }
-  const std::string what = fmt::format("parameters of unit {}", buckets_.size() - 1 - b);
   const auto dtype = options_.gather_dtype;
-  if (dtype == c10::ScalarType::Undefined || dtype == bucket.layout.dtype) {
-    bucket.gather = comm_.all_gather_async(bucket.parameters, bucket.master, what);
+  if (dtype == c10::ScalarType::Undefined || dtype == full.scalar_type()) {
+    gather.work = comm_.all_gather_async(full, master, what);
     return;
   }
-  bucket.master_wire = bucket.master.to(dtype);
-  bucket.gather_wire = at::empty({bucket.shard.padded}, bucket.master_wire.options());
-  bucket.gather = comm_.all_gather_async(bucket.gather_wire, bucket.master_wire, what);
+  gather.master_wire = master.to(dtype);
+  gather.wire = at::empty({full.numel()}, gather.master_wire.options());
+  gather.work = comm_.all_gather_async(gather.wire, gather.master_wire, what);
 }
 
 void Reducer::finish_gather(Bucket& bucket) {
-  if (!bucket.gather) return;
-  bucket.gather->wait();
-  bucket.gather.reset();
-  if (!bucket.gather_wire.defined()) return;
-  bucket.parameters.copy_(bucket.gather_wire);  // the compute dtype's values, in fp32
-  bucket.gather_wire = at::Tensor();
-  bucket.master_wire = at::Tensor();
+  const auto finish = [](const at::Tensor& full, Gather& gather) {
+    if (!gather.work) return;
+    gather.work->wait();
+    gather.work.reset();
+    if (!gather.wire.defined()) return;
+    full.copy_(gather.wire);  // the compute dtype's values, in the full buffer's dtype
+    gather.wire = at::Tensor();
+    gather.master_wire = at::Tensor();
+  };
+  finish(bucket.parameters, bucket.gather);
+  finish(bucket.frozen.full, bucket.frozen.gather);
 }
 
 void Reducer::release_unit(Bucket& bucket) {
   if (!bucket.gathered) return;
   finish_gather(bucket);
   release_storage(bucket.parameters);
+  if (bucket.frozen.full.defined()) release_storage(bucket.frozen.full);
   bucket.gathered = false;
 }
 
@@ -230,10 +302,13 @@ void Reducer::free_all_units() {
 void Reducer::on_unit_gradient(size_t param) {
   Bucket& bucket = buckets_[bucket_of_[param]];
   if (--bucket.unit_pending > 0) return;
-  // The unit's backward is over (counted again from here: the probe runs several backwards).
+  // The unit's parameters are done with (counted again from here: the probe runs several
+  // backwards); its backward is over unless it holds frozen tensors, whose uses in the gradient
+  // of its input may come later (a norm's weight after the adapters of the projection it feeds):
+  // the gate frees such a unit (train/unit_gate.h).
   bucket.unit_pending = static_cast<int64_t>(bucket.layout.params.size());
   bucket.landed = true;
-  if (resharded_) release_unit(bucket);
+  if (resharded_ && !bucket.frozen.full.defined()) release_unit(bucket);
   if (state_ == StepState::kAccumulating && (!resharded_ || discard_gradients_)) {
     // The start-up's probe (on the whole model before reshard_parameters(), or unit by unit from
     // a deferred build) discards its gradients: a unit's full gradient lives only through its

@@ -89,7 +89,8 @@ int plan_shard_ranks(const PlannedWorld& world) {
 DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::ScalarType reduce_dtype,
                        const memory::MemoryEstimate& probe, int64_t global_batch,
                        int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
-                       double target_fraction, ddp::ShardMode in_force, int64_t frozen_bytes) {
+                       double target_fraction, ddp::ShardMode in_force,
+                       const std::vector<ddp::BucketLayout>& frozen) {
   const int ranks = world.ranks;
   if (global_batch < ranks) {
     throw ddp::PlanError(fmt::format(
@@ -117,7 +118,10 @@ DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::Scalar
     ModePlan row;
     row.mode = static_cast<ddp::ShardMode>(m);
     row.state = ddp::shard_footprint(layout, plan.shard_ranks, row.mode, reduce_dtype);
-    row.state.parameters += frozen_bytes;
+    // The frozen tensors as parameters that take no gradient and no optimizer state.
+    const auto frozen_mode =
+        row.mode == ddp::ShardMode::kParameters ? row.mode : ddp::ShardMode::kNone;
+    row.state.parameters += ddp::shard_footprint(frozen, plan.shard_ranks, frozen_mode).parameters;
     memory::MemoryEstimate e = a;
     e.parameters = row.state.parameters;
     e.gradients = row.state.gradients;
@@ -247,10 +251,14 @@ memory::MemoryEstimate shape_activations(const models::LmShape& shape, const Sha
 DevicePlan plan_shape(const models::LmShape& shape, const ShapePlanInputs& in, int64_t global_batch,
                       int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
                       double target_fraction, ddp::ShardMode in_force) {
-  const int64_t frozen_bytes = 4 * shape.frozen_count();  // LoRA's base: fp32 buffers
+  std::vector<ddp::BucketLayout> frozen(shape.frozen().empty() ? 0 : shape.units());
+  for (const auto& p : shape.frozen()) {  // LoRA's base: fp32 buffers, by units
+    frozen[p.unit].numel += p.numel;
+    frozen[p.unit].dtype = at::kFloat;
+  }
   DevicePlan plan = plan_device(shape_layout(shape, in_force, in), in.reduce_dtype,
                                 shape_activations(shape, in), global_batch, micro_batch, world,
-                                device_bytes, target_fraction, in_force, frozen_bytes);
+                                device_bytes, target_fraction, in_force, frozen);
   plan.activations_computed = true;
   return plan;
 }

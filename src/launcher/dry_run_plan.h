@@ -76,12 +76,14 @@ struct DevicePlan {
 // `probe` holds the CPU probe's activation terms; `micro_batch` is train.micro_batch_size (<= 0:
 // auto: the batch split then takes auto's pick under `in_force`, the mode in force). Throws
 // ddp::PlanError when the global batch is smaller than `world.ranks`, and as plan_shard_ranks.
-// `frozen_bytes`: state outside the buckets that every rank holds whole in every mode (a LoRA
-// run's frozen base), counted with the parameters.
+// `frozen`: state outside the buckets, one layout per unit (a LoRA run's frozen base), counted
+// with the parameters: whole on every rank, except under parameters, where each rank holds its
+// blocks and two units in flight (ddp::ReducerOptions::frozen).
 DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::ScalarType reduce_dtype,
                        const memory::MemoryEstimate& probe, int64_t global_batch,
                        int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
-                       double target_fraction, ddp::ShardMode in_force, int64_t frozen_bytes = 0);
+                       double target_fraction, ddp::ShardMode in_force,
+                       const std::vector<ddp::BucketLayout>& frozen = {});
 
 // The plan as lines for the log: the table of modes, activations, the batch split, the verdict
 // for `in_force`.
@@ -110,7 +112,7 @@ std::vector<ddp::BucketLayout> shape_layout(const models::LmShape& shape, ddp::S
 // The activation terms of `shape` (computed from the shapes, LmShape::activations).
 memory::MemoryEstimate shape_activations(const models::LmShape& shape, const ShapePlanInputs& in);
 // plan_device for `shape`: the buckets of `in_force`, the computed activations; with LoRA the
-// buckets hold the adapters and the frozen base (fp32, whole on every rank) is counted apart.
+// buckets hold the adapters and the frozen base (fp32, by units) is counted apart.
 DevicePlan plan_shape(const models::LmShape& shape, const ShapePlanInputs& in, int64_t global_batch,
                       int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
                       double target_fraction, ddp::ShardMode in_force);

@@ -115,6 +115,10 @@ class ParameterUnits {
  public:
   virtual ~ParameterUnits() = default;
   virtual std::vector<std::vector<std::string>> parameter_units() const = 0;
+  // The names (as in named_buffers()) of each unit's frozen weights (FrozenBase: a LoRA run's
+  // base), in the same units; empty when nothing is frozen. Under ddp.shard: parameters they
+  // are sharded and gathered with their unit (ddp::ReducerOptions::frozen).
+  virtual std::vector<std::vector<std::string>> frozen_units() const { return {}; }
   // The units in the order every forward enters them (a unit entered twice is listed twice).
   virtual std::vector<size_t> unit_order() const = 0;
   virtual void set_unit_gate(UnitGate* gate) = 0;

@@ -227,8 +227,11 @@ void MemoryPlanner::count_model_state(models::Model& model,
 void MemoryPlanner::count_parameter_shards(models::Model& model, const ddp::Reducer& reducer) {
   int64_t masters = 0;
   for (const auto& m : reducer.parameter_shards()) masters += m.nbytes();
-  int64_t buffers = 0;
-  for (const auto& b : model.buffers()) buffers += b.nbytes();
+  // Buffers sharded with their unit (LoRA's frozen base) hold no storage now: their blocks count.
+  int64_t buffers = reducer.frozen_shard_bytes();
+  for (const auto& b : model.buffers()) {
+    if (!models::holds_no_storage(b)) buffers += b.nbytes();
+  }
   // Between steps a rank keeps its blocks; in a step at most two units are gathered.
   estimate_.parameters = masters + 2 * reducer.largest_unit_bytes() + buffers;
   // An asynchronous sharded checkpoint's host copy: the master blocks and AdamW's two moments of

@@ -127,7 +127,8 @@ void ModelState::allocate_gradients(ddp::ShardMode mode) {
                           static_cast<int64_t>(d.bucket_mb * (1 << 20)), d.find_unused_parameters,
                           reduce_wire_dtype(), mode, parameter_units(mode), gather_dtype(),
                           kRiderSlots, placement_.replicas,
-                          mode == ddp::ShardMode::kParameters && model_.deferred_init() != nullptr},
+                          mode == ddp::ShardMode::kParameters && model_.deferred_init() != nullptr,
+                          frozen_units(mode)},
       &placement_.control);
   if (reducer_->sharded()) optimizer_ = make_sharded_optimizer();
   make_clipper();
@@ -160,6 +161,19 @@ std::vector<std::vector<size_t>> ModelState::parameter_units(ddp::ShardMode mode
   for (const auto& names : declared->parameter_units()) {
     auto& unit = units.emplace_back();
     for (const auto& name : names) unit.push_back(index.at(name));
+  }
+  return units;
+}
+
+std::vector<ddp::NamedParameters> ModelState::frozen_units(ddp::ShardMode mode) const {
+  std::vector<ddp::NamedParameters> units;
+  auto* declared = models::as<models::ParameterUnits>(model_);
+  if (mode != ddp::ShardMode::kParameters || declared == nullptr) return units;
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& item : model_.named_buffers()) buffers.emplace(item.key(), item.value());
+  for (const auto& names : declared->frozen_units()) {
+    auto& unit = units.emplace_back();
+    for (const auto& name : names) unit.emplace_back(name, buffers.at(name));
   }
   return units;
 }

@@ -100,6 +100,8 @@ class ModelState {
  private:
   // ddp.shard: parameters: the model's units as indices into its parameter list (empty: one).
   std::vector<std::vector<size_t>> parameter_units(ddp::ShardMode mode) const;
+  // ddp.shard: parameters: each unit's frozen buffers (models::ParameterUnits::frozen_units).
+  std::vector<ddp::NamedParameters> frozen_units(ddp::ShardMode mode) const;
   std::unique_ptr<FusedAdamW> make_sharded_optimizer() const;
   // train.optimizer: muon: the ranges of each parameter (unsharded) or block (sharded) AdamW
   // updates (empty: every element, for adamw).

@@ -35,6 +35,7 @@ void UnitGate::begin_pass() {
   reducer_.begin_unit_pass();
   in_pass_ = true;
   events_.clear();
+  first_event_.clear();
   left_ = false;
   backward_from_ = 0;
 }
@@ -213,6 +214,8 @@ void UnitGate::enter(size_t unit) {
         "sequence of layers varies)",
         unit, pos, fmt::join(order_, ", ")));
   }
+  if (first_event_.size() <= unit) first_event_.resize(unit + 1, kNoEvent);
+  if (first_event_[unit] == kNoEvent) first_event_[unit] = pos;
   events_.push_back(unit);
   left_ = false;
   reducer_.gather_unit(unit);
@@ -241,6 +244,15 @@ at::Tensor UnitGate::leave(size_t unit, const at::Tensor& x) {
 
 void UnitGate::before_backward(size_t event) {
   if (pinned_ || event >= events_.size()) return;
+  // The gradient of this event's output is complete, so backward is done with every event after
+  // it: a unit used only there is freed, its frozen tensors with it (the Reducer frees a unit
+  // that holds none when its gradients land; one that holds some waits for this, since their
+  // uses in the gradient of its input can follow its last gradient). The events between here and
+  // where backward was are visited once per pass.
+  const size_t from = backward_from_ == 0 ? events_.size() : backward_from_;
+  for (size_t later = event + 1; later < from; ++later) {
+    if (first_event_[events_[later]] > event) reducer_.free_unit(events_[later]);
+  }
   backward_from_ = event + 1;
   reducer_.gather_unit(events_[event]);
   if (prefetch_ && event > 0) reducer_.prefetch_unit(events_[event - 1]);

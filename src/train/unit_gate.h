@@ -9,8 +9,10 @@
 //   which backward needs first. At most two units are gathered at a time in forward.
 // - Backward: leave's identity autograd function runs before the unit's backward; it gathers the
 //   unit again and prefetches the unit entered before it. The Reducer frees a unit when its last
-//   gradient lands and reduce-scatters its gradients (ddp/reducer.h); end_pass() frees what is
-//   left (parameters that got no gradient).
+//   gradient lands and reduce-scatters its gradients (ddp/reducer.h); a unit with frozen tensors
+//   (ddp::ReducerOptions::frozen: LoRA's base) is freed here instead, when backward reaches an
+//   event before all of the unit's (its input's gradient is then complete); end_pass() frees
+//   what is left (parameters that got no gradient, units whose input takes none).
 // - Order: the model's declared order (models::ParameterUnits::unit_order), or else the first
 //   pass's sequence of entered units; every pass must enter the same units in the same order,
 //   checked before each gather is posted, so a model that changes it is refused with
@@ -92,6 +94,8 @@ class UnitGate final : public models::UnitGate {
   bool pinned_ = false;
   std::vector<size_t> order_;   // declared, or the units entered in the first pass, in order
   std::vector<size_t> events_;  // this pass's
+  static constexpr size_t kNoEvent = static_cast<size_t>(-1);
+  std::vector<size_t> first_event_;  // unit -> its first event in this pass (kNoEvent: none)
   bool recorded_ = false;
   // In step: this rank runs a forward (announced) or has run all of its own (false).
   bool lockstep_ = false;

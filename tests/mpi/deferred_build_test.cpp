@@ -29,6 +29,7 @@
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
 #include "memory/allocator_guard.h"
+#include "models/deferred_init.h"
 #include "models/lm/generate.h"
 #include "models/registry.h"
 #include "train/choice_evaluation.h"
@@ -230,6 +231,7 @@ struct OomRun {
   std::vector<at::Tensor> params;
   int fallbacks = 0;
   bool buffers_unchanged = true;  // every buffer (LoRA's frozen base) bitwise as it started
+  int frozen_held = 0;  // buffers that hold storage between steps (under parameters: none)
 };
 
 // `deferred`: built without storage (not with LoRA, whose frozen base every rank holds whole).
@@ -242,9 +244,15 @@ OomRun train_with(ddp::Communicator& comm, const std::string& yaml, const std::s
   } reset;
   auto run = make_cpu_run(comm, yaml, "oom.yaml", {}, deferred);
   std::vector<at::Tensor> buffers;
-  for (const auto& b : run.model->buffers()) buffers.push_back(b.detach().clone());
+  {
+    const auto pinned = run.trainer->pin_parameters();
+    for (const auto& b : run.model->buffers()) buffers.push_back(b.detach().clone());
+  }
   for (int64_t s = 1; s <= 4; ++s) run.trainer->step(s);
   OomRun out{gathered(run), run.trainer->fallbacks()};
+  // Between steps the frozen base is sharded with its units (no storage); pinned, it is whole.
+  for (const auto& b : run.model->buffers()) out.frozen_held += models::holds_no_storage(b) ? 0 : 1;
+  const auto pinned = run.trainer->pin_parameters();
   const auto after = run.model->buffers();
   out.buffers_unchanged = after.size() == buffers.size();
   for (size_t i = 0; out.buffers_unchanged && i < buffers.size(); ++i)
@@ -296,10 +304,12 @@ TEST(ShardedOom, LoraAdaptersTakeTheRungWithTheBaseFrozen) {
     const OomRun from_start =
         train_with(*comm, yaml(model + ", checkpoint_activations: true"), "", false);
     EXPECT_TRUE(from_start.buffers_unchanged) << precision;
+    EXPECT_EQ(from_start.frozen_held, 0) << precision << ": the frozen base is not sharded";
     const OomRun rung =
         train_with(*comm, yaml(model), fmt::format("{}:2:backward", comm->size() - 1), false);
     EXPECT_EQ(rung.fallbacks, 1) << precision;
     EXPECT_TRUE(rung.buffers_unchanged) << precision;
+    EXPECT_EQ(rung.frozen_held, 0) << precision << ": the frozen base is not sharded";
     EXPECT_LT(relative_error(rung.params, from_start.params), 1e-6) << precision;
   }
 }

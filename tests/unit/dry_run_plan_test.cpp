@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ddp/errors.h"
+#include "ddp/shard.h"
 #include "models/lm/lm_shape.h"
 
 namespace launcher {
@@ -181,8 +182,9 @@ TEST(PlanDeviceRanksPerNode, RefusesRanksPerNodeThatDoNotDivideOrAreMissingUnder
 }
 
 // A LoRA run planned from its shapes: the buckets, gradients and optimizer state are the
-// adapters' alone, and the frozen base (fp32) is in every mode's parameters, whole on every rank.
-TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseWhole) {
+// adapters' alone, and the frozen base (fp32) is in every mode's parameters, whole on every rank
+// except under parameters, which shards it by units as it shards a full model's parameters.
+TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseShardedOnlyByParameters) {
   models::LmShape shape;
   shape.family = "llama";
   shape.vocab = shape.padded_vocab = 1024;
@@ -211,9 +213,19 @@ TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseWhole) {
     EXPECT_EQ(none.state.parameters, frozen + 4 * adapters);
     EXPECT_EQ(none.state.gradients, 4 * adapters);
     EXPECT_EQ(none.state.optimizer_state, 8 * adapters);
+    const auto params = static_cast<size_t>(ddp::ShardMode::kParameters);
     for (size_t m = 0; m < p.modes.size(); ++m) {
-      EXPECT_GE(p.modes[m].state.parameters, frozen) << m;  // the base is never sharded
+      if (m != params) EXPECT_GE(p.modes[m].state.parameters, frozen) << m;  // whole
       EXPECT_LT(p.modes[m].state.optimizer_state, full.modes[m].state.optimizer_state / 20) << m;
+    }
+    EXPECT_LT(p.modes[params].state.parameters, frozen) << "the base is not sharded";
+    if (mode == ddp::ShardMode::kParameters) {
+      // The base's blocks and two of its units in flight, as the full model's parameters, plus
+      // the adapters' blocks and two of their units.
+      const auto adapters_layout = shape_layout(lora, mode, in);
+      EXPECT_EQ(p.modes[params].state.parameters,
+                full.modes[params].state.parameters +
+                    ddp::shard_footprint(adapters_layout, 8, mode).parameters);
     }
   }
 }

@@ -161,19 +161,28 @@ double CausalLm::flops_per_token(int64_t positions) const {
          12.0 * static_cast<double>(layers * dims_.attention_width * positions);
 }
 
+size_t CausalLm::unit_of(const std::string& name) const {
+  for (const std::string& e : dims_.embeddings) {
+    if (under(name, e)) return 0;
+  }
+  if (under(name, dims_.blocks)) {
+    const size_t skip = dims_.blocks.size() + 1;  // "h."
+    return 1 + std::stoul(name.substr(skip, name.find('.', skip) - skip));
+  }
+  return output_unit();  // the final norm, an untied output layer
+}
+
 std::vector<std::vector<std::string>> CausalLm::parameter_units() const {
   std::vector<std::vector<std::string>> units(1 + blocks_.size() + (dims_.tied ? 0 : 1));
-  const size_t skip = dims_.blocks.size() + 1;  // "h."
-  for (const auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    size_t unit = output_unit();  // the final norm, an untied output layer
-    for (const std::string& e : dims_.embeddings) {
-      if (under(name, e)) unit = 0;
-    }
-    if (under(name, dims_.blocks))
-      unit = 1 + std::stoul(name.substr(skip, name.find('.', skip) - skip));
-    units[unit].push_back(name);
-  }
+  for (const auto& item : named_parameters()) units[unit_of(item.key())].push_back(item.key());
+  return units;
+}
+
+std::vector<std::vector<std::string>> CausalLm::frozen_units() const {
+  std::vector<std::vector<std::string>> units;
+  if (frozen_.empty()) return units;
+  units.resize(1 + blocks_.size() + (dims_.tied ? 0 : 1));
+  for (const std::string& name : frozen_) units[unit_of(name)].push_back(name);
   return units;
 }
 

@@ -124,6 +124,7 @@ class CausalLm : public LanguageModel,
   LmShape lm_shape() const final;
 
   std::vector<std::vector<std::string>> parameter_units() const final;
+  std::vector<std::vector<std::string>> frozen_units() const final;
   std::vector<size_t> unit_order() const final;
   void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
   UnitGate* unit_gate() const final { return gate_; }
@@ -178,6 +179,7 @@ class CausalLm : public LanguageModel,
   std::vector<std::pair<std::string, at::Tensor>> sums_of(const at::Tensor& loss,
                                                           const at::Tensor& targets) const;
   size_t output_unit() const { return dims_.tied ? 0 : 1 + blocks_.size(); }
+  size_t unit_of(const std::string& name) const;  // the unit of a parameter or frozen buffer
   at::Tensor leave_output(const at::Tensor& x) const {
     return gate_ != nullptr ? gate_->leave(output_unit(), x) : x;
   }

@@ -107,7 +107,11 @@ int64_t LmShape::parameter_count() const {
   return count(base_parameters(*this)) + (lora_rank > 0 ? count(parameters()) : 0);
 }
 
-int64_t LmShape::frozen_count() const { return lora_rank > 0 ? count(base_parameters(*this)) : 0; }
+int64_t LmShape::frozen_count() const { return count(frozen()); }
+
+std::vector<LmShape::Parameter> LmShape::frozen() const {
+  return lora_rank > 0 ? base_parameters(*this) : std::vector<Parameter>{};
+}
 
 // Note [Activations from the shapes]
 // Per token, one block saves for backward (elements, A = heads x head_dim, K = kv_heads x

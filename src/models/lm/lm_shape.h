@@ -37,8 +37,8 @@ struct LmShape {
   std::string family;           // "gpt", "llama"
   // LoRA (models/lm/lora.h): rank 0 off; the adapted layers by their Hugging Face names (as
   // model.lora_targets, defaults applied). With adapters, parameters() lists the adapters alone
-  // (what trains, shards and has optimizer state) and frozen_count() the base, which every rank
-  // holds whole in every ddp.shard mode.
+  // (what trains, shards and has optimizer state) and frozen() the base, which every rank holds
+  // whole, except under ddp.shard: parameters, which shards it with its units.
   int64_t lora_rank = 0;
   std::vector<std::string> lora_targets;
 
@@ -54,6 +54,8 @@ struct LmShape {
   int64_t parameter_count() const;
   // The frozen base's elements under LoRA (0 without adapters).
   int64_t frozen_count() const;
+  // Under LoRA, the frozen base's parameters (their units as parameters()'); empty without.
+  std::vector<Parameter> frozen() const;
   size_t units() const { return static_cast<size_t>(layers) + (tied ? 1 : 2); }
 
   struct Activations {
