@@ -118,7 +118,7 @@ struct ReducerOptions {
   // their unit in a flat buffer of their own (no gradient, no optimizer state, nothing reduced),
   // and a unit that holds any is not freed when its gradients land (its frozen tensors may still
   // be needed for the gradient of its input) but when the gate says its backward is over
-  // (free_unit). Not with `deferred`.
+  // (free_unit). With `deferred` they hold no storage either, and their masters start at zero.
   std::vector<NamedParameters> frozen{};
 };
 
@@ -237,18 +237,6 @@ class Reducer {
   int64_t largest_unit_bytes() const;
   // ReducerOptions::frozen: the bytes of this rank's blocks of them (kept for the whole run).
   int64_t frozen_shard_bytes() const;
-  // Bucket indices in the order their all-reduces were posted in the last synced step.
-  const std::vector<size_t>& launch_order() const { return launch_order_; }
-  // Buckets posted while backward was still running in the last synced step (overlap).
-  size_t launched_during_backward() const { return launched_during_backward_; }
-
-  // Called by the hooks; public for them only.
-  void on_gradient_ready(size_t param);
-  void on_gradient_arriving(size_t param);  // ZeRO-2: before the gradient is accumulated
-
- private:
-  enum class StepState { kIdle, kAccumulating, kSyncing, kDone };
-
   // shard parameters: a unit's all-gather while in flight (gather_dtype: the unit as gathered and
   // this rank's block of it, in that dtype).
   struct Gather {
@@ -266,6 +254,21 @@ class Reducer {
     at::Tensor master;  // this rank's block, kept for the whole run
     Gather gather;
   };
+  // Unit `unit`'s frozen tensors (none: full undefined). Deferred, the caller fills `master`
+  // (this rank's block, by `shard` of the flat `layout`) before masters_filled().
+  const Frozen& frozen(size_t unit) const { return buckets_[unit_bucket_.at(unit)].frozen; }
+  bool holds_frozen() const { return !options_.frozen.empty(); }
+  // Bucket indices in the order their all-reduces were posted in the last synced step.
+  const std::vector<size_t>& launch_order() const { return launch_order_; }
+  // Buckets posted while backward was still running in the last synced step (overlap).
+  size_t launched_during_backward() const { return launched_during_backward_; }
+
+  // Called by the hooks; public for them only.
+  void on_gradient_ready(size_t param);
+  void on_gradient_arriving(size_t param);  // ZeRO-2: before the gradient is accumulated
+
+ private:
+  enum class StepState { kIdle, kAccumulating, kSyncing, kDone };
 
   // One bucket's state (as c10d's Reducer::Bucket): its buffers, its collective, its readiness.
   // Sharded buckets are padded to shard.padded elements; under ZeRO-2, `gradients` and `wire` exist

@@ -103,9 +103,6 @@ void Reducer::setup_masters() {
     bucket.gathered = true;  // until reshard_parameters() (deferred: until setup_shards)
   }
   if (options_.frozen.empty()) return;
-  if (options_.deferred) {
-    throw std::logic_error("Reducer: frozen tensors need a model built with storage");
-  }
   if (options_.frozen.size() > unit_bucket_.size()) {
     throw ParameterError(fmt::format("ddp.shard: parameters: frozen tensors for {} units of {}",
                                      options_.frozen.size(), unit_bucket_.size()));
@@ -136,16 +133,19 @@ void Reducer::setup_frozen(Bucket& bucket, NamedParameters tensors) {
   const auto options = at::TensorOptions().dtype(f.layout.dtype).device(f.layout.device);
   f.master = at::zeros({f.shard.size}, options);
   f.full = at::empty({f.shard.padded}, options);
-  f.full.narrow(0, f.layout.numel, f.shard.padded - f.layout.numel).zero_();
   // The same tensors (the model's buffers), new storage: each a view into the flat buffer.
+  // Deferred (no values yet), the buffer is never touched and setup_shards frees it at once.
+  const bool deferred = options_.deferred;
+  if (!deferred) f.full.narrow(0, f.layout.numel, f.shard.padded - f.layout.numel).zero_();
   for (size_t j = 0; j < f.tensors.size(); ++j) {
     at::Tensor& t = f.tensors[j].second;
     at::Tensor piece = f.full.narrow(0, f.layout.offsets[j], t.numel());
     at::Tensor view =
         t.is_contiguous() ? piece.view(t.sizes()) : piece.as_strided(t.sizes(), t.strides());
-    view.copy_(t.detach());
+    if (!deferred) view.copy_(t.detach());
     t.set_data(view);
   }
+  if (deferred) release_storage(f.full);  // one unit's bytes at a time, never touched
 }
 
 void Reducer::reshard_parameters() {

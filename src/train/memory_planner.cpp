@@ -36,6 +36,27 @@ int64_t state_bytes(models::Model& model) {
   return bytes;
 }
 
+// A frozen base's buffers by units (models::ParameterUnits::frozen_units; LoRA), as flat layouts
+// (each unit's elements; fp32) and the buffers themselves.
+std::vector<ddp::BucketLayout> frozen_layout(models::Model& model, std::vector<at::Tensor>* held) {
+  std::vector<ddp::BucketLayout> layout;
+  const auto* declared = models::as<models::ParameterUnits>(model);
+  if (declared == nullptr) return layout;
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& item : model.named_buffers()) buffers.emplace(item.key(), item.value());
+  for (const auto& names : declared->frozen_units()) {
+    ddp::BucketLayout& unit = layout.emplace_back();
+    for (const auto& name : names) {
+      const at::Tensor& b = buffers.at(name);
+      unit.offsets.push_back(unit.numel);
+      unit.numel += b.numel();
+      unit.dtype = b.scalar_type();
+      if (held != nullptr) held->push_back(b);
+    }
+  }
+  return layout;
+}
+
 }  // namespace
 
 std::vector<std::string> gather_failures(ddp::Communicator& control, const std::string& mine) {
@@ -96,6 +117,11 @@ ddp::ShardFootprint MemoryPlanner::footprint(models::Model& model, ddp::ShardMod
                                    : c10::ScalarType::Undefined;
   const auto layout = planned_layout(model, mode);
   ddp::ShardFootprint f = ddp::shard_footprint(layout, placement_.shard.size(), mode, wire);
+  if (mode == ddp::ShardMode::kParameters) {  // a frozen base: its blocks and two units in flight
+    f.parameters +=
+        ddp::shard_footprint(frozen_layout(model, nullptr), placement_.shard.size(), mode)
+            .parameters;
+  }
   if (options_.train.optimizer == OptimizerKind::kMuon) {  // its exchange buffers and workspace
     const MuonPlan plan = plan_muon(layout, parameter_shapes(model), muon_matrices(model),
                                     placement_.shard.size(), options_.train.muon.ns_steps);
@@ -144,9 +170,13 @@ std::vector<ddp::BucketLayout> MemoryPlanner::planned_layout(models::Model& mode
 int64_t MemoryPlanner::need(models::Model& model, ddp::ShardMode mode, int64_t base) const {
   const ddp::ShardFootprint f = footprint(model, mode);
   if (mode == ddp::ShardMode::kParameters) {
-    int64_t held = 0;  // the parameters' bytes (none for a model built without storage)
-    for (const auto& p : model.parameters()) {
-      if (!models::holds_no_storage(p)) held += p.nbytes();
+    // The parameters' bytes and a frozen base's, which it shards too (none for a model built
+    // without storage).
+    std::vector<at::Tensor> tensors = model.parameters();
+    frozen_layout(model, &tensors);
+    int64_t held = 0;
+    for (const auto& t : tensors) {
+      if (!models::holds_no_storage(t)) held += t.nbytes();
     }
     // A model with units would be built without storage under parameters (the launcher builds a
     // language model so): what this run holds of it now does not count, only the blocks and the

@@ -6,11 +6,14 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "models/capabilities.h"
+#include "models/deferred_init.h"
 
 namespace train {
 namespace {
@@ -204,17 +207,22 @@ bool ModelState::deferred() const {
 
 void ModelState::materialise_deferred() {
   const models::DeferredRecord& record = *model_.deferred_init();
-  if (record.read) {
+  // With a frozen base (LoRA) the adapters take their recorded initialisations, whose draws
+  // follow the base's: every unit is replayed, then the base read over its blocks.
+  const bool frozen = reducer_->holds_frozen();
+  if (record.read && !frozen) {
     read_master_blocks(record.read);
   } else {
     replay_initialisation(record);
   }
+  if (record.read && frozen) read_frozen_blocks(record.read);
   reducer_->masters_filled();
   install_gate();
 }
 
 void ModelState::replay_initialisation(const models::DeferredRecord& record) {
-  // Each unit whole in host memory, one at a time: the same draws as the model built whole.
+  // Each unit whole in host memory, one at a time: the same draws as the model built whole. A
+  // unit's frozen tensors (LoRA's base) follow its parameters, in a host buffer of their own.
   const auto named = model_.named_parameters();
   const auto& layout = reducer_->layout();
   const auto shards = reducer_->shards();
@@ -224,45 +232,80 @@ void ModelState::replay_initialisation(const models::DeferredRecord& record) {
     for (const size_t k : layout[reducer_->unit_bucket(u)].params) {
       units[u].push_back(named[k].value());
     }
+    for (const auto& [name, t] : reducer_->frozen(u).tensors) units[u].push_back(t);
   }
-  at::Tensor host;  // the open unit, flat and padded as its bucket
-  const auto open = [&](size_t u) {
-    const ddp::BucketLayout& b = layout[reducer_->unit_bucket(u)];
-    host = at::zeros({shards[reducer_->unit_bucket(u)].padded}, at::kFloat);
-    std::vector<at::Tensor> views;
+  at::Tensor host, host_frozen;  // the open unit, flat and padded as its buckets
+  const auto views_into = [](const at::Tensor& flat, const ddp::BucketLayout& b,
+                             const auto& tensor_of, std::vector<at::Tensor>& views) {
     for (size_t j = 0; j < b.params.size(); ++j) {
-      const at::Tensor& p = named[b.params[j]].value();
-      views.push_back(host.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
+      const at::Tensor& p = tensor_of(b.params[j]);
+      views.push_back(flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes()));
+    }
+  };
+  const auto open = [&](size_t u) {
+    const size_t b = reducer_->unit_bucket(u);
+    std::vector<at::Tensor> views;
+    host = at::zeros({shards[b].padded}, at::kFloat);
+    views_into(
+        host, layout[b], [&](size_t k) { return named[k].value(); }, views);
+    const ddp::Reducer::Frozen& f = reducer_->frozen(u);
+    if (f.full.defined()) {
+      host_frozen = at::zeros({f.shard.padded}, at::kFloat);
+      views_into(
+          host_frozen, f.layout, [&](size_t k) { return f.tensors[k].second; }, views);
     }
     return views;
   };
   const auto close = [&](size_t u) {
     const size_t b = reducer_->unit_bucket(u);
     masters[b].copy_(host.narrow(0, shards[b].begin, shards[b].size));
+    const ddp::Reducer::Frozen& f = reducer_->frozen(u);
+    if (f.full.defined()) f.master.copy_(host_frozen.narrow(0, f.shard.begin, f.shard.size));
     host = at::Tensor();
+    host_frozen = at::Tensor();
   };
   models::materialise_units(record, units, open, close);
 }
 
+namespace {
+
+// This rank's elements of each of `layout`'s tensors (named by `name_of`), read into its block
+// `master` of geometry `shard`: nothing else is read or held.
+void read_block(const models::ParameterReader& read, const ddp::BucketLayout& layout,
+                const ddp::BucketShard& shard, const at::Tensor& master,
+                const std::function<std::pair<std::string, int64_t>(size_t)>& name_of) {
+  const bool direct = master.device().is_cpu() && master.scalar_type() == at::kFloat;
+  at::Tensor host = direct ? master : at::zeros({shard.size}, at::kFloat);
+  for (size_t j = 0; j < layout.params.size(); ++j) {
+    const auto [name, numel] = name_of(layout.params[j]);
+    const int64_t offset = layout.offsets[j];
+    const auto [first, last] = shard.owned(offset, numel);
+    if (first < last) read(name, first - offset, host.narrow(0, first - shard.begin, last - first));
+  }
+  if (!direct) master.copy_(host);
+}
+
+}  // namespace
+
 void ModelState::read_master_blocks(const models::ParameterReader& read) {
-  // Only this rank's elements of each unit: nothing else is read or held.
   const auto named = model_.named_parameters();
   const auto& layout = reducer_->layout();
   const auto shards = reducer_->shards();
   const std::vector<at::Tensor> masters = reducer_->parameter_shards();
   for (size_t b = 0; b < layout.size(); ++b) {
-    const ddp::BucketShard& shard = shards[b];
-    const bool direct = masters[b].device().is_cpu() && masters[b].scalar_type() == at::kFloat;
-    at::Tensor host = direct ? masters[b] : at::zeros({shard.size}, at::kFloat);
-    for (size_t j = 0; j < layout[b].params.size(); ++j) {
-      const auto& item = named[layout[b].params[j]];
-      const int64_t offset = layout[b].offsets[j];
-      const auto [first, last] = shard.owned(offset, item.value().numel());
-      if (first < last) {
-        read(item.key(), first - offset, host.narrow(0, first - shard.begin, last - first));
-      }
-    }
-    if (!direct) masters[b].copy_(host);
+    read_block(read, layout[b], shards[b], masters[b], [&](size_t k) {
+      return std::pair{named[k].key(), named[k].value().numel()};
+    });
+  }
+}
+
+void ModelState::read_frozen_blocks(const models::ParameterReader& read) {
+  for (size_t u = 0; u < reducer_->units(); ++u) {
+    const ddp::Reducer::Frozen& f = reducer_->frozen(u);
+    if (!f.full.defined()) continue;
+    read_block(read, f.layout, f.shard, f.master, [&](size_t k) {
+      return std::pair{f.tensors[k].first, f.tensors[k].second.numel()};
+    });
   }
 }
 

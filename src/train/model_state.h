@@ -109,9 +109,11 @@ class ModelState {
   // train.optimizer: muon: Muon over the Reducer's layout and the optimizer's first moments.
   void make_muon();
   void install_gate();
-  // materialise_deferred's two ways.
+  // materialise_deferred's ways: the recorded initialisations replayed (frozen tensors too), or
+  // model.init_from read into this rank's blocks (of the parameters, or of the frozen base).
   void replay_initialisation(const models::DeferredRecord& record);
   void read_master_blocks(const models::ParameterReader& read);
+  void read_frozen_blocks(const models::ParameterReader& read);
   void make_clipper();
   // The moments of the old optimizer, sliced into the new blocks, with its step counts.
   void restore_moments(std::vector<at::Tensor> m, std::vector<at::Tensor> v, int64_t steps,

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "models/capabilities.h"
+#include "models/deferred_init.h"
 #include "train/trainer.h"
 
 namespace train {
@@ -119,8 +120,11 @@ void Trainer::broadcast_model() {
     if (state_.deferred()) break;
     placement_.data.broadcast(item.value().data(), 0, "parameter " + item.key());
   }
-  for (auto& item : model_->named_buffers())
+  // A deferred build's frozen base (LoRA) holds no storage: every rank filled its blocks alike.
+  for (auto& item : model_->named_buffers()) {
+    if (state_.deferred() && models::holds_no_storage(item.value())) continue;
     placement_.data.broadcast(item.value(), 0, "buffer " + item.key());
+  }
 }
 
 void Trainer::finish_setup() {

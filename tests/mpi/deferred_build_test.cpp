@@ -1,7 +1,8 @@
 // ddp.shard: parameters with the model built without storage (models/deferred_init.h; issue 39),
 // under mpirun -np 2 and 3:
-// - DeferredBuild: gpt and llama (tied, untied) built without storage and filled unit by unit on
-//   every rank start from bitwise the parameters of the same model built whole and broadcast,
+// - DeferredBuild: gpt and llama (tied, untied; with LoRA adapters, whose frozen base is sharded
+//   too) built without storage and filled unit by unit on every rank start from bitwise the
+//   parameters (and frozen base) of the same model built whole and broadcast,
 //   and stay bitwise equal through the steps; the start-up's allocations peak at least half a
 //   model lower; model.init_from read by ranges equals the whole load while each rank reads about
 //   its share of the files; a sharded checkpoint resumes reading each rank's ranges only, and the
@@ -83,6 +84,17 @@ std::vector<at::Tensor> gathered(trainer_test::CpuRun& run) {
   return snapshot(*run.model);
 }
 
+// The buffers (LoRA's frozen base), gathered (collective).
+std::vector<at::Tensor> gathered_buffers(trainer_test::CpuRun& run) {
+  const auto pinned = run.trainer->pin_parameters();
+  std::vector<at::Tensor> out;
+  for (const auto& b : run.model->buffers()) out.push_back(b.detach().clone());
+  return out;
+}
+
+// LoRA on llama(false): q, v and down_proj adapted; the base frozen.
+const char* kLora = ", lora_rank: 4, lora_alpha: 8, lora_targets: [q_proj, v_proj, down_proj]";
+
 bool bitwise(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -103,11 +115,13 @@ TEST_P(DeferredBuild, StartsAndTrainsBitwiseAsTheModelBuiltWhole) {
   auto deferred = make_cpu_run(*comm_, yaml, "deferred.yaml", {}, /*deferred=*/true);
   ASSERT_NE(deferred.model->deferred_init(), nullptr);
   EXPECT_TRUE(bitwise(gathered(whole), gathered(deferred)));
+  EXPECT_TRUE(bitwise(gathered_buffers(whole), gathered_buffers(deferred)));  // LoRA's base
   for (int64_t s = 1; s <= 4; ++s) {
     whole.trainer->step(s);
     deferred.trainer->step(s);
   }
   EXPECT_TRUE(bitwise(gathered(whole), gathered(deferred)));
+  EXPECT_TRUE(bitwise(gathered_buffers(whole), gathered_buffers(deferred)));
   // ddp.shard: none from the same seed: the same numbers, reduced in another layout.
   std::string none = yaml;
   none.replace(none.find("shard: parameters"), 17, "shard: none");
@@ -116,20 +130,18 @@ TEST_P(DeferredBuild, StartsAndTrainsBitwiseAsTheModelBuiltWhole) {
   EXPECT_LT(relative_error(gathered(deferred), snapshot(*unsharded.model)), 1e-6);
 }
 
+const char* const kBuildNames[] = {"gpt", "llama", "llama_tied", "llama_lora"};
 INSTANTIATE_TEST_SUITE_P(Models, DeferredBuild,
-                         ::testing::Values(std::string(kGpt), llama(false), llama(true)),
-                         [](const auto& info) {
-                           return info.index == 0   ? "gpt"
-                                  : info.index == 1 ? "llama"
-                                                    : "llama_tied";
-                         });
+                         ::testing::Values(std::string(kGpt), llama(false), llama(true),
+                                           llama(false) + kLora),
+                         [](const auto& info) { return std::string(kBuildNames[info.index]); });
 
 // The allocator's peak through the build and the Trainer's set-up: the whole model is never
 // allocated (here 32 blocks: a unit is 1/34 of it), the whole-built run holds it until its
 // broadcast.
 TEST(DeferredBuildMemory, StartUpPeaksAtLeastHalfAModelLower) {
   auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
-  const std::string yaml =
+  std::string yaml =
       lm_yaml("name: llama, preset: llama-tiny, num_layers: 32, d_model: 64, heads: 4, "
               "kv_heads: 2, intermediate_size: 96");
   auto& guard = memory::CpuAllocatorGuard::instance();
@@ -137,8 +149,9 @@ TEST(DeferredBuildMemory, StartUpPeaksAtLeastHalfAModelLower) {
     guard.reset_peak();
     const int64_t base = guard.allocated_bytes();
     auto run = make_cpu_run(*comm, yaml, "peak.yaml", {}, deferred);
-    *model_bytes = 0;
+    *model_bytes = 0;  // the base's (with LoRA, its buffers)
     for (const auto& p : run.model->parameters()) *model_bytes += p.numel() * 4;
+    for (const auto& b : run.model->buffers()) *model_bytes += b.numel() * 4;
     return guard.peak_bytes() - base;
   };
   int64_t model = 0;
@@ -146,6 +159,13 @@ TEST(DeferredBuildMemory, StartUpPeaksAtLeastHalfAModelLower) {
   const int64_t deferred = peak_of(true, &model);
   EXPECT_GT(whole - deferred, model / 2)
       << "whole " << whole << ", deferred " << deferred << ", model " << model;
+  // LoRA: the frozen base (buffers) is never whole either.
+  yaml.replace(yaml.find("intermediate_size: 96"), 21,
+               std::string("intermediate_size: 96") + kLora);
+  const int64_t whole_lora = peak_of(false, &model);
+  const int64_t deferred_lora = peak_of(true, &model);
+  EXPECT_GT(whole_lora - deferred_lora, model / 2)
+      << "LoRA: whole " << whole_lora << ", deferred " << deferred_lora << ", model " << model;
 }
 
 // Rank 0's fresh directory, known to every rank (they share the machine). Collective.
@@ -191,6 +211,17 @@ TEST(DeferredBuildInitFrom, RangesEqualTheWholeLoadAndEachRankReadsItsShare) {
   EXPECT_TRUE(bitwise(gathered(whole), gathered(deferred)));
   EXPECT_GT(read, 0);
   EXPECT_LT(read, file_bytes / comm->size() + file_bytes / 8) << "of " << file_bytes;
+  // LoRA over the same base: the frozen base read by ranges, the adapters as the whole build's.
+  const std::string lora = lm_yaml(model + kLora + ", init_from: " + dir);
+  auto whole_lora = make_cpu_run(*comm, lora, "whole_lora.yaml");
+  const int64_t before_lora = io::safetensors_bytes_read();
+  auto deferred_lora = make_cpu_run(*comm, lora, "deferred_lora.yaml", {}, /*deferred=*/true);
+  const int64_t read_lora = io::safetensors_bytes_read() - before_lora;
+  EXPECT_TRUE(bitwise(gathered(whole_lora), gathered(deferred_lora)));
+  EXPECT_TRUE(bitwise(gathered_buffers(whole_lora), gathered_buffers(deferred_lora)));
+  EXPECT_TRUE(bitwise(gathered_buffers(deferred_lora), gathered(whole)))
+      << "the frozen base is not the base";
+  EXPECT_LT(read_lora, file_bytes / comm->size() + file_bytes / 8) << "of " << file_bytes;
 }
 
 // A sharded checkpoint of a deferred run resumes each rank's blocks, parameters and moments,
@@ -234,15 +265,14 @@ struct OomRun {
   int frozen_held = 0;  // buffers that hold storage between steps (under parameters: none)
 };
 
-// `deferred`: built without storage (not with LoRA, whose frozen base every rank holds whole).
-OomRun train_with(ddp::Communicator& comm, const std::string& yaml, const std::string& inject,
-                  bool deferred = true) {
+// Built without storage (LoRA's frozen base too), as the launcher builds it.
+OomRun train_with(ddp::Communicator& comm, const std::string& yaml, const std::string& inject) {
   auto& guard = memory::CpuAllocatorGuard::instance();
   guard.set_injections(comm.rank(), memory::parse_injections(inject));
   struct Reset {
     ~Reset() { memory::CpuAllocatorGuard::instance().set_injections(0, {}); }
   } reset;
-  auto run = make_cpu_run(comm, yaml, "oom.yaml", {}, deferred);
+  auto run = make_cpu_run(comm, yaml, "oom.yaml", {}, /*deferred=*/true);
   std::vector<at::Tensor> buffers;
   {
     const auto pinned = run.trainer->pin_parameters();
@@ -293,20 +323,18 @@ TEST(ShardedOom, FailureTakesTheRungOnEveryRankAndMatchesTheRungFromTheStart) {
 // from the start, the frozen base bitwise as it started.
 TEST(ShardedOom, LoraAdaptersTakeTheRungWithTheBaseFrozen) {
   auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
-  const std::string model =
-      llama(false) + ", lora_rank: 4, lora_alpha: 8, lora_targets: [q_proj, v_proj, down_proj]";
+  const std::string model = llama(false) + kLora;
   for (const std::string precision : {"fp32", "bf16", "fp16"}) {
     const auto yaml = [&](const std::string& m) {
       std::string y = lm_yaml(m);
       y.replace(y.find("seed: 11"), 8, "seed: 11, precision: " + precision);
       return y;
     };
-    const OomRun from_start =
-        train_with(*comm, yaml(model + ", checkpoint_activations: true"), "", false);
+    const OomRun from_start = train_with(*comm, yaml(model + ", checkpoint_activations: true"), "");
     EXPECT_TRUE(from_start.buffers_unchanged) << precision;
     EXPECT_EQ(from_start.frozen_held, 0) << precision << ": the frozen base is not sharded";
     const OomRun rung =
-        train_with(*comm, yaml(model), fmt::format("{}:2:backward", comm->size() - 1), false);
+        train_with(*comm, yaml(model), fmt::format("{}:2:backward", comm->size() - 1));
     EXPECT_EQ(rung.fallbacks, 1) << precision;
     EXPECT_TRUE(rung.buffers_unchanged) << precision;
     EXPECT_EQ(rung.frozen_held, 0) << precision << ": the frozen base is not sharded";
