@@ -201,6 +201,9 @@ class Reducer {
   // shard parameters (reducer_units.cpp). Units are numbered in forward order (ReducerOptions).
   size_t units() const { return unit_bucket_.size(); }
   bool unit_gathered(size_t unit) const { return buckets_[unit_bucket_.at(unit)].gathered; }
+  bool unit_has_parameters(size_t unit) const {
+    return !buckets_[unit_bucket_.at(unit)].layout.params.empty();
+  }
   // Posts the all-gather of a unit not gathered (its storage reallocated); no wait. Collective.
   void prefetch_unit(size_t unit);
   // The unit's parameters, whole: posts its all-gather unless posted, and waits. Collective.

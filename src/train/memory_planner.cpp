@@ -57,6 +57,13 @@ std::vector<ddp::BucketLayout> frozen_layout(models::Model& model, std::vector<a
   return layout;
 }
 
+// A frozen base's bytes per rank under `mode`: whole, or under parameters its blocks and two
+// units in flight (ddp::ReducerOptions::frozen); 0 without one.
+int64_t frozen_state_bytes(models::Model& model, int world, ddp::ShardMode mode) {
+  const auto as = mode == ddp::ShardMode::kParameters ? mode : ddp::ShardMode::kNone;
+  return ddp::shard_footprint(frozen_layout(model, nullptr), world, as).parameters;
+}
+
 }  // namespace
 
 std::vector<std::string> gather_failures(ddp::Communicator& control, const std::string& mine) {
@@ -117,11 +124,7 @@ ddp::ShardFootprint MemoryPlanner::footprint(models::Model& model, ddp::ShardMod
                                    : c10::ScalarType::Undefined;
   const auto layout = planned_layout(model, mode);
   ddp::ShardFootprint f = ddp::shard_footprint(layout, placement_.shard.size(), mode, wire);
-  if (mode == ddp::ShardMode::kParameters) {  // a frozen base: its blocks and two units in flight
-    f.parameters +=
-        ddp::shard_footprint(frozen_layout(model, nullptr), placement_.shard.size(), mode)
-            .parameters;
-  }
+  f.parameters += frozen_state_bytes(model, placement_.shard.size(), mode);  // LoRA's base
   if (options_.train.optimizer == OptimizerKind::kMuon) {  // its exchange buffers and workspace
     const MuonPlan plan = plan_muon(layout, parameter_shapes(model), muon_matrices(model),
                                     placement_.shard.size(), options_.train.muon.ns_steps);
@@ -189,8 +192,12 @@ int64_t MemoryPlanner::need(models::Model& model, ddp::ShardMode mode, int64_t b
     return base + f.total() - (held > 0 ? largest_bytes(planned_layout(model, mode)) : 0);
   }
   // Sharding copies the parameters into flat buffers before their old storage goes: that copy is
-  // the transient peak when it exceeds the sharded moments.
-  const int64_t params_copy = mode == ddp::ShardMode::kNone ? 0 : f.parameters;
+  // the transient peak when it exceeds the sharded moments. A frozen base (whole, in `base`) is
+  // not copied.
+  const int64_t params_copy =
+      mode == ddp::ShardMode::kNone
+          ? 0
+          : f.parameters - frozen_state_bytes(model, placement_.shard.size(), mode);
   return base + f.gradients + std::max(f.optimizer_state, params_copy);
 }
 

@@ -254,8 +254,17 @@ void UnitGate::before_backward(size_t event) {
     if (first_event_[events_[later]] > event) reducer_.free_unit(events_[later]);
   }
   backward_from_ = event + 1;
-  reducer_.gather_unit(events_[event]);
-  if (prefetch_ && event > 0) reducer_.prefetch_unit(events_[event - 1]);
+  if (takes_backward(event)) reducer_.gather_unit(events_[event]);
+  if (prefetch_ && event > 0 && takes_backward(event - 1)) {
+    reducer_.prefetch_unit(events_[event - 1]);
+  }
+}
+
+bool UnitGate::takes_backward(size_t event) const {
+  // The pass's first unit reads the batch, which takes no gradient: without parameters of its
+  // own (LoRA's frozen embeddings) nothing of it runs in backward, so it is not gathered for it
+  // (the same answer on every rank, and in a failed pass's walk).
+  return event > 0 || reducer_.unit_has_parameters(events_[0]);
 }
 
 }  // namespace train

@@ -12,7 +12,9 @@
 //   gradient lands and reduce-scatters its gradients (ddp/reducer.h); a unit with frozen tensors
 //   (ddp::ReducerOptions::frozen: LoRA's base) is freed here instead, when backward reaches an
 //   event before all of the unit's (its input's gradient is then complete); end_pass() frees
-//   what is left (parameters that got no gradient, units whose input takes none).
+//   what is left (parameters that got no gradient, units whose input takes none). The pass's
+//   first unit, when it has no parameters (LoRA's frozen embeddings), is not gathered for
+//   backward: its input is the batch, so nothing of it runs there.
 // - Order: the model's declared order (models::ParameterUnits::unit_order), or else the first
 //   pass's sequence of entered units; every pass must enter the same units in the same order,
 //   checked before each gather is posted, so a model that changes it is refused with
@@ -81,6 +83,8 @@ class UnitGate final : public models::UnitGate {
 
   // Called by leave's autograd function when backward reaches the end of event `event`'s unit.
   void before_backward(size_t event);
+  // Whether backward runs through event `event` (false only for a first unit without parameters).
+  bool takes_backward(size_t event) const;
 
  private:
   ddp::Reducer& reducer_;

@@ -3,7 +3,8 @@
 //   ddp::PlanError naming the recorded order at the same unit, before posting the gather that
 //   would mismatch, so the job ends with a message instead of hanging;
 // - a unit's frozen tensors (LoRA's base: ddp::ReducerOptions::frozen) are sharded with it,
-//   gathered for its forward and backward, and freed once backward has passed the unit.
+//   gathered for its forward and backward, and freed once backward has passed the unit; frozen
+//   embeddings are not gathered for backward at all.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
@@ -86,14 +87,16 @@ TEST(UnitOrder, AChangedOrderIsRefusedOnEveryRank) {
   world->barrier("every rank refused");
 }
 
-// Five units of a frozen norm weight and a frozen 12 x 12 matrix with a trainable low-rank
-// adapter beside it (LoRA's shape: the adapter's gradients land before the norm's weight is used
-// for the gradient of the unit's input), and a sixth, the frozen head, with no parameters at all.
+// LoRA's shape in six units: frozen embeddings without parameters (unit 0); four blocks of a
+// frozen norm weight and a frozen 12 x 12 matrix with a trainable low-rank adapter beside it (the
+// adapter's gradients land before the norm's weight is used for the gradient of the block's
+// input); the frozen head, without parameters.
 class FrozenChain final : public models::Model, public models::ParameterUnits {
  public:
   static constexpr size_t kUnits = 6;
   FrozenChain() {
-    for (size_t u = 0; u + 1 < kUnits; ++u) {
+    weights_.push_back(register_buffer("emb_w", at::randn({12, 12}) / 4));
+    for (size_t u = 1; u + 1 < kUnits; ++u) {
       const std::string p = "u" + std::to_string(u) + "_";
       norms_.push_back(register_buffer(p + "norm", 0.5 + at::rand({12})));
       weights_.push_back(register_buffer(p + "w", at::randn({12, 12}) / 4));
@@ -103,14 +106,15 @@ class FrozenChain final : public models::Model, public models::ParameterUnits {
     weights_.push_back(register_buffer("head_w", at::randn({5, 12}) / 4));
   }
   at::Tensor forward(const at::Tensor& x) override {
-    at::Tensor h = x;
-    for (size_t u = 0; u + 1 < kUnits; ++u) {
+    if (gate_ != nullptr) gate_->enter(0);
+    at::Tensor h = x.matmul(weights_[0].t());
+    if (gate_ != nullptr) h = gate_->leave(0, h);
+    for (size_t u = 1; u + 1 < kUnits; ++u) {
       if (gate_ != nullptr) gate_->enter(u);
-      if (gate_ != nullptr && h.requires_grad()) {
-        h.register_hook([this](const at::Tensor&) { count_gathered(); });
-      }
-      const at::Tensor n = h * norms_[u];
-      h = at::tanh(n.matmul(weights_[u].t()) + n.matmul(a_[u].t()).matmul(b_[u].t()));
+      const at::Tensor n = h * norms_[u - 1];
+      h = at::tanh(n.matmul(weights_[u].t()) + n.matmul(a_[u - 1].t()).matmul(b_[u - 1].t()));
+      // Its gradient comes once backward has entered this block: what is gathered then.
+      if (gate_ != nullptr) h.register_hook([this](const at::Tensor&) { count_gathered(); });
       if (gate_ != nullptr) h = gate_->leave(u, h);
     }
     if (gate_ != nullptr) gate_->enter(kUnits - 1);
@@ -122,14 +126,15 @@ class FrozenChain final : public models::Model, public models::ParameterUnits {
   }
   std::vector<std::vector<std::string>> parameter_units() const override {
     std::vector<std::vector<std::string>> units(kUnits);
-    for (size_t u = 0; u + 1 < kUnits; ++u) {
+    for (size_t u = 1; u + 1 < kUnits; ++u) {
       units[u] = {"u" + std::to_string(u) + "_lora_a", "u" + std::to_string(u) + "_lora_b"};
     }
     return units;
   }
   std::vector<std::vector<std::string>> frozen_units() const override {
     std::vector<std::vector<std::string>> units(kUnits);
-    for (size_t u = 0; u + 1 < kUnits; ++u) {
+    units.front() = {"emb_w"};
+    for (size_t u = 1; u + 1 < kUnits; ++u) {
       units[u] = {"u" + std::to_string(u) + "_norm", "u" + std::to_string(u) + "_w"};
     }
     units.back() = {"head_w"};
@@ -145,10 +150,12 @@ class FrozenChain final : public models::Model, public models::ParameterUnits {
     return n;
   }
   int64_t most_gathered_in_backward = 0;
+  bool embeddings_gathered_in_backward = false;
 
  private:
   void count_gathered() {
     most_gathered_in_backward = std::max(most_gathered_in_backward, units_holding_frozen());
+    embeddings_gathered_in_backward |= !models::holds_no_storage(weights_.front());
   }
   std::vector<at::Tensor> norms_, weights_, a_, b_;
   models::UnitGate* gate_ = nullptr;
@@ -166,10 +173,19 @@ TEST(FrozenUnits, ShardedWithTheirUnitAndFreedOnceBackwardPassedIt) {
   train::Trainer trainer(config.trainer_options(), *world, *world, model, *dataset,
                          c10::Device(c10::kCPU));
   EXPECT_EQ(model->units_holding_frozen(), 0) << "the frozen tensors are whole on every rank";
+  // The memory plan counts them whole under the other modes, as blocks and two units here.
+  int64_t frozen_bytes = 0;
+  for (const auto& b : frozen) frozen_bytes += b.nbytes();
+  EXPECT_GE(trainer.footprint(ddp::ShardMode::kNone).parameters, frozen_bytes);
+  EXPECT_GE(trainer.footprint(ddp::ShardMode::kGradients).parameters, frozen_bytes);
+  EXPECT_LT(trainer.footprint(ddp::ShardMode::kParameters).parameters,
+            trainer.footprint(ddp::ShardMode::kNone).parameters);
   for (int64_t s = 1; s <= 3; ++s) trainer.step(s);
-  // Backward holds the unit it is in and the one prefetched before it, never what it has passed.
+  // Backward holds the unit it is in and the one prefetched before it, never what it has passed,
+  // and never the embeddings, through which it does not run.
   EXPECT_GT(model->most_gathered_in_backward, 0);
   EXPECT_LE(model->most_gathered_in_backward, 2);
+  EXPECT_FALSE(model->embeddings_gathered_in_backward);
   EXPECT_EQ(model->units_holding_frozen(), 0);
   const auto pinned = trainer.pin_parameters();
   EXPECT_EQ(model->units_holding_frozen(), static_cast<int64_t>(FrozenChain::kUnits));
