@@ -437,6 +437,13 @@ PY
       --set checkpoint.resume=auto --set ddp.shard=none --set train.steps=16 --set log.every=4
     expect_rc 0; expect_grep "model.init_from $work/hf: the frozen base; its adapters and their optimizer state from $work/ckpt3/final"
     expect_grep "step +16/16"
+    # And that single file back onto 2 ranks under parameters, built without storage: each rank
+    # reads its blocks of the adapters and their moments, and of the base from model.init_from.
+    cp -r "$work/ckpt3" "$work/ckpt4"
+    run mpirun -np 2 "$trainer" "${lora[@]}" --set checkpoint.dir="$work/ckpt4" \
+      --set checkpoint.resume=auto --set ddp.shard=parameters --set train.steps=20 --set log.every=4
+    expect_rc 0; expect_grep "its adapters and their optimizer state from $work/ckpt4/final"
+    expect_grep "step +20/20"
     # Onto another base (wider MLP): refused, naming both.
     pyllama make "$work/hf2" --vocab 256 --layers 2 --heads 4 --kv-heads 2 --width 64 \
       --intermediate 128 --positions 64 --untied --seed 4 >/dev/null 2>&1 || fail "could not make the other base"
