@@ -251,8 +251,9 @@ memory::MemoryEstimate shape_activations(const models::LmShape& shape, const Sha
 DevicePlan plan_shape(const models::LmShape& shape, const ShapePlanInputs& in, int64_t global_batch,
                       int64_t micro_batch, const PlannedWorld& world, int64_t device_bytes,
                       double target_fraction, ddp::ShardMode in_force) {
-  std::vector<ddp::BucketLayout> frozen(shape.frozen().empty() ? 0 : shape.units());
-  for (const auto& p : shape.frozen()) {  // LoRA's base: fp32 buffers, by units
+  const auto base = shape.frozen();  // LoRA's base: fp32 buffers, by units
+  std::vector<ddp::BucketLayout> frozen(base.empty() ? 0 : shape.units());
+  for (const auto& p : base) {
     frozen[p.unit].numel += p.numel;
     frozen[p.unit].dtype = at::kFloat;
   }

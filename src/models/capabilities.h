@@ -200,6 +200,21 @@ class FrozenBase {
   virtual std::string base_path() const = 0;
 };
 
+// Each unit's frozen buffers (ParameterUnits::frozen_units) by name and tensor, in its order;
+// empty for a model without units or without a frozen base.
+inline std::vector<std::vector<std::pair<std::string, at::Tensor>>> frozen_unit_buffers(
+    const Model& model) {
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> units;
+  const auto* declared = as<ParameterUnits>(model);
+  if (declared == nullptr) return units;
+  const auto buffers = model.named_buffers();
+  for (const auto& names : declared->frozen_units()) {
+    auto& unit = units.emplace_back();
+    for (const auto& name : names) unit.emplace_back(name, buffers[name]);
+  }
+  return units;
+}
+
 // The questions the loop asks of any model, false for a model without the capability.
 inline bool has_cache(const Model& model) {
   const auto* c = as<EmbeddingCache>(model);

@@ -40,14 +40,9 @@ int64_t state_bytes(models::Model& model) {
 // (each unit's elements; fp32) and the buffers themselves.
 std::vector<ddp::BucketLayout> frozen_layout(models::Model& model, std::vector<at::Tensor>* held) {
   std::vector<ddp::BucketLayout> layout;
-  const auto* declared = models::as<models::ParameterUnits>(model);
-  if (declared == nullptr) return layout;
-  std::map<std::string, at::Tensor> buffers;
-  for (const auto& item : model.named_buffers()) buffers.emplace(item.key(), item.value());
-  for (const auto& names : declared->frozen_units()) {
+  for (const auto& tensors : models::frozen_unit_buffers(model)) {
     ddp::BucketLayout& unit = layout.emplace_back();
-    for (const auto& name : names) {
-      const at::Tensor& b = buffers.at(name);
+    for (const auto& [name, b] : tensors) {
       unit.offsets.push_back(unit.numel);
       unit.numel += b.numel();
       unit.dtype = b.scalar_type();

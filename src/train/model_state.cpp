@@ -169,16 +169,8 @@ std::vector<std::vector<size_t>> ModelState::parameter_units(ddp::ShardMode mode
 }
 
 std::vector<ddp::NamedParameters> ModelState::frozen_units(ddp::ShardMode mode) const {
-  std::vector<ddp::NamedParameters> units;
-  auto* declared = models::as<models::ParameterUnits>(model_);
-  if (mode != ddp::ShardMode::kParameters || declared == nullptr) return units;
-  std::map<std::string, at::Tensor> buffers;
-  for (const auto& item : model_.named_buffers()) buffers.emplace(item.key(), item.value());
-  for (const auto& names : declared->frozen_units()) {
-    auto& unit = units.emplace_back();
-    for (const auto& name : names) unit.emplace_back(name, buffers.at(name));
-  }
-  return units;
+  if (mode != ddp::ShardMode::kParameters) return {};
+  return models::frozen_unit_buffers(model_);
 }
 
 bool ModelState::model_has_units() const {
