@@ -11,6 +11,10 @@
 #   DEVICE=cuda (default cpu): on GPUs (one per rank), in bf16. MODELS="llama-tiny llama-25m
 #     smollm" (the default: the first two): smollm is the llama at SmolLM-135M's shape with 2,048
 #     positions.
+#   MODES="full lora full-graphs lora-graphs" (default: the first two): -graphs adds
+#     train.cuda_graphs=true (CUDA only).
+#   PROFILE=DIR: then, for the last of MODELS, a profiled run of each eager mode (steps 3-7 under
+#     log.profile, a trace per mode in DIR) and bench/profile_summary.py over them side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -32,17 +36,27 @@ declare -A models=(
                --set model.kv_heads=4 --set model.intermediate_size=1376"
   [smollm]="--set model.preset=smollm-135m --set data.vocab_size=49152 --set data.context=2048"
 )
-lora=(--set model.lora_rank=8 --set model.lora_alpha=16)
+# The keys of a mode: full, lora, full-graphs, lora-graphs.
+read -ra modes <<<"${MODES:-full lora}"
+declare -A mode_keys=()
+for mode in "${modes[@]}"; do
+  case $mode in full | full-graphs) mode_keys[$mode]="" ;;
+    lora | lora-graphs) mode_keys[$mode]="--set model.lora_rank=8 --set model.lora_alpha=16" ;;
+    *) echo "lora_compare.sh: unknown mode '$mode' in MODES (full, lora, full-graphs, lora-graphs)" >&2; exit 2 ;;
+  esac
+  [[ $mode == *-graphs ]] && mode_keys[$mode]+=" --set train.cuda_graphs=true"
+done
+read -ra model_names <<<"${MODELS:-llama-tiny llama-25m}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
-  for model in ${MODELS:-llama-tiny llama-25m}; do
+  for model in "${model_names[@]}"; do
     # shellcheck disable=SC2206  # the model's keys, split on purpose
     keys=(${models[$model]})
-    for mode in full lora; do
-      extra=()
-      [ "$mode" = lora ] && extra=("${lora[@]}")
+    for mode in "${modes[@]}"; do
+      read -ra extra <<<"${mode_keys[$mode]}"
       out=$(mpirun -np "$ranks" "$trainer" "${common[@]}" "${keys[@]}" "${extra[@]}" \
-        --set train.steps="$steps" 2>&1)
+        --set train.steps="$steps" 2>&1) ||
+        { echo "round $round $model $mode FAILED:"; tail -3 <<<"$out"; continue; }
       echo "round $round $model $mode: $(grep -oE '[0-9.]+ samples/s' <<<"$out" | tail -1)"
       if [ "$round" = 1 ]; then
         grep -E "model.lora:|memory plan|parameters;" <<<"$out" | sed 's/^.*\] /    /' | head -4
@@ -51,3 +65,20 @@ for round in $(seq "$rounds"); do
   done
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "${PROFILE:-}" ]; then
+  rm -rf "$PROFILE" && mkdir -p "$PROFILE"
+  model=${model_names[-1]}
+  # shellcheck disable=SC2206
+  keys=(${models[$model]})
+  traces=()
+  for mode in "${modes[@]}"; do
+    [[ $mode == *-graphs ]] && continue  # the profiler's steps against a replayed graph tell nothing
+    read -ra extra <<<"${mode_keys[$mode]}"
+    mpirun -np "$ranks" "$trainer" "${common[@]}" "${keys[@]}" "${extra[@]}" \
+      --set train.steps=8 --set log.profile="$PROFILE/$mode" >"$PROFILE/$mode.log" 2>&1 ||
+      { echo "profiled $model $mode failed:"; tail -5 "$PROFILE/$mode.log"; continue; }
+    traces+=("$mode=$PROFILE/$mode/trace_rank0.json")
+  done
+  echo "profile of $model (steps 3-7):"
+  "${PYTHON:-python3}" bench/profile_summary.py "${traces[@]}"
+fi
