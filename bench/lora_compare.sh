@@ -10,7 +10,7 @@
 #     gradients, AdamW state) and samples/s from the 'done:' line (steps after the first).
 #   DEVICE=cuda (default cpu): on GPUs (one per rank), in bf16. MODELS="llama-tiny llama-25m
 #     smollm" (the default: the first two): smollm is the llama at SmolLM-135M's shape with 2,048
-#     positions.
+#     positions; llama-1b the Llama-3.2-1B shape at 2,048 positions.
 #   MODES="full lora full-graphs lora-graphs" (default: the first two): -graphs adds
 #     train.cuda_graphs=true (CUDA only).
 #   PROFILE=DIR: then, for the last of MODELS, a profiled run of each eager mode (steps 3-7 under
@@ -35,6 +35,7 @@ declare -A models=(
   [llama-25m]="--set model.num_layers=8 --set model.d_model=512 --set model.heads=8
                --set model.kv_heads=4 --set model.intermediate_size=1376"
   [smollm]="--set model.preset=smollm-135m --set data.vocab_size=49152 --set data.context=2048"
+  [llama-1b]="--set model.preset=llama-3.2-1b --set data.vocab_size=128256 --set data.context=2048"
 )
 # The keys of a mode: full, lora, full-graphs, lora-graphs.
 read -ra modes <<<"${MODES:-full lora}"
@@ -50,6 +51,7 @@ read -ra model_names <<<"${MODELS:-llama-tiny llama-25m}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq "$rounds"); do
   for model in "${model_names[@]}"; do
+    declare -A rates=()
     # shellcheck disable=SC2206  # the model's keys, split on purpose
     keys=(${models[$model]})
     for mode in "${modes[@]}"; do
@@ -57,10 +59,18 @@ for round in $(seq "$rounds"); do
       out=$(mpirun -np "$ranks" "$trainer" "${common[@]}" "${keys[@]}" "${extra[@]}" \
         --set train.steps="$steps" 2>&1) ||
         { echo "round $round $model $mode FAILED:"; tail -3 <<<"$out"; continue; }
-      echo "round $round $model $mode: $(grep -oE '[0-9.]+ samples/s' <<<"$out" | tail -1)"
+      rate=$(grep -oE '[0-9.]+ samples/s' <<<"$out" | tail -1)
+      echo "round $round $model $mode: $rate"
+      rates[$mode]=${rate% samples/s}
       if [ "$round" = 1 ]; then
         grep -E "model.lora:|memory plan|parameters;" <<<"$out" | sed 's/^.*\] /    /' | head -4
       fi
+    done
+    for lora_mode in lora lora-graphs; do  # step time = 1 / rate
+      full_mode=full${lora_mode#lora}
+      [ -n "${rates[$lora_mode]:-}" ] && [ -n "${rates[$full_mode]:-}" ] &&
+        echo "round $round $model: $lora_mode step time / $full_mode = $(awk -v f="${rates[$full_mode]}" \
+          -v l="${rates[$lora_mode]}" 'BEGIN { printf "%.3f", f / l }')"
     done
   done
 done
