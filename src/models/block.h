@@ -119,6 +119,16 @@ class LoraAdapter {
   double dropout_;
 };
 
+// An adapter's weight gradient, left^T right ([tokens, p], [tokens, q] -> [p, q], float32):
+// summed over the tokens in `chunks` slices by one batched GEMM (0: adapter_gradient_chunks),
+// each slice's partial sums in float32 (CUDA's GEMMs write float32 from bfloat16 operands; the
+// CPU's round to the operands' dtype first). The slices keep thread blocks busy on an output of
+// a few thousand elements over tens of thousands of tokens.
+at::Tensor adapter_weight_gradient(const at::Tensor& left, const at::Tensor& right,
+                                   int64_t chunks = 0);
+// The slices for `left`'s tokens: 1 off CUDA; on CUDA up to 16 of at least 1024 tokens each.
+int64_t adapter_gradient_chunks(const at::Tensor& left);
+
 // y = x W^T + b (kOutIn) or x W + b (kInOut); b optional; plus each adapter's delta on its rows,
 // all of a projection's adapters in one GEMM that adds into y (Projection::forward).
 class Projection final : public torch::nn::Module {

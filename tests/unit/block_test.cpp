@@ -233,4 +233,27 @@ TEST(Block, RejectsInconsistentSizes) {
   EXPECT_THROW(Block{o}, std::invalid_argument);
 }
 
+// LoRA's adapter weight gradients (LoraAddmm's backward): summed over the tokens in slices, each
+// slice's partial sums in float32, they equal the plain GEMM's left^T right; off CUDA the tokens
+// are one slice (the GEMM as autograd's).
+TEST(Block, AdapterWeightGradientInSlicesEqualsTheWholeGemm) {
+  at::manual_seed(3);
+  const at::Tensor left = at::randn({4096, 24});
+  const at::Tensor right = at::randn({4096, 40});
+  const at::Tensor whole = at::mm(left.t(), right);
+  EXPECT_EQ(models::adapter_gradient_chunks(left), 1);
+  EXPECT_TRUE(at::equal(models::adapter_weight_gradient(left, right), whole));
+  for (const int64_t chunks : {2, 4, 16}) {
+    const at::Tensor sliced = models::adapter_weight_gradient(left, right, chunks);
+    EXPECT_EQ(sliced.sizes(), whole.sizes());
+    EXPECT_EQ(sliced.scalar_type(), at::kFloat);
+    EXPECT_TRUE(at::allclose(sliced, whole, 1e-4, 1e-3)) << chunks << " slices";
+  }
+  // bfloat16 operands: float32 out, within bfloat16's rounding of the float32 GEMM's.
+  const at::Tensor low =
+      models::adapter_weight_gradient(left.to(at::kBFloat16), right.to(at::kBFloat16), 4);
+  EXPECT_EQ(low.scalar_type(), at::kFloat);
+  EXPECT_LT((low - whole).abs().max().item<double>(), 0.02 * whole.abs().max().item<double>());
+}
+
 }  // namespace TRAINER_UNITY_ID
