@@ -1,8 +1,8 @@
 // linear_cross_entropy (the chunked output layer and loss): the same loss and gradients as
 // linear + cross_entropy with the padded rows cut off, in fp32 and under bf16 autocast, for every
 // chunking; ignored targets (core::kIgnoreTarget) skipped as cross_entropy's ignore_index skips
-// them, and none at all giving 0; no gradient work without grad mode; a peak memory that the chunk
-// bounds; input errors.
+// them, and none at all giving 0; no gradient work without grad mode, nor for a frozen weight or
+// h; a peak memory that the chunk bounds; input errors.
 #include "models/lm/linear_cross_entropy.h"
 
 #include <ATen/ATen.h>
@@ -165,6 +165,36 @@ TEST(LinearCrossEntropy, WithoutGradModeGivesTheSameLossAndKeepsNoGraph) {
   EXPECT_TRUE(with_grad.requires_grad());
   EXPECT_FALSE(without.requires_grad());
   EXPECT_TRUE(at::equal(with_grad.detach(), without));
+}
+
+// A frozen output layer (LoRA's base, a tied embedding left out of training) gets no gradient and
+// costs none: h's gradient is the one a trainable weight gives (up to the GEMMs' rounding, which
+// can follow the operands' alignment on a CPU), and no weight-sized gradient is
+// ever allocated (the peak stays below one). A frozen h likewise gets none while the weight gets
+// its own.
+TEST(LinearCrossEntropy, AFrozenWeightOrHiddenStateGetsNoGradientAndNoGradientWork) {
+  memory::CpuAllocatorGuard::instance();
+  const c10::Device cpu(c10::kCPU);
+  const Problem p = problem(64, 256, 4000, 4096, 6);
+  const int64_t weight_bytes = 4096 * 256 * 4;
+  const Result both = run(p, 16);
+  const at::Tensor h = p.h.clone().requires_grad_(true);
+  const at::Tensor frozen_w = p.w.clone();
+  memory::reset_peaks(cpu);
+  const int64_t base = memory::sample_memory(cpu).tensor_bytes;
+  at::Tensor loss = linear_cross_entropy(h, frozen_w, p.targets, p.vocab, 16);
+  loss.backward();
+  const int64_t peak = memory::sample_memory(cpu).tensor_peak_bytes - base;
+  EXPECT_LT(test::relative_error(loss.detach(), both.loss), 1e-6);
+  EXPECT_LT(test::relative_error(h.grad(), both.grad_h), 1e-6);
+  EXPECT_FALSE(frozen_w.grad().defined());
+  EXPECT_LT(peak, weight_bytes) << "a weight-sized gradient was allocated";
+
+  const at::Tensor w = p.w.clone().requires_grad_(true);
+  const at::Tensor frozen_h = p.h.clone();
+  linear_cross_entropy(frozen_h, w, p.targets, p.vocab, 16).backward();
+  EXPECT_LT(test::relative_error(w.grad(), both.grad_w), 1e-6);
+  EXPECT_FALSE(frozen_h.grad().defined());
 }
 
 // The reason it exists: the vocabulary-wide tensors are bounded by the chunk, not by the rows.

@@ -21,8 +21,8 @@ constexpr int64_t kChunkBytes = int64_t{256} << 20;  // one chunk's fp32 logits
 struct Parts {
   at::Tensor loss;    // fp32, 0-dim: the sum over the counted rows / max(their number, 1)
   at::Tensor count;   // fp32, 0-dim: max(the counted rows, 1)
-  at::Tensor grad_h;  // d (sum over rows) / d h, h's dtype (with a gradient only)
-  at::Tensor grad_w;  // d (sum over rows) / d weight, weight's dtype (with a gradient only)
+  at::Tensor grad_h;  // d (sum over rows) / d h, h's dtype (when asked for)
+  at::Tensor grad_w;  // d (sum over rows) / d weight, weight's dtype (when asked for)
 };
 
 // The dtype of the two matmuls: autocast's where it is on for h's device (as autocast would run
@@ -60,8 +60,16 @@ at::ScalarType matmul_dtype(const at::Tensor& h) {
 // transient grow with the rows until one chunk is full, and constant after; when the probe's
 // micro-batches are below one chunk the line overestimates larger ones, by at most what the
 // unchunked loss really used.
+// Which gradients run() computes: none (the loss alone), or d/dh, d/dweight or both. A frozen
+// output layer (LoRA's base, a frozen tied embedding) asks for d/dh alone: no [vocab, d] matmul
+// and accumulation per chunk, which at Llama-3.2-1B's vocabulary was a sixth of a LoRA step.
+struct Wanted {
+  bool h = false, weight = false;
+  bool any() const { return h || weight; }
+};
+
 Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targets, int64_t vocab,
-          int64_t chunk_rows, bool with_grad) {
+          int64_t chunk_rows, Wanted wanted) {
   const at::ScalarType dtype = matmul_dtype(h);
   // The dtypes are chosen here, explicitly; autocast must not re-cast the ops below.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
@@ -73,10 +81,8 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
   Parts p;
   p.loss = at::zeros({}, h.options().dtype(at::kFloat));
   p.count = keep.sum().clamp_min(1.0);
-  if (with_grad) {
-    p.grad_h = at::empty(h.sizes(), h.options());
-    p.grad_w = at::zeros(weight.sizes(), weight.options());
-  }
+  if (wanted.h) p.grad_h = at::empty(h.sizes(), h.options());
+  if (wanted.weight) p.grad_w = at::zeros(weight.sizes(), weight.options());
   const int64_t step = linear_cross_entropy_chunk_rows(rows, padded, chunk_rows);
   for (int64_t start = 0; start < rows; start += step) {
     const int64_t n = std::min(step, rows - start);
@@ -94,7 +100,7 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
     }
     const at::Tensor picked = logp.gather(1, ts);  // [n, 1]: log p of each target
     p.loss.sub_((picked * ks).sum());
-    if (!with_grad) continue;
+    if (!wanted.any()) continue;
     // softmax - one-hot, written once in the matmul dtype: exp of the log-softmax, cast as it is
     // stored; then each target's entry, p_t - 1 = expm1(log p_t), computed in fp32 (rounding p_t
     // first would lose most of a confident prediction's gradient, 1 - p_t).
@@ -107,7 +113,8 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
     }
     logp.reset();
     g.scatter_(1, ts, at::expm1(picked).to(dtype));
-    p.grad_h.narrow(0, start, n).copy_(at::mm(g, wc) * ks_mm);
+    if (wanted.h) p.grad_h.narrow(0, start, n).copy_(at::mm(g, wc) * ks_mm);
+    if (!wanted.weight) continue;
     const at::Tensor hk = hs * ks_mm;
     if (dtype == p.grad_w.scalar_type()) {
       p.grad_w.addmm_(g.t(), hk);
@@ -123,7 +130,9 @@ struct LinearCrossEntropy final : torch::autograd::Function<LinearCrossEntropy> 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
                             const at::Tensor& weight, const at::Tensor& targets, int64_t vocab,
                             int64_t chunk_rows) {
-    Parts p = run(h, weight, targets, vocab, chunk_rows, /*with_grad=*/true);
+    // The flags are the inputs' own (the forward runs without grad mode, not without them).
+    Parts p = run(h, weight, targets, vocab, chunk_rows,
+                  Wanted{.h = h.requires_grad(), .weight = weight.requires_grad()});
     ctx->saved_data["grad_h"] = std::move(p.grad_h);
     ctx->saved_data["grad_w"] = std::move(p.grad_w);
     ctx->saved_data["count"] = std::move(p.count);
@@ -135,9 +144,11 @@ struct LinearCrossEntropy final : torch::autograd::Function<LinearCrossEntropy> 
     // The loss is a scalar, so its gradients are the saved sums times the incoming scalar over
     // the count of rows the loss counts.
     const at::Tensor grad_h = ctx->saved_data.at("grad_h").toTensor();
+    const at::Tensor grad_w = ctx->saved_data.at("grad_w").toTensor();
     const at::Tensor scale = grads.at(0) / ctx->saved_data.at("count").toTensor();
-    return {grad_h * scale, ctx->saved_data.at("grad_w").toTensor() * scale, at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return {grad_h.defined() ? grad_h * scale : at::Tensor(),
+            grad_w.defined() ? grad_w * scale : at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -172,7 +183,7 @@ at::Tensor linear_cross_entropy(const at::Tensor& h, const at::Tensor& weight,
   if (at::GradMode::is_enabled() && (h.requires_grad() || weight.requires_grad())) {
     return LinearCrossEntropy::apply(h, weight, targets, vocab, chunk_rows);
   }
-  return run(h, weight, targets, vocab, chunk_rows, /*with_grad=*/false).loss;
+  return run(h, weight, targets, vocab, chunk_rows, Wanted{}).loss;
 }
 
 }  // namespace models
