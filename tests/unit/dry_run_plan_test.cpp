@@ -183,7 +183,8 @@ TEST(PlanDeviceRanksPerNode, RefusesRanksPerNodeThatDoNotDivideOrAreMissingUnder
 
 // A LoRA run planned from its shapes: the buckets, gradients and optimizer state are the
 // adapters' alone, and the frozen base (fp32) is in every mode's parameters, whole on every rank
-// except under parameters, which shards it by units as it shards a full model's parameters.
+// except under parameters, which shards it by units as it shards a full model's parameters; the
+// loss holds no gradient of the frozen output layer.
 TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseShardedOnlyByParameters) {
   models::LmShape shape;
   shape.family = "llama";
@@ -200,6 +201,9 @@ TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseShardedOnlyByParameters
   // q_proj: A [8, 256] and B [256, 8]; v_proj: A [8, 256] and B [128, 8]; per block.
   const int64_t adapters = 4 * (8 * 256 + 256 * 8 + 8 * 256 + 128 * 8);
   EXPECT_EQ(lora.frozen_count(), shape.parameter_count());
+  // The frozen output layer has no weight gradient in the loss (linear_cross_entropy).
+  EXPECT_EQ(shape.activations(128, 2, false).fixed, 1024 * 256 * 4);
+  EXPECT_EQ(lora.activations(128, 2, false).fixed, 0);
   EXPECT_EQ(lora.parameter_count(), shape.parameter_count() + adapters);
   ShapePlanInputs in;
   in.positions = 128;

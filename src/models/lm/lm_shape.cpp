@@ -124,7 +124,8 @@ std::vector<LmShape::Parameter> LmShape::frozen() const {
 // keeps only its input (d_model) and one block is recomputed at a time. The output layer
 // (models/lm/linear_cross_entropy.h) holds, per row of its chunk, the logits in the compute dtype,
 // their log-softmax in fp32 and their gradient in the compute dtype, and for the whole step the
-// output weight's gradient in fp32 and h's gradient (d_model, fp32, per token).
+// output weight's gradient in fp32 (none under LoRA: the output layer is frozen) and h's
+// gradient (d_model, fp32, per token).
 LmShape::Activations LmShape::activations(int64_t tokens, int64_t element_bytes,
                                           bool checkpointed) const {
   const int64_t d = d_model, a = heads * head_dim, k = kv_heads * head_dim;
@@ -137,7 +138,7 @@ LmShape::Activations LmShape::activations(int64_t tokens, int64_t element_bytes,
   Activations out;
   out.per_sample = per_token * tokens;
   out.per_chunk_row = padded_vocab * (2 * element_bytes + 4);
-  out.fixed = padded_vocab * d * 4;
+  out.fixed = lora_rank > 0 ? 0 : padded_vocab * d * 4;
   return out;
 }
 
