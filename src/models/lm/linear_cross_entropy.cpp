@@ -39,8 +39,9 @@ at::ScalarType matmul_dtype(const at::Tensor& h) {
 // set to -inf (exp gives 0: they leave the softmax and get a zero gradient); their log-softmax,
 // which gives the loss by a gather at the targets; then, for a gradient, d (loss sum) / d logits =
 // softmax - one-hot in the matmul dtype, and two matmuls that turn it into the chunk's rows of
-// d/dh and its addition to d/dweight. Every tensor of vocabulary width is released before the next
-// chunk. The loss sum is divided by the row count here, the gradients' sums in backward.
+// d/dh and its addition to d/dweight (each only for an input that requires a gradient). Every
+// tensor of vocabulary width is released before the next chunk. The loss sum is divided by the
+// row count here, the gradients' sums in backward.
 //
 // Ignored rows (target core::kIgnoreTarget) look up target 0 instead, so that every op keeps its
 // shape, and are weighted 0 where it is cheap, in tensors of rows rather than of vocabulary
@@ -60,6 +61,7 @@ at::ScalarType matmul_dtype(const at::Tensor& h) {
 // transient grow with the rows until one chunk is full, and constant after; when the probe's
 // micro-batches are below one chunk the line overestimates larger ones, by at most what the
 // unchunked loss really used.
+
 // Which gradients run() computes: none (the loss alone), or d/dh, d/dweight or both. A frozen
 // output layer (LoRA's base, a frozen tied embedding) asks for d/dh alone: no [vocab, d] matmul
 // and accumulation per chunk, which at Llama-3.2-1B's vocabulary was a sixth of a LoRA step.
