@@ -72,8 +72,9 @@ struct RunState {
   // Per parameter: a matrix whose state is Muon's momentum, in exp_avgs' elements (written as
   // "muon.momentum.<name>"; its exp_avg_sqs elements are unused and not written). Empty: none.
   std::vector<bool> muon;
-  // ddp.shard: parameters: gathers every unit while the returned handle lives (collective);
-  // empty otherwise. The single file needs the whole model.
+  // ddp.shard: parameters: gathers every unit's parameters while the returned handle lives
+  // (collective), not their frozen tensors (LoRA's base, which no checkpoint holds); empty
+  // otherwise. The single file needs the whole model.
   std::function<std::shared_ptr<void>()> gather_units;
   // The learning-rate schedule's plan as text (CheckpointMeta::schedule): written with every
   // checkpoint; resume() hands the checkpoint's, with its steps done, to `resume_schedule` on

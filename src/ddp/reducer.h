@@ -210,8 +210,10 @@ class Reducer {
   void gather_unit(size_t unit);
   // Releases a gathered unit's parameters (waits for its all-gather first). Local.
   void free_unit(size_t unit);
-  void gather_all_units();  // every unit, in unit order. Collective.
-  void free_all_units();    // local
+  // Every unit, in unit order; `frozen` false: their parameters alone, the frozen tensors left
+  // sharded (a checkpoint, which saves none of them). Collective.
+  void gather_all_units(bool frozen = true);
+  void free_all_units();  // local
   // After construction (every unit gathered) and the caller's broadcast of the parameters: each
   // rank copies its blocks into its master shards and frees every unit. From then on units are
   // freed when their backward is over. Local.
@@ -256,6 +258,7 @@ class Reducer {
     at::Tensor full;    // each tensor is a view into it; storage only while the unit is gathered
     at::Tensor master;  // this rank's block, kept for the whole run
     Gather gather;
+    bool gathered = true;  // `full` holds storage (the gather may still be in flight)
   };
   // Unit `unit`'s frozen tensors (none: full undefined). Deferred, the caller fills `master`
   // (this rank's block, by `shard` of the flat `layout`) before masters_filled().
@@ -329,7 +332,7 @@ class Reducer {
   std::vector<BucketLayout> unit_layout() const;
   void setup_masters();
   void setup_frozen(Bucket& bucket, NamedParameters tensors);  // flat views, before reshard
-  void post_gather(size_t b);
+  void post_gather(size_t b, bool frozen = true);  // `frozen` false: the parameters alone
   // Posts the all-gather of `master` blocks into `full` (the gather_dtype through a copy).
   void post_flat_gather(const at::Tensor& full, const at::Tensor& master, Gather& gather,
                         const std::string& what);

@@ -145,7 +145,10 @@ void Reducer::setup_frozen(Bucket& bucket, NamedParameters tensors) {
     if (!deferred) view.copy_(t.detach());
     t.set_data(view);
   }
-  if (deferred) release_storage(f.full);  // one unit's bytes at a time, never touched
+  if (deferred) {  // one unit's bytes at a time, never touched
+    release_storage(f.full);
+    f.gathered = false;
+  }
 }
 
 void Reducer::reshard_parameters() {
@@ -219,17 +222,22 @@ int64_t Reducer::frozen_shard_bytes() const {
   return bytes;
 }
 
-void Reducer::post_gather(size_t b) {
+void Reducer::post_gather(size_t b, bool frozen) {
   Bucket& bucket = buckets_[b];
-  if (bucket.gathered) return;
   Frozen& f = bucket.frozen;
-  allocate_storage(bucket.parameters);
-  if (f.full.defined()) allocate_storage(f.full);
+  const bool parameters = !bucket.gathered;
+  const bool tensors = frozen && f.full.defined() && !f.gathered;
+  if (!parameters && !tensors) return;
+  if (parameters) allocate_storage(bucket.parameters);
+  if (tensors) allocate_storage(f.full);
   bucket.gathered = true;
+  f.gathered = f.gathered || tensors;
   const size_t unit = buckets_.size() - 1 - b;
-  post_flat_gather(bucket.parameters, bucket.master, bucket.gather,
-                   fmt::format("parameters of unit {}", unit));
-  if (f.full.defined()) {
+  if (parameters) {
+    post_flat_gather(bucket.parameters, bucket.master, bucket.gather,
+                     fmt::format("parameters of unit {}", unit));
+  }
+  if (tensors) {
     post_flat_gather(f.full, f.master, f.gather, fmt::format("frozen tensors of unit {}", unit));
   }
 }
@@ -268,8 +276,9 @@ void Reducer::release_unit(Bucket& bucket) {
   if (!bucket.gathered) return;
   finish_gather(bucket);
   release_storage(bucket.parameters);
-  if (bucket.frozen.full.defined()) release_storage(bucket.frozen.full);
+  if (bucket.frozen.full.defined() && bucket.frozen.gathered) release_storage(bucket.frozen.full);
   bucket.gathered = false;
+  bucket.frozen.gathered = false;
 }
 
 void Reducer::prefetch_unit(size_t unit) {
@@ -289,9 +298,15 @@ void Reducer::free_unit(size_t unit) {
   release_unit(buckets_[unit_bucket_.at(unit)]);
 }
 
-void Reducer::gather_all_units() {
-  for (size_t u = 0; u < unit_bucket_.size(); ++u) prefetch_unit(u);
-  for (size_t u = 0; u < unit_bucket_.size(); ++u) gather_unit(u);
+void Reducer::gather_all_units(bool frozen) {
+  for (size_t u = 0; u < unit_bucket_.size(); ++u) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    post_gather(unit_bucket_[u], frozen);
+  }
+  for (size_t u = 0; u < unit_bucket_.size(); ++u) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finish_gather(buckets_[unit_bucket_[u]]);
+  }
 }
 
 void Reducer::free_all_units() {

@@ -301,8 +301,8 @@ void ModelState::read_frozen_blocks(const models::ParameterReader& read) {
   }
 }
 
-std::unique_ptr<PinnedUnits> ModelState::pin() {
-  return gate_ != nullptr ? std::make_unique<PinnedUnits>(gate_.get()) : nullptr;
+std::unique_ptr<PinnedUnits> ModelState::pin(bool frozen) {
+  return gate_ != nullptr ? std::make_unique<PinnedUnits>(gate_.get(), frozen) : nullptr;
 }
 
 std::unique_ptr<LockstepUnits> ModelState::units_in_step() {
@@ -318,7 +318,8 @@ checkpoint::RunState ModelState::run_state() {
   state.exp_avg_sqs = optimizer_->exp_avg_sqs();
   state.muon = hidden_;
   if (gate_ != nullptr) {
-    state.gather_units = [this]() -> std::shared_ptr<void> { return pin(); };
+    // A checkpoint saves no frozen tensor (models::FrozenBase): LoRA's base stays sharded.
+    state.gather_units = [this]() -> std::shared_ptr<void> { return pin(/*frozen=*/false); };
   }
   state.parameter_blocks = deferred();
   return state;

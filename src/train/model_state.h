@@ -83,9 +83,10 @@ class ModelState {
   // float [1] on the device: this rank's loss is written into it before backward; it holds the
   // sum over ranks once the step's collective that carries it is done.
   const at::Tensor& loss_rider() const;
-  // Every unit gathered while the result lives (ddp.shard: parameters; null otherwise).
-  // Collective: every rank, at the same point.
-  std::unique_ptr<PinnedUnits> pin();
+  // Every unit gathered while the result lives (ddp.shard: parameters; null otherwise); `frozen`
+  // false: their frozen tensors (LoRA's base) left sharded. Collective: every rank, at the same
+  // point.
+  std::unique_ptr<PinnedUnits> pin(bool frozen = true);
   // Forwards some ranks run and others not (evaluation, samples): the units gathered in step
   // (UnitGate::begin_lockstep; a model without units pinned). Null unless ddp.shard: parameters.
   // Collective, and its finish() too.

@@ -180,9 +180,9 @@ void LockstepUnits::finish() {
   }
 }
 
-void UnitGate::pin() {
+void UnitGate::pin(bool frozen) {
   pinned_ = true;
-  reducer_.gather_all_units();
+  reducer_.gather_all_units(frozen);
 }
 
 void UnitGate::unpin() {

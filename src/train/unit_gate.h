@@ -24,7 +24,8 @@
 //   gradient reduce-scatters the other ranks still post, in their order), and runs the
 //   micro-batches left as dry passes, so that every rank reaches the status vote.
 // - Outside a pass each enter gathers and each leave frees, without prefetch or order check;
-//   pin() gathers every unit and makes enter/leave no-ops until unpin() (checkpoints, tests).
+//   pin() gathers every unit and makes enter/leave no-ops until unpin() (checkpoints, tests);
+//   pin(false) leaves the units' frozen tensors (LoRA's base) sharded: a checkpoint saves none.
 // - In step (begin_lockstep() .. end_lockstep(): evaluation, rank 0's text samples): forwards
 //   that only some ranks run, or that ranks run different numbers of (each rank's slice of the
 //   validation data), gather one unit at a time while no rank holds more than that: each forward
@@ -75,7 +76,7 @@ class UnitGate final : public models::UnitGate {
   void begin_lockstep();
   void end_lockstep();
   bool in_lockstep() const { return lockstep_; }
-  void pin();
+  void pin(bool frozen = true);
   void unpin();
   bool pinned() const { return pinned_; }
   bool in_pass() const { return in_pass_; }
@@ -125,12 +126,13 @@ class LockstepUnits {
   bool units_;
 };
 
-// RAII: every unit gathered for the scope (UnitGate::pin); a null gate does nothing.
+// RAII: every unit gathered for the scope (UnitGate::pin, `frozen` as there); a null gate does
+// nothing.
 class PinnedUnits {
  public:
-  explicit PinnedUnits(UnitGate* gate)
+  explicit PinnedUnits(UnitGate* gate, bool frozen = true)
       : gate_(gate != nullptr && !gate->pinned() ? gate : nullptr) {
-    if (gate_ != nullptr) gate_->pin();
+    if (gate_ != nullptr) gate_->pin(frozen);
   }
   ~PinnedUnits() noexcept {
     if (gate_ != nullptr) gate_->unpin();

@@ -6,7 +6,8 @@
 //   and stay bitwise equal through the steps; the start-up's allocations peak at least half a
 //   model lower; model.init_from read by ranges equals the whole load while each rank reads about
 //   its share of the files; a sharded checkpoint resumes reading each rank's ranges only, and the
-//   run continues bitwise as the uninterrupted one.
+//   run continues bitwise as the uninterrupted one; a single-file checkpoint's gather leaves
+//   LoRA's frozen base sharded.
 // - ShardedOom: an out-of-memory error inside a parameters step (forward or backward, one or
 //   several micro-batches, any rank) takes the next rung on every rank and ends with the
 //   parameters of a run that took that rung from the start (LoRA's adapters too, in fp32 and
@@ -344,6 +345,34 @@ TEST(ShardedOom, LoraAdaptersTakeTheRungWithTheBaseFrozen) {
       EXPECT_LT(relative_error(rung.params, from_start.params), 1e-6) << precision << " " << inject;
     }
   }
+}
+
+// A single-file checkpoint under parameters gathers the adapters whole, not the frozen base,
+// which it does not save: while its gather is held the base's buffers hold no storage (the
+// parameters all do); pinned for a whole model (--export-hf, tests) the base is whole too.
+TEST(DeferredBuild, CheckpointGatherLeavesTheFrozenBaseSharded) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  auto run = make_cpu_run(*comm, lm_yaml(llama(false) + kLora), "ckpt.yaml", {}, /*deferred=*/true);
+  run.trainer->step(1);
+  const auto held = [&](const std::vector<at::Tensor>& tensors) {
+    int n = 0;
+    for (const auto& t : tensors) n += models::holds_no_storage(t) ? 0 : 1;
+    return n;
+  };
+  const auto buffers = run.model->buffers();
+  const auto parameters = run.model->parameters();
+  {
+    const auto gathered = run.trainer->run_state().gather_units();
+    ASSERT_NE(gathered, nullptr);
+    EXPECT_EQ(held(run.model->parameters()), static_cast<int>(parameters.size()));
+    EXPECT_EQ(held(run.model->buffers()), 0) << "the frozen base was gathered for a checkpoint";
+  }
+  EXPECT_EQ(held(run.model->buffers()), 0);
+  {
+    const auto pinned = run.trainer->pin_parameters();
+    EXPECT_EQ(held(run.model->buffers()), static_cast<int>(buffers.size()));
+  }
+  run.trainer->step(2);  // the units gather their base again for the step
 }
 
 TEST(ShardedOom, ThirtySeededRandomInjectionsAllComplete) {

@@ -166,6 +166,12 @@ TEST_F(LoraResume, SingleFileOnMoreRanksUnderAnotherMode) {
   check(smaller_.get(), world_.get(), "optimizer", "single", "gradients", "single_more");
 }
 
+// W ranks under parameters write one file (the adapters gathered, the base left sharded);
+// W - 1 ranks resume under none.
+TEST_F(LoraResume, SingleFileUnderParametersOnFewerRanks) {
+  check(world_.get(), smaller_.get(), "parameters", "single", "none", "single_parameters");
+}
+
 // A checkpoint of one base is refused onto another (its config differs), naming both, and onto a
 // model without adapters.
 TEST_F(LoraResume, AnotherBaseIsRefusedNamingBoth) {
