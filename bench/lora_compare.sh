@@ -15,6 +15,8 @@
 #     train.cuda_graphs=true (CUDA only).
 #   PROFILE=DIR: then, for the last of MODELS, a profiled run of each eager mode (steps 3-7 under
 #     log.profile, a trace per mode in DIR) and bench/profile_summary.py over them side by side.
+#     PROFILE_MODES="full-graphs lora-graphs" profiles those modes instead: under CUDA graphs the
+#     phases outside the replayed forward and backward (clip, optimizer, data) are what it shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -46,6 +48,13 @@ for mode in "${modes[@]}"; do
     *) echo "lora_compare.sh: unknown mode '$mode' in MODES (full, lora, full-graphs, lora-graphs)" >&2; exit 2 ;;
   esac
   [[ $mode == *-graphs ]] && mode_keys[$mode]+=" --set train.cuda_graphs=true"
+done
+read -ra profile_modes <<<"${PROFILE_MODES:-}"  # default: the eager modes
+if [ ${#profile_modes[@]} -eq 0 ]; then
+  for mode in "${modes[@]}"; do [[ $mode == *-graphs ]] || profile_modes+=("$mode"); done
+fi
+for mode in "${profile_modes[@]}"; do
+  [ -n "${mode_keys[$mode]+set}" ] || { echo "lora_compare.sh: PROFILE_MODES names '$mode', not in MODES" >&2; exit 2; }
 done
 read -ra model_names <<<"${MODELS:-llama-tiny llama-25m}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -81,8 +90,7 @@ if [ -n "${PROFILE:-}" ]; then
   # shellcheck disable=SC2206
   keys=(${models[$model]})
   traces=()
-  for mode in "${modes[@]}"; do
-    [[ $mode == *-graphs ]] && continue  # the profiler's steps against a replayed graph tell nothing
+  for mode in "${profile_modes[@]}"; do
     read -ra extra <<<"${mode_keys[$mode]}"
     mpirun -np "$ranks" "$trainer" "${common[@]}" "${keys[@]}" "${extra[@]}" \
       --set train.steps=8 --set log.profile="$PROFILE/$mode" >"$PROFILE/$mode.log" 2>&1 ||

@@ -15,6 +15,8 @@
 #                            the llama at SmolLM-135M's shape against PyTorch eager and compiled:
 #                            bench/gpu_lm.sh)
 #   device-check.sh all      build, tests and bench (default)
+#   device-check.sh run CMD  CMD [ARGS] with the unpacked packages' MPI on PATH (a one-off
+#                            measurement: bench/lora_compare.sh with its own settings, say)
 #
 # One `run` call, for example:
 #   carry: [".device"]   command: "scripts/device-check.sh all"
@@ -144,7 +146,8 @@ case $what in
   tests) tests ;;
   bench) bench ;;
   all) build; tests; bench ;;
-  *) log "unknown step '$what' (pack, build, tests, bench, all)"; exit 2 ;;
+  run) shift; use_deps; exec "$@" ;;
+  *) log "unknown step '$what' (pack, build, tests, bench, all, run)"; exit 2 ;;
 esac
 tar -czf "$out/device-logs.tgz" -C "$logs" . && log "logs: device-logs.tgz ($(du -sh "$out/device-logs.tgz" | cut -f1))"
 if [ ${#failed[@]} -gt 0 ]; then log "failed: ${failed[*]}"; exit 1; fi
