@@ -27,7 +27,9 @@
 // or fp16), and the log-softmax, the loss and the gradient of the logits are computed in fp32,
 // the last stored in the matmul dtype for the backward matmuls, as autocast runs `linear` then
 // `cross_entropy`; otherwise everything is in h's dtype. The weight's gradient is accumulated
-// over chunks in the weight's dtype.
+// over chunks in the weight's dtype: on CUDA a float32 weight's by the GEMM itself (addmm with a
+// float32 out_dtype), each chunk's low-precision product never rounded; on the CPU, which has no
+// such GEMM, that product is added.
 #pragma once
 
 #include <ATen/core/Tensor.h>
