@@ -70,6 +70,20 @@ struct Wanted {
   bool any() const { return h || weight; }
 };
 
+// grad_w += g^T hk, g and hk in the matmul dtype.
+void add_weight_gradient(at::Tensor& grad_w, const at::Tensor& g, const at::Tensor& hk) {
+  if (g.scalar_type() == grad_w.scalar_type()) {
+    grad_w.addmm_(g.t(), hk);
+  } else if (grad_w.is_cuda() && grad_w.scalar_type() == at::kFloat) {
+    // bf16/fp16 operands into the float32 gradient in the GEMM itself (cuBLAS's accumulator,
+    // beta = 1): no [vocab, d] product rounded to the low precision and added by a second,
+    // mixed-dtype pass (at Llama-3.2-1B's vocabulary 71 ms of a 649 ms full step on an H200).
+    at::addmm_out(grad_w, grad_w, g.t(), hk, at::kFloat);
+  } else {
+    grad_w.add_(at::mm(g.t(), hk));  // the CPU has no mixed-dtype GEMM
+  }
+}
+
 Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targets, int64_t vocab,
           int64_t chunk_rows, Wanted wanted) {
   const at::ScalarType dtype = matmul_dtype(h);
@@ -117,17 +131,7 @@ Parts run(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& targe
     g.scatter_(1, ts, at::expm1(picked).to(dtype));
     if (wanted.h) p.grad_h.narrow(0, start, n).copy_(at::mm(g, wc) * ks_mm);
     if (!wanted.weight) continue;
-    const at::Tensor hk = hs * ks_mm;
-    if (dtype == p.grad_w.scalar_type()) {
-      p.grad_w.addmm_(g.t(), hk);
-    } else if (p.grad_w.is_cuda() && p.grad_w.scalar_type() == at::kFloat) {
-      // bf16/fp16 operands into the float32 gradient in the GEMM itself (cuBLAS's accumulator,
-      // beta = 1): no [vocab, d] product rounded to the low precision and added by a second,
-      // mixed-dtype pass (at Llama-3.2-1B's vocabulary 71 ms of a 649 ms full step on an H200).
-      at::addmm_out(p.grad_w, p.grad_w, g.t(), hk, at::kFloat);
-    } else {
-      p.grad_w.add_(at::mm(g.t(), hk));  // the CPU has no mixed-dtype GEMM
-    }
+    add_weight_gradient(p.grad_w, g, hs * ks_mm);
   }
   p.loss.div_(p.count);
   return p;
