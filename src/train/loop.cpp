@@ -64,8 +64,11 @@ std::unique_ptr<checkpoint::Checkpointer> make_checkpointer(Trainer& trainer,
                                                             std::string config_text) {
   const TrainerOptions& o = trainer.options();
   const Placement& where = trainer.placement();
-  checkpoint::RunRecord record{o.train.global_batch_size, o.train.seed, std::move(config_text),
-                               o.ddp.shard};
+  checkpoint::RunRecord record;
+  record.global_batch_size = o.train.global_batch_size;
+  record.seed = o.train.seed;
+  record.config_text = std::move(config_text);
+  record.configured_shard = o.ddp.shard;
   if (const auto* frozen = models::as<models::FrozenBase>(trainer.model())) {
     record.base = frozen->base_path();  // LoRA: the base the adapters belong to
     record.base_hash = frozen->base_hash();
