@@ -304,6 +304,7 @@ void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reduce
   }
   // Backward accumulates into the bucket views, as in training; no_sync: nothing is reduced.
   reducer.zero_grad();
+  const int64_t before = memory::sample_memory(placement_.device).tensor_bytes;
   reducer.begin_micro_batch(/*sync=*/false);
   reducer.set_discard_gradients(gate != nullptr);
   // Two small micro-batches (b2 = 2 b1), halved while even they run out of memory (a large model
@@ -335,6 +336,10 @@ void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reduce
   }
   reducer.set_discard_gradients(false);
   reducer.zero_grad();
+  // What the passes allocated and kept (a GPU's cuBLAS workspaces, made by the first matmul, which
+  // each pass's peak leaves out) stays for the run.
+  estimate_.other +=
+      std::max<int64_t>(0, memory::sample_memory(placement_.device).tensor_bytes - before);
   // The probe's passes held the units they gathered, which the plan already counts with the
   // parameters (count_parameter_shards: two units).
   if (gate != nullptr) {
@@ -367,12 +372,15 @@ int64_t MemoryPlanner::peak_of_pass(models::Model& model, const data::Batch& bat
     failed = true;
   }
   const int64_t peak = memory::sample_memory(device).tensor_peak_bytes - base;
-  if (gate == nullptr) return peak;
-  if (failed) {
-    gate->complete_failed_pass();
-  } else {
-    gate->end_pass();
+  if (gate != nullptr) {
+    if (failed) {
+      gate->complete_failed_pass();
+    } else {
+      gate->end_pass();
+    }
   }
+  const int64_t kept = std::max<int64_t>(0, memory::sample_memory(device).tensor_bytes - base);
+  if (gate == nullptr) return peak - kept;
   at::Tensor vote = at::tensor({failed ? 1 : 0}, at::kInt);
   placement_.control.all_reduce(vote, ddp::ReduceOp::kMax, "probe vote");
   if (vote.data_ptr<int>()[0] != 0) {
@@ -380,7 +388,7 @@ int64_t MemoryPlanner::peak_of_pass(models::Model& model, const data::Batch& bat
         OutOfMemoryError,
         fmt::format("the activation probe at {} samples ran out of memory on a rank", samples));
   }
-  return peak;
+  return peak - kept;
 }
 
 void MemoryPlanner::probe_at(models::Model& model, const data::Batch& batch, int64_t b1, int64_t b2,

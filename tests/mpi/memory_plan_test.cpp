@@ -257,4 +257,50 @@ TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
   comm->barrier("after the probe");
 }
 
+// Two layers whose first pass allocates a tensor it keeps for the run, as the first matmul on a
+// GPU does (cuBLAS's workspaces, 64 MiB on an H200): the probe's first size saw it, so the slope
+// through two sizes lost it (an H200's llama-tiny plan said 0.000 MiB a sample) and the chunked
+// loss's probe took it for its chunk (128 MiB for 256 logits a row).
+class KeepsAWorkspace final : public models::Model {
+ public:
+  KeepsAWorkspace(int64_t in, int64_t hidden, int64_t classes, int64_t workspace_bytes)
+      : workspace_bytes_(workspace_bytes) {
+    w1_ = register_parameter("w1", at::randn({hidden, in}) * 0.05);
+    w2_ = register_parameter("w2", at::randn({classes, hidden}) * 0.05);
+  }
+  at::Tensor forward(const at::Tensor& x) override {
+    if (!workspace_.defined() && workspace_bytes_ > 0) {
+      workspace_ = at::empty({workspace_bytes_}, x.options().dtype(at::kByte));
+    }
+    return at::linear(at::relu(at::linear(x, w1_)), w2_);
+  }
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& targets) override {
+    return at::cross_entropy_loss(forward(x), targets);
+  }
+
+ private:
+  int64_t workspace_bytes_;
+  at::Tensor w1_, w2_, workspace_;
+};
+
+// What a pass keeps is counted once, with the other tensors, and the activations are the same
+// as without it.
+TEST(MemoryPlan, WhatTheFirstPassKeepsIsNotActivations) {
+  auto comm = trainer_test::runtime().world(std::chrono::seconds(60));
+  SmallRun run(8, 64, 64);  // its data (64 inputs, 4 classes, 32 samples a rank); not its model
+  const int64_t workspace = 16 << 20;
+  const auto estimate = [&](int64_t kept) {
+    at::manual_seed(5);
+    auto model = std::make_shared<KeepsAWorkspace>(64, 4096, 4, kept);
+    train::Trainer trainer(run.config.trainer_options(), *comm, *comm, model, *run.dataset,
+                           c10::Device(c10::kCPU));
+    return trainer.memory_estimate();
+  };
+  const memory::MemoryEstimate plain = estimate(0), keeps = estimate(workspace);
+  ASSERT_GT(plain.activation_per_sample, 0);
+  EXPECT_EQ(keeps.activation_per_sample, plain.activation_per_sample);
+  EXPECT_EQ(keeps.activation_fixed, plain.activation_fixed);
+  EXPECT_EQ(keeps.other - plain.other, workspace);
+}
+
 }  // namespace TRAINER_UNITY_ID
