@@ -258,9 +258,9 @@ TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
 }
 
 // Two layers whose first pass allocates a tensor it keeps for the run, as the first matmul on a
-// GPU does (cuBLAS's workspaces, 64 MiB on an H200): the probe's first size saw it, so the slope
-// through two sizes lost it (an H200's llama-tiny plan said 0.000 MiB a sample) and the chunked
-// loss's probe took it for its chunk (128 MiB for 256 logits a row).
+// GPU does (cuBLAS's workspaces: about 64 MiB by an H200's plans): the probe's first size saw it,
+// so the slope through two sizes lost it (an H200's llama-tiny plan said 0.000 MiB a sample) and
+// the chunked loss's probe took it for its chunk (128 MiB for 256 logits a row).
 class KeepsAWorkspace final : public models::Model {
  public:
   KeepsAWorkspace(int64_t in, int64_t hidden, int64_t classes, int64_t workspace_bytes)
