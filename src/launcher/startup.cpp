@@ -142,13 +142,12 @@ void check_outputs(Startup& s) {
 
 // Whether the model is built without storage: a language model under ddp.shard: parameters
 // that a Trainer will shard (a run with data); with LoRA adapters their frozen base too (sharded
-// with its units: ddp::ReducerOptions::frozen), unless model.lora_init_from writes the adapters
-// at construction, which needs them whole (that model is built whole, as before issue 39).
+// with its units: ddp::ReducerOptions::frozen), and model.lora_init_from's adapters read into
+// each rank's blocks (models::DeferredRecord::read_adapters).
 bool builds_deferred(const Startup& s) {
   const config::Config& c = s.config;
   const auto lms = models::language_model_names();
   if (std::find(lms.begin(), lms.end(), c.model.name) == lms.end()) return false;
-  if (c.model.lora_rank > 0 && !c.model.lora_init_from.empty()) return false;
   return c.ddp.shard == ddp::ShardMode::kParameters && s.dataset != nullptr;
 }
 

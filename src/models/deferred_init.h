@@ -57,6 +57,9 @@ struct DeferredRecord {
   ParameterReader read;
   // What `read` reads, for messages ("model.init_from DIR").
   std::string source;
+  // model.lora_init_from by ranges: a LoRA model's parameters (its adapters) read over their
+  // replayed initialisations, after the frozen base; empty: none.
+  ParameterReader read_adapters;
 };
 
 class DeferredInit {

@@ -208,6 +208,7 @@ void ModelState::materialise_deferred() {
     replay_initialisation(record);
   }
   if (record.read && frozen) read_frozen_blocks(record.read);
+  if (record.read_adapters) read_master_blocks(record.read_adapters);  // model.lora_init_from
   reducer_->masters_filled();
   install_gate();
 }

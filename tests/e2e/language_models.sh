@@ -479,6 +479,15 @@ assert d['merged_diff'].item() < 1e-5 and diff < 1e-4" || fail "merged export di
     expect_rc 2; expect_grep "model.lora_rank: 33 is above the smaller dimension \(32\) of layers.0.self_attn.v_proj"
     run "$trainer" "${lora[@]}" --set model.lora_rank=0 --set train.steps=1
     expect_rc 2; expect_grep "model.lora_rank: 0 with model.lora_targets"
+    # The exported adapter as model.lora_init_from under ddp.shard: parameters (built without
+    # storage: each rank reads its blocks of the adapters), and in a plan from the shapes
+    # (--dry-run, which stopped on a segmentation fault before).
+    run mpirun -np 2 "$trainer" "${lora[@]}" --set model.lora_init_from="$work/adapter" \
+      --set ddp.shard=parameters --set train.steps=1 --set checkpoint.dir=
+    expect_rc 0; expect_grep "model.lora_init_from: the adapters of $work/adapter"
+    run "$trainer" "${lora[@]}" --set model.lora_init_from="$work/adapter" --dry-run \
+      --plan-ranks 8 --plan-device-memory 80GiB
+    expect_rc 0; expect_grep "dry run: nothing trained"
     run "$trainer" "${lora[@]}" --set model.lora_init_from="$work/adapter" --set model.lora_rank=2 \
       --set train.steps=1 --set checkpoint.dir=
     expect_rc 2; expect_grep "model.lora_init_from: $work/adapter/adapter_config.json: r is 4 but model.lora_rank is 2" ;;

@@ -7,7 +7,7 @@
 //   model lower; model.init_from read by ranges equals the whole load while each rank reads about
 //   its share of the files; a sharded checkpoint resumes reading each rank's ranges only, and the
 //   run continues bitwise as the uninterrupted one; a single-file checkpoint's gather leaves
-//   LoRA's frozen base sharded.
+//   LoRA's frozen base sharded; model.lora_init_from's adapters are read into each rank's blocks.
 // - ShardedOom: an out-of-memory error inside a parameters step (forward or backward, one or
 //   several micro-batches, any rank) takes the next rung on every rank and ends with the
 //   parameters of a run that took that rung from the start (LoRA's adapters too, in fp32 and
@@ -32,7 +32,9 @@
 #include "io/safetensors_shards.h"
 #include "memory/allocator_guard.h"
 #include "models/deferred_init.h"
+#include "models/lm/causal_lm.h"
 #include "models/lm/generate.h"
+#include "models/lm/lora.h"
 #include "models/registry.h"
 #include "train/choice_evaluation.h"
 #include "train/evaluation.h"
@@ -104,6 +106,38 @@ bool bitwise(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b)
   return true;
 }
 
+// model.lora_init_from's value in a test parameter: the adapter peft_dir() writes.
+constexpr const char* kPeftDir = "PEFT_DIR";
+
+// A PEFT adapter for llama(false) + kLora, every tensor random (B too, which PEFT and the trainer
+// start at zero): written once per process by --export-peft's function.
+const std::string& peft_dir() {
+  static const test::TempDir dir;
+  static const bool written = [] {
+    const config::Config c = config::parse_config(lm_yaml(llama(false) + kLora), "peft.yaml");
+    core::Shape shape;
+    shape.vocab_size = c.data.vocab_size;
+    shape.context = c.data.context;
+    const auto model = std::dynamic_pointer_cast<models::CausalLm>(
+        models::create_language_model(c.model, shape, "the test's adapter"));
+    at::manual_seed(23);
+    at::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.uniform_(-0.2, 0.2);
+    models::export_peft(*model, dir.path(), "");
+    return true;
+  }();
+  (void)written;
+  return dir.path();
+}
+
+// `yaml` with kPeftDir replaced by peft_dir().
+std::string with_peft_dir(std::string yaml) {
+  if (const size_t at = yaml.find(kPeftDir); at != std::string::npos) {
+    yaml.replace(at, std::strlen(kPeftDir), peft_dir());
+  }
+  return yaml;
+}
+
 class DeferredBuild : public ::testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<ddp::Communicator> comm_ =
@@ -111,11 +145,14 @@ class DeferredBuild : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(DeferredBuild, StartsAndTrainsBitwiseAsTheModelBuiltWhole) {
-  const std::string yaml = lm_yaml(GetParam());
+  const std::string yaml = with_peft_dir(lm_yaml(GetParam()));
   auto whole = make_cpu_run(*comm_, yaml, "whole.yaml");
   auto deferred = make_cpu_run(*comm_, yaml, "deferred.yaml", {}, /*deferred=*/true);
   ASSERT_NE(deferred.model->deferred_init(), nullptr);
   EXPECT_TRUE(bitwise(gathered(whole), gathered(deferred)));
+  if (yaml.find("lora_init_from") != std::string::npos) {  // B read from the file, not zero
+    for (const at::Tensor& p : gathered(deferred)) EXPECT_GT(p.abs().min().item<float>(), 0);
+  }
   EXPECT_TRUE(bitwise(gathered_buffers(whole), gathered_buffers(deferred)));  // LoRA's base
   for (int64_t s = 1; s <= 4; ++s) {
     whole.trainer->step(s);
@@ -131,10 +168,12 @@ TEST_P(DeferredBuild, StartsAndTrainsBitwiseAsTheModelBuiltWhole) {
   EXPECT_LT(relative_error(gathered(deferred), snapshot(*unsharded.model)), 1e-6);
 }
 
-const char* const kBuildNames[] = {"gpt", "llama", "llama_tied", "llama_lora"};
+const char* const kBuildNames[] = {"gpt", "llama", "llama_tied", "llama_lora",
+                                   "llama_lora_init_from"};
 INSTANTIATE_TEST_SUITE_P(Models, DeferredBuild,
                          ::testing::Values(std::string(kGpt), llama(false), llama(true),
-                                           llama(false) + kLora),
+                                           llama(false) + kLora,
+                                           llama(false) + kLora + ", lora_init_from: " + kPeftDir),
                          [](const auto& info) { return std::string(kBuildNames[info.index]); });
 
 // The allocator's peak through the build and the Trainer's set-up: the whole model is never

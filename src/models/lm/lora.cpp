@@ -20,6 +20,7 @@
 
 #include "io/safetensors.h"
 #include "models/block.h"
+#include "models/deferred_init.h"
 #include "models/lm/causal_lm.h"
 
 namespace models {
@@ -328,9 +329,9 @@ void check_peft_config(const CausalLm& model, const nlohmann::json& c, const std
   }
 }
 
-}  // namespace
-
-void load_peft(CausalLm& model, const std::string& dir) {
+// Each of `model`'s parameters (its adapters) by name: the PEFT adapter's tensor in DIR, float32,
+// after every check of load_peft.
+std::map<std::string, at::Tensor> peft_tensors(const CausalLm& model, const std::string& dir) {
   const std::string config_path = (std::filesystem::path(dir) / kPeftConfig).string();
   const std::string weights_path = (std::filesystem::path(dir) / kPeftWeights).string();
   check_peft_config(model, read_peft_config(config_path), config_path);
@@ -341,7 +342,7 @@ void load_peft(CausalLm& model, const std::string& dir) {
     throw std::invalid_argument(fmt::format("model.lora_init_from: {}", e.what()));
   }
   std::set<std::string> used;
-  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+  std::map<std::string, at::Tensor> by_parameter;
   for (const auto& item : model.named_parameters()) {
     const std::string key = peft_key(model, item.key());
     auto it = weights.find(key);
@@ -355,7 +356,7 @@ void load_peft(CausalLm& model, const std::string& dir) {
                                               item.value().sizes()));
     }
     used.insert(key);
-    copies.emplace_back(item.value(), it->second);
+    by_parameter.emplace(item.key(), it->second.to(at::kFloat).contiguous());
   }
   std::vector<std::string> extra;
   for (const auto& [key, w] : weights) {
@@ -366,8 +367,15 @@ void load_peft(CausalLm& model, const std::string& dir) {
                                             "adapters do not have: {}",
                                             weights_path, fmt::join(extra, ", ")));
   }
+  return by_parameter;
+}
+
+}  // namespace
+
+void load_peft(CausalLm& model, const std::string& dir) {
+  const std::map<std::string, at::Tensor> tensors = peft_tensors(model, dir);
   at::NoGradGuard no_grad;
-  for (auto& [mine, w] : copies) mine.copy_(w);
+  for (const auto& item : model.named_parameters()) item.value().copy_(tensors.at(item.key()));
 }
 
 std::string base_hash(const CausalLm& model, const std::string& init_from) {
@@ -397,7 +405,18 @@ std::shared_ptr<CausalLm> with_lora(std::shared_ptr<CausalLm> model, const Model
   model->add_lora(lora);
   model->set_base(options.init_from, base_hash(*model, options.init_from));
   if (!options.lora_init_from.empty()) {
-    load_peft(*model, options.lora_init_from);
+    if (DeferredInit* scope = DeferredInit::current()) {
+      // Built without storage (ddp.shard: parameters, --dry-run): checked now, read into each
+      // rank's blocks of the adapters when the Trainer fills them (train/model_state.h).
+      auto tensors = std::make_shared<const std::map<std::string, at::Tensor>>(
+          peft_tensors(*model, options.lora_init_from));
+      scope->record().read_adapters = [tensors](const std::string& name, int64_t first,
+                                                const at::Tensor& out) {
+        out.copy_(tensors->at(name).view({-1}).narrow(0, first, out.numel()));
+      };
+    } else {
+      load_peft(*model, options.lora_init_from);
+    }
     spdlog::info("model.lora_init_from: the adapters of {}", options.lora_init_from);
   }
   const LoraOptions& l = model->lora_options();
