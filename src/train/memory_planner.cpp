@@ -336,7 +336,7 @@ void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reduce
   }
   reducer.set_discard_gradients(false);
   reducer.zero_grad();
-  // What the passes allocated and kept (a GPU's cuBLAS workspaces, made by the first matmul, which
+  // What the passes allocated and kept (a GPU library's workspaces, made on first use, which
   // each pass's peak leaves out) stays for the run.
   estimate_.other +=
       std::max<int64_t>(0, memory::sample_memory(placement_.device).tensor_bytes - before);

@@ -96,7 +96,7 @@ class MemoryPlanner {
                 UnitGate* gate);
   // The peak of one forward and backward of the first `samples` of `batch` (a voted pass under
   // `gate`: c10::OutOfMemoryError on every rank when one ran out), less what the pass allocated
-  // and kept (the first matmul's cuBLAS workspaces on a GPU: held for the whole run, counted once
+  // and kept (a GPU library's workspaces, made on first use: held for the whole run, counted once
   // with the other tensors by probe_activations, not as activations of the first probe's size).
   int64_t peak_of_pass(models::Model& model, const data::Batch& batch, int64_t samples,
                        UnitGate* gate);

@@ -257,8 +257,8 @@ TEST(MemoryPlan, ProbeHalvesItsSizesWhenTheyDoNotFit) {
   comm->barrier("after the probe");
 }
 
-// Two layers whose first pass allocates a tensor it keeps for the run, as the first matmul on a
-// GPU does (cuBLAS's workspaces: about 64 MiB by an H200's plans): the probe's first size saw it,
+// Two layers whose first pass allocates a tensor it keeps for the run, as a first bf16 pass on a
+// GPU does (workspaces: about 64 MiB by an H200's plans): the probe's first size saw it,
 // so the slope through two sizes lost it (an H200's llama-tiny plan said 0.000 MiB a sample) and
 // the chunked loss's probe took it for its chunk (128 MiB for 256 logits a row).
 class KeepsAWorkspace final : public models::Model {
