@@ -124,16 +124,18 @@ tests() {
 # BENCH="gpt2 reducer smollm" (the default): which benchmarks `bench` runs; "profile" adds the
 # traced comparison of GPT-2 against PyTorch eager and compiled (bench/gpu_lm.sh with PROFILE),
 # "lora" LoRA against full fine-tuning, eager and in CUDA graphs, and a profile of each eager
-# step of the last model (bench/lora_compare.sh on CUDA; LORA_MODELS="llama-25m smollm llama-1b"
-# and LORA_STEPS=20 by default, llama-1b the Llama-3.2-1B shape: about 300 s on an H200).
+# step of the last model (bench/lora_compare.sh on CUDA; LORA_MODELS="llama-tiny llama-25m smollm
+# llama-1b" and LORA_STEPS=20 by default, the first two issue 35's shapes, llama-1b the
+# Llama-3.2-1B shape: about 270 s on an H200).
 benches=" ${BENCH:-gpt2 reducer smollm} "
 bench() {
   use_deps
   [[ $benches == *" gpt2 "* ]] && TAIL=14 LIMIT=200 BUILD_DIR=$bin OUT=$logs VARIANTS=1 step gpt2-vs-pytorch bench/gpu_lm.sh gpt2 "${GPT2_STEPS:-30}"
   [[ $benches == *" reducer "* ]] && LIMIT=60 step reducer-overhead-cuda mpirun -np 1 "$bin/bench/reducer_overhead_bench" --device cuda
   [[ $benches == *" smollm "* ]] && TAIL=8 LIMIT=150 BUILD_DIR=$bin OUT=$logs step smollm-vs-pytorch bench/gpu_lm.sh smollm "${LLAMA_STEPS:-30}"
-  [[ $benches == *" lora "* ]] && TAIL=90 LIMIT=420 TRAINER_BIN=$bin/trainer DEVICE=cuda \
-    MODELS="${LORA_MODELS:-llama-25m smollm llama-1b}" MODES="full lora full-graphs lora-graphs" \
+  [[ $benches == *" lora "* ]] && TAIL=120 LIMIT=420 TRAINER_BIN=$bin/trainer DEVICE=cuda \
+    MODELS="${LORA_MODELS:-llama-tiny llama-25m smollm llama-1b}" \
+    MODES="full lora full-graphs lora-graphs" \
     PROFILE=/tmp/lora-traces step lora-vs-full bench/lora_compare.sh 1 "${LORA_STEPS:-20}" 1
   [[ $benches == *" profile "* ]] && TAIL=80 LIMIT=200 BUILD_DIR=$bin OUT=$logs PROFILE=/tmp/traces \
     step profile-gpt2 bench/gpu_lm.sh gpt2 12
