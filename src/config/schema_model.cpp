@@ -28,10 +28,11 @@ std::vector<KeyDef> common_keys() {
       text("model.encoder_weights", FIELD(model.encoder_weights), "",
            "recommender: safetensors file with the text encoder's weights (empty: seeded random)"),
       for_models(choice("model.preset", FIELD(model.preset), "gpt2", models::preset_names(),
-                        "gpt, llama: dimensions to start from (llama's default: llama-tiny); each "
-                        "of model.num_layers, heads, d_model (llama: kv_heads, head_dim, "
+                        "gpt, llama and its kin: dimensions to start from (the default: each "
+                        "family's first: gpt2, llama-tiny, qwen3-tiny, ...); each of "
+                        "model.num_layers, heads, d_model (llama: kv_heads, head_dim, "
                         "intermediate_size, rope_*, rms_norm_eps) overrides its own"),
-                 {{"llama", "llama-tiny"}}),
+                 models::default_presets()),
       for_models(integer("model.num_layers", FIELD(model.num_layers), "0", 0, 1024,
                          "gpt: transformer blocks (0: the preset's); sequence: LSTM layers or "
                          "transformer blocks (default 2)"),
@@ -118,8 +119,12 @@ std::vector<KeyDef> llama_keys() {
               "llama: biases on the query/key/value and output projections"),
       boolean("model.mlp_bias", FIELD(model.mlp_bias), "false",
               "llama: biases on the MLP's projections"),
-      boolean("model.tie_embeddings", FIELD(model.tie_embeddings), "true",
-              "llama: the output layer is the token embedding (false: a separate lm_head)")};
+      choice("model.tie_embeddings", FIELD(model.tie_embeddings), "auto", {"auto", "true", "false"},
+             "llama and its kin: the output layer is the token embedding (false: a separate "
+             "lm_head; auto: the preset's or model.init_from's)"),
+      integer("model.sliding_window", FIELD(model.sliding_window), "-1", -1, 1 << 24,
+              "llama and its kin: sliding-window attention, each query sees this many latest "
+              "positions (0: all; -1: the preset's or model.init_from's)")};
 }
 
 // The sequence model's and the CNN's keys.

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "models/activation_checkpoint.h"
+#include "models/attention_mask.h"
 #include "models/deferred_init.h"
 
 namespace models {
@@ -81,6 +82,19 @@ struct LoraAddmm final : torch::autograd::Function<LoraAddmm> {
     return {grads.at(0), dx, da, db, at::Tensor()};
   }
 };
+
+// The causal rule for `queries` after `past` cached keys within `window`, as
+// scaled_dot_product_attention takes it: (is_causal, mask). is_causal aligns its mask to the top
+// left, which is wrong once keys outnumber queries, and knows no window: those take the mask of
+// models/attention_mask.h, and one query after cached keys (within the window) attends them all.
+std::pair<bool, std::optional<at::Tensor>> causal_rule(int64_t queries, int64_t past,
+                                                       int64_t window,
+                                                       const at::TensorOptions& options) {
+  if (needs_causal_mask(queries, past, window)) {
+    return {false, causal_mask(queries, past, window, options)};
+  }
+  return {past == 0, std::nullopt};
+}
 
 }  // namespace
 
@@ -289,7 +303,13 @@ Block::Block(const BlockOptions& options) : options_(resolved(options)) {
     k_ = attn->register_module(names.k, projection(d, kv_inner, o.attn_bias));
     v_ = attn->register_module(names.v, projection(d, kv_inner, o.attn_bias));
   }
-  attn_out_ = attn->register_module(names.attn_out, projection(inner, d, o.attn_bias));
+  attn_out_ = attn->register_module(names.attn_out, projection(inner, d, o.attn_out_bias));
+  if (o.qk_norm) {  // after o_proj, as Hugging Face's Qwen3 registers them
+    q_norm_ = attn->register_module(
+        names.q_norm, std::make_shared<Norm>(o.head_dim, o.norm, o.norm_eps, o.frozen));
+    k_norm_ = attn->register_module(
+        names.k_norm, std::make_shared<Norm>(o.head_dim, o.norm, o.norm_eps, o.frozen));
+  }
   norm_2_ = register_module(names.norm_2, std::make_shared<Norm>(d, o.norm, o.norm_eps, o.frozen));
   auto mlp = register_module(names.mlp, std::make_shared<torch::nn::Module>());
   if (o.mlp == MlpKind::kSwiGlu) {
@@ -319,6 +339,10 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
   }
   at::Tensor q = split_heads(qkv[0], o.heads);
   at::Tensor k = split_heads(qkv[1], o.kv_heads), v = split_heads(qkv[2], o.kv_heads);
+  if (o.qk_norm) {
+    q = q_norm_->forward(q);
+    k = k_norm_->forward(k);
+  }
   const bool cached = call.past_keys != nullptr;
   const int64_t past = cached && call.past_keys->defined() ? call.past_keys->size(2) : 0;
   if (o.position) {
@@ -330,13 +354,14 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
   if (call.documents != nullptr) {
     require_block(!cached && call.mask == nullptr,
                   "packed documents with a mask or a KV cache are not supported");
-    const at::Tensor a = call.documents->attend(q, k, v, call.dropout);
+    const at::Tensor a = call.documents->attend(q, k, v, call.dropout, o.window);
     return attn_out_->forward(a.transpose(1, 2).reshape({n, t, o.heads * hd}));
   }
   std::optional<at::Tensor> mask;
   bool causal = o.causal;
   if (call.mask != nullptr) {
-    require_block(!cached, "a mask and a KV cache together are not supported");
+    require_block(!cached && o.window == 0,
+                  "a mask with a KV cache or a sliding window is not supported");
     mask = *call.mask;
     causal = false;
   }
@@ -344,14 +369,11 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
     if (past > 0) {
       k = at::cat({*call.past_keys, k}, 2);
       v = at::cat({*call.past_values, v}, 2);
-      // is_causal aligns the mask to the top left, which is wrong once keys outnumber queries:
-      // query i (position past + i) sees keys 0 .. past + i.
-      if (causal && t > 1) mask = at::ones({t, past + t}, x.options().dtype(at::kBool)).tril(past);
-      causal = false;
     }
     *call.past_keys = k;
     *call.past_values = v;
   }
+  if (causal) std::tie(causal, mask) = causal_rule(t, past, o.window, x.options());
   const at::Tensor a = at::scaled_dot_product_attention(q, k, v, mask, call.dropout, causal,
                                                         std::nullopt, o.kv_heads != o.heads);
   return attn_out_->forward(a.transpose(1, 2).reshape({n, t, o.heads * hd}));
@@ -371,10 +393,18 @@ at::Tensor Block::mlp(const at::Tensor& x) const {
 std::vector<std::shared_ptr<Block>> add_blocks(torch::nn::Module& owner, const std::string& name,
                                                int64_t count, const BlockOptions& options,
                                                const std::function<void(Block&)>& each) {
+  return add_blocks(
+      owner, name, count, [&options](int64_t) { return options; }, each);
+}
+
+std::vector<std::shared_ptr<Block>> add_blocks(
+    torch::nn::Module& owner, const std::string& name, int64_t count,
+    const std::function<BlockOptions(int64_t)>& options_of,
+    const std::function<void(Block&)>& each) {
   auto list = owner.register_module(name, torch::nn::ModuleList());
   std::vector<std::shared_ptr<Block>> blocks;
   for (int64_t i = 0; i < count; ++i) {
-    auto block = std::make_shared<Block>(options);
+    auto block = std::make_shared<Block>(options_of(i));
     if (each) each(*block);
     list->push_back(block);
     blocks.push_back(std::move(block));

@@ -151,7 +151,7 @@ class Projection final : public torch::nn::Module {
 // with fused_qkv, `q`, `k`, `v` without.
 struct BlockNames {
   std::string norm_1 = "ln_1", attn = "attn", qkv = "c_attn", attn_out = "c_proj";
-  std::string q = "q_proj", k = "k_proj", v = "v_proj";
+  std::string q = "q_proj", k = "k_proj", v = "v_proj", q_norm = "q_norm", k_norm = "k_norm";
   std::string norm_2 = "ln_2", mlp = "mlp", gate = "gate_proj", up = "c_fc", mlp_out = "c_proj";
 };
 
@@ -159,9 +159,10 @@ struct BlockNames {
 //   gpt:           the defaults (causal, fused tanh GELU, [out, in] trainable weights)
 //   sequence:      causal false, gelu kNone (exact, erf)
 //   text encoder:  frozen, layout kInOut, fused_gelu false, causal false with a padding mask
-//   llama (next):  norm kRmsNorm + its eps, no biases, MlpKind::kSwiGlu with its mlp_hidden,
+//   llama:         norm kRmsNorm + its eps, no biases, MlpKind::kSwiGlu with its mlp_hidden,
 //                  kv_heads and head_dim from its config, position = a Rotary (one, shared by
-//                  every block), fused_qkv false and Hugging Face's BlockNames
+//                  every block) and Hugging Face's BlockNames; its kin set attn_bias alone
+//                  (Qwen2), qk_norm (Qwen3) or a window (Mistral)
 struct BlockOptions {
   int64_t d_model = 0;
   int64_t heads = 0;
@@ -169,7 +170,16 @@ struct BlockOptions {
   int64_t head_dim = 0;  // 0: d_model / heads (heads must then divide d_model)
   NormKind norm = NormKind::kLayerNorm;
   double norm_eps = 1e-5;
-  bool attn_bias = true;  // qkv (or q, k, v) and out
+  bool attn_bias = true;      // qkv (or q, k, v)
+  bool attn_out_bias = true;  // out (Qwen2: biases on q, k and v alone)
+  // RMSNorm (norm_eps) over each head of q and k, after the projection and before the position
+  // scheme, weights [head_dim] named q_norm and k_norm under the attention (Qwen3).
+  bool qk_norm = false;
+  // Sliding-window attention: a query attends the `window` latest positions, its own included
+  // (transformers' sliding_window: key j within reach of query i iff i - j < window); 0: every
+  // earlier position. Combined with the causal rule, packed documents and a KV cache alike
+  // (models/attention_mask.h).
+  int64_t window = 0;
   bool fused_qkv = true;  // one projection for q, k and v; false: three
   MlpKind mlp = MlpKind::kGelu;
   int64_t mlp_hidden = 0;  // 0: 4 d_model
@@ -210,6 +220,8 @@ class Block final : public torch::nn::Module {
   // The parts, for models that initialise or load them (gate(): SwiGLU only).
   Norm& norm_1() const { return *norm_1_; }
   Norm& norm_2() const { return *norm_2_; }
+  Norm& q_norm() const { return *q_norm_; }  // qk_norm only
+  Norm& k_norm() const { return *k_norm_; }
   Projection& qkv() const { return *qkv_; }  // fused_qkv only
   Projection& q() const { return *q_; }      // the three: without fused_qkv only
   Projection& k() const { return *k_; }
@@ -225,7 +237,7 @@ class Block final : public torch::nn::Module {
   at::Tensor mlp(const at::Tensor& x) const;
 
   BlockOptions options_;  // kv_heads, head_dim and mlp_hidden resolved
-  std::shared_ptr<Norm> norm_1_, norm_2_;
+  std::shared_ptr<Norm> norm_1_, norm_2_, q_norm_, k_norm_;
   std::shared_ptr<Projection> qkv_, q_, k_, v_, attn_out_, gate_, up_, mlp_out_;
 };
 
@@ -242,6 +254,11 @@ struct KvCache {
 std::vector<std::shared_ptr<Block>> add_blocks(torch::nn::Module& owner, const std::string& name,
                                                int64_t count, const BlockOptions& options,
                                                const std::function<void(Block&)>& each = {});
+// The same with block i's options options_of(i) (a window on some layers only).
+std::vector<std::shared_ptr<Block>> add_blocks(
+    torch::nn::Module& owner, const std::string& name, int64_t count,
+    const std::function<BlockOptions(int64_t)>& options_of,
+    const std::function<void(Block&)>& each = {});
 
 class UnitGate;  // models/capabilities.h
 

@@ -1,5 +1,7 @@
 #include "models/documents.h"
 
+#include "models/attention_mask.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -31,8 +33,8 @@ struct Documents::State {
   at::Tensor cu_seqlens;
   int64_t longest = 0;
   std::mutex mutex;  // the masks below are made on first use (forward, or a recomputation)
-  at::Tensor mask;   // bool [n, 1, T, T]
-  std::map<at::ScalarType, at::Tensor> additive;  // 0 where allowed, -inf elsewhere, per dtype
+  // 0 where allowed, -inf elsewhere [n, 1, T, T], per window (0: none) and dtype.
+  std::map<std::pair<int64_t, at::ScalarType>, at::Tensor> additive;
 };
 
 namespace {
@@ -79,21 +81,15 @@ Documents::Documents(const at::Tensor& positions, c10::Device device)
                    : positions.to(device, /*non_blocking=*/positions.is_pinned());
 }
 
-at::Tensor Documents::mask_of(const at::Tensor& positions) {
-  const int64_t t = positions.size(1);
-  const at::Tensor index = at::arange(t, positions.options());
-  const at::Tensor query = index.view({1, t, 1}), key = index.view({1, 1, t});
-  const at::Tensor first = query - positions.unsqueeze(-1);  // [n, T, 1]: i - positions[i]
-  return key.le(query).logical_and(key.ge(first)).unsqueeze(1);
-}
+at::Tensor Documents::mask_of(const at::Tensor& positions) { return document_mask(positions, 0); }
 
 at::Tensor Documents::attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             double dropout) const {
+                             double dropout, int64_t window, std::optional<double> scale) const {
   const at::ScalarType dtype = q.scalar_type();
   if (state_->cu_seqlens.defined() && q.is_cuda() && !varlen_failed.load() &&
       (dtype == at::kHalf || dtype == at::kBFloat16) && flash_head(q.size(-1))) {
     try {
-      return varlen(q, k, v, dropout);
+      return varlen(q, k, v, dropout, window, scale);
     } catch (const c10::OutOfMemoryError&) {
       throw;
     } catch (const c10::Error& e) {
@@ -104,11 +100,11 @@ at::Tensor Documents::attend(const at::Tensor& q, const at::Tensor& k, const at:
       }
     }
   }
-  return masked(q, k, v, dropout);
+  return masked(q, k, v, dropout, window, scale);
 }
 
 at::Tensor Documents::varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             double dropout) const {
+                             double dropout, int64_t window, std::optional<double> scale) const {
   const int64_t n = q.size(0), heads = q.size(1), t = q.size(2), hd = q.size(3);
   // [n, heads, T, hd] -> [n T, heads, hd]: one sequence of every row, cut at cu_seqlens.
   const auto flat = [&](const at::Tensor& z) {
@@ -118,25 +114,26 @@ at::Tensor Documents::varlen(const at::Tensor& q, const at::Tensor& k, const at:
   const int64_t longest = state_->longest;
   const at::Tensor out = std::get<0>(at::_flash_attention_forward(
       flat(q), flat(k), flat(v), cu, cu, longest, longest, dropout, /*is_causal=*/true,
-      /*return_debug_mask=*/false));
+      /*return_debug_mask=*/false, scale,
+      window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt,
+      window > 0 ? std::optional<int64_t>(0) : std::nullopt));
   return out.view({n, t, heads, hd}).transpose(1, 2);
 }
 
 at::Tensor Documents::masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                             double dropout) const {
+                             double dropout, int64_t window, std::optional<double> scale) const {
   at::Tensor mask;
   {
     const std::lock_guard<std::mutex> lock(state_->mutex);
-    if (!state_->mask.defined()) state_->mask = mask_of(positions_);
-    at::Tensor& additive = state_->additive[q.scalar_type()];
+    at::Tensor& additive = state_->additive[{window, q.scalar_type()}];
     if (!additive.defined()) {
-      additive =
-          at::zeros(state_->mask.sizes(), q.options())
-              .masked_fill_(state_->mask.logical_not(), -std::numeric_limits<double>::infinity());
+      const at::Tensor allowed = document_mask(positions_, window);
+      additive = at::zeros(allowed.sizes(), q.options())
+                     .masked_fill_(allowed.logical_not(), -std::numeric_limits<double>::infinity());
     }
     mask = additive;
   }
-  return at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, std::nullopt,
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false, scale,
                                           /*enable_gqa=*/k.size(1) != q.size(1));
 }
 

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 namespace models {
 
@@ -46,20 +47,21 @@ class Documents {
   const at::Tensor& positions() const { return positions_; }
 
   // Attention of q [n, heads, T, head_dim] over k, v [n, kv_heads, T, head_dim] (kv_heads
-  // dividing heads), block-diagonal causal, scale 1 / sqrt(head_dim), dropout p on the
+  // dividing heads), block-diagonal causal, within a sliding `window` when > 0
+  // (models/attention_mask.h), scale 1 / sqrt(head_dim) unless given, dropout p on the
   // probabilities: [n, heads, T, head_dim].
-  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    double dropout) const;
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
+                    int64_t window = 0, std::optional<double> scale = std::nullopt) const;
 
   // The block-diagonal causal mask, bool [n, 1, T, T] on `positions`' device: true where query i
-  // may attend key j.
+  // may attend key j (models::document_mask without a window).
   static at::Tensor mask_of(const at::Tensor& positions);
 
  private:
-  at::Tensor varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    double dropout) const;
-  at::Tensor masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                    double dropout) const;
+  at::Tensor varlen(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
+                    int64_t window, std::optional<double> scale) const;
+  at::Tensor masked(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
+                    int64_t window, std::optional<double> scale) const;
 
   // The layout's tensors, shared by the copies each block (and each recomputation of an
   // activation-checkpointed block) holds.

@@ -11,7 +11,10 @@
 #include "models/gpt/gpt_family.h"
 #include "models/llama/llama_family.h"
 #include "models/lm/lora.h"
+#include "models/mistral/mistral_family.h"
 #include "models/mlp.h"
+#include "models/qwen2/qwen2_family.h"
+#include "models/qwen3/qwen3_family.h"
 #include "models/recommender.h"
 #include "models/sequence.h"
 
@@ -75,7 +78,8 @@ std::shared_ptr<Model> make_cnn(const ModelOptions& o, const core::Shape& s) {
 
 // The language models, in the order model.preset lists their presets.
 const std::vector<LmFamily>& families() {
-  static const std::vector<LmFamily> all = {gpt_family(), llama_family()};
+  static const std::vector<LmFamily> all = {gpt_family(), llama_family(), qwen2_family(),
+                                            qwen3_family(), mistral_family()};
   return all;
 }
 
@@ -117,6 +121,15 @@ std::vector<std::string> preset_names() {
   return names;
 }
 
+std::vector<std::pair<std::string, std::string>> default_presets() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const LmFamily& f : families()) {
+    if (&f != &families().front() && !f.presets.empty())
+      out.emplace_back(f.name, f.presets.front());
+  }
+  return out;
+}
+
 std::vector<std::string> language_model_names() {
   std::vector<std::string> names;
   for (const LmFamily& f : families()) names.push_back(f.name);
@@ -129,7 +142,8 @@ std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Sha
   auto it = builtin().find(options.name);
   if (options.lora_rank > 0 && family(options.name) == nullptr) {
     throw std::invalid_argument(
-        fmt::format("model.lora_rank: LoRA adapts gpt and llama; model.name is {}", options.name));
+        fmt::format("model.lora_rank: LoRA adapts the language models ({}); model.name is {}",
+                    fmt::join(language_model_names(), ", "), options.name));
   }
   if (it == builtin().end()) {
     throw std::invalid_argument(fmt::format("unknown model '{}'; known models: {}", options.name,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/shape.h"
@@ -16,8 +17,11 @@ namespace models {
 
 std::vector<std::string> model_names();
 bool has_model(const std::string& name);
-// model.preset's choices: gpt's presets, then llama's.
+// model.preset's choices: each language-model family's presets, in the registry's order.
 std::vector<std::string> preset_names();
+// model.preset's default for each family but the first (gpt: the schema's default, gpt2): its
+// first preset, as (model.name, preset).
+std::vector<std::pair<std::string, std::string>> default_presets();
 // The model `options` names, sized for the data `shape` describes (data::Dataset::shape()).
 // Throws std::invalid_argument naming the known models when `options.name` is unknown, and naming
 // the data it needs when `shape` lacks it.

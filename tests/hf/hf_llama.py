@@ -1,17 +1,27 @@
-"""Hugging Face `transformers` side of the Llama import/export tests (tests/unit/hf_llama_test.cpp,
-tests/e2e). Offline: nothing is downloaded; models are random.
+"""Hugging Face `transformers` side of the import/export tests of Llama and its kin (Qwen2, Qwen3,
+Mistral: tests/unit/hf_llama_test.cpp, tests/e2e). Offline: nothing is downloaded; models are
+random.
 
 usage:
   hf_llama.py make DIR --vocab V --layers L --heads H --kv-heads K --width D --intermediate I
-                       --positions P [--head-dim HD] [--untied] [--rope-scaling] [--bias]
+                       --positions P [--model-type llama|qwen2|qwen3|mistral] [--window W]
+                       [--head-dim HD] [--untied] [--rope-scaling] [--bias]
                        [--theta T] [--max-shard-size S] [--seed S]
-      A random LlamaForCausalLM saved with save_pretrained (config.json and model.safetensors,
-      or shards and model.safetensors.index.json above S), and DIR/expected.safetensors:
-      `inputs` int64 [2, P/2], their `logits` [2, P/2, V], `prompt` int64 [1, 5] and `greedy`,
-      generate(do_sample=False)'s new ids after it (P/2 of them).
+      A random LlamaForCausalLM (or Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM;
+      --window: a sliding window of W positions, on every layer for Mistral, on every other layer
+      from the second for Qwen2 and Qwen3) saved with save_pretrained (config.json and
+      model.safetensors, or shards and model.safetensors.index.json above S), and
+      DIR/expected.safetensors: `inputs` int64 [2, P/2], their `logits` [2, P/2, V], `prompt`
+      int64 [1, 5] and `greedy`, generate(do_sample=False)'s new ids after it (P/2 of them); and
+      DIR/grads.safetensors: the `grads` command's output for `inputs`.
   hf_llama.py logits DIR IN OUT
-      Loads DIR with LlamaForCausalLM.from_pretrained (failing on missing, unexpected or
-      mismatched keys) and writes the logits of IN's `inputs` to OUT as `logits`.
+      Loads DIR with AutoModelForCausalLM.from_pretrained (failing on missing, unexpected or
+      mismatched keys, and on a class other than config.json's architectures) and writes the
+      logits of IN's `inputs` to OUT as `logits`.
+  hf_llama.py grads DIR IN OUT
+      The mean next-token loss of IN's `inputs` (labels = the inputs, as transformers shifts them)
+      in float32 and its gradient: OUT holds `loss` and each parameter's gradient by its Hugging
+      Face name.
   hf_llama.py greedy DIR PROMPT N
       Prints PROMPT and the bytes generate(do_sample=False) adds to its UTF-8 bytes (a byte-level
       model), N new ids, to stdout.
@@ -38,7 +48,14 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,8 +64,19 @@ from shard_loss import shard_loss  # noqa: E402
 hf_logging.disable_progress_bar()
 
 
+CONFIGS = {
+    "llama": LlamaConfig,
+    "qwen2": Qwen2Config,
+    "qwen3": Qwen3Config,
+    "mistral": MistralConfig,
+}
+
+
 def load(directory):
-    model, info = LlamaForCausalLM.from_pretrained(directory, output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(directory, output_loading_info=True)
+    wanted = model.config.architectures[0]
+    if type(model).__name__ != wanted:
+        sys.exit(f"{directory}: loaded as {type(model).__name__}, config.json names {wanted}")
     bad = {
         k: v
         for k, v in info.items()
@@ -72,7 +100,7 @@ def make(a):
         }
     # A wider initialisation than 0.02 gives peaked logits, so greedy choices are not decided by
     # rounding.
-    config = LlamaConfig(
+    kwargs = dict(
         vocab_size=a.vocab,
         hidden_size=a.width,
         intermediate_size=a.intermediate,
@@ -84,15 +112,28 @@ def make(a):
         rope_theta=a.theta,
         rope_scaling=scaling,
         tie_word_embeddings=not a.untied,
-        attention_bias=a.bias,
-        mlp_bias=a.bias,
         rms_norm_eps=1e-5,
         initializer_range=0.1,
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
     )
-    model = LlamaForCausalLM(config).eval()
+    if a.model_type in ("llama", "qwen3"):
+        kwargs["attention_bias"] = a.bias
+    if a.model_type == "llama":
+        kwargs["mlp_bias"] = a.bias
+    if a.model_type == "mistral":
+        kwargs["sliding_window"] = a.window
+    elif a.model_type in ("qwen2", "qwen3") and a.window:
+        kwargs["use_sliding_window"] = True
+        kwargs["sliding_window"] = a.window
+        kwargs["layer_types"] = [
+            "sliding_attention" if i % 2 else "full_attention" for i in range(a.layers)
+        ]
+    if a.head_dim is None:
+        del kwargs["head_dim"]
+    config = CONFIGS[a.model_type](**kwargs)
+    model = AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():  # norms and biases away from 1 and 0, as after training
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or name.endswith(".bias"):
@@ -115,6 +156,7 @@ def make(a):
             min_new_tokens=steps,
             pad_token_id=0,
         )
+    save_file(loss_and_grads(model, inputs), os.path.join(a.dir, "grads.safetensors"))
     save_file(
         {
             "inputs": inputs,
@@ -178,6 +220,21 @@ def checkpoint_logits(a):
         save_file({"logits": model(inputs).logits.contiguous()}, a.out)
 
 
+def loss_and_grads(model, inputs):
+    model.zero_grad()
+    loss = model(inputs, labels=inputs).loss
+    loss.backward()
+    out = {"loss": loss.detach().reshape(1)}
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            out[name] = p.grad.contiguous()
+    return out
+
+
+def grads(a):
+    save_file(loss_and_grads(load(a.dir), load_file(a.inp)["inputs"].long()), a.out)
+
+
 def close(a):
     x, y = load_file(a.a)["logits"].double(), load_file(a.b)["logits"].double()
     gap = float((x - y).abs().max()) if x.shape == y.shape else float("inf")
@@ -200,6 +257,8 @@ def main():
     for key in ("vocab", "layers", "heads", "kv-heads", "width", "intermediate", "positions"):
         m.add_argument("--" + key, type=int, required=True)
     m.add_argument("--head-dim", type=int, default=None)
+    m.add_argument("--model-type", choices=tuple(CONFIGS), default="llama")
+    m.add_argument("--window", type=int, default=None)
     m.add_argument("--theta", type=float, default=10000.0)
     m.add_argument("--untied", action="store_true")
     m.add_argument("--rope-scaling", action="store_true")
@@ -215,6 +274,9 @@ def main():
     gr.add_argument("dir")
     gr.add_argument("prompt")
     gr.add_argument("n", type=int)
+    gd = sub.add_parser("grads")
+    for name in ("dir", "inp", "out"):
+        gd.add_argument(name)
     cl = sub.add_parser("checkpoint-logits")
     for name in ("ckpt", "config_dir", "inp", "out"):
         cl.add_argument(name)
@@ -233,6 +295,7 @@ def main():
         "greedy": greedy,
         "loss": loss,
         "checkpoint-logits": checkpoint_logits,
+        "grads": grads,
         "close": close,
     }[a.command](a)
 

@@ -46,7 +46,18 @@ models::ModelOptions llama_options(bool tied) {
   o.heads = 6;
   o.kv_heads = 2;
   o.intermediate_size = 72;
-  o.tie_embeddings = tied;
+  o.tie_embeddings = tied ? "true" : "false";
+  return o;
+}
+
+// Llama's kin (qwen2: q, k, v biases; qwen3: q and k norms, an explicit head_dim; mistral: a
+// window) with the same dimensions.
+models::ModelOptions kin_options(const std::string& family, bool tied) {
+  models::ModelOptions o = llama_options(tied);
+  o.name = family;
+  o.preset = family + "-tiny";
+  o.sliding_window = -1;
+  if (family == "qwen3") o.head_dim = 12;
   return o;
 }
 
@@ -118,6 +129,8 @@ void expect_deferred_equals_whole(const models::ModelOptions& o) {
 TEST(DeferredInit, LlamaMaterialisesBitwiseAsBuiltWhole) {
   expect_deferred_equals_whole(llama_options(false));
   expect_deferred_equals_whole(llama_options(true));
+  expect_deferred_equals_whole(kin_options("qwen2", true));
+  expect_deferred_equals_whole(kin_options("qwen3", false));
 }
 
 // gpt draws wte's and wpe's N(0, 1) first and GPT-2's N(0, 0.02) for them after every block.
@@ -304,9 +317,12 @@ TEST(DeferredInit, LmShapeListsTheModelsParametersAndUnits) {
   const std::vector<std::string> every_llama = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                 "gate_proj", "up_proj", "down_proj"};
   for (const auto& o :
-       {llama_options(false), llama_options(true), gpt_options(),
-        with_lora(llama_options(false), {}), with_lora(llama_options(true), every_llama),
-        with_lora(gpt_options(), {}), with_lora(gpt_options(), {"c_attn", "c_proj", "c_fc"}),
+       {llama_options(false), llama_options(true), gpt_options(), kin_options("qwen2", true),
+        kin_options("qwen3", false), kin_options("mistral", false),
+        with_lora(kin_options("qwen3", true), every_llama),
+        with_lora(kin_options("qwen2", false), {}), with_lora(llama_options(false), {}),
+        with_lora(llama_options(true), every_llama), with_lora(gpt_options(), {}),
+        with_lora(gpt_options(), {"c_attn", "c_proj", "c_fc"}),
         with_lora(gpt_options(), {"c_fc"})}) {
     SCOPED_TRACE(o.name + (o.lora_rank > 0 ? " with LoRA" : ""));
     const auto model = build(o, true);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hf_scripts.h"
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
@@ -31,27 +32,6 @@ using ::testing::HasSubstr;
 
 // The random model transformers makes: vocab 300 pads to 320 here.
 constexpr int64_t kVocab = 300, kLayers = 2, kHeads = 4, kWidth = 64, kPositions = 32;
-
-// Runs tests/hf/hf_gpt2.py with `args`; fails the test with its output when it fails.
-bool run_script(const std::string& args, const test::TempDir& dir) {
-  const std::string log = dir.file("script.log");
-  const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR +
-                          "/tests/hf/hf_gpt2.py " + args + " > " + log + " 2>&1";
-  if (std::system(cmd.c_str()) == 0) return true;
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ADD_FAILURE() << "failed: " << cmd << "\n" << text;
-  return false;
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-std::vector<int64_t> ids_of(const at::Tensor& t) {
-  const at::Tensor c = t.reshape({-1}).to(at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
 
 models::ModelOptions gpt_options(const std::string& init_from) {
   models::ModelOptions o;
@@ -73,10 +53,12 @@ class HfGpt2 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
-    made_ = run_script(fmt::format("make {} --vocab {} --layers {} --heads {} --width {} "
-                                   "--positions {} --seed 3",
-                                   dir_->path(), kVocab, kLayers, kHeads, kWidth, kPositions),
-                       *dir_);
+    made_ =
+        test::run_hf_script("hf_gpt2.py",
+                            fmt::format("make {} --vocab {} --layers {} --heads {} --width {} "
+                                        "--positions {} --seed 3",
+                                        dir_->path(), kVocab, kLayers, kHeads, kWidth, kPositions),
+                            *dir_);
     if (made_) expected_ = io::read_safetensors(dir_->file("expected.safetensors"));
   }
   static void TearDownTestSuite() {
@@ -112,7 +94,7 @@ TEST_F(HfGpt2, InitFromGivesTransformersLogits) {
   at::NoGradGuard no_grad;
   const at::Tensor logits = gpt->forward(expected_.at("inputs").to(at::kLong));
   const at::Tensor real = logits.narrow(-1, 0, kVocab);
-  const double diff = max_abs_diff(real, expected_.at("logits"));
+  const double diff = test::max_abs_diff(real, expected_.at("logits"));
   EXPECT_LT(diff, 1e-4) << "logits differ from transformers' by up to " << diff;
   // The padded rows of wte are zero (hf_gpt2.h says why).
   for (const auto& item : gpt->named_parameters()) {
@@ -127,15 +109,15 @@ TEST_F(HfGpt2, GreedyGenerationEqualsTransformers) {
   models::SamplingOptions s;
   s.temperature = 0;
   s.max_new_tokens = expected_.at("greedy").numel();
-  const auto ids = models::generate(*gpt, ids_of(expected_.at("prompt")), s);
-  EXPECT_EQ(ids, ids_of(expected_.at("greedy")));
+  const auto ids = models::generate(*gpt, test::ids_of(expected_.at("prompt")), s);
+  EXPECT_EQ(ids, test::ids_of(expected_.at("greedy")));
   // Generation puts the training mode back.
   EXPECT_TRUE(gpt->is_training());
 }
 
 TEST_F(HfGpt2, KvCacheEqualsRecomputing) {
   const auto gpt = load();
-  const std::vector<int64_t> prompt = ids_of(expected_.at("prompt"));
+  const std::vector<int64_t> prompt = test::ids_of(expected_.at("prompt"));
   for (const double temperature : {0.0, 1.0}) {
     models::SamplingOptions s;
     s.temperature = temperature;
@@ -161,7 +143,7 @@ TEST_F(HfGpt2, KvCacheEqualsRecomputing) {
     parts.push_back(gpt->forward_cached(tokens.narrow(1, start, len), cache));
   }
   EXPECT_EQ(cache.length(), kPositions);
-  EXPECT_LT(max_abs_diff(at::cat(parts, 1), full), 1e-5);
+  EXPECT_LT(test::max_abs_diff(at::cat(parts, 1), full), 1e-5);
   EXPECT_THROW(gpt->forward_cached(tokens.narrow(1, 0, 1), cache), std::invalid_argument);
 }
 
@@ -183,15 +165,17 @@ TEST_F(HfGpt2, ExportLoadsInTransformersWithTheSameLogits) {
   EXPECT_EQ(files, std::vector<std::string>{out.file("model.safetensors")});
   const at::Tensor inputs = at::randint(0, kVocab, {2, 24}, at::kLong);
   io::write_safetensors(out.file("inputs.safetensors"), {{"inputs", inputs}});
-  ASSERT_TRUE(run_script(fmt::format("logits {} {} {}", out.path(), out.file("inputs.safetensors"),
-                                     out.file("hf_logits.safetensors")),
-                         out));
+  ASSERT_TRUE(
+      test::run_hf_script("hf_gpt2.py",
+                          fmt::format("logits {} {} {}", out.path(), out.file("inputs.safetensors"),
+                                      out.file("hf_logits.safetensors")),
+                          out));
   const at::Tensor theirs = io::read_safetensors(out.file("hf_logits.safetensors")).at("logits");
   gpt.eval();
   at::NoGradGuard no_grad;
   const at::Tensor mine = gpt.forward(inputs).narrow(-1, 0, kVocab);
   ASSERT_EQ(theirs.sizes(), mine.sizes());
-  EXPECT_LT(max_abs_diff(mine, theirs), 1e-4);
+  EXPECT_LT(test::max_abs_diff(mine, theirs), 1e-4);
   // And back: the exported directory loads through model.init_from to the same parameters.
   const auto back = std::dynamic_pointer_cast<models::Gpt>(
       models::create_model(gpt_options(out.path()), token_shape(kVocab, 24)));

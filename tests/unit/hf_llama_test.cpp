@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hf_scripts.h"
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
@@ -30,26 +31,6 @@ namespace TRAINER_UNITY_ID {
 using ::testing::HasSubstr;
 
 constexpr int64_t kVocab = 300, kPositions = 32;
-
-bool run_script(const std::string& args, const test::TempDir& dir) {
-  const std::string log = dir.file("script.log");
-  const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR +
-                          "/tests/hf/hf_llama.py " + args + " > " + log + " 2>&1";
-  if (std::system(cmd.c_str()) == 0) return true;
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ADD_FAILURE() << "failed: " << cmd << "\n" << text;
-  return false;
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
-
-std::vector<int64_t> ids_of(const at::Tensor& t) {
-  const at::Tensor c = t.reshape({-1}).to(at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
 
 // model.init_from through the registry, as the trainer builds it.
 std::shared_ptr<models::Llama> load(const std::string& dir) {
@@ -81,10 +62,11 @@ class HfLlama : public ::testing::TestWithParam<int> {
   static void SetUpTestSuite() {
     for (int i = 0; i < 2; ++i) {
       dirs_[i] = new test::TempDir();
-      made_[i] =
-          run_script(fmt::format("make {} --vocab {} --positions {} --seed {} {}", dirs_[i]->path(),
-                                 kVocab, kPositions, 3 + i, kModels[i].args),
-                     *dirs_[i]);
+      made_[i] = test::run_hf_script(
+          "hf_llama.py",
+          fmt::format("make {} --vocab {} --positions {} --seed {} {}", dirs_[i]->path(), kVocab,
+                      kPositions, 3 + i, kModels[i].args),
+          *dirs_[i]);
       if (made_[i]) expected_[i] = io::read_safetensors(dirs_[i]->file("expected.safetensors"));
     }
   }
@@ -115,7 +97,7 @@ TEST_P(HfLlama, InitFromGivesTransformersLogits) {
   llama->eval();
   at::NoGradGuard no_grad;
   const at::Tensor logits = llama->forward(expected().at("inputs").to(at::kLong));
-  const double diff = max_abs_diff(logits.narrow(-1, 0, kVocab), expected().at("logits"));
+  const double diff = test::max_abs_diff(logits.narrow(-1, 0, kVocab), expected().at("logits"));
   EXPECT_LT(diff, 1e-4) << "logits differ from transformers' by up to " << diff;
 }
 
@@ -124,8 +106,8 @@ TEST_P(HfLlama, GreedyGenerationEqualsTransformers) {
   models::SamplingOptions s;
   s.temperature = 0;
   s.max_new_tokens = expected().at("greedy").numel();
-  EXPECT_EQ(models::generate(*llama, ids_of(expected().at("prompt")), s),
-            ids_of(expected().at("greedy")));
+  EXPECT_EQ(models::generate(*llama, test::ids_of(expected().at("prompt")), s),
+            test::ids_of(expected().at("greedy")));
 }
 
 TEST_P(HfLlama, ExportLoadsInTransformersWithTheSameLogits) {
@@ -140,15 +122,17 @@ TEST_P(HfLlama, ExportLoadsInTransformersWithTheSameLogits) {
   EXPECT_EQ(files.back(), out.file("model.safetensors.index.json"));
   const at::Tensor inputs = at::randint(0, kVocab, {2, kPositions}, at::kLong);
   io::write_safetensors(out.file("inputs.safetensors"), {{"inputs", inputs}});
-  ASSERT_TRUE(run_script(fmt::format("logits {} {} {}", out.path(), out.file("inputs.safetensors"),
-                                     out.file("hf_logits.safetensors")),
-                         out));
+  ASSERT_TRUE(
+      test::run_hf_script("hf_llama.py",
+                          fmt::format("logits {} {} {}", out.path(), out.file("inputs.safetensors"),
+                                      out.file("hf_logits.safetensors")),
+                          out));
   const at::Tensor theirs = io::read_safetensors(out.file("hf_logits.safetensors")).at("logits");
   llama->eval();
   at::NoGradGuard no_grad;
   const at::Tensor mine = llama->forward(inputs).narrow(-1, 0, kVocab);
   ASSERT_EQ(theirs.sizes(), mine.sizes());
-  EXPECT_LT(max_abs_diff(mine, theirs), 1e-4);
+  EXPECT_LT(test::max_abs_diff(mine, theirs), 1e-4);
   // And back: the same parameters (the padded rows come back zero).
   const auto back = load(out.path());
   auto again = back->named_parameters();

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hf_scripts.h"
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "models/lm/causal_lm.h"
@@ -27,21 +28,6 @@ namespace TRAINER_UNITY_ID {
 using ::testing::HasSubstr;
 
 constexpr int64_t kVocab = 300, kPositions = 32;
-
-bool run_script(const std::string& script, const std::string& args, const test::TempDir& dir) {
-  const std::string log = dir.file("script.log");
-  const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR + "/tests/hf/" +
-                          script + " " + args + " > " + log + " 2>&1";
-  if (std::system(cmd.c_str()) == 0) return true;
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ADD_FAILURE() << "failed: " << cmd << "\n" << text;
-  return false;
-}
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
-}
 
 struct Family {
   const char* name;    // model.name
@@ -81,10 +67,11 @@ class LoraPeft : public ::testing::TestWithParam<int> {
     for (int i = 0; i < 2; ++i) {
       const Family& f = kFamilies[i];
       dirs_[i] = new test::TempDir();
-      made_[i] = run_script(f.script,
-                            fmt::format("make {} --vocab {} --positions {} --seed {} {}",
-                                        dirs_[i]->path(), kVocab, kPositions, 11 + i, f.make_args),
-                            *dirs_[i]);
+      made_[i] = test::run_hf_script(
+          f.script,
+          fmt::format("make {} --vocab {} --positions {} --seed {} {}", dirs_[i]->path(), kVocab,
+                      kPositions, 11 + i, f.make_args),
+          *dirs_[i]);
     }
   }
   static void TearDownTestSuite() {
@@ -128,36 +115,37 @@ TEST_P(LoraPeft, ExportedAdapterGivesTheTrainersLogitsInPeftAndMergesAsPeft) {
   models::export_peft(*model, adapter, base());
   models::export_hf(family().name, *model, merged, 0);
   io::write_safetensors(out.file("in.safetensors"), {{"inputs", tokens}});
-  ASSERT_TRUE(
-      run_script("lora_peft.py",
-                 fmt::format("check {} {} {} {} --merged {}", base(), adapter,
-                             out.file("in.safetensors"), out.file("out.safetensors"), merged),
-                 out));
+  ASSERT_TRUE(test::run_hf_script(
+      "lora_peft.py",
+      fmt::format("check {} {} {} {} --merged {}", base(), adapter, out.file("in.safetensors"),
+                  out.file("out.safetensors"), merged),
+      out));
   const auto peft = io::read_safetensors(out.file("out.safetensors"));
   at::NoGradGuard no_grad;
   const at::Tensor mine = model->forward(tokens).narrow(-1, 0, kVocab);
-  const double diff = max_abs_diff(mine, peft.at("logits"));
+  const double diff = test::max_abs_diff(mine, peft.at("logits"));
   EXPECT_LT(diff, 1e-4) << "the trainer's logits differ from PEFT's by up to " << diff;
   EXPECT_LT(peft.at("merged_diff").item<double>(), 1e-5)
       << "--export-hf's merged weights differ from merge_and_unload()'s";
-  EXPECT_LT(max_abs_diff(peft.at("merged_logits"), peft.at("logits")), 1e-4);
+  EXPECT_LT(test::max_abs_diff(peft.at("merged_logits"), peft.at("logits")), 1e-4);
   // The adapters moved the logits away from the base's: the comparison sees them.
   models::ModelOptions base_only = options(family(), base(), 0);
   base_only.lora_targets.clear();
   auto plain = build(base_only);
   plain->eval();
-  EXPECT_GT(max_abs_diff(plain->forward(tokens).narrow(-1, 0, kVocab), mine), 1e-3);
+  EXPECT_GT(test::max_abs_diff(plain->forward(tokens).narrow(-1, 0, kVocab), mine), 1e-3);
 }
 
 TEST_P(LoraPeft, LoraInitFromAPeftAdapterGivesPeftsLogits) {
   test::TempDir out;
   const std::string adapter = out.file("adapter");
   io::write_safetensors(out.file("in.safetensors"), {{"inputs", inputs()}});
-  ASSERT_TRUE(run_script("lora_peft.py",
-                         fmt::format("make {} {} {} {} --r 3 --alpha 12 --targets {}", base(),
-                                     adapter, out.file("in.safetensors"),
-                                     out.file("out.safetensors"), fmt::join(family().targets, " ")),
-                         out));
+  ASSERT_TRUE(test::run_hf_script(
+      "lora_peft.py",
+      fmt::format("make {} {} {} {} --r 3 --alpha 12 --targets {}", base(), adapter,
+                  out.file("in.safetensors"), out.file("out.safetensors"),
+                  fmt::join(family().targets, " ")),
+      out));
   models::ModelOptions o = options(family(), base(), 3);
   o.lora_init_from = adapter;
   auto model = build(o);
@@ -165,7 +153,7 @@ TEST_P(LoraPeft, LoraInitFromAPeftAdapterGivesPeftsLogits) {
   at::NoGradGuard no_grad;
   const at::Tensor mine = model->forward(inputs()).narrow(-1, 0, kVocab);
   const at::Tensor peft = io::read_safetensors(out.file("out.safetensors")).at("logits");
-  EXPECT_LT(max_abs_diff(mine, peft), 1e-4);
+  EXPECT_LT(test::max_abs_diff(mine, peft), 1e-4);
   // Another rank, other targets: refused naming the file and the key.
   o.lora_rank = 2;
   EXPECT_THAT([&] { build(o); }, ::testing::ThrowsMessage<std::invalid_argument>(AllOf(
@@ -182,12 +170,13 @@ TEST_P(LoraPeft, AnotherPeftTypeIsRefusedNamingTheFile) {
   test::TempDir out;
   const std::string adapter = out.file("adapter");
   io::write_safetensors(out.file("in.safetensors"), {{"inputs", inputs()}});
-  ASSERT_TRUE(run_script("lora_peft.py",
-                         fmt::format("make {} {} {} {} --r 3 --alpha 12 --peft-type IA3 "
-                                     "--targets {}",
-                                     base(), adapter, out.file("in.safetensors"),
-                                     out.file("out.safetensors"), family().targets.front()),
-                         out));
+  ASSERT_TRUE(
+      test::run_hf_script("lora_peft.py",
+                          fmt::format("make {} {} {} {} --r 3 --alpha 12 --peft-type IA3 "
+                                      "--targets {}",
+                                      base(), adapter, out.file("in.safetensors"),
+                                      out.file("out.safetensors"), family().targets.front()),
+                          out));
   models::ModelOptions o = options(family(), base(), 3);
   o.lora_init_from = adapter;
   EXPECT_THAT([&] { build(o); }, ::testing::ThrowsMessage<std::invalid_argument>(

@@ -123,16 +123,71 @@ std::string config_of(const LlamaOptions& o) {
 
 }  // namespace
 
-LlamaOptions read_llama_config(const std::string& file) {
+const LlamaDialect& llama_dialect() {
+  static const LlamaDialect dialect = [] {
+    LlamaDialect d;
+    d.read = [](const HfConfig& r, LlamaOptions& o) {
+      o.attention_bias = r.flag("attention_bias", false);
+      o.mlp_bias = r.flag("mlp_bias", false);
+    };
+    d.write = [](const LlamaOptions& o, json& c) {
+      c["attention_bias"] = o.attention_bias;
+      c["mlp_bias"] = o.mlp_bias;
+      c["pretraining_tp"] = 1;
+    };
+    return d;
+  }();
+  return dialect;
+}
+
+void read_layer_windows(const HfConfig& r, LlamaOptions& o) {
+  if (!r.flag("use_sliding_window", false)) return;  // transformers sets sliding_window to None
+  o.sliding_window = r.integer("sliding_window");
+  o.sliding_layers.assign(static_cast<size_t>(o.num_layers), false);
+  const json* types = r.find("layer_types");
+  if (types == nullptr) {
+    const int64_t from = r.integer_or("max_window_layers", 28);  // Qwen2Config's default
+    for (int64_t i = from; i < o.num_layers; ++i) o.sliding_layers[static_cast<size_t>(i)] = true;
+    return;
+  }
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != o.num_layers) {
+    throw r.bad("layer_types", fmt::format("a list of num_hidden_layers ({}) layer types is needed",
+                                           o.num_layers));
+  }
+  for (size_t i = 0; i < types->size(); ++i) {
+    const json& t = (*types)[i];
+    if (t != "full_attention" && t != "sliding_attention") {
+      throw r.bad("layer_types", fmt::format("entry {} is {}: full_attention or sliding_attention "
+                                             "are known",
+                                             i, t.dump()));
+    }
+    o.sliding_layers[i] = t == "sliding_attention";
+  }
+}
+
+void write_layer_windows(const LlamaOptions& o, json& c) {
+  c["use_sliding_window"] = o.sliding_window > 0;
+  c["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json(nullptr);
+  c["max_window_layers"] = o.num_layers;
+  json types = json::array();
+  for (int64_t i = 0; i < o.num_layers; ++i) {
+    types.push_back(o.window_of(i) > 0 ? "sliding_attention" : "full_attention");
+  }
+  c["layer_types"] = types;
+}
+
+LlamaOptions read_llama_config(const std::string& file, const LlamaDialect& dialect) {
   const HfConfig r = HfConfig::read(file);
-  if (const json* t = r.find("model_type"); t && *t != "llama") {
-    throw r.bad("model_type", "not a Llama (model_type llama)");
+  if (const json* t = r.find("model_type"); t && *t != dialect.model_type) {
+    throw r.bad("model_type", fmt::format("not a {} (model_type {}); model.name {} reads it",
+                                          dialect.hf_class, dialect.model_type, dialect.family));
   }
   for (const char* key : {"hidden_act", "hidden_activation"}) {
     if (const json* a = r.find(key); a && *a != "silu")
-      throw r.bad(key, "llama's MLP is SwiGLU (silu)");
+      throw r.bad(key, fmt::format("{}'s MLP is SwiGLU (silu)", dialect.family));
   }
   LlamaOptions o;
+  o.family = dialect.family;
   o.d_model = r.integer("hidden_size");
   o.intermediate = r.integer("intermediate_size");
   o.num_layers = r.integer("num_hidden_layers");
@@ -144,9 +199,9 @@ LlamaOptions read_llama_config(const std::string& file) {
   o.vocab_size = r.integer("vocab_size");
   o.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
   read_rope(r, o.rope);
-  o.attention_bias = r.flag("attention_bias", false);
-  o.mlp_bias = r.flag("mlp_bias", false);
-  o.tie_embeddings = r.flag("tie_word_embeddings", false);  // LlamaConfig's default
+  o.tie_embeddings = r.flag("tie_word_embeddings", false);  // every family's config default
+  if (dialect.read) dialect.read(r, o);
+  if (dialect.fix) dialect.fix(o);
   try {
     check_llama_options(o);
   } catch (const std::invalid_argument& e) {
@@ -158,17 +213,18 @@ LlamaOptions read_llama_config(const std::string& file) {
   return o;
 }
 
-LlamaInit read_llama_init(const std::string& path, bool weights) {
+LlamaInit read_llama_init(const std::string& path, bool weights, const LlamaDialect& dialect) {
   LlamaInit init;
   init.path = path;
-  const HfFiles files = find_hf_files(path, "a Hugging Face Llama saved with save_pretrained");
+  const HfFiles files = find_hf_files(
+      path, fmt::format("a Hugging Face {} saved with save_pretrained", dialect.hf_class));
   if (files.config_file.empty()) {
-    throw init_error(fmt::format("{}: no config.json beside the weights (a Llama's architecture "
+    throw init_error(fmt::format("{}: no config.json beside the weights (a {}'s architecture "
                                  "comes from it)",
-                                 path));
+                                 path, dialect.family));
   }
   init.config_file = files.config_file;
-  init.options = read_llama_config(init.config_file);
+  init.options = read_llama_config(init.config_file, dialect);
   init.files = files.files;
   if (weights) init.weights = model_weights(read_hf_tensors(files), init.options, files.where());
   return init;
@@ -256,10 +312,10 @@ void defer_llama_init(const LlamaInit& init, torch::nn::Module& model, const Lla
   scope->record().source = "model.init_from " + init.path;
 }
 
-std::string hf_llama_config_json(const LlamaOptions& o) {
+std::string hf_llama_config_json(const LlamaOptions& o, const LlamaDialect& dialect) {
   json c = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {dialect.hf_class}},
+      {"model_type", dialect.model_type},
       {"hidden_size", o.d_model},
       {"intermediate_size", o.intermediate},
       {"num_hidden_layers", o.num_layers},
@@ -272,12 +328,9 @@ std::string hf_llama_config_json(const LlamaOptions& o) {
       {"rms_norm_eps", o.rms_norm_eps},
       {"rope_theta", o.rope.theta},
       {"rope_scaling", nullptr},
-      {"attention_bias", o.attention_bias},
       {"attention_dropout", 0.0},
-      {"mlp_bias", o.mlp_bias},
       {"tie_word_embeddings", o.tie_embeddings},
       {"initializer_range", 0.02},
-      {"pretraining_tp", 1},
       {"use_cache", true},
       {"bos_token_id", nullptr},
       {"eos_token_id", nullptr},
@@ -290,14 +343,15 @@ std::string hf_llama_config_json(const LlamaOptions& o) {
                          {"high_freq_factor", o.rope.high_freq_factor},
                          {"original_max_position_embeddings", o.rope.original_context}};
   }
+  if (dialect.write) dialect.write(o, c);
   return c.dump(2) + "\n";
 }
 
 std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& o,
                                          const std::string& dir, int64_t max_shard_bytes,
-                                         const ParameterReader& read) {
+                                         const ParameterReader& read, const LlamaDialect& dialect) {
   const ParameterShapes shapes = read ? parameter_shapes(model) : export_shapes(model);
-  return write_hf_streaming(dir, hf_llama_config_json(o), llama_hf_map(o, shapes), shapes,
+  return write_hf_streaming(dir, hf_llama_config_json(o, dialect), llama_hf_map(o, shapes), shapes,
                             read ? read : export_reader(model), max_shard_bytes);
 }
 

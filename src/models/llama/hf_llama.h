@@ -18,6 +18,11 @@
 //
 // The vocabulary: the file's rows first and zero padded rows; writing drops them
 // (models/lm/hf_format.h says why).
+//
+// Llama's kin (Qwen2, Qwen3, Mistral: models/llama/llama_family.h) store the same tensors under
+// the same names (Qwen3 adds self_attn.q_norm and k_norm, Qwen2 the q, k and v biases) and spell
+// config.json with keys of their own: a LlamaDialect says which, so that one reader and one
+// writer serve every family of the block.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,6 +30,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -32,6 +38,35 @@
 #include "models/lm/hf_ranges.h"
 
 namespace models {
+
+class HfConfig;  // models/lm/hf_format.h
+
+// How a family of the Llama block spells config.json.
+struct LlamaDialect {
+  std::string family = "llama";               // model.name
+  std::string title = "Llama";                // the family in messages
+  std::string model_type = "llama";           // config.json's model_type
+  std::string hf_class = "LlamaForCausalLM";  // its architectures entry
+  // What the architecture fixes whatever the file or the preset says (Qwen2's q, k and v biases,
+  // Qwen3's q and k norms); null: nothing.
+  void (*fix)(LlamaOptions& options) = nullptr;
+  // The family's own keys of config.json into `options`, read after the keys every family shares
+  // (sizes, heads, head_dim, positions, vocabulary, eps, rope, tie_word_embeddings, an activation
+  // other than silu refused); throws config.bad(key, why) for a value the model cannot take.
+  void (*read)(const HfConfig& config, LlamaOptions& options) = nullptr;
+  // Writes them into `config`, beside the shared keys.
+  void (*write)(const LlamaOptions& options, nlohmann::json& config) = nullptr;
+};
+// Llama's own: attention_bias and mlp_bias.
+const LlamaDialect& llama_dialect();
+
+// Hugging Face's layer_types as Qwen2 and Qwen3 read them: use_sliding_window, sliding_window,
+// and the layers it applies to (layer_types' "sliding_attention", else those from
+// max_window_layers on). Without use_sliding_window, no window.
+void read_layer_windows(const HfConfig& config, LlamaOptions& options);
+// And written back: use_sliding_window, sliding_window (null without), max_window_layers and
+// layer_types.
+void write_layer_windows(const LlamaOptions& options, nlohmann::json& config);
 
 // What model.init_from holds.
 struct LlamaInit {
@@ -44,13 +79,15 @@ struct LlamaInit {
 
 // The architecture of a Llama config.json. Throws std::invalid_argument naming
 // "model.init_from: FILE" and the key for a missing, mistyped or unsupported value.
-LlamaOptions read_llama_config(const std::string& file);
+LlamaOptions read_llama_config(const std::string& file,
+                               const LlamaDialect& dialect = llama_dialect());
 
 // Reads `path`: a directory (config.json + model.safetensors or a sharded index), or a
 // model.safetensors file with a config.json beside it; without `weights`, config.json and the
 // list of files only (a model built without storage reads its ranges later: defer_llama_init).
 // Throws std::invalid_argument naming model.init_from and the file.
-LlamaInit read_llama_init(const std::string& path, bool weights = true);
+LlamaInit read_llama_init(const std::string& path, bool weights = true,
+                          const LlamaDialect& dialect = llama_dialect());
 
 // The dimension keys the config sets (0: not set) that must agree with the file's.
 struct LlamaDimsSet {
@@ -81,9 +118,10 @@ HfMap llama_hf_map(const LlamaOptions& options, const ParameterShapes& shapes,
 // naming the file.
 void defer_llama_init(const LlamaInit& init, torch::nn::Module& model, const LlamaOptions& options);
 
-// config.json for the model (LlamaForCausalLM; dropout 0; rope_theta and rope_scaling as the
-// Llama 3.2 files spell them).
-std::string hf_llama_config_json(const LlamaOptions& options);
+// config.json for the model (the dialect's class and model_type; dropout 0; rope_theta and
+// rope_scaling as the Llama 3.2 files spell them).
+std::string hf_llama_config_json(const LlamaOptions& options,
+                                 const LlamaDialect& dialect = llama_dialect());
 
 // Writes `dir`/config.json and the weights, sharded above max_shard_bytes, one tensor at a time
 // from `read` (when empty, the model's own parameters; with LoRA adapters, the base with them
@@ -91,6 +129,7 @@ std::string hf_llama_config_json(const LlamaOptions& options);
 // std::runtime_error naming a file that cannot be written.
 std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& options,
                                          const std::string& dir, int64_t max_shard_bytes,
-                                         const ParameterReader& read = {});
+                                         const ParameterReader& read = {},
+                                         const LlamaDialect& dialect = llama_dialect());
 
 }  // namespace models

@@ -23,7 +23,7 @@ LlamaOptions resolved(LlamaOptions o) {
 
 // What the language-model base needs: no dropout on the embeddings, as transformers' Llama.
 CausalLmDims dims_of(const LlamaOptions& o) {
-  return {.family = "llama",
+  return {.family = o.family,
           .vocab_size = o.vocab_size,
           .padded_vocab_size = o.padded_vocab_size,
           .context = o.context,
@@ -41,7 +41,7 @@ CausalLmDims dims_of(const LlamaOptions& o) {
           .hf_prefix = "model."};
 }
 
-// The block with Llama's parts and Hugging Face's names.
+// The block with Llama's parts and Hugging Face's names (each layer's window set apart).
 BlockOptions block_options(const LlamaOptions& o) {
   BlockOptions b;
   b.d_model = o.d_model;
@@ -50,7 +50,9 @@ BlockOptions block_options(const LlamaOptions& o) {
   b.head_dim = o.head_dim;
   b.norm = NormKind::kRmsNorm;
   b.norm_eps = o.rms_norm_eps;
-  b.attn_bias = o.attention_bias;
+  b.attn_bias = o.attention_bias || o.qkv_bias;
+  b.attn_out_bias = o.attention_bias;
+  b.qk_norm = o.qk_norm;
   b.mlp = MlpKind::kSwiGlu;
   b.mlp_hidden = o.intermediate;
   b.mlp_bias = o.mlp_bias;
@@ -103,7 +105,16 @@ Llama::Llama(Resolved, const LlamaOptions& o)
   l.embed_tokens =
       register_module("embed_tokens", std::make_shared<Embedding>(o.padded_vocab_size, o.d_model));
   init_parameter(l.embed_tokens->weight, [](const at::Tensor& w) { w.normal_(0.0, kInitStd); });
-  blocks_ = add_blocks(*this, "layers", o.num_layers, block_options(o), init_block);
+  // One rotary scheme for every block (their windows may differ).
+  const BlockOptions first = block_options(o);
+  blocks_ = add_blocks(
+      *this, "layers", o.num_layers,
+      [&](int64_t i) {
+        BlockOptions b = first;
+        b.window = o.window_of(i);
+        return b;
+      },
+      init_block);
   l.norm = register_module(
       "norm", std::make_shared<Norm>(o.d_model, NormKind::kRmsNorm, o.rms_norm_eps, false));
   if (!o.tie_embeddings) {

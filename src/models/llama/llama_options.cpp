@@ -10,39 +10,36 @@
 namespace models {
 namespace {
 
-struct LlamaPreset {
-  const char* name;
-  int64_t num_layers, d_model, heads, kv_heads, intermediate, vocab_size, context;
-  double rope_theta;
-  double llama3_factor;  // rope scaling "llama3" with this factor (0: none)
-};
-// The shapes of the published models (their config.json), dimensions only: no weights come with a
-// preset (model.init_from brings them).
-constexpr LlamaPreset kLlamaPresets[] = {
-    {"llama-tiny", 4, 256, 8, 4, 688, 256, 256, 10000.0, 0.0},
-    {"smollm-135m", 30, 576, 9, 3, 1536, 49152, 2048, 10000.0, 0.0},
-    {"llama-3.2-1b", 16, 2048, 32, 8, 8192, 128256, 131072, 500000.0, 32.0},
-    {"llama-3.1-8b", 32, 4096, 32, 8, 14336, 128256, 131072, 500000.0, 8.0},
-    {"llama-3.1-70b", 80, 8192, 64, 8, 28672, 128256, 131072, 500000.0, 8.0},
+// Llama 3.1's and 3.2's eps is 1e-5, SmolLM's too.
+const std::vector<LlamaPreset> kLlamaPresets = {
+    {"llama-tiny", 4, 256, 8, 4, 0, 688, 256, 256, 10000.0, 0.0, true, 1e-5, 0},
+    {"smollm-135m", 30, 576, 9, 3, 0, 1536, 49152, 2048, 10000.0, 0.0, true, 1e-5, 0},
+    {"llama-3.2-1b", 16, 2048, 32, 8, 0, 8192, 128256, 131072, 500000.0, 32.0, true, 1e-5, 0},
+    {"llama-3.1-8b", 32, 4096, 32, 8, 0, 14336, 128256, 131072, 500000.0, 8.0, false, 1e-5, 0},
+    {"llama-3.1-70b", 80, 8192, 64, 8, 0, 28672, 128256, 131072, 500000.0, 8.0, false, 1e-5, 0},
 };
 
-void require_llama(bool ok, const std::string& message) {
-  if (!ok) throw std::invalid_argument("llama: " + message);
+void require_family(bool ok, const std::string& family, const std::string& message) {
+  if (!ok) throw std::invalid_argument(family + ": " + message);
 }
 
 }  // namespace
 
-LlamaOptions llama_preset(const std::string& name) {
-  const LlamaPreset& p = find_preset(kLlamaPresets, name, "llama");
+LlamaOptions options_of(const LlamaPreset& p, const std::string& family) {
   LlamaOptions o;
+  o.family = family;
   o.num_layers = p.num_layers;
   o.d_model = p.d_model;
   o.heads = p.heads;
   o.kv_heads = p.kv_heads;
+  o.head_dim = p.head_dim;
   o.intermediate = p.intermediate;
   o.vocab_size = p.vocab_size;
   o.context = p.context;
   o.rope.theta = p.rope_theta;
+  o.tie_embeddings = p.tied;
+  o.rms_norm_eps = p.rms_norm_eps;
+  o.sliding_window = p.sliding_window;
   if (p.llama3_factor > 0) {  // Llama 3.1's and 3.2's config.json
     o.rope.scaling = "llama3";
     o.rope.factor = p.llama3_factor;
@@ -53,9 +50,18 @@ LlamaOptions llama_preset(const std::string& name) {
   return o;
 }
 
+LlamaOptions llama_preset(const std::string& name) {
+  return options_of(find_preset(kLlamaPresets, name, "llama"), "llama");
+}
+
 std::vector<std::string> llama_preset_names() { return preset_names_of(kLlamaPresets); }
 
+const std::vector<LlamaPreset>& llama_presets() { return kLlamaPresets; }
+
 void check_llama_options(const LlamaOptions& o) {
+  const auto require_llama = [&](bool ok, const std::string& message) {
+    require_family(ok, o.family, message);
+  };
   const std::pair<const char*, int64_t> positive[] = {
       {"model.num_layers", o.num_layers}, {"model.d_model", o.d_model},
       {"model.heads", o.heads},           {"model.intermediate_size", o.intermediate},
@@ -84,10 +90,15 @@ void check_llama_options(const LlamaOptions& o) {
   require_llama(o.padded_vocab_size == 0 || o.padded_vocab_size >= o.vocab_size,
                 fmt::format("padded_vocab_size ({}) must be at least data.vocab_size ({})",
                             o.padded_vocab_size, o.vocab_size));
+  require_llama(o.sliding_window >= 0,
+                fmt::format("model.sliding_window must not be negative, got {}", o.sliding_window));
+  require_llama(
+      o.sliding_layers.empty() || static_cast<int64_t>(o.sliding_layers.size()) == o.num_layers,
+      fmt::format("{} layer types for {} layers", o.sliding_layers.size(), o.num_layers));
   try {
     check_rope_options(o.rope);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(std::string("llama: ") + e.what());
+    throw std::invalid_argument(o.family + ": " + e.what());
   }
 }
 

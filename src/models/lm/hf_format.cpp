@@ -56,6 +56,8 @@ int64_t HfConfig::integer(const std::string& key) const {
   return integer_or(key, 0);
 }
 
+bool HfConfig::has(const std::string& key) const { return config_.contains(key); }
+
 int64_t HfConfig::integer_or(const std::string& key, int64_t fallback) const {
   const json* v = find(key);
   if (!v) return fallback;

@@ -51,6 +51,8 @@ class HfConfig {
   std::invalid_argument bad(const std::string& key, const std::string& why) const;
   // The value, or null when absent (or null).
   const nlohmann::json* find(const std::string& key) const;
+  // Whether the key is there at all, null included.
+  bool has(const std::string& key) const;
   // A positive integer, required.
   int64_t integer(const std::string& key) const;
   // A positive integer, or `fallback` when absent.

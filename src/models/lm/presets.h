@@ -5,25 +5,23 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cstddef>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace models {
 
-// The names of a preset table, in its order.
-template <class Preset, size_t N>
-std::vector<std::string> preset_names_of(const Preset (&table)[N]) {
+// The names of a preset table (an array or a vector), in its order.
+template <class Table>
+std::vector<std::string> preset_names_of(const Table& table) {
   std::vector<std::string> names;
-  for (const Preset& p : table) names.emplace_back(p.name);
+  for (const auto& p : table) names.emplace_back(p.name);
   return names;
 }
 // The entry named `name`, or std::invalid_argument naming model.preset and the family's presets.
-template <class Preset, size_t N>
-const Preset& find_preset(const Preset (&table)[N], const std::string& name,
-                          const std::string& family) {
-  for (const Preset& p : table) {
+template <class Table>
+const auto& find_preset(const Table& table, const std::string& name, const std::string& family) {
+  for (const auto& p : table) {
     if (name == p.name) return p;
   }
   throw std::invalid_argument(
