@@ -43,7 +43,9 @@ run_peer() {  # ranks args...
   local np=$1; shift
   local bind=()
   [ "$np" = 1 ] && bind=(--bind-to none)
-  mpirun -np "$np" "${bind[@]}" "$py" bench/pytorch_peer.py "$@" --steps "$steps" 2>&1 |
+  # As the trainer's done: line, the steps after the first: 1 warm-up step, 1 round of the rest.
+  mpirun -np "$np" "${bind[@]}" "$py" bench/pytorch_peer.py "$@" --warmup 1 --rounds 1 \
+    --steps $((steps - 1)) 2>&1 |
     sed -n 's/^peer: .* samples\/s \([0-9.]*\) .*/\1/p'
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
