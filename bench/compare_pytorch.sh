@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The trainer against the same model in PyTorch DistributedDataParallel (bench/pytorch_peer.py,
-# gloo on CPU), same global batch, same number of ranks and threads per rank, side by side in
-# one run. Prints a markdown table: samples/s of each and the trainer's ratio (> 1: faster).
+# The trainer against the same model in plain PyTorch (bench/pytorch_peer.py: one process
+# without DDP, or DistributedDataParallel over gloo at 2 ranks), same global batch, same number
+# of ranks and threads per rank, side by side in one run. Prints a markdown table: samples/s of each and the trainer's ratio (> 1: faster).
 #
 #   bench/compare_pytorch.sh [STEPS]       (after scripts/bootstrap.sh --dev; default 60 steps)
 #
@@ -50,7 +50,7 @@ run_peer() {  # ranks args...
 }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "| model | precision | ranks | global batch | trainer samples/s | PyTorch DDP (gloo) samples/s | trainer / PyTorch | spread (per pair) |"
+echo "| model | precision | ranks | global batch | trainer samples/s | PyTorch (DDP over gloo at 2) samples/s | trainer / PyTorch | spread (per pair) |"
 echo "|---|---|---:|---:|---:|---:|---:|---|"
 row() {  # name precision ranks batch trainer-args(;-separated) peer-args(;-separated)
   local name=$1 precision=$2 np=$3 batch=$4
