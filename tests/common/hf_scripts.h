@@ -19,8 +19,7 @@ namespace test {
 
 // Runs tests/hf/`script` with `args` (its output into `dir`/script.log); fails the test with that
 // output when it fails.
-inline bool run_hf_script(const std::string& script, const std::string& args,
-                          const TempDir& dir) {
+inline bool run_hf_script(const std::string& script, const std::string& args, const TempDir& dir) {
   const std::string log = dir.file("script.log");
   const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR + "/tests/hf/" +
                           script + " " + args + " > " + log + " 2>&1";

@@ -10,6 +10,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <tuple>
 
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
@@ -142,6 +144,35 @@ TEST(ModelEquivalence, LlamaOnTokenShards) {
       dir.path() + ", context: 16, vocab_size: 100, workers: 2}\n";
   expect_world_matches_self(model + kTrain);
 }
+
+// Llama's kin: qwen3 (q and k norms, head_dim 8 in a 36-wide model of 6 heads over 2) with a
+// sliding window of 5 of the 16 positions, and qwen2 (q, k, v biases), each unsharded and with
+// every unit gathered (ddp.shard: parameters; a model built without storage).
+class KinEquivalence
+    : public ::testing::TestWithParam<std::tuple<const char*, const char*, const char*>> {};
+
+TEST_P(KinEquivalence, OnTokenShards) {
+  const auto& [family, extra, shard] = GetParam();
+  test::TempDir dir;
+  write_token_shards(dir);
+  const std::string model =
+      fmt::format("model: {{name: {0}, preset: {0}-tiny, num_layers: 2, d_model: 36, heads: 6, "
+                  "kv_heads: 2, intermediate_size: 40, tie_embeddings: false{1}}}\n",
+                  family, extra) +
+      "data: {dataset: tokens, path: " + dir.path() +
+      ", context: 16, vocab_size: 100, workers: 2}\n" + fmt::format("ddp: {{shard: {}}}\n", shard);
+  expect_world_matches_self(model + kTrain);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    FamiliesAndShardModes, KinEquivalence,
+    ::testing::Values(std::make_tuple("qwen3", ", head_dim: 8, sliding_window: 5", "none"),
+                      std::make_tuple("qwen3", ", head_dim: 8, sliding_window: 5", "parameters"),
+                      std::make_tuple("qwen2", "", "none"),
+                      std::make_tuple("qwen2", "", "parameters")),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param)) + "_" + std::get<2>(info.param);
+    });
 
 // LoRA (model.lora_rank; models/lm/lora.h) on that llama, every target, under each ddp.shard
 // mode: the adapters train alike on W ranks and on one, the base stays bitwise as it was.

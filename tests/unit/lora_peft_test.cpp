@@ -41,12 +41,22 @@ const Family kFamilies[] = {
      "--layers 2 --heads 6 --kv-heads 2 --width 48 --intermediate 100 --untied",
      {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
     {"gpt", "hf_gpt2.py", "--layers 2 --heads 4 --width 32", {"c_attn", "c_proj", "c_fc"}},
+    // Llama's kin with the same names: Qwen3's q and k norms, head_dim 12, a window of 5.
+    {"qwen3",
+     "hf_llama.py",
+     "--model-type qwen3 --layers 2 --heads 6 --kv-heads 2 --width 48 --head-dim 12 "
+     "--intermediate 100 --window 5",
+     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
 };
+constexpr int kFamilyCount = sizeof(kFamilies) / sizeof(kFamilies[0]);
 
 models::ModelOptions options(const Family& f, const std::string& base, int64_t rank) {
   models::ModelOptions o;
   o.name = f.name;
-  o.preset = f.name == std::string("llama") ? "llama-tiny" : "tiny";
+  const std::string name = f.name;
+  o.preset = name == "gpt" ? "tiny" : name + "-tiny";
+  o.tie_embeddings = "auto";
+  o.sliding_window = -1;
   o.init_from = base;
   o.lora_rank = rank;
   o.lora_alpha = 12.0;
@@ -64,7 +74,7 @@ std::shared_ptr<models::CausalLm> build(const models::ModelOptions& o) {
 class LoraPeft : public ::testing::TestWithParam<int> {
  protected:
   static void SetUpTestSuite() {
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kFamilyCount; ++i) {
       const Family& f = kFamilies[i];
       dirs_[i] = new test::TempDir();
       made_[i] = test::run_hf_script(
@@ -87,11 +97,11 @@ class LoraPeft : public ::testing::TestWithParam<int> {
     return io::read_safetensors(base() + "/expected.safetensors").at("inputs").to(at::kLong);
   }
 
-  static test::TempDir* dirs_[2];
-  static bool made_[2];
+  static test::TempDir* dirs_[kFamilyCount];
+  static bool made_[kFamilyCount];
 };
-test::TempDir* LoraPeft::dirs_[2] = {};
-bool LoraPeft::made_[2] = {};
+test::TempDir* LoraPeft::dirs_[kFamilyCount] = {};
+bool LoraPeft::made_[kFamilyCount] = {};
 
 // A few steps of gradient descent on the adapters: B moves away from zero.
 void train_a_little(models::CausalLm& model, const at::Tensor& tokens) {
@@ -183,7 +193,7 @@ TEST_P(LoraPeft, AnotherPeftTypeIsRefusedNamingTheFile) {
                                      HasSubstr("adapter_config.json: peft_type is IA3, not LORA")));
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Values(0, 1),
+INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Range(0, kFamilyCount),
                          [](const auto& info) { return std::string(kFamilies[info.param].name); });
 
 }  // namespace TRAINER_UNITY_ID
