@@ -2,7 +2,8 @@
 # End-to-end checks of the language-model features as a user runs them: model.init_from with a
 # Hugging Face GPT-2 (fine-tuning under mpirun), --export-hf, --generate, train.sample_every, and
 # their errors; the same for a Hugging Face Llama and configs/llama-tiny.yaml, and supervised
-# fine-tuning on conversations (configs/llama-sft.yaml, --generate --chat). The Hugging Face
+# fine-tuning on conversations (configs/llama-sft.yaml, --generate --chat; on Qwen3 with ChatML
+# too). The Hugging Face
 # side is `transformers` (tests/hf/hf_gpt2.py, hf_llama.py, offline, random models).
 #   language_models.sh CASE TRAINER SOURCE_DIR
 set -uo pipefail
@@ -392,6 +393,40 @@ PY
     run mpirun -np 2 "$trainer" "${sft[@]}" --set data.path="$work/bad" --set train.steps=1
     expect_rc 2; expect_grep "$d: byte offset [0-9]+: boundary [0-9]+ is past the end of its token shard"
     expect_no_grep "step +1/" ;;
+  qwen3_sft_chatml_np2)
+    # SFT on one of Llama's kin with Qwen's ChatML: a random Hugging Face Qwen3ForCausalLM (q and
+    # k norms, head_dim 12; no window: the reference's packed mask would override it) with the
+    # sample tokenizer
+    # plus <|im_start|> and <|im_end|> and Qwen2.5's template (tests/hf/chatml.py) -> tokenize_text.py
+    # --chat: the masks are 1 on each assistant turn and its <|im_end|> and nowhere else -> 2 ranks
+    # of SFT: step 1's loss is transformers' masked mean over the same packed windows within 1e-6.
+    "$TRAINER_PYTHON" "$src/tests/hf/chatml.py" tokenizer "$src/data/chat-sample/tokenizer" "$work/hf" \
+      >"$work/vocab" || fail "chatml.py tokenizer"
+    vocab=$(cat "$work/vocab")
+    pyllama make "$work/hf" --model-type qwen3 --vocab "$vocab" --layers 2 --heads 4 --kv-heads 2 \
+      --width 64 --head-dim 12 --intermediate 128 --positions 128 --untied --seed 5 \
+      >/dev/null 2>&1 || fail "could not make the transformers model"
+    head -n 30 "$src/data/chat-sample/chat.jsonl" >"$work/chat.jsonl"
+    run "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" --chat --tokenizer "$work/hf/tokenizer.json" \
+      "$work/chat.jsonl" "$work/shards" --workers 1
+    expect_rc 0; expect_grep "30 conversations"
+    run "$TRAINER_PYTHON" "$src/tests/hf/chatml.py" check-masks "$work/hf" "$work/shards" "$work/chat.jsonl"
+    expect_rc 0; expect_grep "the masks cover the assistant turns only"
+    expected=$("$TRAINER_PYTHON" "$src/tests/hf/sft_loss.py" "$work/hf" "$work/shards" 96 2>/dev/null) \
+      || fail "reference loss: $expected"
+    windows=$(sed -E 's/.* over ([0-9]+) windows/\1/' <<<"$expected")
+    run mpirun -np 2 "$trainer" --config "$src/configs/llama-sft.yaml" --set model.name=qwen3 \
+      --set model.preset=qwen3-tiny --set model.init_from="$work/hf" --set data.path="$work/shards" \
+      --set data.vocab_size="$vocab" --set data.context=96 --set data.tokenizer=auto \
+      --set train.device=cpu --set train.warmup_steps=1 --set train.global_batch_size="$windows" \
+      --set train.eval_every=0 --set checkpoint.dir="$work/ckpt" --set checkpoint.every=0 \
+      --set log.every=1 --set train.steps=2
+    expect_rc 0; expect_grep "model.init_from: Hugging Face Qwen3 $work/hf \(2 blocks, 64 wide"
+    step1=$("$TRAINER_PYTHON" -c "import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if r.get('step') == 1 and r['type'] == 'step'][0]['loss'])" "$work/ckpt/metrics.jsonl") \
+      || fail "no step 1 in metrics.jsonl"
+    awk -v a="$step1" -v b="${expected%% *}" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 1e-6 * b) }' \
+      || fail "step 1 loss $step1, transformers' masked mean over the packed windows ${expected%% *}"
+    echo "step 1 loss $step1 = transformers' ${expected%% *} over $windows packed windows" ;;
   llama_tiny_np2)
     # configs/llama-tiny.yaml on 2 CPU ranks (shortened): the loss falls and a sample is written.
     run mpirun -np 2 "$trainer" --config "$src/configs/llama-tiny.yaml" --set data.path="$src/data/tokens-sample" \

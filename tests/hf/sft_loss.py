@@ -30,7 +30,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from transformers import LlamaForCausalLM  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from shard_loss import read_uint16_shard  # noqa: E402
@@ -117,7 +117,7 @@ def main():
     parts = pieces(docs, context)
     windows = pack(parts, context)
     inputs, targets, positions = window_tensors(parts, windows, context)
-    model = LlamaForCausalLM.from_pretrained(model_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     vocab = model.config.vocab_size
     with torch.no_grad():
         mask = block_diagonal(positions)
