@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "data/errors.h"
+#include "data/text_steps.h"
 
 namespace data {
 namespace {
@@ -105,13 +106,13 @@ std::string spell_out_white_space(const std::string& pattern) {
 
 struct BpeTokenizer::Impl {
   BpeSpec spec;
-  std::unordered_map<std::string, int64_t, BytesHash, std::equal_to<>> id_of;  // bytes -> id
+  std::unordered_map<std::string, int64_t, BytesHash, std::equal_to<>> id_of;  // spelling -> id
   std::unordered_map<uint64_t, std::pair<uint32_t, int64_t>> merge_of;         // pair -> rank, id
-  int64_t byte_id[256] = {};
+  int64_t byte_id[256] = {};  // kBytes: each byte's token; kCharacters: its <0xNN> token, or -1
   std::vector<Pattern> patterns;
-  std::vector<std::optional<std::string>> spelled;  // id -> what decode writes
-  // Per pass, per first byte: the added tokens starting with it, longest first.
-  std::vector<std::array<std::vector<const BpeSpec::AddedToken*>, 256>> added_by_byte;
+  std::vector<std::optional<std::string>> spelled;  // id -> what decode starts from
+  // The added tokens (as given, normalized) by their first byte, longest first.
+  std::array<std::array<std::vector<const BpeSpec::AddedToken*>, 256>, 2> added_by_byte;
 
   std::optional<std::pair<uint32_t, int64_t>> merge(int64_t left, int64_t right) const {
     const auto it = merge_of.find(pair_key(left, right));
@@ -119,16 +120,55 @@ struct BpeTokenizer::Impl {
     return it->second;
   }
 
+  void index_tokens();
+  void index_added();
+  std::vector<int64_t> first_symbols(std::string_view piece) const;
   void merge_piece(std::string_view piece, std::vector<int64_t>& out) const;
-  void pre_tokenize(std::string_view text, std::vector<int64_t>& out) const;
-  void split(std::string_view text, size_t step, std::vector<int64_t>& out) const;
-  void cut(std::string_view text, size_t step, std::vector<int64_t>& out) const;
-  void encode_added(std::string_view text, size_t pass, std::vector<int64_t>& out) const;
+  void split(std::string_view text, size_t step, bool at_start, std::vector<int64_t>& out) const;
+  void cut(std::string_view text, size_t step, bool at_start, std::vector<int64_t>& out) const;
+  void encode_added(std::string_view text, size_t pass, bool at_start,
+                    std::vector<int64_t>& out) const;
 };
 
+// A piece's symbols before any merge: its bytes' tokens (kBytes), or its characters' tokens, a
+// character without one falling back to its bytes' <0xNN> tokens, else to the unknown token --
+// `tokenizers`' BPE::merge_word, whose pending unknown token waits for the next character with a
+// token (or the end), even past a fallback.
+std::vector<int64_t> BpeTokenizer::Impl::first_symbols(std::string_view piece) const {
+  std::vector<int64_t> symbols;
+  symbols.reserve(piece.size());
+  if (spec.symbols == BpeSpec::Symbols::kBytes) {
+    for (const char c : piece) symbols.push_back(byte_id[static_cast<unsigned char>(c)]);
+    return symbols;
+  }
+  bool unknown_pending = false;
+  for (size_t pos = 0; pos < piece.size();) {
+    const size_t n = std::max<size_t>(utf8_length(piece, pos), 1);
+    const std::string_view c = piece.substr(pos, n);
+    pos += n;
+    if (const auto it = id_of.find(c); it != id_of.end()) {
+      if (unknown_pending) symbols.push_back(*spec.unknown);
+      unknown_pending = false;
+      symbols.push_back(it->second);
+      continue;
+    }
+    if (spec.byte_fallback && std::all_of(c.begin(), c.end(), [&](char b) {
+          return byte_id[static_cast<unsigned char>(b)] >= 0;
+        })) {
+      for (const char b : c) symbols.push_back(byte_id[static_cast<unsigned char>(b)]);
+      continue;
+    }
+    if (!spec.unknown) continue;  // `tokenizers` drops the character
+    if (unknown_pending && !spec.fuse_unknown) symbols.push_back(*spec.unknown);
+    unknown_pending = true;
+  }
+  if (unknown_pending) symbols.push_back(*spec.unknown);
+  return symbols;
+}
+
 // The `tokenizers` BPE model's merge loop (lowest rank first, then leftmost): symbols are a linked
-// list by start offset; heap entries are (rank, position, merged id) and one is stale when the
-// pair at its position no longer merges into that id.
+// list by position; heap entries are (rank, position, merged id) and one is stale when the pair at
+// its position no longer merges into that id.
 void BpeTokenizer::Impl::merge_piece(std::string_view piece, std::vector<int64_t>& out) const {
   if (spec.whole_piece_first) {
     if (const auto it = id_of.find(piece); it != id_of.end()) {
@@ -136,9 +176,8 @@ void BpeTokenizer::Impl::merge_piece(std::string_view piece, std::vector<int64_t
       return;
     }
   }
-  const size_t n = piece.size();
-  std::vector<int64_t> symbol(n);
-  for (size_t i = 0; i < n; ++i) symbol[i] = byte_id[static_cast<unsigned char>(piece[i])];
+  std::vector<int64_t> symbol = first_symbols(piece);
+  const size_t n = symbol.size();
   constexpr size_t kNone = std::numeric_limits<size_t>::max();
   std::vector<size_t> next(n), prev(n);
   for (size_t i = 0; i < n; ++i) {
@@ -170,29 +209,37 @@ void BpeTokenizer::Impl::merge_piece(std::string_view piece, std::vector<int64_t
   for (size_t i = 0; i < n; i = next[i]) out.push_back(symbol[i]);
 }
 
-// Cuts `text` with pattern `step` (matches and the gaps between them), passing each piece to the
-// next pattern, and after the last to the merges.
-void BpeTokenizer::Impl::split(std::string_view text, size_t step,
+// Rewrites `text` as step `step` says (spaces, prefix), then cuts it with the step's pattern,
+// passing each piece to the next step, and after the last to the merges. `at_start`: the text
+// begins where the whole text did.
+void BpeTokenizer::Impl::split(std::string_view text, size_t step, bool at_start,
                                std::vector<int64_t>& out) const {
   if (text.empty()) return;
   if (step == patterns.size()) {
     merge_piece(text, out);
     return;
   }
-  if (spec.splits[step].add_prefix_space && text.front() != ' ') {
-    std::string spaced(1, ' ');
-    spaced.append(text);
-    cut(spaced, step, out);
-  } else {
-    cut(text, step, out);
+  const BpeSpec::Split& s = spec.splits[step];
+  std::string changed;
+  std::string_view piece = text;
+  if (!s.space_as.empty() && piece.find(' ') != std::string_view::npos) {
+    changed = piece;
+    replace_all(changed, " ", s.space_as);
+    piece = changed;
   }
+  if (!s.prefix.empty() && (at_start || !s.prefix_first_only) && !piece.starts_with(s.prefix)) {
+    changed = s.prefix + std::string(piece);
+    piece = changed;
+  }
+  cut(piece, step, at_start, out);
 }
 
-// split()'s cutting, once the prefix space is settled.
-void BpeTokenizer::Impl::cut(std::string_view text, size_t step, std::vector<int64_t>& out) const {
+// split()'s cutting, once the piece is rewritten.
+void BpeTokenizer::Impl::cut(std::string_view text, size_t step, bool at_start,
+                             std::vector<int64_t>& out) const {
   const pcre2_code* code = patterns[step].get();
   if (code == nullptr) {
-    split(text, step + 1, out);
+    split(text, step + 1, at_start, out);
     return;
   }
   std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
@@ -213,76 +260,86 @@ void BpeTokenizer::Impl::cut(std::string_view text, size_t step, std::vector<int
       pos = start + char_length(text, start);
       continue;
     }
-    split(text.substr(gap, start - gap), step + 1, out);
-    split(text.substr(start, end - start), step + 1, out);
+    split(text.substr(gap, start - gap), step + 1, at_start && gap == 0, out);
+    split(text.substr(start, end - start), step + 1, at_start && start == 0, out);
     pos = gap = end;
   }
-  split(text.substr(gap), step + 1, out);
+  split(text.substr(gap), step + 1, at_start && gap == 0, out);
 }
 
-void BpeTokenizer::Impl::pre_tokenize(std::string_view text, std::vector<int64_t>& out) const {
-  split(text, 0, out);
-}
-
-// Splits out the added tokens of pass `pass`, leftmost-longest, and hands the text between them to
-// the next pass (after the last: the pre-tokenizer).
-void BpeTokenizer::Impl::encode_added(std::string_view text, size_t pass,
+// Splits out the added tokens of pass `pass` (0: as given, 1: normalized), leftmost-longest, and
+// hands the text between them on: after pass 0 through the normalizer to pass 1, after pass 1 to
+// the pre-tokenizer.
+void BpeTokenizer::Impl::encode_added(std::string_view text, size_t pass, bool at_start,
                                       std::vector<int64_t>& out) const {
   if (text.empty()) return;
-  if (pass == spec.added_passes.size()) {
-    pre_tokenize(text, out);
-    return;
-  }
+  auto hand_on = [&](std::string_view between, bool first) {
+    if (pass == 1) {
+      split(between, 0, first, out);
+    } else if (spec.normalizer.empty()) {
+      encode_added(between, 1, first, out);
+    } else {
+      encode_added(normalize(between, spec.normalizer), 1, first, out);
+    }
+  };
   const auto& by_byte = added_by_byte[pass];
   size_t gap = 0;
   for (size_t pos = 0; pos < text.size(); ++pos) {
     for (const auto* t : by_byte[static_cast<unsigned char>(text[pos])]) {
       if (text.compare(pos, t->content.size(), t->content) != 0) continue;
-      encode_added(text.substr(gap, pos - gap), pass + 1, out);
+      hand_on(text.substr(gap, pos - gap), at_start && gap == 0);
       out.push_back(t->id);
       gap = pos + t->content.size();
       pos = gap - 1;
       break;
     }
   }
-  encode_added(text.substr(gap), pass + 1, out);
+  hand_on(text.substr(gap), at_start && gap == 0);
 }
 
-BpeTokenizer::BpeTokenizer(BpeSpec spec) : impl_(std::make_unique<Impl>()) {
-  Impl& m = *impl_;
-  m.spec = std::move(spec);
-  const auto& tokens = m.spec.tokens;
+void BpeTokenizer::Impl::index_tokens() {
+  const auto& tokens = spec.tokens;
   for (size_t id = 0; id < tokens.size(); ++id) {
-    if (tokens[id]) m.id_of.emplace(*tokens[id], static_cast<int64_t>(id));
+    if (tokens[id]) id_of.emplace(*tokens[id], static_cast<int64_t>(id));
   }
+  const bool bytes = spec.symbols == BpeSpec::Symbols::kBytes;
   for (int b = 0; b < 256; ++b) {
-    const auto it = m.id_of.find(std::string(1, static_cast<char>(b)));
-    if (it == m.id_of.end()) {
+    const auto it =
+        id_of.find(bytes ? std::string(1, static_cast<char>(b)) : fmt::format("<0x{:02X}>", b));
+    byte_id[b] = it == id_of.end() ? -1 : it->second;
+    if (bytes && byte_id[b] < 0) {
       throw DataError(
           fmt::format("{}: no token for the single byte {} (0x{:02X}): a byte-level BPE "
                       "vocabulary holds all 256, or some texts cannot be encoded",
-                      m.spec.source, b, b));
+                      spec.source, b, b));
     }
-    m.byte_id[b] = it->second;
   }
-  for (const auto& g : m.spec.merges) {
-    m.merge_of.insert_or_assign(pair_key(g.left, g.right), std::make_pair(g.rank, g.merged));
+  if (spec.unknown && !(*spec.unknown >= 0 && static_cast<size_t>(*spec.unknown) < tokens.size() &&
+                        tokens[static_cast<size_t>(*spec.unknown)])) {
+    throw DataError(fmt::format("{}: the unknown token's id {} is not in the vocabulary",
+                                spec.source, *spec.unknown));
   }
-  for (const auto& s : m.spec.splits) {
-    m.patterns.push_back(s.pattern.empty() ? nullptr : compile(s, m.spec.source));
+  for (const auto& g : spec.merges) {
+    merge_of.insert_or_assign(pair_key(g.left, g.right), std::make_pair(g.rank, g.merged));
   }
-  m.spelled = tokens;
+  for (const auto& s : spec.splits) {
+    patterns.push_back(s.pattern.empty() ? nullptr : compile(s, spec.source));
+  }
+}
+
+void BpeTokenizer::Impl::index_added() {
+  spelled = spec.tokens;
   auto spell = [&](const BpeSpec::AddedToken& t) {
     if (t.id < 0)
-      throw DataError(fmt::format("{}: added token id {} is negative", m.spec.source, t.id));
-    if (static_cast<size_t>(t.id) >= m.spelled.size())
-      m.spelled.resize(static_cast<size_t>(t.id) + 1);
-    m.spelled[static_cast<size_t>(t.id)] = t.content;
+      throw DataError(fmt::format("{}: added token id {} is negative", spec.source, t.id));
+    if (static_cast<size_t>(t.id) >= spelled.size()) spelled.resize(static_cast<size_t>(t.id) + 1);
+    spelled[static_cast<size_t>(t.id)] = t.content;
   };
-  for (const auto& t : m.spec.unsplit) spell(t);
-  for (const auto& pass : m.spec.added_passes) {
-    auto& by_byte = m.added_by_byte.emplace_back();
-    for (const auto& t : pass) {
+  for (const auto& t : spec.unsplit) spell(t);
+  const std::vector<BpeSpec::AddedToken>* passes[2] = {&spec.added, &spec.added_normalized};
+  for (size_t pass = 0; pass < 2; ++pass) {
+    auto& by_byte = added_by_byte[pass];
+    for (const auto& t : *passes[pass]) {
       spell(t);
       if (!t.content.empty()) by_byte[static_cast<unsigned char>(t.content[0])].push_back(&t);
     }
@@ -292,6 +349,12 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec) : impl_(std::make_unique<Impl>()) {
       });
     }
   }
+}
+
+BpeTokenizer::BpeTokenizer(BpeSpec spec) : impl_(std::make_unique<Impl>()) {
+  impl_->spec = std::move(spec);
+  impl_->index_tokens();
+  impl_->index_added();
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
@@ -305,13 +368,13 @@ std::optional<int64_t> BpeTokenizer::end_of_text() const { return impl_->spec.en
 std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int64_t> ids;
   ids.reserve(text.size() / 3);
-  impl_->encode_added(text, 0, ids);
+  impl_->encode_added(text, 0, true, ids);
   return ids;
 }
 
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
   const auto& tokens = impl_->spelled;
-  std::string text;
+  std::vector<std::string> spellings;
   for (const int64_t id : ids) {
     if (id < 0) {
       throw std::out_of_range(fmt::format("{} tokenizer: id {} is negative", impl_->spec.name, id));
@@ -319,8 +382,11 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
     // An id without a spelling is skipped, as `tokenizers`' decode skips it: a model's vocabulary
     // may be wider than its tokenizer's (Qwen2: 151,936 rows for 151,646 ids) or have holes.
     if (id < vocab_size() && tokens[static_cast<size_t>(id)])
-      text += *tokens[static_cast<size_t>(id)];
+      spellings.push_back(*tokens[static_cast<size_t>(id)]);
   }
+  decode_steps(impl_->spec.decoder, spellings);
+  std::string text;
+  for (const auto& s : spellings) text += s;
   return text;
 }
 

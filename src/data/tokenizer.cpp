@@ -30,6 +30,17 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   return text;
 }
 
+std::string decode_continuation(const Tokenizer& tokenizer, const std::vector<int64_t>& context,
+                                const std::vector<int64_t>& ids) {
+  if (context.empty()) return tokenizer.decode(ids);
+  std::vector<int64_t> all = context;
+  all.insert(all.end(), ids.begin(), ids.end());
+  const std::string before = tokenizer.decode(context);
+  std::string text = tokenizer.decode(all);
+  if (!text.starts_with(before)) return tokenizer.decode(ids);
+  return text.substr(before.size());
+}
+
 std::vector<std::string> tokenizer_names() { return {"bytes", "gpt2"}; }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding) {

@@ -6,14 +6,18 @@
 //   bytes  each byte of the UTF-8 text is one id (0..255); vocabulary 256; no end-of-text id.
 //   gpt2   GPT-2's BPE as tiktoken's "gpt2" encoding (data/gpt2_tokenizer.h); vocabulary 50257,
 //          end of text 50256; the ranks file is gpt2_ranks_path().
-//   PATH   a byte-level BPE tokenizer.json (data/tokenizer_json.h): the ids of the `tokenizers`
-//          library; its added and special tokens are split out of the text.
-// gpt2 and tokenizer.json files share one byte-level BPE mechanism (data/bpe_tokenizer.h).
+//   PATH   a BPE tokenizer.json (data/tokenizer_json.h), byte-level (GPT-2, Llama 3) or
+//          SentencePiece-style (Llama 2, Mistral): the ids of the `tokenizers` library; its added
+//          and special tokens are split out of the text.
+// gpt2 and tokenizer.json files share one BPE mechanism (data/bpe_tokenizer.h).
 //
-// Contract: decode(encode(t)) == t byte for byte for every text t (but for a tokenizer.json whose
-// ByteLevel adds a prefix space: that space stays, as in `tokenizers`). decode() of an arbitrary id
-// sequence returns the bytes those ids stand for, which need not be valid UTF-8 (a multi-byte
-// character may be split across ids). Immutable after construction: safe to share across threads.
+// Contract: decode(encode(t)) == t byte for byte for every text t, but where `tokenizers` itself
+// does not give t back: a tokenizer.json whose ByteLevel adds a prefix space (that space stays),
+// or one with a normalizer or Metaspace around added tokens ("a<s>b" is "a<s> b" under Llama 2's
+// Prepend), or without byte fallback for a character its vocabulary lacks (the unknown token).
+// decode() of an arbitrary id sequence returns the bytes those ids stand for, which need not be
+// valid UTF-8 (a multi-byte character may be split across ids; `tokenizers` writes U+FFFD
+// there). Immutable after construction: safe to share across threads.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +57,14 @@ class ByteTokenizer final : public Tokenizer {
   std::vector<int64_t> encode(std::string_view text) const override;
   std::string decode(const std::vector<int64_t>& ids) const override;
 };
+
+// The text `ids` add after `context`: decode(context + ids) less the text of decode(context),
+// which it begins with (else, decode(ids)). It differs from decode(ids) where the decoder treats
+// the text's first token apart: a SentencePiece-style tokenizer.json strips the text's leading
+// space, so "▁world" alone is "world" and after "▁Hello" is " world". What --generate prints
+// after the prompt, and a sample after its prompt.
+std::string decode_continuation(const Tokenizer& tokenizer, const std::vector<int64_t>& context,
+                                const std::vector<int64_t>& ids);
 
 // The encoding names make_tokenizer knows (besides a tokenizer.json path).
 std::vector<std::string> tokenizer_names();

@@ -70,6 +70,13 @@ std::string literal_pattern(const std::string& s) {
   return out;
 }
 
+// What the pre-tokenizer says about the file: a ByteLevel step makes it byte-level, a Metaspace
+// one SentencePiece-style; neither: a BPE on characters (Llama 2's, with a normalizer instead).
+struct PreTokenizerKind {
+  bool byte_level = false;
+  bool metaspace = false;
+};
+
 class Reader {
  public:
   explicit Reader(std::string path) : path_(std::move(path)) {}
@@ -84,12 +91,17 @@ class Reader {
   void check_model(const Json& model) const;
   void read_vocab(const Json& vocab, BpeSpec& spec);
   void read_merges(const Json& merges, BpeSpec& spec) const;
-  void read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
+  void read_pre_tokenizer(const Json& p, BpeSpec& spec, PreTokenizerKind& kind,
                           const std::string& where) const;
+  BpeSpec::Split read_metaspace(const Json& p, const std::string& where) const;
+  void read_normalizer(const Json& n, BpeSpec& spec, const std::string& where) const;
+  void read_decoder(const Json& d, BpeSpec& spec, const std::string& where) const;
+  void read_characters(const Json& j, BpeSpec& spec) const;
+  std::string one_character(const Json& p, const char* key, const std::string& where) const;
   void read_added(const Json& added, BpeSpec& spec) const;
 
   std::string path_;
-  std::unordered_map<std::string, int64_t> vocab_;  // byte-level string -> id
+  std::unordered_map<std::string, int64_t> vocab_;  // the vocabulary's string -> id
 };
 
 Json Reader::load() const {
@@ -114,17 +126,14 @@ bool set_and_not(const Json& j, const char* key, const Json& off) {
 void Reader::check_model(const Json& model) const {
   const std::string type = type_of(model);
   if (type != "BPE") {
-    throw error(fmt::format("a {} tokenizer (model.type {}): the trainer reads byte-level BPE "
-                            "tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)",
+    throw error(fmt::format("a {} tokenizer (model.type {}): the trainer reads BPE tokenizer.json "
+                            "files only (byte-level: GPT-2, Llama 3, SmolLM, Qwen2; "
+                            "SentencePiece-style: Llama 2, Mistral)",
                             type, type));
-  }
-  if (model.value("byte_fallback", false)) {
-    throw error("a SentencePiece-style BPE tokenizer (model.byte_fallback: true): the trainer "
-                "reads byte-level BPE tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (set_and_not(model, key, "")) {
-      throw error(fmt::format("model.{} is set: not a byte-level BPE tokenizer", key));
+      throw error(fmt::format("model.{} is set: subword prefixes and suffixes are not read", key));
     }
   }
   if (set_and_not(model, "dropout", 0.0)) {
@@ -143,7 +152,9 @@ void Reader::read_vocab(const Json& vocab, BpeSpec& spec) {
     vocab_[token] = id;
     if (static_cast<size_t>(id) >= spec.tokens.size())
       spec.tokens.resize(static_cast<size_t>(id) + 1);
-    if (auto bytes = byte_level_bytes(token)) {
+    if (spec.symbols == BpeSpec::Symbols::kCharacters) {
+      spec.tokens[static_cast<size_t>(id)] = token;
+    } else if (auto bytes = byte_level_bytes(token)) {
       spec.tokens[static_cast<size_t>(id)] = std::move(*bytes);
     } else {
       spec.unsplit.push_back({token, id});  // never made by merges; decodes as its text
@@ -183,24 +194,25 @@ void Reader::read_merges(const Json& merges, BpeSpec& spec) const {
   }
 }
 
-void Reader::read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
+void Reader::read_pre_tokenizer(const Json& p, BpeSpec& spec, PreTokenizerKind& kind,
                                 const std::string& where) const {
   const std::string type = type_of(p);
-  if (byte_level) {
+  if (kind.byte_level) {
     throw error(fmt::format("{}: {} after ByteLevel (ByteLevel must come last)", where, type));
   }
   if (type == "Sequence") {
     const Json& list = p.value("pretokenizers", Json::array());
     for (size_t i = 0; i < list.size(); ++i) {
-      read_pre_tokenizer(list[i], spec, byte_level, fmt::format("{}.pretokenizers[{}]", where, i));
+      read_pre_tokenizer(list[i], spec, kind, fmt::format("{}.pretokenizers[{}]", where, i));
     }
   } else if (type == "ByteLevel") {
-    byte_level = true;
+    if (kind.metaspace) throw error(fmt::format("{}: ByteLevel after Metaspace", where));
+    kind.byte_level = true;
     BpeSpec::Split s;
     s.multiline = true;
-    s.add_prefix_space = p.value("add_prefix_space", false);
+    if (p.value("add_prefix_space", false)) s.prefix = " ";
     if (p.value("use_regex", true)) s.pattern = kByteLevelPattern;
-    if (s.add_prefix_space || !s.pattern.empty()) spec.splits.push_back(s);
+    if (!s.prefix.empty() || !s.pattern.empty()) spec.splits.push_back(s);
   } else if (type == "Split") {
     const std::string behavior = p.value("behavior", "");
     if (behavior != "Isolated" || p.value("invert", false)) {
@@ -224,14 +236,131 @@ void Reader::read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
     s.multiline = true;
     spec.splits.push_back(std::move(s));
   } else if (type == "Metaspace") {
-    throw error(fmt::format("{}: a SentencePiece-style tokenizer (pre-tokenizer Metaspace): the "
-                            "trainer reads byte-level BPE tokenizer.json files only",
-                            where));
+    kind.metaspace = true;
+    spec.splits.push_back(read_metaspace(p, where));
   } else {
-    throw error(fmt::format("{}: pre-tokenizer {} is not read (ByteLevel, Split, Digits, Sequence "
-                            "are)",
+    throw error(fmt::format("{}: pre-tokenizer {} is not read (ByteLevel, Metaspace, Split, "
+                            "Digits, Sequence are)",
                             where, type));
   }
+}
+
+// The one character of `key` (Metaspace's replacement, Strip's content).
+std::string Reader::one_character(const Json& p, const char* key, const std::string& where) const {
+  const Json& value = p.value(key, Json());
+  const std::string c = value.is_string() ? value.get<std::string>() : std::string();
+  const auto lead = c.empty() ? 0 : static_cast<unsigned char>(c[0]);
+  const size_t n = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  if (c.size() != n) {
+    throw error(fmt::format("{}.{}: {} is not one character", where, key, value.dump()));
+  }
+  return c;
+}
+
+// Metaspace: ' ' becomes the replacement, the replacement goes in front (prepend_scheme; older
+// files' add_prefix_space: true is "always"), and with split the piece is cut before each
+// replacement (`tokenizers`' MergedWithNext: as Isolated matches of "R[^R]*").
+BpeSpec::Split Reader::read_metaspace(const Json& p, const std::string& where) const {
+  BpeSpec::Split s;
+  s.space_as = one_character(p, "replacement", where);
+  std::string scheme = "always";
+  if (p.contains("prepend_scheme")) {
+    scheme = p["prepend_scheme"].is_string() ? p["prepend_scheme"].get<std::string>() : "";
+  } else if (!p.value("add_prefix_space", true)) {
+    scheme = "never";
+  }
+  if (scheme != "always" && scheme != "first" && scheme != "never") {
+    throw error(fmt::format("{}.prepend_scheme: {} is not always, first or never", where,
+                            p["prepend_scheme"].dump()));
+  }
+  if (scheme != "never") s.prefix = s.space_as;
+  s.prefix_first_only = scheme == "first";
+  if (p.value("split", true)) {
+    const std::string r = literal_pattern(s.space_as);
+    s.pattern = fmt::format("{}[^{}]*", r, r);
+    s.multiline = true;
+  }
+  return s;
+}
+
+void Reader::read_normalizer(const Json& n, BpeSpec& spec, const std::string& where) const {
+  const std::string type = type_of(n);
+  if (type == "Sequence") {
+    const Json& list = n.value("normalizers", Json::array());
+    for (size_t i = 0; i < list.size(); ++i) {
+      read_normalizer(list[i], spec, fmt::format("{}.normalizers[{}]", where, i));
+    }
+  } else if (type == "Prepend" && n.value("prepend", Json()).is_string()) {
+    spec.normalizer.push_back({"", n["prepend"].get<std::string>()});
+  } else if (type == "Replace") {
+    const Json& pattern = n.value("pattern", Json::object());
+    if (!pattern.contains("String") || !pattern["String"].is_string() ||
+        pattern["String"].get<std::string>().empty() || !n.value("content", Json()).is_string()) {
+      throw error(fmt::format("{}: Replace is read with a String pattern only (\"pattern\": "
+                              "{})",
+                              where, pattern.dump()));
+    }
+    spec.normalizer.push_back(
+        {pattern["String"].get<std::string>(), n["content"].get<std::string>()});
+  } else {
+    throw error(
+        fmt::format("{}: normalizer {} is not read (Prepend, Replace, Sequence are)", where, type));
+  }
+}
+
+void Reader::read_decoder(const Json& d, BpeSpec& spec, const std::string& where) const {
+  using Kind = DecodeStep::Kind;
+  const std::string type = d.is_null() ? "null" : type_of(d);
+  DecodeStep step;
+  if (type == "Sequence") {
+    const Json& list = d.value("decoders", Json::array());
+    for (size_t i = 0; i < list.size(); ++i) {
+      read_decoder(list[i], spec, fmt::format("{}.decoders[{}]", where, i));
+    }
+    return;
+  } else if (type == "Replace") {
+    const Json& pattern = d.value("pattern", Json::object());
+    if (!pattern.contains("String") || !pattern["String"].is_string() ||
+        !d.value("content", Json()).is_string()) {
+      throw error(fmt::format("{}: Replace is read with a String pattern only", where));
+    }
+    step = {Kind::kReplace, pattern["String"].get<std::string>(), d["content"].get<std::string>()};
+  } else if (type == "ByteFallback" || type == "Fuse") {
+    step.kind = type == "Fuse" ? Kind::kFuse : Kind::kByteFallback;
+  } else if (type == "Strip") {
+    step = {Kind::kStrip, one_character(d, "content", where), "", d.value("start", size_t{0}),
+            d.value("stop", size_t{0})};
+  } else if (type == "Metaspace") {
+    const BpeSpec::Split s = read_metaspace(d, where);
+    step = {Kind::kMetaspace, s.space_as, "", s.prefix.empty() ? size_t{0} : size_t{1}};
+  } else {
+    throw error(fmt::format("{}: decoder {} is not read (a BPE on characters, SentencePiece-style, "
+                            "is decoded by Replace, ByteFallback, Fuse, Strip, Metaspace and "
+                            "Sequences of them)",
+                            where, type));
+  }
+  spec.decoder.push_back(std::move(step));
+}
+
+// A BPE on characters (SentencePiece-style): its normalizer, unknown token, byte fallback and
+// decoder.
+void Reader::read_characters(const Json& j, BpeSpec& spec) const {
+  const Json& model = j["model"];
+  const Json& normalizer = j.value("normalizer", Json());
+  if (!normalizer.is_null()) read_normalizer(normalizer, spec, "normalizer");
+  spec.byte_fallback = model.value("byte_fallback", false);
+  spec.fuse_unknown = model.value("fuse_unk", false);
+  const Json& unk = model.value("unk_token", Json());
+  if (unk.is_string()) {
+    const auto it = vocab_.find(unk.get<std::string>());
+    if (it == vocab_.end()) {
+      throw error(fmt::format("model.unk_token: {} is not in model.vocab", unk.dump()));
+    }
+    spec.unknown = it->second;
+  } else if (!unk.is_null()) {
+    throw error(fmt::format("model.unk_token: {} is not a string", unk.dump()));
+  }
+  read_decoder(j.value("decoder", Json()), spec, "decoder");
 }
 
 // The ids are the ones `tokenizers` (0.23) gives when it loads the file, not the "id" fields: a
@@ -239,7 +368,6 @@ void Reader::read_pre_tokenizer(const Json& p, BpeSpec& spec, bool& byte_level,
 // the vocabulary's entry count, in the file's order. For GPT-2, Llama 3 and trained tokenizers
 // that is the file's id.
 void Reader::read_added(const Json& added, BpeSpec& spec) const {
-  std::vector<BpeSpec::AddedToken> raw, normalized;
   std::unordered_map<std::string, int64_t> given;
   auto next = static_cast<int64_t>(vocab_.size());
   for (const Json& t : added) {
@@ -259,14 +387,17 @@ void Reader::read_added(const Json& added, BpeSpec& spec) const {
       id = next++;
     }
     given.emplace(content, id);
-    (t.value("normalized", false) ? normalized : raw).push_back({content, id});
-  }
-  for (auto* pass : {&raw, &normalized}) {
-    if (!pass->empty()) spec.added_passes.push_back(std::move(*pass));
+    // A normalized token is matched, and spelled, as the normalizer writes it ("▁<x>" after
+    // Llama 2's Prepend), as `tokenizers` does.
+    if (t.value("normalized", false)) {
+      spec.added_normalized.push_back({normalize(content, spec.normalizer), id});
+    } else {
+      spec.added.push_back({content, id});
+    }
   }
   for (const char* eot : {"<|endoftext|>", "<|end_of_text|>"}) {
-    for (const auto& pass : spec.added_passes) {
-      for (const auto& t : pass) {
+    for (const auto* pass : {&spec.added, &spec.added_normalized}) {
+      for (const auto& t : *pass) {
         if (!spec.end_of_text && t.content == eot) spec.end_of_text = t.id;
       }
     }
@@ -280,27 +411,27 @@ BpeSpec Reader::read() {
   }
   const Json& model = j["model"];
   check_model(model);
-  const Json& normalizer = j.value("normalizer", Json());
-  if (!normalizer.is_null() && !(type_of(normalizer) == "Sequence" &&
-                                 normalizer.value("normalizers", Json::array()).empty())) {
-    throw error(
-        fmt::format("normalizer {} is not read (byte-level BPE tokenizers the trainer reads "
-                    "have none)",
-                    type_of(normalizer)));
-  }
   BpeSpec spec;
   spec.name = path_;
   spec.source = path_;
+  // The pre-tokenizer first: it says how the vocabulary spells its tokens.
+  PreTokenizerKind kind;
+  const Json& pre = j.value("pre_tokenizer", Json());
+  if (!pre.is_null()) read_pre_tokenizer(pre, spec, kind, "pre_tokenizer");
+  spec.symbols = kind.byte_level ? BpeSpec::Symbols::kBytes : BpeSpec::Symbols::kCharacters;
   read_vocab(model.value("vocab", Json()), spec);
   read_merges(model.value("merges", Json::array()), spec);
   spec.whole_piece_first = model.value("ignore_merges", false);
-  bool byte_level = false;
-  const Json& pre = j.value("pre_tokenizer", Json());
-  if (!pre.is_null()) read_pre_tokenizer(pre, spec, byte_level, "pre_tokenizer");
-  if (!byte_level) {
-    throw error(fmt::format("no ByteLevel pre-tokenizer (pre_tokenizer {}): not a byte-level BPE "
-                            "tokenizer",
-                            pre.is_null() ? "null" : type_of(pre)));
+  if (kind.byte_level) {
+    const Json& normalizer = j.value("normalizer", Json());
+    if (!normalizer.is_null() && !(type_of(normalizer) == "Sequence" &&
+                                   normalizer.value("normalizers", Json::array()).empty())) {
+      throw error(fmt::format("normalizer {} is not read with a ByteLevel pre-tokenizer (the "
+                              "byte-level BPE tokenizers the trainer reads have none)",
+                              type_of(normalizer)));
+    }
+  } else {
+    read_characters(j, spec);
   }
   read_added(j.value("added_tokens", Json::array()), spec);
   return spec;
@@ -308,7 +439,13 @@ BpeSpec Reader::read() {
 
 }  // namespace
 
-BpeSpec read_tokenizer_json(const std::string& path) { return Reader(path).read(); }
+BpeSpec read_tokenizer_json(const std::string& path) {
+  try {
+    return Reader(path).read();
+  } catch (const nlohmann::json::exception& e) {  // a key of another JSON type than it should be
+    throw DataError(fmt::format("{}: {}", path, e.what()));
+  }
+}
 
 bool is_tokenizer_json_path(const std::string& setting) {
   return setting.find('/') != std::string::npos ||

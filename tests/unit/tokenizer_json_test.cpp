@@ -3,7 +3,10 @@
 // merges; Llama 3's Split pattern with ignore_merges and [a, b] merges; Digits then ByteLevel
 // with a prefix space) give tokenizers' ids on a corpus of accents, combining marks, CJK, Korean,
 // Arabic, Hindi, emoji sequences, code with tabs and CRLF, whitespace runs, Unicode spaces and
-// added tokens, and decode it back byte for byte. Then the refusals and data.tokenizer's choice.
+// added tokens, and decode it back byte for byte. Four SentencePiece-style ones (Llama 2's
+// normalizer; Metaspace first, always and never; byte fallback, <unk>, neither) give its ids on
+// that corpus, most of whose characters their vocabulary lacks, and its decoded text. Then the
+// refusals and data.tokenizer's choice.
 #include "data/tokenizer_json.h"
 
 #include <gtest/gtest.h>
@@ -52,10 +55,12 @@ class TokenizerJson : public ::testing::Test {
   static std::string path(const std::string& kind) { return dir_->file(kind + "/tokenizer.json"); }
 
   // Every document's ids equal tokenizers', and so do those of all of them joined; with
-  // `round_trip` decode gives each document back byte for byte.
+  // `round_trip` decode gives each document back byte for byte. A SentencePiece-style kind ("spm-")
+  // encodes spm_docs and decodes each as tokenizers' decode does.
   static void expect_reference_ids(const std::string& kind, bool round_trip) {
     const auto tok = data::make_tokenizer(path(kind));
-    const auto& docs = expected_->at("docs");
+    const bool spm = kind.starts_with("spm-");
+    const auto& docs = expected_->at(spm ? "spm_docs" : "docs");
     const auto& ref = expected_->at(kind);
     ASSERT_GE(docs.size(), 12u);
     std::string whole;
@@ -66,6 +71,10 @@ class TokenizerJson : public ::testing::Test {
           << kind << ", document " << i << ": " << doc;
       if (round_trip) {
         EXPECT_EQ(tok->decode(ids), doc) << kind << ", document " << i;
+      }
+      if (spm) {
+        EXPECT_EQ(tok->decode(ids), ref.at("decoded")[i].get<std::string>())
+            << kind << ", document " << i;
       }
       whole += (i ? "\n" : "") + doc;
     }
@@ -115,6 +124,56 @@ TEST_F(TokenizerJson, AddedTokensAreSplitOutAndSpelled) {
   EXPECT_THROW(tok->decode({-1}), std::out_of_range);
 }
 
+// Llama 2's layout: the normalizer Prepend + Replace, no pre-tokenizer, byte fallback. Characters
+// the vocabulary lacks (CJK, emoji, most accents) are their bytes' tokens, and the documents
+// without Llama 2's special tokens decode back byte for byte.
+TEST_F(TokenizerJson, SentencePieceLlama2NormalizerEqualsTokenizers) {
+  expect_reference_ids("spm-llama2", false);
+  const auto& docs = expected_->at("spm_docs");
+  const auto& decoded = expected_->at("spm-llama2").at("decoded");
+  for (size_t i = 0; i + 1 < docs.size(); ++i) EXPECT_EQ(decoded[i], docs[i]) << i;
+}
+
+// Metaspace (prepend_scheme first, no split) with ignore_merges and a token no merge reaches.
+TEST_F(TokenizerJson, SentencePieceMetaspaceFirstEqualsTokenizers) {
+  expect_reference_ids("spm-first", false);
+}
+
+// No byte fallback: <unk> for each character the vocabulary lacks (spm-always, Metaspace's
+// decoder), or nothing (spm-never: no unknown token).
+TEST_F(TokenizerJson, SentencePieceWithoutByteFallbackEqualsTokenizers) {
+  expect_reference_ids("spm-always", false);
+  expect_reference_ids("spm-never", false);
+}
+
+// Bytes that are not UTF-8 (which `tokenizers` cannot be given) are each their <0xNN> token and
+// decode back as themselves, where tokenizers' ByteFallback writes U+FFFD; a continuation keeps
+// the space its first token stands for, which the text's first token loses.
+TEST_F(TokenizerJson, SentencePieceByteFallbackDecodesByteForByte) {
+  for (const char* kind : {"spm-llama2", "spm-first"}) {
+    const auto tok = data::make_tokenizer(path(kind));
+    for (const std::string text :
+         {"not \xff\xfe utf-8 \xe6\x97", "\xed\xa0\x80 \xc0\xaf\xf4\x90\x80\x80", "\x97x\xe6"}) {
+      EXPECT_EQ(tok->decode(tok->encode(text)), text) << kind;
+    }
+    const auto ids = tok->encode("x\xff");
+    ASSERT_GE(ids.size(), 1u);
+    EXPECT_EQ(ids.back(), 3 + 0xFF) << kind;  // <0xFF>
+    EXPECT_EQ(tok->decode({3 + 0xE6, 3 + 0x97}), "\xe6\x97") << kind;
+    EXPECT_EQ(tok->decode({3 + 0xE6, 3 + 0x97, 3 + 0xA5}), "日") << kind;
+    const auto hello = tok->encode("Hello"), world = tok->encode("world");  // "▁world"
+    EXPECT_EQ(tok->decode(world), "world") << kind;
+    EXPECT_EQ(data::decode_continuation(*tok, hello, world), " world") << kind;
+    EXPECT_EQ(data::decode_continuation(*tok, {}, world), "world") << kind;
+  }
+  const auto tok = data::make_tokenizer(path("spm-llama2"));
+  EXPECT_EQ(tok->encode("<s>"), (std::vector<int64_t>{1}));
+  EXPECT_EQ(tok->decode({1, 2}), "<s></s>");
+  EXPECT_EQ(tok->end_of_text(), std::nullopt);
+  EXPECT_EQ(tok->decode({tok->vocab_size(), 1 << 20}), "");  // no spelling: skipped
+  EXPECT_THROW(tok->decode({-1}), std::out_of_range);
+}
+
 void expect_refused(const std::string& file, const std::string& json, const std::string& needle) {
   std::ofstream(file) << json;
   try {
@@ -135,14 +194,8 @@ TEST(TokenizerJsonRefusal, OtherKindsNameTheirModelTypeAndTheFile) {
   expect_refused(f, R"({"model": {"type": "Unigram", "vocab": []}})",
                  "a Unigram tokenizer (model.type Unigram)");
   expect_refused(f,
-                 R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {}, "merges": []}})",
-                 "SentencePiece-style BPE tokenizer (model.byte_fallback: true)");
-  expect_refused(f, R"({"model": {"type": "BPE", "vocab": {}, "merges": []},
-                        "pre_tokenizer": {"type": "Metaspace", "replacement": "_"}})",
-                 "SentencePiece-style tokenizer (pre-tokenizer Metaspace)");
-  expect_refused(f,
                  R"({"model": {"type": "BPE", "vocab": {}, "merges": []}, "pre_tokenizer": null})",
-                 "no ByteLevel pre-tokenizer");
+                 "decoder: decoder null is not read (a BPE on characters");
   expect_refused(f, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})",
                  "model.merges[0] (a + b): 'b' is not in model.vocab");
   expect_refused(f, R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
@@ -150,6 +203,52 @@ TEST(TokenizerJsonRefusal, OtherKindsNameTheirModelTypeAndTheFile) {
                  "no token for the single byte 0");
   expect_refused(f, "{\"model\": ", "not JSON");
   expect_refused(dir.file("missing.json"), "", "");
+}
+
+// What a SentencePiece-style file may hold beyond what the trainer reads is named with its key.
+TEST(TokenizerJsonRefusal, SentencePieceStepsNotReadNameTheirKey) {
+  test::TempDir dir;
+  const std::string f = dir.file("tokenizer.json");
+  const std::string model = R"("model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0},
+                                         "merges": []})";
+  const std::string decoder = R"("decoder": {"type": "Sequence", "decoders": [{"type": "Fuse"}]})";
+  expect_refused(f, "{" + model + R"(, "normalizer": {"type": "NFKC"}, )" + decoder + "}",
+                 "normalizer: normalizer NFKC is not read (Prepend, Replace, Sequence are)");
+  expect_refused(f,
+                 "{" + model + R"(, "normalizer": {"type": "Sequence", "normalizers": [
+                   {"type": "Prepend", "prepend": "_"},
+                   {"type": "Replace", "pattern": {"Regex": " +"}, "content": "_"}]}, )" +
+                     decoder + "}",
+                 "normalizer.normalizers[1]: Replace is read with a String pattern only");
+  expect_refused(f, "{" + model + R"(, "decoder": {"type": "Sequence", "decoders": [
+                   {"type": "ByteFallback"}, {"type": "ByteLevel"}]}})",
+                 "decoder.decoders[1]: decoder ByteLevel is not read");
+  expect_refused(f, "{" + model + "}", "decoder: decoder null is not read");
+  expect_refused(f,
+                 "{" + model + R"(, "pre_tokenizer": {"type": "Metaspace", "replacement": "_",
+                   "prepend_scheme": "sometimes"}, )" +
+                     decoder + "}",
+                 "pre_tokenizer.prepend_scheme: \"sometimes\" is not always, first or never");
+  expect_refused(f,
+                 "{" + model + R"(, "pre_tokenizer": {"type": "Metaspace", "replacement": "__"},
+                   )" +
+                     decoder + "}",
+                 "pre_tokenizer.replacement: \"__\" is not one character");
+  expect_refused(f, "{" + model + R"(, "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                   {"type": "Metaspace", "replacement": "_"}, {"type": "ByteLevel"}]}})",
+                 "pre_tokenizer.pretokenizers[1]: ByteLevel after Metaspace");
+  expect_refused(f,
+                 R"({"model": {"type": "BPE", "unk_token": "<unk>", "vocab": {"a": 0},
+                   "merges": []}, )" +
+                     decoder + "}",
+                 "model.unk_token: \"<unk>\" is not in model.vocab");
+  expect_refused(f, "{" + model + R"(, "pre_tokenizer": {"type": "Whitespace"}, )" + decoder + "}",
+                 "pre_tokenizer: pre-tokenizer Whitespace is not read");
+  expect_refused(f,
+                 "{" + model + R"(, "pre_tokenizer": {"type": "Metaspace", "replacement": "_",
+                   "split": "yes"}, )" +
+                     decoder + "}",
+                 "type must be boolean");
 }
 
 TEST(ChooseTokenizer, AutoTakesTheTokenizerJsonBesideInitFromElseGoesByVocabSize) {
