@@ -154,14 +154,16 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
       say(fmt::format("the model holds {} positions: {} new tokens after the prompt's {}",
                       loaded.model->context(), room, prompt.size()));
     }
-    // The prompt as given (a chat: the reply alone), then the continuation's text; the id that
-    // stopped it (end of text, end of turn) is not spelled.
+    // The prompt as given (a chat: the reply alone), then the continuation's text as it reads
+    // after the prompt (data::decode_continuation); the id that stopped it (end of text, end of
+    // turn) is not spelled.
     std::vector<int64_t> spelled = ids;
     const bool stopped = !spelled.empty() && ((o.stop_id && spelled.back() == *o.stop_id) ||
                                               std::find(o.stop_ids.begin(), o.stop_ids.end(),
                                                         spelled.back()) != o.stop_ids.end());
     if (stopped) spelled.pop_back();
-    fmt::print("{}{}\n", args.chat ? std::string() : args.prompt, tokenizer->decode(spelled));
+    fmt::print("{}{}\n", args.chat ? std::string() : args.prompt,
+               data::decode_continuation(*tokenizer, prompt, spelled));
     std::fflush(stdout);
     return kExitOk;
   });

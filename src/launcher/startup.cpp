@@ -71,14 +71,15 @@ void bind_rank(Startup& s) {
   at::set_num_threads(s.threads);
 }
 
-// The bytes each id of `tokenizer` stands for, int64 [vocab] (bits per byte); ids it does not
-// spell count 0.
+// The bytes each id of `tokenizer` stands for inside a text, int64 [vocab] (bits per byte): after
+// itself, so that a SentencePiece-style token's leading space counts, which a text's first token
+// loses; ids it does not spell count 0.
 at::Tensor token_bytes(const data::Tokenizer& tokenizer, int64_t vocab) {
   at::Tensor bytes = at::zeros({vocab}, at::kLong);
   auto b = bytes.accessor<int64_t, 1>();
   const int64_t spelled = std::min(vocab, tokenizer.vocab_size());
   for (int64_t id = 0; id < spelled; ++id) {
-    b[id] = static_cast<int64_t>(tokenizer.decode({id}).size());
+    b[id] = static_cast<int64_t>(data::decode_continuation(tokenizer, {id}, {id}).size());
   }
   return bytes;
 }

@@ -70,7 +70,8 @@ std::function<std::string()> make_text_sampler(std::shared_ptr<models::Model> mo
   }
   return [model, tokenizer, prompt, o] {
     const auto ids = models::generate(*model, prompt, o);
-    return one_line(tokenizer->decode(prompt) + " | " + tokenizer->decode(ids));
+    return one_line(tokenizer->decode(prompt) + " | " +
+                    data::decode_continuation(*tokenizer, prompt, ids));
   };
 }
 

@@ -290,6 +290,31 @@ PY
     expect_rc 0
     run "$trainer" "${llama[@]}" --set model.init_from="$work/hf" --export-hf "$work/out2" --max-shard-size 5parsecs
     expect_rc 2; expect_grep "--max-shard-size: '5parsecs' is not a size" ;;
+  llama_spm_generate_greedy)
+    # A Hugging Face Llama with a SentencePiece-style tokenizer.json beside its weights
+    # (tests/unit/bpe_reference.py's spm-llama2: Llama 2's Prepend + Replace normalizer, byte
+    # fallback, the ByteFallback + Fuse + Strip decoder; saved by transformers'
+    # PreTrainedTokenizerFast), picked up with data.tokenizer left at auto: --generate
+    # --temperature 0 writes the text transformers' generate(do_sample=False) and decode write,
+    # byte for byte. The prompt's CJK characters are not in the vocabulary (their bytes' tokens);
+    # the first new token starts with "▁" (" per"), a space the decoder keeps after the prompt
+    # (data::decode_continuation); the byte tokens' output embeddings are zero, so the
+    # continuation is whole characters.
+    "$TRAINER_PYTHON" "$src/tests/unit/bpe_reference.py" "$work/ref" >"$out" 2>&1 || fail "bpe_reference.py failed"
+    tok=$work/ref/spm-llama2/tokenizer.json
+    vocab=$("$TRAINER_PYTHON" -c "import sys, tokenizers; print(tokenizers.Tokenizer.from_file(sys.argv[1]).get_vocab_size())" "$tok") \
+      || fail "could not read $tok"
+    pyllama make "$work/hf" --vocab "$vocab" --layers 2 --heads 6 --kv-heads 2 --width 48 \
+      --intermediate 96 --positions 64 --untied --seed 5 --tokenizer "$tok" >/dev/null 2>&1 \
+      || fail "could not make the transformers model"
+    prompt="The 日本 quick"
+    pyllama greedy "$work/hf" "$prompt" 24 >"$work/expected.txt" || fail "transformers' greedy failed"
+    run "$trainer" "${llama[@]}" --set data.vocab_size="$vocab" --set model.init_from="$work/hf" \
+      --generate "$prompt" --temperature 0 --max-new-tokens 24
+    expect_rc 0; expect_grep "weights: model.init_from $work/hf"
+    grep -av "^trainer: " "$out" | cmp - "$work/expected.txt" \
+      || fail "generated $(grep -av '^trainer: ' "$out" | od -c | head -3), transformers $(od -c "$work/expected.txt" | head -3)"
+    grep -av "^trainer: " "$out" ;;
   llama_hf_tokenizer_finetune_np2)
     # A user's Llama pipeline end to end: a byte-level BPE tokenizer.json (trained offline with
     # `tokenizers`: tests/unit/bpe_reference.py's llama3-pattern) tokenizes a JSONL corpus with

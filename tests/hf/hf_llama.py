@@ -6,14 +6,18 @@ usage:
   hf_llama.py make DIR --vocab V --layers L --heads H --kv-heads K --width D --intermediate I
                        --positions P [--model-type llama|qwen2|qwen3|mistral] [--window W]
                        [--head-dim HD] [--untied] [--rope-scaling] [--bias]
-                       [--theta T] [--max-shard-size S] [--seed S]
+                       [--theta T] [--max-shard-size S] [--seed S] [--tokenizer FILE]
       A random LlamaForCausalLM (or Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM;
       --window: a sliding window of W positions, on every layer for Mistral, on every other layer
       from the second for Qwen2 and Qwen3) saved with save_pretrained (config.json and
       model.safetensors, or shards and model.safetensors.index.json above S), and
       DIR/expected.safetensors: `inputs` int64 [2, P/2], their `logits` [2, P/2, V], `prompt`
       int64 [1, 5] and `greedy`, generate(do_sample=False)'s new ids after it (P/2 of them); and
-      DIR/grads.safetensors: the `grads` command's output for `inputs`.
+      DIR/grads.safetensors: the `grads` command's output for `inputs`. With --tokenizer (a
+      tokenizer.json of V ids), that tokenizer saved beside the weights by save_pretrained
+      (PreTrainedTokenizerFast), and the output embeddings of its byte tokens (<0x00>..<0xFF>)
+      zero, so that greedy decoding continues in whole characters, which transformers' decode
+      writes byte for byte (it writes U+FFFD for a byte token that is not part of one).
   hf_llama.py logits DIR IN OUT
       Loads DIR with AutoModelForCausalLM.from_pretrained (failing on missing, unexpected or
       mismatched keys, and on a class other than config.json's architectures) and writes the
@@ -24,7 +28,8 @@ usage:
       Face name.
   hf_llama.py greedy DIR PROMPT N
       Prints PROMPT and the bytes generate(do_sample=False) adds to its UTF-8 bytes (a byte-level
-      model), N new ids, to stdout.
+      model), N new ids, to stdout; with a tokenizer beside the weights (make --tokenizer), its
+      decode of the prompt's ids (add_special_tokens=False) and the N new ones instead.
   hf_llama.py checkpoint-logits CKPT CONFIG_DIR IN OUT
       A LlamaForCausalLM of CONFIG_DIR's config.json with the parameters of the trainer's
       single-file checkpoint CKPT ("param.<name>", mapped here from the trainer's names: the fused
@@ -40,6 +45,7 @@ usage:
 
 import argparse
 import os
+import re
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -138,6 +144,8 @@ def make(a):
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or name.endswith(".bias"):
                 p.add_(torch.randn_like(p) * 0.1)
+    if a.tokenizer:
+        save_tokenizer(model, a.tokenizer, a.dir)
     if a.dtype != "fp32":  # the files in 16 bits; the expected logits from the rounded weights
         model = model.to({"bf16": torch.bfloat16, "fp16": torch.float16}[a.dtype])
     model.save_pretrained(a.dir, safe_serialization=True, max_shard_size=a.max_shard_size)
@@ -168,6 +176,18 @@ def make(a):
     )
 
 
+def save_tokenizer(model, path, directory):
+    """Saves the tokenizer.json `path` into `directory` through transformers, and zeroes the output
+    embeddings of its byte tokens."""
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(tokenizer_file=path)
+    tok.save_pretrained(directory)
+    rows = [i for t, i in tok.get_vocab().items() if re.fullmatch("<0x[0-9A-F]{2}>", t)]
+    with torch.no_grad():
+        model.get_output_embeddings().weight[rows] = 0
+
+
 def logits(a):
     model = load(a.dir)
     inputs = load_file(a.inp)["inputs"].long()
@@ -177,7 +197,14 @@ def logits(a):
 
 def greedy(a):
     model = load(a.dir)
-    prompt = torch.tensor([list(a.prompt.encode())])
+    tok = None
+    if os.path.exists(os.path.join(a.dir, "tokenizer.json")):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(a.dir)
+        prompt = torch.tensor([tok(a.prompt, add_special_tokens=False)["input_ids"]])
+    else:
+        prompt = torch.tensor([list(a.prompt.encode())])
     with torch.no_grad():
         out = model.generate(
             prompt,
@@ -187,6 +214,10 @@ def greedy(a):
             min_new_tokens=a.n,
             pad_token_id=0,
         )
+    if tok is not None:
+        text = tok.decode(out[0].tolist(), skip_special_tokens=False)
+        sys.stdout.buffer.write(text.encode() + b"\n")
+        return
     sys.stdout.buffer.write(a.prompt.encode() + bytes(out[0, prompt.shape[1] :].tolist()) + b"\n")
 
 
@@ -266,6 +297,7 @@ def main():
     m.add_argument("--max-shard-size", default="5GB")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    m.add_argument("--tokenizer", default=None)
     lg = sub.add_parser("logits")
     lg.add_argument("dir")
     lg.add_argument("inp")
