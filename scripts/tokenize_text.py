@@ -20,13 +20,14 @@ Encodings:
          llm.c's convention. Train with data.vocab_size: 50257. The ranks are GPT-2's
          tiktoken-format file that scripts/bootstrap.sh --dev fetches: --ranks, else
          $TRAINER_GPT2_RANKS, else ${TRAINER_CACHE:-~/.cache/trainer}/gpt2.tiktoken.
-  --tokenizer PATH  a BPE tokenizer.json (GPT-2, Llama 3, SmolLM, Qwen2), through the `tokenizers`
+  --tokenizer PATH  a BPE tokenizer.json, byte-level (GPT-2, Llama 3, SmolLM, Qwen2) or
+         SentencePiece-style (Llama 2, Mistral: byte fallback, Metaspace), through the `tokenizers`
          library: Tokenizer.encode(text, add_special_tokens=False), so added tokens in the text are
-         split out. Each document is preceded by the added token <|endoftext|>, else
-         <|end_of_text|> (none: documents are joined as they are). Above 65,536 ids (Llama 3's
-         128,256) tokens are uint32, in llm.c's Llama 3 format (magic 20240801, version 7). A text
-         file is tokenized whole (only JSON Lines and folders are spread over processes). Another
-         model type is refused; the trainer's --generate and samples need a byte-level BPE one.
+         split out (no BOS is added). Each document is preceded by the added token <|endoftext|>,
+         else <|end_of_text|> (none: documents are joined as they are). Above 65,536 ids (Llama
+         3's 128,256) tokens are uint32, in llm.c's Llama 3 format (magic 20240801, version 7). A
+         text file is tokenized whole (only JSON Lines and folders are spread over processes).
+         Another model type is refused: the trainer's --generate and samples read BPE ones.
 
 Writes OUTDIR/train_000000.bin, ... of --shard-tokens tokens each (the last one shorter) and
 OUTDIR/val_000000.bin, ...: little-endian uint16 tokens, bare (nanoGPT) or after llm.c's
@@ -139,7 +140,8 @@ def json_tokenizer(path):
         kind = (json.load(f).get("model") or {}).get("type", "(no type)")
     if kind != "BPE":
         raise InputError(f"{path}: a {kind} tokenizer (model.type {kind}): the trainer reads "
-                         "byte-level BPE tokenizer.json files only (GPT-2, Llama 3, SmolLM, Qwen2)")
+                         "BPE tokenizer.json files only (byte-level: GPT-2, Llama 3, SmolLM, "
+                         "Qwen2; SentencePiece-style: Llama 2, Mistral)")
     vocab_size = max(tok.get_vocab(with_added_tokens=True).values()) + 1
     added = {t.content: i for i, t in tok.get_added_tokens_decoder().items()}
     separator = next((added[c] for c in ("<|endoftext|>", "<|end_of_text|>") if c in added), None)
@@ -700,7 +702,8 @@ def main():
     p.add_argument("outdir")
     p.add_argument("--encoding", choices=["bytes", "gpt2"], default=None, help="default: bytes")
     p.add_argument("--tokenizer",
-                   help="a byte-level BPE tokenizer.json, through the tokenizers library")
+                   help="a BPE tokenizer.json (byte-level or SentencePiece-style), through the "
+                        "tokenizers library")
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
     p.add_argument("--header", choices=["none", "llmc"], default="none")

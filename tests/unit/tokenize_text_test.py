@@ -190,12 +190,14 @@ class TokenizerJson(unittest.TestCase):
         from tokenizers import Tokenizer
         cls.tmp = tempfile.TemporaryDirectory()
         cls.ref = cls.tmp.name
-        for kind in ("llama3-pattern", "wide"):
+        kinds = ("llama3-pattern", "wide", "spm-llama2", "spm-first")
+        for kind in kinds:
             os.makedirs(os.path.join(cls.ref, kind))
+            make = bpe_reference.make_spm if kind.startswith("spm-") else bpe_reference.make
             with open(os.path.join(cls.ref, kind, "tokenizer.json"), "w", encoding="utf-8") as f:
-                json.dump(bpe_reference.make(kind), f)
+                json.dump(make(kind), f)
         cls.tok = {k: Tokenizer.from_file(os.path.join(cls.ref, k, "tokenizer.json"))
-                   for k in ("llama3-pattern", "wide")}
+                   for k in kinds}
 
     @classmethod
     def tearDownClass(cls):
@@ -208,16 +210,29 @@ class TokenizerJson(unittest.TestCase):
     def tearDown(self):
         self.work.cleanup()
 
-    def expected(self, kind, eot):
+    def expected(self, kind, eot, docs=bpe_reference.DOCS):
         encode = self.tok[kind].encode
-        return [t for d in bpe_reference.DOCS
-                for t in [eot] + encode(d, add_special_tokens=False).ids]
+        return [t for d in docs
+                for t in ([] if eot is None else [eot]) + encode(d, add_special_tokens=False).ids]
 
-    def write_jsonl(self):
+    def write_jsonl(self, docs=bpe_reference.DOCS):
         path = os.path.join(self.dir, "docs.jsonl")
         with open(path, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps({"text": doc}) + "\n" for doc in bpe_reference.DOCS)
+            f.writelines(json.dumps({"text": doc}) + "\n" for doc in docs)
         return path
+
+    def test_sentencepiece_style_files_equal_tokenizers(self):
+        # Llama 2's normalizer and Metaspace's pre-tokenizer, byte fallback for the characters the
+        # vocabulary lacks; no <|endoftext|>: the documents are joined as they are.
+        for kind in ("spm-llama2", "spm-first"):
+            tok = os.path.join(self.ref, kind, "tokenizer.json")
+            out = os.path.join(self.dir, kind)
+            p = run(self.write_jsonl(bpe_reference.SPM_DOCS), out, "--tokenizer", tok,
+                    "--val-fraction", "0", "--workers", "2", "--chunk-bytes", "200")
+            train, _ = shards(out, "train")
+            self.assertEqual(train.tolist(), self.expected(kind, None, bpe_reference.SPM_DOCS))
+            self.assertIn(f"data.tokenizer: {tok}", p.stdout)
+            self.assertIn("no <|endoftext|> or <|end_of_text|> token", p.stdout + p.stderr)
 
     def test_small_vocabulary_is_uint16_and_equals_tokenizers(self):
         tok = os.path.join(self.ref, "llama3-pattern", "tokenizer.json")
