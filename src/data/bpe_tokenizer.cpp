@@ -260,9 +260,22 @@ void BpeTokenizer::Impl::cut(std::string_view text, size_t step, bool at_start,
       pos = start + char_length(text, start);
       continue;
     }
-    split(text.substr(gap, start - gap), step + 1, at_start && gap == 0, out);
-    split(text.substr(start, end - start), step + 1, at_start && start == 0, out);
-    pos = gap = end;
+    switch (spec.splits[step].match) {
+      case BpeSpec::Split::Match::kIsolated:
+        split(text.substr(gap, start - gap), step + 1, at_start && gap == 0, out);
+        split(text.substr(start, end - start), step + 1, at_start && start == 0, out);
+        gap = end;
+        break;
+      case BpeSpec::Split::Match::kWithPrevious:
+        split(text.substr(gap, end - gap), step + 1, at_start && gap == 0, out);
+        gap = end;
+        break;
+      case BpeSpec::Split::Match::kWithNext:
+        split(text.substr(gap, start - gap), step + 1, at_start && gap == 0, out);
+        gap = start;
+        break;
+    }
+    pos = end;
   }
   split(text.substr(gap), step + 1, at_start && gap == 0, out);
 }

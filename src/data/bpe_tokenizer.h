@@ -10,9 +10,9 @@
 //      tokens of `added_normalized` (whose content is normalized alike) are split out of it.
 //   3. What lies between is cut into pieces by the pre-tokenizer: each step of `splits` in turn
 //      rewrites every piece of the previous one (spaces as Metaspace's replacement, a prefix) and
-//      cuts it with its PCRE2 pattern (the `tokenizers` Split, behaviour "isolated": matches and
-//      the text between them are pieces; empty ones are dropped). Bytes that are not UTF-8 match
-//      no pattern and stay pieces of their own.
+//      cuts it with its PCRE2 pattern (the `tokenizers` Split: with behaviour "isolated", matches
+//      and the text between them are pieces; "merged with previous" or "next", a match joins the
+//      text on that side; empty pieces are dropped). Bytes that are not UTF-8 match no pattern.
 //   4. Each piece is split into its first symbols (`symbols`: its bytes, or its characters, a
 //      character the vocabulary lacks as the tokens <0xNN> of its bytes with byte_fallback, else
 //      `unknown`; a byte that is not UTF-8 is a character of its own) and merged: the adjacent
@@ -58,10 +58,14 @@ struct BpeSpec {
   // replacement), with prefix_first_only only the piece the text starts with (prepend_scheme
   // first). Then its pattern (empty: cuts nothing) cuts it, compiled as `tokenizers` (Oniguruma,
   // Ruby syntax) reads it, '^' and '$' at line ends (PCRE2_MULTILINE), or as tiktoken (Rust
-  // regex), at the text's ends only.
+  // regex), at the text's ends only; each match is a piece of its own (`tokenizers`' Split
+  // behaviour Isolated), or joins the text before it (MergedWithPrevious) or after it
+  // (MergedWithNext).
   struct Split {
+    enum class Match { kIsolated, kWithPrevious, kWithNext };
     std::string pattern;
     bool multiline = false;
+    Match match = Match::kIsolated;
     std::string space_as;
     std::string prefix;
     bool prefix_first_only = false;

@@ -29,7 +29,7 @@ std::optional<char> fallback_byte(std::string_view token) {
   return static_cast<char>(value);
 }
 
-
+// `tokenizers`' decoders, each a step on the list of spellings (DecodeStep).
 void byte_fallback(std::vector<std::string>& tokens) {
   std::vector<std::string> out;
   std::string run;
@@ -88,7 +88,6 @@ void decode_step(const DecodeStep& step, std::vector<std::string>& tokens) {
   }
 }
 
-
 }  // namespace
 
 // Length of the UTF-8 character starting at text[pos]; 0 where none does (a byte that is not UTF-8:
@@ -108,7 +107,6 @@ size_t utf8_length(std::string_view text, size_t pos) {
   return n;
 }
 
-
 void replace_all(std::string& text, std::string_view from, std::string_view to) {
   if (from.empty()) return;
   std::string out;
@@ -121,7 +119,6 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
   out.append(text, gap);
   text = std::move(out);
 }
-
 
 std::string normalize(std::string_view text, const std::vector<Rewrite>& steps) {
   std::string out(text);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <unordered_map>
 
@@ -215,13 +216,19 @@ void Reader::read_pre_tokenizer(const Json& p, BpeSpec& spec, PreTokenizerKind& 
     if (!s.prefix.empty() || !s.pattern.empty()) spec.splits.push_back(s);
   } else if (type == "Split") {
     const std::string behavior = p.value("behavior", "");
-    if (behavior != "Isolated" || p.value("invert", false)) {
-      throw error(fmt::format("{}: Split with behavior {}{}: only Isolated, not inverted, is read",
+    using Match = BpeSpec::Split::Match;
+    const std::map<std::string, Match> matches = {{"Isolated", Match::kIsolated},
+                                                  {"MergedWithPrevious", Match::kWithPrevious},
+                                                  {"MergedWithNext", Match::kWithNext}};
+    if (!matches.contains(behavior) || p.value("invert", false)) {
+      throw error(fmt::format("{}: Split with behavior {}{}: only Isolated, MergedWithPrevious and "
+                              "MergedWithNext, not inverted, are read",
                               where, behavior, p.value("invert", false) ? ", invert" : ""));
     }
     const Json& pattern = p.value("pattern", Json::object());
     BpeSpec::Split s;
     s.multiline = true;
+    s.match = matches.at(behavior);
     if (pattern.contains("Regex") && pattern["Regex"].is_string()) {
       s.pattern = pattern["Regex"].get<std::string>();
     } else if (pattern.contains("String") && pattern["String"].is_string()) {
@@ -259,7 +266,7 @@ std::string Reader::one_character(const Json& p, const char* key, const std::str
 
 // Metaspace: ' ' becomes the replacement, the replacement goes in front (prepend_scheme; older
 // files' add_prefix_space: true is "always"), and with split the piece is cut before each
-// replacement (`tokenizers`' MergedWithNext: as Isolated matches of "R[^R]*").
+// replacement (`tokenizers`' Split behaviour MergedWithNext).
 BpeSpec::Split Reader::read_metaspace(const Json& p, const std::string& where) const {
   BpeSpec::Split s;
   s.space_as = one_character(p, "replacement", where);
@@ -276,9 +283,8 @@ BpeSpec::Split Reader::read_metaspace(const Json& p, const std::string& where) c
   if (scheme != "never") s.prefix = s.space_as;
   s.prefix_first_only = scheme == "first";
   if (p.value("split", true)) {
-    const std::string r = literal_pattern(s.space_as);
-    s.pattern = fmt::format("{}[^{}]*", r, r);
-    s.multiline = true;
+    s.pattern = literal_pattern(s.space_as);
+    s.match = BpeSpec::Split::Match::kWithNext;
   }
   return s;
 }

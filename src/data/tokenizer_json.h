@@ -12,9 +12,9 @@
 //   normalizer     SentencePiece-style only: Prepend, Replace (a String pattern), Sequences.
 //   pre_tokenizer  ByteLevel (add_prefix_space; use_regex: GPT-2's pattern), Metaspace
 //                  (replacement, prepend_scheme or the older add_prefix_space, split), Split (a
-//                  Regex or String pattern, behaviour Isolated), Digits, and Sequences of them,
-//                  ByteLevel last. Patterns compile with PCRE2, '^' and '$' at line ends as in
-//                  Oniguruma.
+//                  Regex or String pattern, behaviour Isolated, MergedWithPrevious or
+//                  MergedWithNext), Digits, and Sequences of them, ByteLevel last. Patterns
+//                  compile with PCRE2, '^' and '$' at line ends as in Oniguruma.
 //   decoder        SentencePiece-style only: Replace (a String pattern), ByteFallback, Fuse,
 //                  Strip, Metaspace, Sequences (byte-level files decode to their tokens' bytes).
 //   added_tokens   split out before the normalizer and pre-tokenization: the non-normalized ones

@@ -34,6 +34,10 @@ and Mistral lay theirs out; and the normalized added token <custom>:
                   <unk>, one each (fuse_unk false)
   spm-never       Metaspace (prepend_scheme never, split), the decoder Replace + Fuse; no byte
                   fallback and no unknown token: such characters are dropped
+  spm-gemma       Gemma's: the normalizer Replace(" ", "\u2581"), the pre-tokenizer Split(" ",
+                  MergedWithPrevious) (a no-op after it), the decoder Replace + ByteFallback +
+                  Fuse; then, to cut where it shows, Splits of punctuation MergedWithNext and of
+                  "\u2581" MergedWithPrevious
 Their expected.json entries also hold "decoded": tokenizers' decode of each document's ids
 (skip_special_tokens=False), and the documents are SPM_DOCS (DOCS and one with <s> and </s>)."""
 import json
@@ -48,7 +52,7 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SPECIALS = ["<|endoftext|>", "<|begin_of_text|>"]
 KINDS = ["gpt2-pattern", "llama3-pattern", "digits-prefix", "wide"]
-SPM_KINDS = ["spm-llama2", "spm-first", "spm-always", "spm-never"]
+SPM_KINDS = ["spm-llama2", "spm-first", "spm-always", "spm-never", "spm-gemma"]
 WIDE_SHIFT = 69000
 
 DOCS = CORPUS + [
@@ -164,6 +168,17 @@ def make_spm(kind):
         j["pre_tokenizer"] = {"type": "Metaspace", "replacement": SPACE, "add_prefix_space": True}
         j["decoder"] = {"type": "Metaspace", "replacement": SPACE, "add_prefix_space": True}
         model.update(byte_fallback=False, fuse_unk=False)
+    elif kind == "spm-gemma":
+        j["normalizer"] = {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}
+
+        def split(pattern, behavior):
+            return {"type": "Split", "pattern": pattern, "behavior": behavior, "invert": False}
+
+        j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            split({"String": " "}, "MergedWithPrevious"),
+            split({"Regex": r"[.,!?;:]+"}, "MergedWithNext"),
+            split({"String": SPACE}, "MergedWithPrevious")]}
+        j["decoder"] = {"type": "Sequence", "decoders": LLAMA2_DECODER["decoders"][:3]}
     else:
         j["pre_tokenizer"] = {"type": "Metaspace", "replacement": SPACE,
                               "prepend_scheme": "never", "split": True}

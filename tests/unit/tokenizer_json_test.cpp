@@ -139,6 +139,15 @@ TEST_F(TokenizerJson, SentencePieceMetaspaceFirstEqualsTokenizers) {
   expect_reference_ids("spm-first", false);
 }
 
+// Gemma's Replace normalizer and Split(" ", MergedWithPrevious); Splits merged with the previous
+// and the next piece; a decoder without Strip. The documents without a literal "▁" decode back.
+TEST_F(TokenizerJson, SentencePieceGemmaSplitsEqualTokenizers) {
+  expect_reference_ids("spm-gemma", false);
+  const auto& docs = expected_->at("spm_docs");
+  const auto& decoded = expected_->at("spm-gemma").at("decoded");
+  for (size_t i = 0; i + 1 < docs.size(); ++i) EXPECT_EQ(decoded[i], docs[i]) << i;
+}
+
 // No byte fallback: <unk> for each character the vocabulary lacks (spm-always, Metaspace's
 // decoder), or nothing (spm-never: no unknown token).
 TEST_F(TokenizerJson, SentencePieceWithoutByteFallbackEqualsTokenizers) {
