@@ -299,7 +299,8 @@ PY
     # byte for byte. The prompt's CJK characters are not in the vocabulary (their bytes' tokens);
     # the first new token starts with "▁" (" per"), a space the decoder keeps after the prompt
     # (data::decode_continuation); the byte tokens' output embeddings are zero, so the
-    # continuation is whole characters.
+    # continuation is whole characters. Then train.sample_every samples through the file, and a
+    # decoder the trainer does not read is exit 2.
     "$TRAINER_PYTHON" "$src/tests/unit/bpe_reference.py" "$work/ref" >"$out" 2>&1 || fail "bpe_reference.py failed"
     tok=$work/ref/spm-llama2/tokenizer.json
     vocab=$("$TRAINER_PYTHON" -c "import sys, tokenizers; print(tokenizers.Tokenizer.from_file(sys.argv[1]).get_vocab_size())" "$tok") \
@@ -314,7 +315,22 @@ PY
     expect_rc 0; expect_grep "weights: model.init_from $work/hf"
     grep -av "^trainer: " "$out" | cmp - "$work/expected.txt" \
       || fail "generated $(grep -av '^trainer: ' "$out" | od -c | head -3), transformers $(od -c "$work/expected.txt" | head -3)"
-    grep -av "^trainer: " "$out" ;;
+    grep -av "^trainer: " "$out"
+    # train.sample_every samples through the same file (the byte shards' ids are ids of it too).
+    run "$trainer" "${llama[@]}" --set data.vocab_size="$vocab" --set model.init_from="$work/hf" \
+      --set train.steps=2 --set train.sample_every=2 --set train.sample_prompt="The 日本 quick" \
+      --set train.sample_tokens=6
+    expect_rc 0; expect_grep "sample at step 2: The 日本 quick \| "
+    # A decoder the trainer does not read stops it with exit 2, naming the file and the key.
+    "$TRAINER_PYTHON" - "$tok" "$work/bad.json" <<'PY' || fail "could not write bad.json"
+import json, sys
+j = json.load(open(sys.argv[1], encoding="utf-8"))
+j["decoder"]["decoders"][1] = {"type": "CTC"}
+json.dump(j, open(sys.argv[2], "w", encoding="utf-8"))
+PY
+    run "$trainer" "${llama[@]}" --set data.vocab_size="$vocab" --set model.init_from="$work/hf" \
+      --set data.tokenizer="$work/bad.json" --generate "x"
+    expect_rc 2; expect_grep "data.tokenizer: $work/bad.json: decoder.decoders\[1\]: decoder CTC is not read" ;;
   llama_hf_tokenizer_finetune_np2)
     # A user's Llama pipeline end to end: a byte-level BPE tokenizer.json (trained offline with
     # `tokenizers`: tests/unit/bpe_reference.py's llama3-pattern) tokenizes a JSONL corpus with
