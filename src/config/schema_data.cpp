@@ -114,9 +114,9 @@ std::vector<KeyDef> source_keys() {
                   "--chat writes them), none otherwise"),
       text("data.tokenizer", FIELD(data.tokenizer), "auto",
            "tokens: the encoding of the ids, for --generate and train.sample_every: auto, bytes, "
-           "gpt2 or the path of a byte-level BPE tokenizer.json (auto: the tokenizer.json beside "
-           "model.init_from's weights, else bytes when data.vocab_size <= 256, gpt2 when it is "
-           "50257)")};
+           "gpt2 or the path of a BPE tokenizer.json, byte-level or SentencePiece-style (auto: the "
+           "tokenizer.json beside model.init_from's weights, else bytes when data.vocab_size <= "
+           "256, gpt2 when it is 50257)")};
 }
 
 }  // namespace
