@@ -183,6 +183,28 @@ TEST_F(TokenizerJson, SentencePieceByteFallbackDecodesByteForByte) {
   EXPECT_THROW(tok->decode({-1}), std::out_of_range);
 }
 
+// A vocabulary with some byte tokens only: a character whose bytes all have one falls back to
+// them, another is <unk>, which waits for the next character with a token (or the end), even past
+// a fallback, and is one for a run with fuse_unk. The ids are tokenizers 0.23.3's for this file.
+TEST(TokenizerJsonSentencePiece, PartialByteFallbackOrdersUnknownsAsTokenizers) {
+  test::TempDir dir;
+  for (const bool fuse : {true, false}) {
+    const std::string f = dir.file(fuse ? "fused.json" : "unfused.json");
+    std::ofstream(f) << R"({"model": {"type": "BPE", "unk_token": "<unk>", "byte_fallback": true,
+        "fuse_unk": )"
+                     << (fuse ? "true" : "false")
+                     << R"(, "vocab": {"<unk>": 0, "a": 1, "▁": 2, "<0xC3>": 3, "<0xA9>": 4,
+        "<0xE6>": 5}, "merges": []},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]}})";
+    const auto tok = data::make_tokenizer(f);
+    using Ids = std::vector<int64_t>;
+    EXPECT_EQ(tok->encode("漢éa"), (Ids{3, 4, 0, 1})) << fuse;
+    EXPECT_EQ(tok->encode("漢字éa"), fuse ? (Ids{3, 4, 0, 1}) : (Ids{0, 3, 4, 0, 1}));
+    EXPECT_EQ(tok->encode("a漢字"), fuse ? (Ids{1, 0}) : (Ids{1, 0, 0}));
+    EXPECT_EQ(tok->encode("漢é"), (Ids{3, 4, 0})) << fuse;
+  }
+}
+
 void expect_refused(const std::string& file, const std::string& json, const std::string& needle) {
   std::ofstream(file) << json;
   try {
