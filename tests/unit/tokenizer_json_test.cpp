@@ -3,10 +3,10 @@
 // merges; Llama 3's Split pattern with ignore_merges and [a, b] merges; Digits then ByteLevel
 // with a prefix space) give tokenizers' ids on a corpus of accents, combining marks, CJK, Korean,
 // Arabic, Hindi, emoji sequences, code with tabs and CRLF, whitespace runs, Unicode spaces and
-// added tokens, and decode it back byte for byte. Four SentencePiece-style ones (Llama 2's
-// normalizer; Metaspace first, always and never; byte fallback, <unk>, neither) give its ids on
-// that corpus, most of whose characters their vocabulary lacks, and its decoded text. Then the
-// refusals and data.tokenizer's choice.
+// added tokens, and decode it back byte for byte. Five SentencePiece-style ones (Llama 2's
+// normalizer; Metaspace first, always and never; Gemma's Replace and Splits; byte fallback,
+// <unk>, neither) give its ids on that corpus, whose non-ASCII characters their vocabulary lacks,
+// and its decoded text. Then the refusals and data.tokenizer's choice.
 #include "data/tokenizer_json.h"
 
 #include <gtest/gtest.h>
