@@ -2,7 +2,8 @@
 // a packed window equal those of each document run alone (documents of 1, 37, context - 1 and
 // exactly context tokens, within 1e-5 in fp32), also with activation checkpointing; the masked
 // loss and every gradient against the PyTorch twins (tests/reference/gpt.py, llama.py) on the
-// same packed batch with ignored targets (1e-4); the block-diagonal mask in closed form; and a
+// same packed batch with ignored targets (1e-4); the block-diagonal mask in closed form, and with
+// a sliding window (models/attention_mask.h); a windowed model's documents alone as packed; and a
 // model without the capability refused naming data.packing.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/shape.h"
+#include "models/attention_mask.h"
 #include "models/capabilities.h"
 #include "models/documents.h"
 #include "models/gpt/gpt.h"
@@ -113,6 +115,49 @@ TEST(PackedDocuments, LlamaLogitsOfEachDocumentEqualItsRunAlone) {
   at::manual_seed(2);
   models::Llama model(llama_options());
   expect_each_document_alone(model);
+}
+
+// Llama's kin: a sliding window of 5 on the first of the two layers, and Qwen3's q and k norms.
+// Within its document each token sees its 5 latest positions, as in the document run alone (where
+// the window comes from the causal mask of models/attention_mask.h, not the documents').
+TEST(PackedDocuments, WindowedLogitsOfEachDocumentEqualItsRunAlone) {
+  at::manual_seed(3);
+  models::LlamaOptions o = llama_options();
+  o.sliding_window = 5;
+  o.sliding_layers = {true, false};
+  o.qk_norm = true;
+  models::Llama model(o);
+  expect_each_document_alone(model);
+}
+
+// The one rule's masks: a window of 3 after 2 cached keys, and within packed documents.
+TEST(AttentionMask, CausalWithinAWindowAfterACacheAndWithinDocuments) {
+  EXPECT_FALSE(models::needs_causal_mask(4, 0, 0));
+  EXPECT_FALSE(models::needs_causal_mask(3, 0, 3));
+  EXPECT_TRUE(models::needs_causal_mask(4, 0, 3));
+  EXPECT_TRUE(models::needs_causal_mask(2, 2, 0));
+  EXPECT_FALSE(models::needs_causal_mask(1, 2, 3));  // one query after 2 keys: all 3 in reach
+  EXPECT_TRUE(models::needs_causal_mask(1, 3, 3));   // 4 keys, the first out of reach
+  // Queries at positions 2, 3, 4 over keys 0 .. 4, each seeing its 3 latest.
+  const at::Tensor cached = at::tensor({1, 1, 1, 0, 0,  //
+                                        0, 1, 1, 1, 0,  //
+                                        0, 0, 1, 1, 1},
+                                       at::kInt)
+                                .to(at::kBool)
+                                .view({3, 5});
+  EXPECT_TRUE(at::equal(models::causal_mask(3, 2, 3, at::TensorOptions()), cached));
+  // Documents of 4 tokens and 2, a window of 2.
+  const at::Tensor positions = at::tensor({0, 1, 2, 3, 0, 1}, at::kLong).view({1, 6});
+  const at::Tensor documents = at::tensor({1, 0, 0, 0, 0, 0,  //
+                                           1, 1, 0, 0, 0, 0,  //
+                                           0, 1, 1, 0, 0, 0,  //
+                                           0, 0, 1, 1, 0, 0,  //
+                                           0, 0, 0, 0, 1, 0,  //
+                                           0, 0, 0, 0, 1, 1},
+                                          at::kInt)
+                                   .to(at::kBool)
+                                   .view({1, 1, 6, 6});
+  EXPECT_TRUE(at::equal(models::document_mask(positions, 2), documents));
 }
 
 TEST(PackedDocuments, MaskIsBlockDiagonalCausal) {
