@@ -122,9 +122,9 @@ std::vector<KeyDef> llama_keys() {
       choice("model.tie_embeddings", FIELD(model.tie_embeddings), "auto", {"auto", "true", "false"},
              "llama and its kin: the output layer is the token embedding (false: a separate "
              "lm_head; auto: the preset's or model.init_from's)"),
-      integer("model.sliding_window", FIELD(model.sliding_window), "-1", -1, 1 << 24,
+      integer("model.sliding_window", FIELD(model.sliding_window), "0", 0, 1 << 24,
               "llama and its kin: sliding-window attention, each query sees this many latest "
-              "positions (0: all; -1: the preset's or model.init_from's)")};
+              "positions (0: the preset's or model.init_from's; mistral-tiny 64, else none)")};
 }
 
 // The sequence model's and the CNN's keys.

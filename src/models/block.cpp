@@ -296,14 +296,15 @@ Block::Block(const BlockOptions& options) : options_(resolved(options)) {
   norm_1_ = register_module(names.norm_1, std::make_shared<Norm>(d, o.norm, o.norm_eps, o.frozen));
   auto attn = register_module(names.attn, std::make_shared<torch::nn::Module>());
   const int64_t kv_inner = o.kv_heads * o.head_dim;
+  const bool qkv_bias = o.attn_bias || o.qkv_bias;
   if (o.fused_qkv) {
-    qkv_ = attn->register_module(names.qkv, projection(d, inner + 2 * kv_inner, o.attn_bias));
+    qkv_ = attn->register_module(names.qkv, projection(d, inner + 2 * kv_inner, qkv_bias));
   } else {
-    q_ = attn->register_module(names.q, projection(d, inner, o.attn_bias));
-    k_ = attn->register_module(names.k, projection(d, kv_inner, o.attn_bias));
-    v_ = attn->register_module(names.v, projection(d, kv_inner, o.attn_bias));
+    q_ = attn->register_module(names.q, projection(d, inner, qkv_bias));
+    k_ = attn->register_module(names.k, projection(d, kv_inner, qkv_bias));
+    v_ = attn->register_module(names.v, projection(d, kv_inner, qkv_bias));
   }
-  attn_out_ = attn->register_module(names.attn_out, projection(inner, d, o.attn_out_bias));
+  attn_out_ = attn->register_module(names.attn_out, projection(inner, d, o.attn_bias));
   if (o.qk_norm) {  // after o_proj, as Hugging Face's Qwen3 registers them
     q_norm_ = attn->register_module(
         names.q_norm, std::make_shared<Norm>(o.head_dim, o.norm, o.norm_eps, o.frozen));

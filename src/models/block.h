@@ -161,8 +161,8 @@ struct BlockNames {
 //   text encoder:  frozen, layout kInOut, fused_gelu false, causal false with a padding mask
 //   llama:         norm kRmsNorm + its eps, no biases, MlpKind::kSwiGlu with its mlp_hidden,
 //                  kv_heads and head_dim from its config, position = a Rotary (one, shared by
-//                  every block) and Hugging Face's BlockNames; its kin set attn_bias alone
-//                  (Qwen2), qk_norm (Qwen3) or a window (Mistral)
+//                  every block) and Hugging Face's BlockNames; its kin set qkv_bias (Qwen2),
+//                  qk_norm (Qwen3) or a window (Mistral)
 struct BlockOptions {
   int64_t d_model = 0;
   int64_t heads = 0;
@@ -170,8 +170,8 @@ struct BlockOptions {
   int64_t head_dim = 0;  // 0: d_model / heads (heads must then divide d_model)
   NormKind norm = NormKind::kLayerNorm;
   double norm_eps = 1e-5;
-  bool attn_bias = true;      // qkv (or q, k, v)
-  bool attn_out_bias = true;  // out (Qwen2: biases on q, k and v alone)
+  bool attn_bias = true;  // qkv (or q, k, v) and out
+  bool qkv_bias = false;  // qkv (or q, k, v) even without attn_bias (Qwen2: not on out)
   // RMSNorm (norm_eps) over each head of q and k, after the projection and before the position
   // scheme, weights [head_dim] named q_norm and k_norm under the attention (Qwen3).
   bool qk_norm = false;

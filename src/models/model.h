@@ -57,7 +57,7 @@ struct ModelOptions {
   bool attention_bias = false;
   bool mlp_bias = false;
   std::string tie_embeddings;  // auto (the preset's or the file's) | true | false
-  int64_t sliding_window = 0;  // llama and kin: sliding-window attention (-1: the preset's)
+  int64_t sliding_window = 0;  // llama and kin: sliding-window attention (0: the preset's)
   // gpt, llama: LoRA adapters (models/lm/lora.h); rank 0: none
   int64_t lora_rank = 0;
   double lora_alpha = 0.0;

@@ -56,7 +56,6 @@ models::ModelOptions kin_options(const std::string& family, bool tied) {
   models::ModelOptions o = llama_options(tied);
   o.name = family;
   o.preset = family + "-tiny";
-  o.sliding_window = -1;
   if (family == "qwen3") o.head_dim = 12;
   return o;
 }

@@ -80,7 +80,6 @@ std::shared_ptr<models::Llama> load(const Made& m, const std::string& dir) {
   o.name = m.family;
   o.preset = m.preset;  // the file's architecture replaces the preset's
   o.tie_embeddings = "auto";
-  o.sliding_window = -1;
   o.init_from = dir;
   core::Shape s;
   s.vocab_size = kVocab;
@@ -130,6 +129,24 @@ TEST_P(HfKin, InitFromGivesTransformersLogits) {
   const at::Tensor logits = model->forward(expected().at("inputs").to(at::kLong));
   const double diff = test::max_abs_diff(logits.narrow(-1, 0, kVocab), expected().at("logits"));
   EXPECT_LT(diff, 1e-4) << "logits differ from transformers' by up to " << diff;
+}
+
+// model.sliding_window set over model.init_from must be the file's.
+TEST_P(HfKin, ASlidingWindowKeyOtherThanTheFilesNamesBoth) {
+  models::ModelOptions o;
+  o.name = made().family;
+  o.preset = made().preset;
+  o.tie_embeddings = "auto";
+  o.sliding_window = made().window + 3;
+  o.init_from = dir();
+  core::Shape s;
+  s.vocab_size = kVocab;
+  s.context = kPositions / 2;
+  EXPECT_THAT([&] { models::create_model(o, s); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  HasSubstr(fmt::format("has a sliding window of {} (0: none), the config has "
+                                        "model.sliding_window = {}",
+                                        made().window, made().window + 3))));
 }
 
 TEST_P(HfKin, GreedyGenerationPastTheWindowEqualsTransformers) {
@@ -213,7 +230,6 @@ int64_t preset_parameters(const std::string& family, const std::string& preset, 
   o.name = family;
   o.preset = preset;
   o.tie_embeddings = "auto";
-  o.sliding_window = -1;
   core::Shape s;
   s.vocab_size = vocab;
   s.context = 8;
@@ -253,7 +269,6 @@ TEST(KinErrors, ConfigValuesTheFamilyCannotTakeNameTheKey) {
     o.name = family;
     o.preset = family + "-tiny";
     o.tie_embeddings = "auto";
-    o.sliding_window = -1;
     o.init_from = dir.path();
     core::Shape s;
     s.vocab_size = 300;

@@ -56,7 +56,6 @@ models::ModelOptions options(const Family& f, const std::string& base, int64_t r
   const std::string name = f.name;
   o.preset = name == "gpt" ? "tiny" : name + "-tiny";
   o.tie_embeddings = "auto";
-  o.sliding_window = -1;
   o.init_from = base;
   o.lora_rank = rank;
   o.lora_alpha = 12.0;

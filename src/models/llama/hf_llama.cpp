@@ -250,6 +250,11 @@ void apply_llama_init(const LlamaInit& init, const LlamaDimsSet& set, LlamaOptio
                                    d.file_key, d.file, d.key, d.set));
     }
   }
+  if (set.sliding_window != 0 && set.sliding_window != f.sliding_window) {
+    throw init_error(fmt::format("{} has a sliding window of {} (0: none), the config has "
+                                 "model.sliding_window = {}",
+                                 init.config_file, f.sliding_window, set.sliding_window));
+  }
   if (f.vocab_size != o.vocab_size) {
     throw init_error(fmt::format("{} has vocab_size {}, the config has data.vocab_size = {}",
                                  init.config_file, f.vocab_size, o.vocab_size));

@@ -92,6 +92,7 @@ LlamaInit read_llama_init(const std::string& path, bool weights = true,
 // The dimension keys the config sets (0: not set) that must agree with the file's.
 struct LlamaDimsSet {
   int64_t num_layers = 0, heads = 0, kv_heads = 0, head_dim = 0, d_model = 0, intermediate = 0;
+  int64_t sliding_window = 0;  // model.sliding_window (0: not set)
 };
 
 // `options` with the file's architecture (dropout, checkpointing, chunking and context kept

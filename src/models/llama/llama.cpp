@@ -50,8 +50,8 @@ BlockOptions block_options(const LlamaOptions& o) {
   b.head_dim = o.head_dim;
   b.norm = NormKind::kRmsNorm;
   b.norm_eps = o.rms_norm_eps;
-  b.attn_bias = o.attention_bias || o.qkv_bias;
-  b.attn_out_bias = o.attention_bias;
+  b.attn_bias = o.attention_bias;
+  b.qkv_bias = o.qkv_bias;
   b.qk_norm = o.qk_norm;
   b.mlp = MlpKind::kSwiGlu;
   b.mlp_hidden = o.intermediate;

@@ -26,7 +26,7 @@ LlamaOptions from_keys(const ModelOptions& o, const LlamaDialect& dialect,
   l.head_dim = or_else(o.head_dim, l.head_dim);
   l.intermediate = or_else(o.intermediate_size, l.intermediate);
   l.rms_norm_eps = or_else(o.rms_norm_eps, l.rms_norm_eps);
-  l.sliding_window = o.sliding_window >= 0 ? o.sliding_window : l.sliding_window;
+  l.sliding_window = or_else(o.sliding_window, l.sliding_window);
   RopeOptions& r = l.rope;
   r.theta = or_else(o.rope_theta, r.theta);
   if (!o.rope_scaling.empty() && o.rope_scaling != "auto") r.scaling = o.rope_scaling;
@@ -56,8 +56,10 @@ std::shared_ptr<CausalLm> make_llama(const ModelOptions& o, const core::Shape& s
   if (!o.init_from.empty()) {
     // The file's architecture wins over the preset's; dimension keys set here must agree.
     init = read_llama_init(o.init_from, /*weights=*/!deferred, dialect);
-    apply_llama_init(
-        *init, {o.num_layers, o.heads, o.kv_heads, o.head_dim, o.d_model, o.intermediate_size}, l);
+    apply_llama_init(*init,
+                     {o.num_layers, o.heads, o.kv_heads, o.head_dim, o.d_model, o.intermediate_size,
+                      o.sliding_window},
+                     l);
   }
   if (l.context == 0) l.context = s.context;
   require_context_fits(s, l.context);

@@ -209,7 +209,7 @@ LmShape CausalLm::lm_shape() const {
   s.positions = dims_.learned_positions ? dims_.context : 0;
   s.swiglu = b.mlp == MlpKind::kSwiGlu;
   s.attention_bias = b.attn_bias;
-  s.attention_out_bias = b.attn_out_bias;
+  s.qkv_bias = b.qkv_bias;
   s.qk_norm = b.qk_norm;
   s.mlp_bias = b.mlp_bias;
   s.tied = dims_.tied;

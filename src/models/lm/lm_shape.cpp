@@ -27,8 +27,9 @@ void block_parameters(const LmShape& s, int64_t i, std::vector<LmShape::Paramete
     if (gpt) add(name + ".bias", d);
   };
   norm(gpt ? "ln_1" : "input_layernorm");
-  projection(gpt ? "attn.c_attn" : "self_attn.qkv_proj", d, a + 2 * k, s.attention_bias);
-  projection(gpt ? "attn.c_proj" : "self_attn.o_proj", a, d, s.attention_out_bias);
+  projection(gpt ? "attn.c_attn" : "self_attn.qkv_proj", d, a + 2 * k,
+             s.attention_bias || s.qkv_bias);
+  projection(gpt ? "attn.c_proj" : "self_attn.o_proj", a, d, s.attention_bias);
   if (s.qk_norm) {  // registered after o_proj (models/block.h)
     add("self_attn.q_norm.weight", s.head_dim);
     add("self_attn.k_norm.weight", s.head_dim);

@@ -31,12 +31,12 @@ struct LmShape {
   int64_t intermediate = 0;
   int64_t positions = 0;  // a learned position embedding's rows (gpt's wpe); 0: rotary (llama)
   bool swiglu = true;     // llama's MLP and RMSNorm; false: GPT-2's GELU MLP and LayerNorm
-  bool attention_bias = false;      // the query/key/value projection has biases (gpt, Qwen2)
-  bool attention_out_bias = false;  // the attention's output projection has biases (gpt)
-  bool qk_norm = false;             // RMSNorms over each head of q and k (Qwen3)
-  bool mlp_bias = false;            // the MLP's projections have biases (gpt)
-  bool tied = false;                // the output layer is the token embedding
-  std::string family;               // model.name: "gpt", "llama", "qwen3", ...
+  bool attention_bias = false;  // the attention's projections have biases (gpt)
+  bool qkv_bias = false;        // the query/key/value projection's alone (Qwen2)
+  bool qk_norm = false;         // RMSNorms over each head of q and k (Qwen3)
+  bool mlp_bias = false;        // the MLP's projections have biases (gpt)
+  bool tied = false;            // the output layer is the token embedding
+  std::string family;           // model.name: "gpt", "llama", "qwen3", ...
   // LoRA (models/lm/lora.h): rank 0 off; the adapted layers by their Hugging Face names (as
   // model.lora_targets, defaults applied). With adapters, parameters() lists the adapters alone
   // (what trains, shards and has optimizer state) and frozen() the base, which every rank holds
