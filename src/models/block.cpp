@@ -144,12 +144,17 @@ Norm::Norm(int64_t dim, NormKind kind, double eps, bool frozen)
         p, [value](const at::Tensor& t) { t.fill_(value); }, /*random=*/false);
     return p;
   };
-  weight = add("weight", 1.0);
+  weight = add("weight", kind == NormKind::kRmsNormOffset ? 0.0 : 1.0);
   if (kind == NormKind::kLayerNorm) bias = add("bias", 0.0);
 }
 
 at::Tensor Norm::forward(const at::Tensor& x) const {
   if (kind_ == NormKind::kRmsNorm) return at::rms_norm(x, {dim_}, weight, eps_);
+  if (kind_ == NormKind::kRmsNormOffset) {
+    const at::Tensor f = x.to(at::kFloat);
+    const at::Tensor normed = f * at::rsqrt(f.pow(2).mean(-1, true) + eps_);
+    return (normed * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
+  }
   return at::layer_norm(x, {dim_}, weight, bias, eps_);
 }
 
@@ -305,25 +310,32 @@ Block::Block(const BlockOptions& options) : options_(resolved(options)) {
     v_ = attn->register_module(names.v, projection(d, kv_inner, qkv_bias));
   }
   attn_out_ = attn->register_module(names.attn_out, projection(inner, d, o.attn_bias));
+  const auto norm = [&](int64_t dim) {
+    return std::make_shared<Norm>(dim, o.norm, o.norm_eps, o.frozen);
+  };
   if (o.qk_norm) {  // after o_proj, as Hugging Face's Qwen3 registers them
-    q_norm_ = attn->register_module(
-        names.q_norm, std::make_shared<Norm>(o.head_dim, o.norm, o.norm_eps, o.frozen));
-    k_norm_ = attn->register_module(
-        names.k_norm, std::make_shared<Norm>(o.head_dim, o.norm, o.norm_eps, o.frozen));
+    q_norm_ = attn->register_module(names.q_norm, norm(o.head_dim));
+    k_norm_ = attn->register_module(names.k_norm, norm(o.head_dim));
   }
-  norm_2_ = register_module(names.norm_2, std::make_shared<Norm>(d, o.norm, o.norm_eps, o.frozen));
+  if (o.sandwich_norms) post_attn_ = register_module(names.post_attn, norm(d));
+  norm_2_ = register_module(names.norm_2, norm(d));
   auto mlp = register_module(names.mlp, std::make_shared<torch::nn::Module>());
-  if (o.mlp == MlpKind::kSwiGlu) {
+  if (o.mlp != MlpKind::kGelu) {
     gate_ = mlp->register_module(names.gate, projection(d, o.mlp_hidden, o.mlp_bias));
   }
   up_ = mlp->register_module(names.up, projection(d, o.mlp_hidden, o.mlp_bias));
   mlp_out_ = mlp->register_module(names.mlp_out, projection(o.mlp_hidden, d, o.mlp_bias));
+  if (o.sandwich_norms) post_mlp_ = register_module(names.post_mlp, norm(d));
 }
 
 at::Tensor Block::forward(const at::Tensor& x, const BlockCall& call) const {
   const double p = call.dropout;
-  const at::Tensor h = x + at::dropout(attention(norm_1_->forward(x), call), p, p > 0);
-  return h + at::dropout(mlp(norm_2_->forward(h)), p, p > 0);
+  at::Tensor a = attention(norm_1_->forward(x), call);
+  if (post_attn_) a = post_attn_->forward(a);
+  const at::Tensor h = x + at::dropout(a, p, p > 0);
+  at::Tensor m = mlp(norm_2_->forward(h));
+  if (post_mlp_) m = post_mlp_->forward(m);
+  return h + at::dropout(m, p, p > 0);
 }
 
 at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
@@ -355,7 +367,7 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
   if (call.documents != nullptr) {
     require_block(!cached && call.mask == nullptr,
                   "packed documents with a mask or a KV cache are not supported");
-    const at::Tensor a = call.documents->attend(q, k, v, call.dropout, o.window);
+    const at::Tensor a = call.documents->attend(q, k, v, call.dropout, o.window, o.attn_scale);
     return attn_out_->forward(a.transpose(1, 2).reshape({n, t, o.heads * hd}));
   }
   std::optional<at::Tensor> mask;
@@ -376,13 +388,16 @@ at::Tensor Block::attention(const at::Tensor& x, const BlockCall& call) const {
   }
   if (causal) std::tie(causal, mask) = causal_rule(t, past, o.window, x.options());
   const at::Tensor a = at::scaled_dot_product_attention(q, k, v, mask, call.dropout, causal,
-                                                        std::nullopt, o.kv_heads != o.heads);
+                                                        o.attn_scale, o.kv_heads != o.heads);
   return attn_out_->forward(a.transpose(1, 2).reshape({n, t, o.heads * hd}));
 }
 
 at::Tensor Block::mlp(const at::Tensor& x) const {
   if (options_.mlp == MlpKind::kSwiGlu) {
     return mlp_out_->forward(at::silu(gate_->forward(x)) * up_->forward(x));
+  }
+  if (options_.mlp == MlpKind::kGeGlu) {
+    return mlp_out_->forward(at::gelu(gate_->forward(x), "tanh") * up_->forward(x));
   }
   const at::Tensor u = up_->forward(x);
   const at::Tensor g = options_.fused_gelu

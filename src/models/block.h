@@ -13,6 +13,9 @@
 //            -> out = Projection(heads head_dim, d_model)
 //     mlp:   GELU:   out(gelu(up(x)))             up: d_model -> mlp_hidden, out: back
 //            SwiGLU: out(silu(gate(x)) * up(x))   gate, up: d_model -> mlp_hidden, out: back
+//            GeGLU:  out(gelu_tanh(gate(x)) * up(x))
+//   sandwich_norms (Gemma): h = x + dropout(post_attn(attn(norm_1(x)))), and post_mlp after the
+//   MLP alike: each branch's output normed before it joins the residual.
 //
 // The parts are chosen by BlockOptions; a new decoder sets its fields (BlockOptions's comment
 // says which model uses what). Parameter names are BlockNames (defaults: GPT-2's ln_1,
@@ -39,6 +42,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,8 +52,11 @@
 
 namespace models {
 
-enum class NormKind { kLayerNorm, kRmsNorm };
-enum class MlpKind { kGelu, kSwiGlu };
+// kRmsNormOffset: RMSNorm computed in float32 and scaled by (1 + weight), the weight starting at
+// zero (Gemma's).
+enum class NormKind { kLayerNorm, kRmsNorm, kRmsNormOffset };
+// kGeGlu: SwiGLU's gated layout with tanh-approximated GELU for SiLU (Gemma's).
+enum class MlpKind { kGelu, kSwiGlu, kGeGlu };
 // [out, in] applied with at::linear (torch.nn.Linear), or [in, out] applied as x @ w + b (GPT-2's
 // Conv1D, the text encoder's stored layout).
 enum class WeightLayout { kOutIn, kInOut };
@@ -86,7 +93,8 @@ class Rotary final : public PositionScheme {
 };
 at::Tensor rotary_inv_freq(int64_t head_dim, double theta);
 
-// A norm over the last dimension: LayerNorm (weight, bias) or RMSNorm (weight).
+// A norm over the last dimension: LayerNorm (weight, bias) or RMSNorm (weight; kRmsNormOffset:
+// x / rms(x) * (1 + weight) in float32, cast back to x's dtype, as Gemma3RMSNorm).
 class Norm final : public torch::nn::Module {
  public:
   Norm(int64_t dim, NormKind kind, double eps, bool frozen);
@@ -147,12 +155,14 @@ class Projection final : public torch::nn::Module {
   std::vector<std::shared_ptr<LoraAdapter>> adapters_;
 };
 
-// Submodule and parameter names under the block. `gate` is registered for SwiGLU only; `qkv`
-// with fused_qkv, `q`, `k`, `v` without.
+// Submodule and parameter names under the block. `gate` is registered for the gated MLPs only;
+// `qkv` with fused_qkv, `q`, `k`, `v` without; post_attn and post_mlp with sandwich_norms only.
 struct BlockNames {
   std::string norm_1 = "ln_1", attn = "attn", qkv = "c_attn", attn_out = "c_proj";
   std::string q = "q_proj", k = "k_proj", v = "v_proj", q_norm = "q_norm", k_norm = "k_norm";
+  std::string post_attn = "post_attn_norm";
   std::string norm_2 = "ln_2", mlp = "mlp", gate = "gate_proj", up = "c_fc", mlp_out = "c_proj";
+  std::string post_mlp = "post_mlp_norm";
 };
 
 // The block's shape and parts. Defaults are GPT-2's block; each model sets what differs:
@@ -162,7 +172,8 @@ struct BlockNames {
 //   llama:         norm kRmsNorm + its eps, no biases, MlpKind::kSwiGlu with its mlp_hidden,
 //                  kv_heads and head_dim from its config, position = a Rotary (one, shared by
 //                  every block) and Hugging Face's BlockNames; its kin set qkv_bias (Qwen2),
-//                  qk_norm (Qwen3) or a window (Mistral)
+//                  qk_norm (Qwen3) or a window (Mistral); Gemma 3 kRmsNormOffset,
+//                  sandwich_norms, kGeGlu, qk_norm, attn_scale and a rotary per kind of layer
 struct BlockOptions {
   int64_t d_model = 0;
   int64_t heads = 0;
@@ -180,6 +191,11 @@ struct BlockOptions {
   // earlier position. Combined with the causal rule, packed documents and a KV cache alike
   // (models/attention_mask.h).
   int64_t window = 0;
+  // The attention's scale on q k^T (Gemma 3: query_pre_attn_scalar^-0.5); none: 1/sqrt(head_dim).
+  std::optional<double> attn_scale;
+  // A norm after the attention (post_attn) and after the MLP (post_mlp), on each branch's output
+  // before the residual (Gemma 2 and 3).
+  bool sandwich_norms = false;
   bool fused_qkv = true;  // one projection for q, k and v; false: three
   MlpKind mlp = MlpKind::kGelu;
   int64_t mlp_hidden = 0;  // 0: 4 d_model
@@ -220,6 +236,8 @@ class Block final : public torch::nn::Module {
   // The parts, for models that initialise or load them (gate(): SwiGLU only).
   Norm& norm_1() const { return *norm_1_; }
   Norm& norm_2() const { return *norm_2_; }
+  Norm& post_attn() const { return *post_attn_; }  // sandwich_norms only
+  Norm& post_mlp() const { return *post_mlp_; }
   Norm& q_norm() const { return *q_norm_; }  // qk_norm only
   Norm& k_norm() const { return *k_norm_; }
   Projection& qkv() const { return *qkv_; }  // fused_qkv only
@@ -227,7 +245,7 @@ class Block final : public torch::nn::Module {
   Projection& k() const { return *k_; }
   Projection& v() const { return *v_; }
   Projection& attn_out() const { return *attn_out_; }
-  Projection& gate() const { return *gate_; }
+  Projection& gate() const { return *gate_; }  // gated MLPs only
   Projection& up() const { return *up_; }
   Projection& mlp_out() const { return *mlp_out_; }
   const BlockOptions& options() const { return options_; }
@@ -237,7 +255,7 @@ class Block final : public torch::nn::Module {
   at::Tensor mlp(const at::Tensor& x) const;
 
   BlockOptions options_;  // kv_heads, head_dim and mlp_hidden resolved
-  std::shared_ptr<Norm> norm_1_, norm_2_, q_norm_, k_norm_;
+  std::shared_ptr<Norm> norm_1_, norm_2_, q_norm_, k_norm_, post_attn_, post_mlp_;
   std::shared_ptr<Projection> qkv_, q_, k_, v_, attn_out_, gate_, up_, mlp_out_;
 };
 

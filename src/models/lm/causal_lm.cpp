@@ -207,7 +207,8 @@ LmShape CausalLm::lm_shape() const {
   s.head_dim = b.head_dim;
   s.intermediate = b.mlp_hidden;
   s.positions = dims_.learned_positions ? dims_.context : 0;
-  s.swiglu = b.mlp == MlpKind::kSwiGlu;
+  s.swiglu = b.mlp != MlpKind::kGelu;
+  s.sandwich_norms = b.sandwich_norms;
   s.attention_bias = b.attn_bias;
   s.qkv_bias = b.qkv_bias;
   s.qk_norm = b.qk_norm;

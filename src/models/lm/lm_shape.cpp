@@ -34,10 +34,14 @@ void block_parameters(const LmShape& s, int64_t i, std::vector<LmShape::Paramete
     add("self_attn.q_norm.weight", s.head_dim);
     add("self_attn.k_norm.weight", s.head_dim);
   }
-  norm(gpt ? "ln_2" : "post_attention_layernorm");
+  // Gemma's post_attention_layernorm follows the attention; its pre-MLP norm has its own name.
+  if (s.sandwich_norms) norm("post_attention_layernorm");
+  norm(gpt ? "ln_2"
+           : (s.sandwich_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm"));
   if (s.swiglu) projection("mlp.gate_proj", d, s.intermediate, s.mlp_bias);
   projection(gpt ? "mlp.c_fc" : "mlp.up_proj", d, s.intermediate, s.mlp_bias);
   projection(gpt ? "mlp.c_proj" : "mlp.down_proj", s.intermediate, d, s.mlp_bias);
+  if (s.sandwich_norms) norm("post_feedforward_layernorm");
 }
 
 // One block's LoRA adapters (models/lm/lora.cpp), in the order named_parameters() lists them: a
@@ -120,24 +124,26 @@ std::vector<LmShape::Parameter> LmShape::frozen() const {
 
 // Note [Activations from the shapes]
 // Per token, one block saves for backward (elements, A = heads x head_dim, K = kv_heads x
-// head_dim, I = the MLP's width): its two norms' inputs and outputs (4 d_model); the attention's
-// projection output (A + 2K), the rotary embedding's inputs and rotated halves (2 (A + K), llama
-// only; Qwen3's q and k norms' inputs and outputs, 2 (A + K) more), the scaled-dot-product
-// attention's queries, keys, values and output (A + 2K + A: no [T, T] matrix, as the fused kernels
-// keep none) and the output projection's input (A); the MLP's SwiGLU gate, its SiLU, the up
-// projection and their product (4 I), or GPT-2's up projection and its GELU (2 I). Backward holds
-// one block's worth of gradients at a time. Checkpointed, a block keeps only its input (d_model)
-// and one block is recomputed at a time. The output layer (models/lm/linear_cross_entropy.h) holds,
-// per row of its chunk, the logits in the compute dtype, their log-softmax in fp32 and their
-// gradient in the compute dtype, and for the whole step the output weight's gradient in fp32 (none
-// under LoRA: the output layer is frozen) and h's gradient (d_model, fp32, per token).
+// head_dim, I = the MLP's width): its two norms' inputs and outputs (4 d_model; Gemma's four, 8);
+// the attention's projection output (A + 2K), the rotary embedding's inputs and rotated halves (2
+// (A + K), llama only; Qwen3's q and k norms' inputs and outputs, 2 (A + K) more), the
+// scaled-dot-product attention's queries, keys, values and output (A + 2K + A: no [T, T] matrix, as
+// the fused kernels keep none) and the output projection's input (A); the MLP's SwiGLU gate, its
+// SiLU, the up projection and their product (4 I), or GPT-2's up projection and its GELU (2 I).
+// Backward holds one block's worth of gradients at a time. Checkpointed, a block keeps only its
+// input (d_model) and one block is recomputed at a time. The output layer
+// (models/lm/linear_cross_entropy.h) holds, per row of its chunk, the logits in the compute dtype,
+// their log-softmax in fp32 and their gradient in the compute dtype, and for the whole step the
+// output weight's gradient in fp32 (none under LoRA: the output layer is frozen) and h's gradient
+// (d_model, fp32, per token).
 LmShape::Activations LmShape::activations(int64_t tokens, int64_t element_bytes,
                                           bool checkpointed) const {
   const int64_t d = d_model, a = heads * head_dim, k = kv_heads * head_dim;
   const int64_t attention = (swiglu ? (a + 2 * k) + 2 * (a + k) + (2 * a + 2 * k) + a
                                     : (a + 2 * k) + (2 * a + 2 * k) + a) +
                             (qk_norm ? 2 * (a + k) : 0);  // the q and k norms' inputs and outputs
-  const int64_t block = 4 * d + attention + (swiglu ? 4 : 2) * intermediate;
+  // Gemma's two norms more: their inputs and outputs (4 d_model).
+  const int64_t block = (sandwich_norms ? 8 : 4) * d + attention + (swiglu ? 4 : 2) * intermediate;
   const int64_t blocks = checkpointed ? layers * d + 2 * block : (layers + 1) * block;
   // Embeddings' output, the final norm's input and output: d each.
   const int64_t per_token = (blocks + 3 * d) * element_bytes + 4 * d;

@@ -30,10 +30,12 @@ struct LmShape {
   int64_t head_dim = 0;
   int64_t intermediate = 0;
   int64_t positions = 0;  // a learned position embedding's rows (gpt's wpe); 0: rotary (llama)
-  bool swiglu = true;     // llama's MLP and RMSNorm; false: GPT-2's GELU MLP and LayerNorm
+  bool swiglu = true;     // llama's gated MLP (SwiGLU, GeGLU) and RMSNorm; false: GPT-2's GELU MLP
+                          // and LayerNorm
   bool attention_bias = false;  // the attention's projections have biases (gpt)
   bool qkv_bias = false;        // the query/key/value projection's alone (Qwen2)
   bool qk_norm = false;         // RMSNorms over each head of q and k (Qwen3)
+  bool sandwich_norms = false;  // norms after the attention and the MLP too (Gemma 3)
   bool mlp_bias = false;        // the MLP's projections have biases (gpt)
   bool tied = false;            // the output layer is the token embedding
   std::string family;           // model.name: "gpt", "llama", "qwen3", ...

@@ -79,7 +79,7 @@ std::vector<Candidate> candidates(Block& block, bool split_qkv) {
       out.push_back(whole(n.attn + "." + *name, proj(*attn, *name)));
   }
   out.push_back(whole(n.attn + "." + n.attn_out, proj(*attn, n.attn_out)));
-  if (o.mlp == MlpKind::kSwiGlu) out.push_back(whole(n.mlp + "." + n.gate, proj(*mlp, n.gate)));
+  if (o.mlp != MlpKind::kGelu) out.push_back(whole(n.mlp + "." + n.gate, proj(*mlp, n.gate)));
   out.push_back(whole(n.mlp + "." + n.up, proj(*mlp, n.up)));
   out.push_back(whole(n.mlp + "." + n.mlp_out, proj(*mlp, n.mlp_out)));
   for (Candidate& c : out) {
