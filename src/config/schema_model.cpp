@@ -97,10 +97,11 @@ std::vector<KeyDef> llama_keys() {
            "llama: RMSNorm epsilon (0: the preset's, 1e-5)"),
       real("model.rope_theta", FIELD(model.rope_theta), "0.0", 0.0, kInf, false, true,
            "llama: rotary embedding base (0: the preset's: 10000, llama-3.2-1b 500000)"),
-      choice("model.rope_scaling", FIELD(model.rope_scaling), "auto", {"auto", "none", "llama3"},
+      choice("model.rope_scaling", FIELD(model.rope_scaling), "auto",
+             {"auto", "none", "llama3", "linear"},
              "llama: rotary frequency scaling (llama3: Llama 3.1's, with model.rope_factor, "
-             "rope_low_freq_factor, rope_high_freq_factor, rope_original_context; auto: the "
-             "preset's)"),
+             "rope_low_freq_factor, rope_high_freq_factor, rope_original_context; linear: every "
+             "frequency over model.rope_factor (gemma3's global layers); auto: the preset's)"),
       real("model.rope_factor", FIELD(model.rope_factor), "0.0", 0.0, kInf, false, true,
            "llama, rope_scaling llama3: how much long wavelengths are slowed (0: the preset's, "
            "else 8)"),

@@ -17,12 +17,13 @@ void check_rope_options(const RopeOptions& o, const std::string& prefix) {
   };
   if (!(o.theta > 1.0)) throw bad("rope_theta", fmt::format("must be above 1, got {}", o.theta));
   if (o.scaling == "none") return;
-  if (o.scaling != "llama3") {
+  if (o.scaling != "llama3" && o.scaling != "linear") {
     throw bad("rope_scaling",
-              fmt::format("unknown rope scaling '{}'; known: none, llama3", o.scaling));
+              fmt::format("unknown rope scaling '{}'; known: none, llama3, linear", o.scaling));
   }
   if (!(o.factor >= 1.0))
     throw bad("rope_factor", fmt::format("must be at least 1, got {}", o.factor));
+  if (o.scaling == "linear") return;
   if (!(o.low_freq_factor > 0.0)) {
     throw bad("rope_low_freq_factor", fmt::format("must be positive, got {}", o.low_freq_factor));
   }
@@ -41,6 +42,7 @@ at::Tensor rope_frequencies(int64_t head_dim, const RopeOptions& o) {
   }
   check_rope_options(o);
   const at::Tensor f = rotary_inv_freq(head_dim, o.theta);
+  if (o.scaling == "linear") return f / o.factor;
   if (o.scaling != "llama3") return f;
   const double old = static_cast<double>(o.original_context);
   const double low_wavelen = old / o.low_freq_factor, high_wavelen = old / o.high_freq_factor;

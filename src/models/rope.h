@@ -21,8 +21,8 @@ namespace models {
 
 struct RopeOptions {
   double theta = 10000.0;
-  std::string scaling = "none";     // "none" or "llama3"
-  double factor = 8.0;              // llama3: how much the long wavelengths are slowed
+  std::string scaling = "none";     // "none", "llama3" or "linear"
+  double factor = 8.0;              // llama3: how much the long wavelengths are slowed; linear: all
   double low_freq_factor = 1.0;     // llama3: wavelengths above L / low_freq_factor are scaled
   double high_freq_factor = 4.0;    // llama3: wavelengths below L / high_freq_factor are kept
   int64_t original_context = 8192;  // llama3: L, the context the model was first trained at
