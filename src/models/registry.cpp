@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "models/cnn.h"
+#include "models/gemma3/gemma3_family.h"
 #include "models/gpt/gpt_family.h"
 #include "models/llama/llama_family.h"
 #include "models/lm/lora.h"
@@ -78,8 +79,8 @@ std::shared_ptr<Model> make_cnn(const ModelOptions& o, const core::Shape& s) {
 
 // The language models, in the order model.preset lists their presets.
 const std::vector<LmFamily>& families() {
-  static const std::vector<LmFamily> all = {gpt_family(), llama_family(), qwen2_family(),
-                                            qwen3_family(), mistral_family()};
+  static const std::vector<LmFamily> all = {gpt_family(),   llama_family(),   qwen2_family(),
+                                            qwen3_family(), mistral_family(), gemma3_family()};
   return all;
 }
 

@@ -1,16 +1,18 @@
 """Hugging Face `transformers` side of the import/export tests of Llama and its kin (Qwen2, Qwen3,
-Mistral: tests/unit/hf_llama_test.cpp, tests/e2e). Offline: nothing is downloaded; models are
-random.
+Mistral, Gemma 3: tests/unit/hf_llama_test.cpp, tests/unit/hf_kin_test.cpp, tests/e2e). Offline:
+nothing is downloaded; models are random.
 
 usage:
   hf_llama.py make DIR --vocab V --layers L --heads H --kv-heads K --width D --intermediate I
-                       --positions P [--model-type llama|qwen2|qwen3|mistral] [--window W]
-                       [--head-dim HD] [--untied] [--rope-scaling] [--bias]
+                       --positions P [--model-type llama|qwen2|qwen3|mistral|gemma3]
+                       [--window W] [--head-dim HD] [--untied] [--rope-scaling] [--bias]
                        [--theta T] [--max-shard-size S] [--seed S] [--tokenizer FILE]
-      A random LlamaForCausalLM (or Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM;
-      --window: a sliding window of W positions, on every layer for Mistral, on every other layer
-      from the second for Qwen2 and Qwen3) saved with save_pretrained (config.json and
-      model.safetensors, or shards and model.safetensors.index.json above S), and
+      A random LlamaForCausalLM (or Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM,
+      Gemma3ForCausalLM; --window: a sliding window of W positions, on every layer for Mistral,
+      on every other layer from the second for Qwen2 and Qwen3, from the first for Gemma 3, whose
+      full-attention layers take --theta (and --rope-scaling: linear, factor 8) and its sliding
+      ones theta 10000; Gemma's query_pre_attn_scalar is 20) saved with save_pretrained
+      (config.json and model.safetensors, or shards and model.safetensors.index.json above S), and
       DIR/expected.safetensors: `inputs` int64 [2, P/2], their `logits` [2, P/2, V], `prompt`
       int64 [1, 5] and `greedy`, generate(do_sample=False)'s new ids after it (P/2 of them); and
       DIR/grads.safetensors: the `grads` command's output for `inputs`. With --tokenizer (a
@@ -56,6 +58,7 @@ import torch  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -75,6 +78,7 @@ CONFIGS = {
     "qwen2": Qwen2Config,
     "qwen3": Qwen3Config,
     "mistral": MistralConfig,
+    "gemma3": Gemma3TextConfig,
 }
 
 
@@ -91,6 +95,25 @@ def load(directory):
     if bad:
         sys.exit(f"{directory}: from_pretrained: {bad}")
     return model.eval()
+
+
+def gemma3_kwargs(a, kwargs):
+    """Gemma 3's keys: rope per layer type, layer_types alternating from a sliding first."""
+    full = {"rope_type": "default", "rope_theta": a.theta}
+    if a.rope_scaling:
+        full = {"rope_type": "linear", "factor": 8.0, "rope_theta": a.theta}
+    del kwargs["rope_theta"], kwargs["rope_scaling"]
+    kwargs["rope_parameters"] = {
+        "full_attention": full,
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+    }
+    kwargs["query_pre_attn_scalar"] = 20
+    kwargs["attention_bias"] = a.bias
+    kwargs["sliding_window"] = a.window or 4096
+    kwargs["layer_types"] = [
+        "sliding_attention" if a.window and i % 2 == 0 else "full_attention"
+        for i in range(a.layers)
+    ]
 
 
 def make(a):
@@ -136,13 +159,15 @@ def make(a):
         kwargs["layer_types"] = [
             "sliding_attention" if i % 2 else "full_attention" for i in range(a.layers)
         ]
+    if a.model_type == "gemma3":
+        gemma3_kwargs(a, kwargs)
     if a.head_dim is None:
         del kwargs["head_dim"]
     config = CONFIGS[a.model_type](**kwargs)
     model = AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():  # norms and biases away from 1 and 0, as after training
         for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or name.endswith(".bias"):
+            if name.endswith("norm.weight") or name.endswith(".bias"):  # Gemma's from 0
                 p.add_(torch.randn_like(p) * 0.1)
     if a.tokenizer:
         save_tokenizer(model, a.tokenizer, a.dir)

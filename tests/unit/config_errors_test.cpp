@@ -188,8 +188,8 @@ TEST(ConfigErrors, BadDeviceChoice) {
 TEST(ConfigErrors, BadModelName) {
   const std::string message =
       config_error("model:\n  name: nope\ntrain:\n  global_batch_size: 64\n");
-  EXPECT_THAT(message, HasSubstr("bad.yaml:2: model.name: 'nope' is not one of: cnn, gpt, llama, "
-                                 "mistral, mlp, qwen2, qwen3, recommender, sequence"));
+  EXPECT_THAT(message, HasSubstr("bad.yaml:2: model.name: 'nope' is not one of: cnn, gemma3, gpt, "
+                                 "llama, mistral, mlp, qwen2, qwen3, recommender, sequence"));
 }
 
 // ---- required keys ----

@@ -51,12 +51,13 @@ models::ModelOptions llama_options(bool tied) {
 }
 
 // Llama's kin (qwen2: q, k, v biases; qwen3: q and k norms, an explicit head_dim; mistral: a
-// window) with the same dimensions.
+// window; gemma3: four norms a block, q and k norms, windows and two rotaries) with the same
+// dimensions.
 models::ModelOptions kin_options(const std::string& family, bool tied) {
   models::ModelOptions o = llama_options(tied);
   o.name = family;
   o.preset = family + "-tiny";
-  if (family == "qwen3") o.head_dim = 12;
+  if (family == "qwen3" || family == "gemma3") o.head_dim = 12;
   return o;
 }
 
@@ -130,6 +131,7 @@ TEST(DeferredInit, LlamaMaterialisesBitwiseAsBuiltWhole) {
   expect_deferred_equals_whole(llama_options(true));
   expect_deferred_equals_whole(kin_options("qwen2", true));
   expect_deferred_equals_whole(kin_options("qwen3", false));
+  expect_deferred_equals_whole(kin_options("gemma3", true));
 }
 
 // gpt draws wte's and wpe's N(0, 1) first and GPT-2's N(0, 0.02) for them after every block.
@@ -317,7 +319,8 @@ TEST(DeferredInit, LmShapeListsTheModelsParametersAndUnits) {
                                                 "gate_proj", "up_proj", "down_proj"};
   for (const auto& o :
        {llama_options(false), llama_options(true), gpt_options(), kin_options("qwen2", true),
-        kin_options("qwen3", false), kin_options("mistral", false),
+        kin_options("qwen3", false), kin_options("mistral", false), kin_options("gemma3", true),
+        kin_options("gemma3", false), with_lora(kin_options("gemma3", false), every_llama),
         with_lora(kin_options("qwen3", true), every_llama),
         with_lora(kin_options("qwen2", false), {}), with_lora(llama_options(false), {}),
         with_lora(llama_options(true), every_llama), with_lora(gpt_options(), {}),

@@ -1,5 +1,5 @@
-// Llama's kin (Qwen2, Qwen3, Mistral: models/llama/llama_family.h) in and out of Hugging Face's
-// format, against `transformers` itself (tests/hf/hf_llama.py, offline, random models of odd
+// Llama's kin (Qwen2, Qwen3, Mistral, Gemma 3: models/llama/llama_family.h) in and out of Hugging
+// Face's format, against `transformers` itself (tests/hf/hf_llama.py, offline, random models of odd
 // shapes: grouped-query attention, a head_dim other than hidden / heads, tied and untied
 // embeddings, a sliding window shorter than the prompt): model.init_from gives transformers'
 // logits; greedy generation past the window equals generate(do_sample=False); an export through
@@ -39,12 +39,14 @@ using ::testing::HasSubstr;
 constexpr int64_t kVocab = 300, kPositions = 64;
 
 // Per family: (tied, a window of 5 positions of the 37 generation sees, GQA 6 over 2 of 8) and
-// (untied, 5 heads over 1 of 12 in a 40-wide model, biases where the family has them).
+// (untied, 5 heads over 1 of 12 in a 40-wide model, biases where the family has them; Gemma 3
+// a window of 7 on its sliding layers, linear rope scaling on its full ones).
 struct Made {
   const char* family;
   const char* preset;
   const char* args;
   int64_t window;
+  const char* model_type = nullptr;  // config.json's (null: the family)
 };
 constexpr Made kModels[] = {
     {"qwen2", "qwen2-tiny",
@@ -71,6 +73,14 @@ constexpr Made kModels[] = {
      "--model-type mistral --layers 3 --heads 5 --kv-heads 1 --width 40 --head-dim 12 "
      "--intermediate 56 --untied --theta 500",
      0},
+    {"gemma3", "gemma3-tiny",
+     "--model-type gemma3 --layers 2 --heads 6 --kv-heads 2 --width 48 --intermediate 100 "
+     "--window 5",
+     5, "gemma3_text"},
+    {"gemma3", "gemma3-tiny",
+     "--model-type gemma3 --layers 3 --heads 5 --kv-heads 1 --width 40 --head-dim 12 "
+     "--intermediate 56 --untied --bias --theta 500 --rope-scaling --window 7",
+     7, "gemma3_text"},
 };
 constexpr size_t kMade = sizeof(kModels) / sizeof(kModels[0]);
 
@@ -169,7 +179,7 @@ TEST_P(HfKin, ExportLoadsInTransformersAsTheSameClassWithTheSameLogits) {
   const models::HfExport written = models::export_hf(made().family, *model, out.path(), 30000, {});
   std::ifstream config(out.file("config.json"));
   const nlohmann::json c = nlohmann::json::parse(config);
-  EXPECT_EQ(c.at("model_type"), made().family);
+  EXPECT_EQ(c.at("model_type"), made().model_type ? made().model_type : made().family);
   EXPECT_EQ(c.at("architectures").at(0), written.hf_class);
   const at::Tensor inputs = at::randint(0, kVocab, {2, kPositions}, at::kLong);
   io::write_safetensors(out.file("inputs.safetensors"), {{"inputs", inputs}});
@@ -254,6 +264,11 @@ TEST(KinPresets, HaveThePublishedModelsParameterCounts) {
   EXPECT_EQ(preset_parameters("qwen2", "qwen2.5-1.5b", 151936), 1543714304);
   EXPECT_EQ(preset_parameters("qwen2", "qwen2.5-7b", 152064), 7615616512);
   EXPECT_EQ(preset_parameters("mistral", "mistral-7b-v0.3", 32768), 7248023552);
+  // Gemma 3 1B's model card: 999,885,952 (tied). The 4B's text model from its text_config (34
+  // blocks, 2560 wide, 8 heads over 4 of 256, MLP 10240, vocab 262208, tied; its safetensors'
+  // language_model tensors): 3,880,263,168 of its 4.3B with the vision tower.
+  EXPECT_EQ(preset_parameters("gemma3", "gemma-3-1b", 262144), 999885952);
+  EXPECT_EQ(preset_parameters("gemma3", "gemma-3-4b", 262208), 3880263168);
   // Llama 3.1's output layer is its own (tied before: 7.50B for the 8B).
   EXPECT_EQ(preset_parameters("llama", "llama-3.1-8b", 128256), 8030261248);
   EXPECT_EQ(preset_parameters("llama", "llama-3.1-70b", 128256), 70553706496);
@@ -302,6 +317,19 @@ TEST(KinErrors, ConfigValuesTheFamilyCannotTakeNameTheKey) {
               HasSubstr("layer_types"));
   EXPECT_THAT(error("mistral", "{" + base + R"(, "model_type": "mistral", "sliding_window": -4})"),
               HasSubstr("sliding_window"));
+  EXPECT_THAT(error("gemma3", "{" + base +
+                                  R"(, "model_type": "gemma3_text",
+      "final_logit_softcapping": 30.0})"),
+              HasSubstr("final_logit_softcapping"));
+  EXPECT_THAT(error("gemma3", "{" + base +
+                                  R"(, "model_type": "gemma3_text", "rope_parameters": {
+      "full_attention": {"rope_type": "yarn", "factor": 4.0}}})"),
+              HasSubstr("rope_parameters.full_attention"));
+  // The multimodal model's config.json: its text_config is the text model's.
+  EXPECT_THAT(error("gemma3", R"({"model_type": "gemma3", "architectures":
+      ["Gemma3ForConditionalGeneration"], "text_config": {)" +
+                                  base + R"(}, "vision_config": {"hidden_size": 1152}})"),
+              HasSubstr("vision_config: a multimodal model's config"));
 }
 
 }  // namespace TRAINER_UNITY_ID

@@ -23,25 +23,7 @@ const std::string kEmbed = "embed_tokens.weight";
 void read_rope(const HfConfig& r, RopeOptions& rope) {
   rope.theta = r.number("rope_theta", 10000.0);
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const json* p = r.find(key);
-    if (!p) continue;
-    if (!p->is_object()) throw r.bad(key, "not an object");
-    const HfConfig s(*p, r.file() + " " + key);
-    rope.theta = s.number("rope_theta", rope.theta);
-    const json* type = s.find("rope_type") ? s.find("rope_type") : s.find("type");
-    const std::string name = type && type->is_string() ? type->get<std::string>() : "default";
-    if (name == "default") continue;
-    if (name != "llama3") {
-      throw r.bad(key, fmt::format("rope type '{}': llama knows default and llama3", name));
-    }
-    rope.scaling = "llama3";
-    rope.factor = s.number("factor", rope.factor);
-    rope.low_freq_factor = s.number("low_freq_factor", rope.low_freq_factor);
-    rope.high_freq_factor = s.number("high_freq_factor", rope.high_freq_factor);
-    rope.original_context = s.integer("original_max_position_embeddings");
-    if (s.number("partial_rotary_factor", 1.0) != 1.0) {
-      throw r.bad(key, "partial_rotary_factor: llama rotates whole heads");
-    }
+    if (const json* p = r.find(key)) read_rope_entry(r, key, *p, rope);
   }
 }
 
@@ -123,6 +105,48 @@ std::string config_of(const LlamaOptions& o) {
 
 }  // namespace
 
+void read_rope_entry(const HfConfig& r, const std::string& key, const json& p, RopeOptions& rope) {
+  if (!p.is_object()) throw init_error(fmt::format("{}: {}: not an object", r.file(), key));
+  const HfConfig s(p, r.file() + " " + key);
+  rope.theta = s.number("rope_theta", rope.theta);
+  const char* type_key = s.find("rope_type") ? "rope_type" : "type";
+  const json* type = s.find(type_key);
+  const std::string name = type && type->is_string() ? type->get<std::string>() : "default";
+  if (s.number("partial_rotary_factor", 1.0) != 1.0) {
+    throw s.bad("partial_rotary_factor", "llama rotates whole heads");
+  }
+  if (name == "default") return;
+  if (name == "linear") {
+    rope.scaling = "linear";
+    rope.factor = s.number("factor", 1.0);
+    return;
+  }
+  if (name != "llama3") {
+    throw s.bad(type_key,
+                fmt::format("rope type '{}': llama knows default, linear and llama3", name));
+  }
+  rope.scaling = "llama3";
+  rope.factor = s.number("factor", rope.factor);
+  rope.low_freq_factor = s.number("low_freq_factor", rope.low_freq_factor);
+  rope.high_freq_factor = s.number("high_freq_factor", rope.high_freq_factor);
+  rope.original_context = s.integer("original_max_position_embeddings");
+}
+
+json rope_entry_json(const RopeOptions& rope) {
+  if (rope.scaling == "linear") {
+    return {{"rope_type", "linear"}, {"factor", rope.factor}, {"rope_theta", rope.theta}};
+  }
+  if (rope.scaling == "llama3") {
+    return {{"rope_type", "llama3"},
+            {"factor", rope.factor},
+            {"low_freq_factor", rope.low_freq_factor},
+            {"high_freq_factor", rope.high_freq_factor},
+            {"original_max_position_embeddings", rope.original_context},
+            {"rope_theta", rope.theta}};
+  }
+  return {{"rope_type", "default"}, {"rope_theta", rope.theta}};
+}
+
 const LlamaDialect& llama_dialect() {
   static const LlamaDialect dialect = [] {
     LlamaDialect d;
@@ -144,16 +168,21 @@ void read_layer_windows(const HfConfig& r, LlamaOptions& o) {
   if (!r.flag("use_sliding_window", false)) return;  // transformers sets sliding_window to None
   o.sliding_window = r.integer("sliding_window");
   o.sliding_layers.assign(static_cast<size_t>(o.num_layers), false);
-  const json* types = r.find("layer_types");
-  if (types == nullptr) {
+  if (r.find("layer_types") == nullptr) {
     const int64_t from = r.integer_or("max_window_layers", 28);  // Qwen2Config's default
     for (int64_t i = from; i < o.num_layers; ++i) o.sliding_layers[static_cast<size_t>(i)] = true;
     return;
   }
-  if (!types->is_array() || static_cast<int64_t>(types->size()) != o.num_layers) {
-    throw r.bad("layer_types", fmt::format("a list of num_hidden_layers ({}) layer types is needed",
-                                           o.num_layers));
+  o.sliding_layers = read_layer_types(r, o.num_layers);
+}
+
+std::vector<bool> read_layer_types(const HfConfig& r, int64_t layers) {
+  const json* types = r.find("layer_types");
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != layers) {
+    throw r.bad("layer_types",
+                fmt::format("a list of num_hidden_layers ({}) layer types is needed", layers));
   }
+  std::vector<bool> sliding(types->size());
   for (size_t i = 0; i < types->size(); ++i) {
     const json& t = (*types)[i];
     if (t != "full_attention" && t != "sliding_attention") {
@@ -161,8 +190,9 @@ void read_layer_windows(const HfConfig& r, LlamaOptions& o) {
                                              "are known",
                                              i, t.dump()));
     }
-    o.sliding_layers[i] = t == "sliding_attention";
+    sliding[i] = t == "sliding_attention";
   }
+  return sliding;
 }
 
 void write_layer_windows(const LlamaOptions& o, json& c) {
@@ -178,13 +208,19 @@ void write_layer_windows(const LlamaOptions& o, json& c) {
 
 LlamaOptions read_llama_config(const std::string& file, const LlamaDialect& dialect) {
   const HfConfig r = HfConfig::read(file);
+  if (r.find("vision_config") != nullptr) {
+    throw init_error(fmt::format("{}: vision_config: a multimodal model's config; model.name {} "
+                                 "reads the text model alone (a {}'s directory, model_type {})",
+                                 file, dialect.family, dialect.hf_class, dialect.model_type));
+  }
   if (const json* t = r.find("model_type"); t && *t != dialect.model_type) {
     throw r.bad("model_type", fmt::format("not a {} (model_type {}); model.name {} reads it",
                                           dialect.hf_class, dialect.model_type, dialect.family));
   }
   for (const char* key : {"hidden_act", "hidden_activation"}) {
-    if (const json* a = r.find(key); a && *a != "silu")
-      throw r.bad(key, fmt::format("{}'s MLP is SwiGLU (silu)", dialect.family));
+    if (const json* a = r.find(key); a && *a != dialect.activation) {
+      throw r.bad(key, fmt::format("{}'s MLP takes {}", dialect.family, dialect.activation));
+    }
   }
   LlamaOptions o;
   o.family = dialect.family;
@@ -198,7 +234,11 @@ LlamaOptions read_llama_config(const std::string& file, const LlamaDialect& dial
   o.context = r.integer_or("max_position_embeddings", 2048);
   o.vocab_size = r.integer("vocab_size");
   o.rms_norm_eps = r.number("rms_norm_eps", 1e-6);
-  read_rope(r, o.rope);
+  if (dialect.read_rope) {
+    dialect.read_rope(r, o);
+  } else {
+    read_rope(r, o.rope);
+  }
   o.tie_embeddings = r.flag("tie_word_embeddings", false);  // every family's config default
   if (dialect.read) dialect.read(r, o);
   if (dialect.fix) dialect.fix(o);
@@ -329,7 +369,7 @@ std::string hf_llama_config_json(const LlamaOptions& o, const LlamaDialect& dial
       {"head_dim", o.resolved_head_dim()},
       {"max_position_embeddings", o.context},
       {"vocab_size", o.vocab_size},
-      {"hidden_act", "silu"},
+      {"hidden_act", dialect.activation},
       {"rms_norm_eps", o.rms_norm_eps},
       {"rope_theta", o.rope.theta},
       {"rope_scaling", nullptr},
@@ -341,12 +381,9 @@ std::string hf_llama_config_json(const LlamaOptions& o, const LlamaDialect& dial
       {"eos_token_id", nullptr},
       {"torch_dtype", "float32"},
   };
-  if (o.rope.scaling == "llama3") {
-    c["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", o.rope.factor},
-                         {"low_freq_factor", o.rope.low_freq_factor},
-                         {"high_freq_factor", o.rope.high_freq_factor},
-                         {"original_max_position_embeddings", o.rope.original_context}};
+  if (o.rope.scaling != "none") {
+    c["rope_scaling"] = rope_entry_json(o.rope);
+    c["rope_scaling"].erase("rope_theta");
   }
   if (dialect.write) dialect.write(o, c);
   return c.dump(2) + "\n";

@@ -47,6 +47,7 @@ struct LlamaDialect {
   std::string title = "Llama";                // the family in messages
   std::string model_type = "llama";           // config.json's model_type
   std::string hf_class = "LlamaForCausalLM";  // its architectures entry
+  const char* activation = "silu";            // hidden_act / hidden_activation: the MLP's
   // What the architecture fixes whatever the file or the preset says (Qwen2's q, k and v biases,
   // Qwen3's q and k norms); null: nothing.
   void (*fix)(LlamaOptions& options) = nullptr;
@@ -54,6 +55,9 @@ struct LlamaDialect {
   // (sizes, heads, head_dim, positions, vocabulary, eps, rope, tie_word_embeddings, an activation
   // other than silu refused); throws config.bad(key, why) for a value the model cannot take.
   void (*read)(const HfConfig& config, LlamaOptions& options) = nullptr;
+  // The rotary keys (null: rope_theta and rope_scaling or rope_parameters into options.rope),
+  // read before `read`.
+  void (*read_rope)(const HfConfig& config, LlamaOptions& options) = nullptr;
   // Writes them into `config`, beside the shared keys.
   void (*write)(const LlamaOptions& options, nlohmann::json& config) = nullptr;
 };
@@ -64,9 +68,20 @@ const LlamaDialect& llama_dialect();
 // and the layers it applies to (layer_types' "sliding_attention", else those from
 // max_window_layers on). Without use_sliding_window, no window.
 void read_layer_windows(const HfConfig& config, LlamaOptions& options);
+// layer_types (present): true for each "sliding_attention" of the `layers` entries; throws
+// config.bad naming the key for another length or kind.
+std::vector<bool> read_layer_types(const HfConfig& config, int64_t layers);
 // And written back: use_sliding_window, sliding_window (null without), max_window_layers and
 // layer_types.
 void write_layer_windows(const LlamaOptions& options, nlohmann::json& config);
+
+// One rope entry of config.json (rope_scaling, rope_parameters, or one of Gemma 3's
+// rope_parameters by layer type) over `rope`: rope_theta, rope_type default, linear or llama3
+// and their keys. Throws config.bad(key, why) for another type or a partial rotary factor.
+void read_rope_entry(const HfConfig& config, const std::string& key, const nlohmann::json& entry,
+                     RopeOptions& rope);
+// And written (rope_type, rope_theta, the scaling's keys), as transformers 5 spells an entry.
+nlohmann::json rope_entry_json(const RopeOptions& rope);
 
 // What model.init_from holds.
 struct LlamaInit {

@@ -1,6 +1,9 @@
 #include "models/llama/llama.h"
 
 #include <ATen/ATen.h>
+
+#include <cmath>
+
 #include "models/block.h"
 #include "models/deferred_init.h"
 #include "models/embedding.h"
@@ -41,28 +44,35 @@ CausalLmDims dims_of(const LlamaOptions& o) {
           .hf_prefix = "model."};
 }
 
-// The block with Llama's parts and Hugging Face's names (each layer's window set apart).
+// The block with Llama's parts and Hugging Face's names (each layer's window and rotary set
+// apart).
 BlockOptions block_options(const LlamaOptions& o) {
   BlockOptions b;
   b.d_model = o.d_model;
   b.heads = o.heads;
   b.kv_heads = o.kv_heads;
   b.head_dim = o.head_dim;
-  b.norm = NormKind::kRmsNorm;
+  b.norm = o.norm_offset ? NormKind::kRmsNormOffset : NormKind::kRmsNorm;
   b.norm_eps = o.rms_norm_eps;
   b.attn_bias = o.attention_bias;
   b.qkv_bias = o.qkv_bias;
   b.qk_norm = o.qk_norm;
-  b.mlp = MlpKind::kSwiGlu;
+  b.mlp = o.geglu ? MlpKind::kGeGlu : MlpKind::kSwiGlu;
+  if (o.query_pre_attn_scalar > 0) b.attn_scale = 1.0 / std::sqrt(o.query_pre_attn_scalar);
+  b.sandwich_norms = o.sandwich_norms;
   b.mlp_hidden = o.intermediate;
   b.mlp_bias = o.mlp_bias;
   b.causal = true;
-  b.position = std::make_shared<Rotary>(rope_frequencies(o.head_dim, o.rope));
   b.names.norm_1 = "input_layernorm";
   b.names.attn = "self_attn";
   b.names.qkv = "qkv_proj";
   b.names.attn_out = "o_proj";
-  b.names.norm_2 = "post_attention_layernorm";
+  b.names.norm_2 = "post_attention_layernorm";  // before the MLP
+  if (o.sandwich_norms) {  // Gemma's: post_attention_layernorm after the attention
+    b.names.post_attn = "post_attention_layernorm";
+    b.names.norm_2 = "pre_feedforward_layernorm";
+    b.names.post_mlp = "post_feedforward_layernorm";
+  }
   b.names.mlp = "mlp";
   b.names.gate = "gate_proj";
   b.names.up = "up_proj";
@@ -83,7 +93,7 @@ void init_block(Block& block) {
   for (Projection* p : {&block.qkv(), &block.attn_out(), &block.up(), &block.mlp_out()}) {
     init_projection(*p);
   }
-  if (block.options().mlp == MlpKind::kSwiGlu) init_projection(block.gate());
+  if (block.options().mlp != MlpKind::kGelu) init_projection(block.gate());
 }
 
 }  // namespace
@@ -105,18 +115,24 @@ Llama::Llama(Resolved, const LlamaOptions& o)
   l.embed_tokens =
       register_module("embed_tokens", std::make_shared<Embedding>(o.padded_vocab_size, o.d_model));
   init_parameter(l.embed_tokens->weight, [](const at::Tensor& w) { w.normal_(0.0, kInitStd); });
-  // One rotary scheme for every block (their windows may differ).
-  const BlockOptions first = block_options(o);
+  // One rotary scheme for every block, or one for the sliding layers and one for the others
+  // (their windows may differ too).
+  BlockOptions first = block_options(o);
+  const auto rotary = std::make_shared<Rotary>(rope_frequencies(o.head_dim, o.rope));
+  const auto sliding_rotary =
+      o.sliding_rope ? std::make_shared<Rotary>(rope_frequencies(o.head_dim, *o.sliding_rope))
+                     : rotary;
   blocks_ = add_blocks(
       *this, "layers", o.num_layers,
       [&](int64_t i) {
         BlockOptions b = first;
         b.window = o.window_of(i);
+        b.position = b.window > 0 ? sliding_rotary : rotary;
         return b;
       },
       init_block);
-  l.norm = register_module(
-      "norm", std::make_shared<Norm>(o.d_model, NormKind::kRmsNorm, o.rms_norm_eps, false));
+  l.norm =
+      register_module("norm", std::make_shared<Norm>(o.d_model, first.norm, o.rms_norm_eps, false));
   if (!o.tie_embeddings) {
     l.lm_head = register_module("lm_head",
                                 std::make_shared<Projection>(o.d_model, o.padded_vocab_size, false,
@@ -128,7 +144,12 @@ Llama::Llama(Resolved, const LlamaOptions& o)
 Llama::~Llama() = default;
 
 at::Tensor Llama::embed(const at::Tensor& tokens, const at::Tensor& /*positions*/) {
-  return layers_->embed_tokens->forward(tokens);
+  const at::Tensor x = layers_->embed_tokens->forward(tokens);
+  if (!options_.embed_scale) return x;
+  // Gemma's sqrt(hidden_size), a float32 scalar cast to the embedding's dtype, as transformers'.
+  const at::Tensor scale = at::scalar_tensor(static_cast<float>(std::sqrt(options_.d_model)),
+                                             x.options().dtype(at::kFloat));
+  return x * scale.to(x.scalar_type());
 }
 
 at::Tensor Llama::final_norm(const at::Tensor& x) { return layers_->norm->forward(x); }

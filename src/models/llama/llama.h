@@ -14,7 +14,11 @@
 //         linear_cross_entropy in chunks of positions (the logits are never whole; the padded
 //         rows never a target and never predicted).
 // RMSNorm: x / sqrt(mean(x^2) + rms_norm_eps) * weight. No biases unless attention_bias (qkv_proj,
-// o_proj) or mlp_bias (gate_proj, up_proj, down_proj).
+// o_proj) or mlp_bias (gate_proj, up_proj, down_proj). Gemma 3's options (LlamaOptions) change
+// the parts, not this outline: RMSNorm times (1 + weight), four norms a block
+// (input_layernorm, post_attention_layernorm after the attention, pre_feedforward_layernorm,
+// post_feedforward_layernorm), GeGLU, q and k norms, the embedding times sqrt(d_model), another
+// attention scale and the sliding layers' own rotary.
 //
 // Parameter names (named_parameters(), checkpoints, the reference test) are Hugging Face's
 // without the "model." prefix, but for the fused query/key/value projection: embed_tokens.weight,

@@ -1,8 +1,8 @@
 // llama's entry of the model registry (models/registry.cpp), and the one mechanism its kin share:
 // a family of the Llama block (models/llama/llama.h) is its model.name, its presets and its
 // dialect of Hugging Face's config.json (models/llama/hf_llama.h). Qwen2 (models/qwen2/), Qwen3
-// (models/qwen3/) and Mistral (models/mistral/) are such families: each folder holds its presets
-// and its dialect, and builds its LmFamily here.
+// (models/qwen3/), Mistral (models/mistral/) and Gemma 3 (models/gemma3/) are such families: each
+// folder holds its presets and its dialect, and builds its LmFamily here.
 #pragma once
 
 #include <vector>

@@ -40,7 +40,10 @@ LlamaOptions options_of(const LlamaPreset& p, const std::string& family) {
   o.tie_embeddings = p.tied;
   o.rms_norm_eps = p.rms_norm_eps;
   o.sliding_window = p.sliding_window;
-  if (p.llama3_factor > 0) {  // Llama 3.1's and 3.2's config.json
+  if (p.llama3_factor > 0 && p.linear) {
+    o.rope.scaling = "linear";
+    o.rope.factor = p.llama3_factor;
+  } else if (p.llama3_factor > 0) {  // Llama 3.1's and 3.2's config.json
     o.rope.scaling = "llama3";
     o.rope.factor = p.llama3_factor;
     o.rope.low_freq_factor = 1.0;
@@ -95,8 +98,12 @@ void check_llama_options(const LlamaOptions& o) {
   require_llama(
       o.sliding_layers.empty() || static_cast<int64_t>(o.sliding_layers.size()) == o.num_layers,
       fmt::format("{} layer types for {} layers", o.sliding_layers.size(), o.num_layers));
+  require_llama(
+      o.query_pre_attn_scalar >= 0.0,
+      fmt::format("query_pre_attn_scalar must not be negative, got {}", o.query_pre_attn_scalar));
   try {
     check_rope_options(o.rope);
+    if (o.sliding_rope) check_rope_options(*o.sliding_rope, "model.sliding_");
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(o.family + ": " + e.what());
   }

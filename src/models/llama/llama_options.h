@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,16 @@ struct LlamaOptions {
   // The layers the window applies to (Hugging Face's layer_types: true for "sliding_attention");
   // empty: every layer, when sliding_window is set.
   std::vector<bool> sliding_layers;
+  // Gemma 3 (models/gemma3/): RMSNorms as x * (1 + weight) with weights from zero; a norm after
+  // the attention and after the MLP too (sandwich); a GeGLU MLP (tanh GELU); the embedding times
+  // sqrt(d_model); the attention scaled by query_pre_attn_scalar^-0.5 (0: head_dim's); the
+  // sliding layers' own rotary frequencies (none: `rope`'s on every layer).
+  bool norm_offset = false;
+  bool sandwich_norms = false;
+  bool geglu = false;
+  bool embed_scale = false;
+  double query_pre_attn_scalar = 0.0;
+  std::optional<RopeOptions> sliding_rope;
   bool tie_embeddings = true;  // the output layer is the token embedding
   double dropout = 0.0;
   bool checkpoint_activations = false;
@@ -59,10 +70,11 @@ struct LlamaPreset {
   const char* name;
   int64_t num_layers, d_model, heads, kv_heads, head_dim, intermediate, vocab_size, context;
   double rope_theta;
-  double llama3_factor;  // rope scaling "llama3" with this factor (0: none)
+  double llama3_factor;  // rope scaling "llama3" (or `linear`) with this factor (0: none)
   bool tied;             // tie_word_embeddings
   double rms_norm_eps;
   int64_t sliding_window;  // every layer's (0: none)
+  bool linear = false;     // the factor scales every frequency (Gemma 3's), not llama3's way
 };
 LlamaOptions options_of(const LlamaPreset& preset, const std::string& family);
 
