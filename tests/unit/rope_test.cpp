@@ -52,6 +52,20 @@ TEST(Rope, Llama3ScalingKeepsShortSlowsLongAndBlendsBetween) {
   }
 }
 
+// Gemma 3 4B's global layers: every frequency over the factor, the band edges ignored.
+TEST(Rope, LinearScalingSlowsEveryFrequencyAlike) {
+  models::RopeOptions o;
+  o.theta = 1e6;
+  o.scaling = "linear";
+  o.factor = 8.0;
+  const at::Tensor f = models::rope_frequencies(16, o);
+  const at::Tensor plain = models::rope_frequencies(16, {.theta = 1e6});
+  EXPECT_TRUE(at::allclose(f * 8.0, plain, 1e-6, 0.0));
+  o.factor = 0.5;
+  EXPECT_THAT([&] { models::check_rope_options(o); },
+              ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr("model.rope_factor")));
+}
+
 TEST(Rope, BadOptionsNameTheKey) {
   models::RopeOptions o;
   o.theta = 0.5;
