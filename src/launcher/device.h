@@ -5,6 +5,7 @@
 
 #include <c10/core/Device.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -23,9 +24,10 @@ class DeviceError : public std::runtime_error {
 };
 
 // `requested`: train.device (auto | cpu | cuda). `visible_devices`: CUDA devices this process
-// sees. `cuda_visible`: the CUDA_VISIBLE_DEVICES value, for messages ("" when unset).
+// sees. `cuda_visible`: the CUDA_VISIBLE_DEVICES value, for messages (nullopt when unset; set but
+// empty hides every GPU from the CUDA runtime, and the messages say so).
 DeviceBinding bind_device(const std::string& requested, int local_rank, int local_size,
-                          int visible_devices, const std::string& cuda_visible);
+                          int visible_devices, const std::optional<std::string>& cuda_visible);
 
 // CUDA devices this process can use; 0 without a driver or GPU (never throws).
 int visible_cuda_devices() noexcept;

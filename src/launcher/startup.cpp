@@ -65,7 +65,7 @@ void bind_rank(Startup& s) {
   const config::Config& config = s.config;
   const auto env = process_environment();
   s.binding = bind_device(config.train.device, s.launch.local_rank, s.launch.local_size,
-                          visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES").value_or(""));
+                          visible_cuda_devices(), env("CUDA_VISIBLE_DEVICES"));
   s.backend = ddp::resolve_backend(config.ddp.backend, s.binding.device, ddp::nccl_available());
   use_device(s.binding.device, config.memory, s.launch.rank, s.launch.local_size);
   at::set_num_threads(s.threads);

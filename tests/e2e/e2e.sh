@@ -198,7 +198,10 @@ SH
     expect_rc 2; expect_grep "smaller than the world size 3" ;;
   cuda_without_gpu)
     run "$trainer" "${quick[@]}" --set train.device=cuda
-    expect_rc 2; expect_grep "train.device is 'cuda' but this process sees no CUDA device" ;;
+    expect_rc 2; expect_grep "train.device is 'cuda' but this process sees no CUDA device"
+    # Set but empty hides every GPU: said so, not called unset.
+    run env CUDA_VISIBLE_DEVICES= "$trainer" "${quick[@]}" --set train.device=cuda
+    expect_rc 2; expect_grep "CUDA_VISIBLE_DEVICES is set but empty: no GPU is visible" ;;
   srun_without_pmix)
     # What srun without --mpi=pmix looks like from inside (no PMIX_RANK): stopped before MPI_Init.
     # The real thing runs in the slurm tests.

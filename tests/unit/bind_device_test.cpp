@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 
 #include "launcher/device.h"
@@ -9,13 +10,14 @@
 namespace TRAINER_UNITY_ID {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using launcher::bind_device;
 using launcher::DeviceBinding;
 using launcher::DeviceError;
 
 std::string device_error(const std::string& requested, int local_rank, int local_size, int visible,
-                         const std::string& cuda_visible) {
+                         const std::optional<std::string>& cuda_visible) {
   try {
     bind_device(requested, local_rank, local_size, visible, cuda_visible);
   } catch (const DeviceError& e) {
@@ -33,17 +35,24 @@ TEST(BindDevice, CpuIsCpuEvenWithGpus) {
 }
 
 TEST(BindDevice, AutoWithoutGpusIsCpu) {
-  const DeviceBinding b = bind_device("auto", 0, 1, 0, "");
+  const DeviceBinding b = bind_device("auto", 0, 1, 0, std::nullopt);
   EXPECT_EQ(b.device, c10::Device(c10::kCPU));
   EXPECT_EQ(b.description, "cpu");
 }
 
 TEST(BindDevice, CudaWithoutGpusIsAnError) {
-  const std::string unset = device_error("cuda", 0, 1, 0, "");
+  const std::string unset = device_error("cuda", 0, 1, 0, std::nullopt);
   EXPECT_THAT(unset, HasSubstr("train.device is 'cuda' but this process sees no CUDA device"));
   EXPECT_THAT(unset, HasSubstr("CUDA_VISIBLE_DEVICES unset"));
   const std::string hidden = device_error("cuda", 0, 1, 0, "-1");
   EXPECT_THAT(hidden, HasSubstr("CUDA_VISIBLE_DEVICES=-1"));
+}
+
+// Set but empty is not unset: the CUDA runtime then sees no GPU at all.
+TEST(BindDevice, EmptyCudaVisibleDevicesIsNoGpuNotUnset) {
+  const std::string empty = device_error("cuda", 0, 1, 0, "");
+  EXPECT_THAT(empty, HasSubstr("CUDA_VISIBLE_DEVICES is set but empty: no GPU is visible"));
+  EXPECT_THAT(empty, Not(HasSubstr("unset")));
 }
 
 TEST(BindDevice, MoreLocalRanksThanGpusIsAnError) {
@@ -55,10 +64,10 @@ TEST(BindDevice, MoreLocalRanksThanGpusIsAnError) {
 }
 
 TEST(BindDevice, OneGpuPerLocalRank) {
-  const DeviceBinding first = bind_device("cuda", 0, 2, 2, "");
+  const DeviceBinding first = bind_device("cuda", 0, 2, 2, std::nullopt);
   EXPECT_EQ(first.device, c10::Device(c10::kCUDA, 0));
   EXPECT_EQ(first.description, "cuda:0 (of 2 visible, CUDA_VISIBLE_DEVICES unset)");
-  const DeviceBinding second = bind_device("cuda", 1, 2, 2, "");
+  const DeviceBinding second = bind_device("cuda", 1, 2, 2, std::nullopt);
   EXPECT_EQ(second.device, c10::Device(c10::kCUDA, 1));
   EXPECT_EQ(second.description, "cuda:1 (of 2 visible, CUDA_VISIBLE_DEVICES unset)");
 }
