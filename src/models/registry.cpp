@@ -6,11 +6,13 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <utility>
 
 #include "models/cnn.h"
 #include "models/gemma3/gemma3_family.h"
 #include "models/gpt/gpt_family.h"
 #include "models/llama/llama_family.h"
+#include "models/lm/family.h"
 #include "models/lm/lora.h"
 #include "models/mistral/mistral_family.h"
 #include "models/mlp.h"
@@ -99,7 +101,9 @@ const std::map<std::string, Factory>& builtin() {
                                         {"cnn", make_cnn}};
     for (const LmFamily& f : families()) {
       m.emplace(f.name, [make = f.make](const ModelOptions& o, const core::Shape& s) {
-        return std::shared_ptr<Model>(with_lora(make(o, s), o));
+        std::shared_ptr<CausalLm> lm = make(o, s);
+        require_context_fits(s, lm->context());  // the data's windows: training reads them
+        return std::shared_ptr<Model>(with_lora(std::move(lm), o));
       });
     }
     return m;

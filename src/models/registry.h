@@ -23,16 +23,20 @@ std::vector<std::string> preset_names();
 // first preset, as (model.name, preset).
 std::vector<std::pair<std::string, std::string>> default_presets();
 // The model `options` names, sized for the data `shape` describes (data::Dataset::shape()).
-// Throws std::invalid_argument naming the known models when `options.name` is unknown, and naming
-// the data it needs when `shape` lacks it.
+// Throws std::invalid_argument naming the known models when `options.name` is unknown, naming
+// the data it needs when `shape` lacks it, and naming data.context and model.context when a
+// language model sees fewer positions than the data's windows hold.
 std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Shape& shape);
 
 // The model names that are language models (gpt, llama): what --generate, --export-hf and
 // eval.tasks take.
 std::vector<std::string> language_model_names();
-// create_model for a command that needs a language model (`command`: "--generate", ...):
-// std::invalid_argument "COMMAND needs a language model (model.name: gpt or llama); this config
-// has model.name: NAME" for another model, else what create_model throws.
+// create_model for a command that needs a language model and reads no data (`command`:
+// "--generate", "--export-hf", ...): `shape.context` is only the positions' fallback (no
+// model.context, no model.init_from), so a data.context longer than the model's positions is not
+// an error here, as it is for create_model. std::invalid_argument "COMMAND needs a language model
+// (model.name: gpt or llama); this config has model.name: NAME" for another model, else what
+// create_model throws.
 std::shared_ptr<LanguageModel> create_language_model(const ModelOptions& options,
                                                      const core::Shape& shape,
                                                      const std::string& command);

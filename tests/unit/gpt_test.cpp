@@ -22,6 +22,7 @@
 
 #include "memory/allocator_guard.h"
 #include "memory/memory_stats.h"
+#include "models/registry.h"
 #include "reference_harness.h"
 #include "train/precision.h"
 
@@ -436,6 +437,27 @@ TEST(GptOptions, InputsLongerThanTheContextAreRejected) {
   EXPECT_THROW(model.forward(at::zeros({1, 4}, at::kFloat)), std::invalid_argument);
   EXPECT_THROW(model.loss(at::zeros({1, 4}, at::kLong), at::zeros({1, 5}, at::kLong)),
                std::invalid_argument);
+}
+
+// A data.context longer than the model's positions stops training (create_model), but not the
+// commands that read no data (create_language_model: --generate, --export-hf, --export-peft),
+// for gpt and llama alike.
+TEST(GptOptions, DataContextIsCheckedOnlyWhereDataIsRead) {
+  for (const char* name : {"gpt", "llama"}) {
+    SCOPED_TRACE(name);
+    models::ModelOptions o;
+    o.name = name;
+    o.preset = name == std::string("gpt") ? "tiny" : "llama-tiny";
+    o.context = 16;
+    core::Shape s;
+    s.vocab_size = 61;
+    s.context = 32;
+    EXPECT_THAT([&] { models::create_model(o, s); },
+                ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr(
+                    "data.context = 32 is longer than model.context = 16 (the positions")));
+    const auto lm = models::create_language_model(o, s, "--export-hf");
+    EXPECT_EQ(lm->context(), 16);
+  }
 }
 
 }  // namespace TRAINER_UNITY_ID

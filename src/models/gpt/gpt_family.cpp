@@ -44,7 +44,6 @@ std::shared_ptr<CausalLm> make_gpt(const ModelOptions& o, const core::Shape& s) 
     init = read_gpt_init(o.init_from, /*weights=*/!deferred);
     apply_init_dims(*init, {o.num_layers, o.heads, o.d_model, o.context, 0, 0}, g);
   }
-  require_context_fits(s, g.context);
   g.dropout = o.dropout;
   g.checkpoint_activations = o.checkpoint_activations;
   auto gpt = build_gpt(g, init);

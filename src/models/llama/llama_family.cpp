@@ -62,7 +62,6 @@ std::shared_ptr<CausalLm> make_llama(const ModelOptions& o, const core::Shape& s
                      l);
   }
   if (l.context == 0) l.context = s.context;
-  require_context_fits(s, l.context);
   auto llama = std::make_shared<Llama>(l);
   if (init) {
     if (deferred) {

@@ -25,7 +25,10 @@ struct LmFamily {
   std::string name;                  // model.name
   std::vector<std::string> presets;  // model.preset's choices for it
   // The model `options` names (the preset, the keys over it, model.init_from's weights), sized
-  // for the token data `shape` describes. Throws std::invalid_argument naming the key or file.
+  // for the token data `shape` describes (its context: the positions when neither model.context
+  // nor model.init_from gives them; whether the data's windows fit is the registry's check,
+  // require_context_fits, which only create_model makes). Throws std::invalid_argument naming
+  // the key or file.
   std::function<std::shared_ptr<CausalLm>(const ModelOptions& options, const core::Shape& shape)>
       make;
   // transformers' class that loads an export ("GPT2LMHeadModel"), for the message.
