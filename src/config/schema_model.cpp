@@ -69,6 +69,9 @@ std::vector<KeyDef> lora_keys() {
       real("model.lora_alpha", FIELD(model.lora_alpha), "8.0", 0.0, kInf, true, true,
            "gpt, llama: LoRA's alpha; the adapters' output is scaled by alpha / rank (PEFT's "
            "default 8)"),
+      boolean("model.lora_rslora", FIELD(model.lora_rslora), "false",
+              "gpt, llama: rank-stabilised LoRA: scale by alpha / sqrt(rank) instead (PEFT's "
+              "use_rslora)"),
       real("model.lora_dropout", FIELD(model.lora_dropout), "0.0", 0.0, 1.0, false, true,
            "gpt, llama: dropout on the adapters' input (training only)"),
       text_list("model.lora_targets", FIELD(model.lora_targets), "[]",
@@ -77,9 +80,9 @@ std::vector<KeyDef> lora_keys() {
                 "c_fc); []: the attention projections (llama q, k, v, o_proj; gpt c_attn)"),
       text("model.lora_init_from", FIELD(model.lora_init_from), "",
            "gpt, llama: start the adapters from this PEFT LoRA adapter directory "
-           "(adapter_config.json, adapter_model.safetensors; its r, lora_alpha and target_modules "
-           "must be model.lora_rank, lora_alpha and lora_targets); ignored when resuming from a "
-           "checkpoint")};
+           "(adapter_config.json, adapter_model.safetensors; its r, lora_alpha, use_rslora and "
+           "target_modules must be model.lora_rank, lora_alpha, lora_rslora and lora_targets); "
+           "ignored when resuming from a checkpoint")};
 }
 
 // llama's own keys (models::LlamaOptions through ModelOptions).

@@ -64,6 +64,7 @@ struct ModelOptions {
   double lora_dropout = 0.0;
   std::vector<std::string> lora_targets;  // Hugging Face names; empty: the attention projections
   std::string lora_init_from;             // a PEFT LoRA adapter directory to start from
+  bool lora_rslora = false;               // scale alpha / sqrt(rank) (PEFT's use_rslora)
   // sequence
   SequenceCell cell{};  // lstm | transformer
   // cnn

@@ -10,10 +10,11 @@ usage:
       largest |difference| between merge_and_unload()'s weights and those DIR holds (the
       trainer's merged --export-hf, loaded with from_pretrained), and `merged_logits`.
   lora_peft.py make BASE ADAPTER IN OUT --r R --alpha A [--seed S] [--peft-type LORA|IA3]
-      --targets T [T ...]
+      [--rslora] --targets T [T ...]
       A PEFT adapter over BASE with random A and B (init_lora_weights=False), saved with
       save_pretrained into ADAPTER; writes the PEFT model's `logits` on IN's `inputs` to OUT.
-      --peft-type IA3 writes an IA3 adapter instead (the trainer must refuse it).
+      --rslora: rank-stabilised (use_rslora, scale alpha / sqrt(r)). --peft-type IA3 writes an
+      IA3 adapter instead (the trainer must refuse it).
 """
 
 import argparse
@@ -88,6 +89,7 @@ def make(a):
             lora_alpha=a.alpha,
             target_modules=a.targets,
             lora_dropout=0.0,
+            use_rslora=a.rslora,
             init_lora_weights=False,  # random B: the adapters change the logits
             fan_in_fan_out=base.config.model_type == "gpt2",
         )
@@ -115,6 +117,7 @@ def main():
     m.add_argument("--targets", nargs="+", required=True)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--peft-type", choices=["LORA", "IA3"], default="LORA")
+    m.add_argument("--rslora", action="store_true")
     a = p.parse_args()
     {"check": check, "make": make}[a.command](a)
 

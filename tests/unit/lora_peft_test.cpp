@@ -5,7 +5,10 @@
 // merged export (--export-hf) equals PEFT's merge_and_unload() within 1e-5, for llama (grouped
 // queries, untied) and gpt; model.lora_init_from on an adapter PEFT wrote (random B) gives
 // PEFT's logits; an adapter of another rank, other targets or another PEFT type is refused
-// naming the file and the key.
+// naming the file and the key. rsLoRA (model.lora_rslora, PEFT's use_rslora: scale alpha /
+// sqrt(r)) both ways at no extra Python run: gpt's export and llama's lora_init_from use it, the
+// other family's the plain scale. The fields of PEFT's that are not plain LoRA (use_dora,
+// alpha_pattern, ...) are refused by name.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -91,6 +95,9 @@ class LoraPeft : public ::testing::TestWithParam<int> {
   }
   void SetUp() override { ASSERT_TRUE(made_[GetParam()]) << "the transformers base was not made"; }
   const Family& family() const { return kFamilies[GetParam()]; }
+  // rsLoRA on one path per family: gpt's export, llama's model.lora_init_from.
+  bool rslora_out() const { return GetParam() == 1; }
+  bool rslora_in() const { return GetParam() == 0; }
   const std::string& base() const { return dirs_[GetParam()]->path(); }
   at::Tensor inputs() const {
     return io::read_safetensors(base() + "/expected.safetensors").at("inputs").to(at::kLong);
@@ -115,7 +122,10 @@ void train_a_little(models::CausalLm& model, const at::Tensor& tokens) {
 }
 
 TEST_P(LoraPeft, ExportedAdapterGivesTheTrainersLogitsInPeftAndMergesAsPeft) {
-  auto model = build(options(family(), base(), 4));
+  models::ModelOptions o = options(family(), base(), 4);
+  o.lora_rslora = rslora_out();  // exported as use_rslora: PEFT must scale as the trainer did
+  SCOPED_TRACE(o.lora_rslora ? "rsLoRA" : "LoRA");
+  auto model = build(o);
   ASSERT_TRUE(model);
   const at::Tensor tokens = inputs();
   train_a_little(*model, tokens);
@@ -149,14 +159,22 @@ TEST_P(LoraPeft, LoraInitFromAPeftAdapterGivesPeftsLogits) {
   test::TempDir out;
   const std::string adapter = out.file("adapter");
   io::write_safetensors(out.file("in.safetensors"), {{"inputs", inputs()}});
-  ASSERT_TRUE(test::run_hf_script(
-      "lora_peft.py",
-      fmt::format("make {} {} {} {} --r 3 --alpha 12 --targets {}", base(), adapter,
-                  out.file("in.safetensors"), out.file("out.safetensors"),
-                  fmt::join(family().targets, " ")),
-      out));
+  ASSERT_TRUE(
+      test::run_hf_script("lora_peft.py",
+                 fmt::format("make {} {} {} {} --r 3 --alpha 12 {} --targets {}", base(), adapter,
+                             out.file("in.safetensors"), out.file("out.safetensors"),
+                             rslora_in() ? "--rslora" : "", fmt::join(family().targets, " ")),
+                 out));
   models::ModelOptions o = options(family(), base(), 3);
   o.lora_init_from = adapter;
+  if (rslora_in()) {
+    // PEFT's scale is alpha / sqrt(r): without model.lora_rslora, refused naming both.
+    EXPECT_THAT([&] { build(o); },
+                ::testing::ThrowsMessage<std::invalid_argument>(HasSubstr(
+                    "adapter_config.json: use_rslora is true but model.lora_rslora is false")));
+    o.lora_rslora = true;
+  }
+  SCOPED_TRACE(o.lora_rslora ? "rsLoRA" : "LoRA");
   auto model = build(o);
   model->eval();
   at::NoGradGuard no_grad;
@@ -190,6 +208,45 @@ TEST_P(LoraPeft, AnotherPeftTypeIsRefusedNamingTheFile) {
   o.lora_init_from = adapter;
   EXPECT_THAT([&] { build(o); }, ::testing::ThrowsMessage<std::invalid_argument>(
                                      HasSubstr("adapter_config.json: peft_type is IA3, not LORA")));
+}
+
+// What PEFT can save but the trainer does not compute (another scale per layer, DoRA, biases,
+// some layers only) is refused naming the field, before any tensor is read; what PEFT writes by
+// default (empty patterns, bias none) and fan_in_fan_out (PEFT sets it by the layer's type) load.
+TEST_P(LoraPeft, FieldsThatAreNotPlainLoraAreRefusedByName) {
+  test::TempDir out;
+  const std::string adapter = out.file("adapter");
+  models::export_peft(*build(options(family(), base(), 2)), adapter, base());
+  const std::string config_path = adapter + "/adapter_config.json";
+  nlohmann::json written;
+  std::ifstream(config_path) >> written;
+  const std::string target = family().targets.front();
+  models::ModelOptions o = options(family(), base(), 2);
+  o.lora_init_from = adapter;
+  const auto load_with = [&](const std::string& field, const nlohmann::json& value) {
+    nlohmann::json c = written;
+    c[field] = value;
+    std::ofstream(config_path) << c.dump(2);
+    build(o);
+  };
+  const std::vector<std::pair<std::string, nlohmann::json>> refused = {
+      {"use_dora", true}, {"alpha_pattern", {{target, 24}}}, {"rank_pattern", {{target, 1}}},
+      {"bias", "all"},    {"layers_to_transform", {0}},      {"lora_bias", true}};
+  for (const auto& [field, value] : refused) {
+    SCOPED_TRACE(field);
+    EXPECT_THAT([&] { load_with(field, value); },
+                ::testing::ThrowsMessage<std::invalid_argument>(
+                    AllOf(HasSubstr("adapter_config.json: " + field + " is "),
+                          HasSubstr("save the adapter without it"))));
+  }
+  for (const auto& [field, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"alpha_pattern", nlohmann::json::object()},
+           {"rank_pattern", nlohmann::json::object()},
+           {"bias", "none"},
+           {"fan_in_fan_out", !written.at("fan_in_fan_out").get<bool>()}}) {
+    SCOPED_TRACE(field);
+    EXPECT_NO_THROW(load_with(field, value));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Range(0, kFamilyCount),

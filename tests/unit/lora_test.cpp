@@ -228,6 +228,18 @@ TEST(Lora, TheMergedWeightsGiveTheAdaptedLogits) {
   EXPECT_GT(test::relative_error(base.forward(tokens).detach(), want), 1e-3);
 }
 
+// PEFT's scales: alpha / r, and with rsLoRA (use_rslora, model.lora_rslora) alpha / sqrt(r).
+TEST(Lora, RsLoraScalesByTheSquareRootOfTheRank) {
+  LoraOptions l = lora(4, kLlamaTargets, 12.0);
+  EXPECT_DOUBLE_EQ(models::lora_scale(l), 3.0);
+  l.rslora = true;
+  EXPECT_DOUBLE_EQ(models::lora_scale(l), 6.0);
+  Llama model(llama_options());
+  model.add_lora(l);
+  ASSERT_FALSE(model.lora_sites().empty());
+  for (const auto& site : model.lora_sites()) EXPECT_DOUBLE_EQ(site.adapter->scale, 6.0);
+}
+
 TEST(LoraErrors, UnknownTargetNamesTheKeyAndTheLayers) {
   Gpt model(gpt_options());
   try {
@@ -267,6 +279,14 @@ TEST(LoraErrors, RankZeroWithTargetsNamesTheRank) {
         }
       },
       std::invalid_argument);
+}
+
+TEST(LoraErrors, RsLoraWithRankZeroNamesTheRank) {
+  models::ModelOptions o;
+  o.lora_rslora = true;
+  EXPECT_THAT([&] { models::lora_options(o); },
+              ::testing::ThrowsMessage<std::invalid_argument>(
+                  HasSubstr("model.lora_rank: 0 with model.lora_rslora: true")));
 }
 
 }  // namespace TRAINER_UNITY_ID

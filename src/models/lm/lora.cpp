@@ -111,7 +111,7 @@ void check_targets(const std::vector<std::string>& targets, const std::vector<Ca
 }  // namespace
 
 LoraOptions lora_options(const ModelOptions& o) {
-  LoraOptions l{o.lora_rank, o.lora_alpha, o.lora_dropout, o.lora_targets};
+  LoraOptions l{o.lora_rank, o.lora_alpha, o.lora_dropout, o.lora_targets, o.lora_rslora};
   if (l.rank == 0 && !o.lora_init_from.empty()) {
     throw std::invalid_argument(
         fmt::format("model.lora_rank: 0 with model.lora_init_from {}; set model.lora_rank and "
@@ -123,6 +123,11 @@ LoraOptions lora_options(const ModelOptions& o) {
         fmt::format("model.lora_rank: 0 with model.lora_targets [{}]; LoRA needs a rank of at "
                     "least 1 (or remove model.lora_targets)",
                     fmt::join(l.targets, ", ")));
+  }
+  if (l.rank == 0 && l.rslora) {
+    throw std::invalid_argument(
+        "model.lora_rank: 0 with model.lora_rslora: true; rsLoRA scales adapters, and a rank of 0 "
+        "adds none (set model.lora_rank, or remove model.lora_rslora)");
   }
   return l;
 }
@@ -145,7 +150,7 @@ void CausalLm::add_lora(const LoraOptions& options) {
   if (!lora_sites_.empty()) throw std::logic_error("CausalLm::add_lora: adapters already added");
   lora_ = options;
   if (lora_.targets.empty()) lora_.targets = dims_.lora_default_targets;
-  const double scale = lora_.alpha / static_cast<double>(lora_.rank);
+  const double scale = lora_scale(lora_);
   for (const auto& item : named_parameters()) frozen_.push_back(item.key());
   freeze_parameters(*this);
   for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -258,7 +263,7 @@ std::vector<std::string> export_peft(const CausalLm& model, const std::string& d
                                  {"fan_in_fan_out", conv1d},
                                  {"inference_mode", true},
                                  {"init_lora_weights", true},
-                                 {"use_rslora", false},
+                                 {"use_rslora", l.rslora},
                                  {"use_dora", false},
                                  {"modules_to_save", nullptr}};
   std::error_code ec;
@@ -298,14 +303,55 @@ nlohmann::json read_peft_config(const std::string& path) {
   }
 }
 
-// The adapter's config against the model's options: PEFT type, rank, alpha, targets.
-void check_peft_config(const CausalLm& model, const nlohmann::json& c, const std::string& path) {
-  const auto fail = [&](const std::string& what) {
-    throw std::invalid_argument(fmt::format("model.lora_init_from: {}: {}", path, what));
+[[noreturn]] void refuse(const std::string& path, const std::string& what) {
+  throw std::invalid_argument(fmt::format("model.lora_init_from: {}: {}", path, what));
+}
+
+// The fields of PEFT's LoraConfig that change what the adapters compute, or which layers and
+// tensors they have, beyond W x + scale B A x on every block's target_modules: each is refused
+// when set (not absent, null, false, empty or "none"), naming it. fan_in_fan_out is not one:
+// PEFT sets it by the layer's type whatever the file says (false for nn.Linear, llama; true for
+// GPT-2's Conv1D), so it changes nothing the trainer computes.
+void refuse_variants(const nlohmann::json& c, const std::string& path) {
+  struct Field {
+    const char* name;
+    const char* what;
   };
+  static const Field kFields[] = {
+      {"use_dora", "DoRA (a magnitude vector over the weight) is not LoRA's arithmetic"},
+      {"rank_pattern", "a rank per layer is not supported (one model.lora_rank for every layer)"},
+      {"alpha_pattern",
+       "an alpha per layer is not supported (one model.lora_alpha for every layer)"},
+      {"lora_bias", "a bias on lora_B is not supported"},
+      {"bias", "trained biases of the base are not supported (bias: none only)"},
+      {"modules_to_save", "whole modules trained beside the adapters are not supported"},
+      {"trainable_token_indices", "trained token embeddings are not supported"},
+      {"layers_to_transform", "adapters on some layers only are not supported (every block)"},
+      {"layer_replication", "replicated layers are not supported"},
+      {"exclude_modules", "excluded modules are not supported (model.lora_targets, every block)"},
+      {"target_parameters", "adapters on parameters (not modules) are not supported"},
+      {"use_qalora", "QALoRA is not LoRA's arithmetic"},
+      {"alora_invocation_tokens", "Activated LoRA is not LoRA's arithmetic"},
+      {"velora_config", "VeLoRA is not supported"},
+      {"use_bdlora", "block-diagonal LoRA is not LoRA's arithmetic"},
+      {"arrow_config", "Arrow routing is not LoRA's arithmetic"}};
+  for (const Field& f : kFields) {
+    const auto it = c.find(f.name);
+    if (it == c.end() || it->is_null() || *it == false || *it == "none") continue;
+    if ((it->is_object() || it->is_array() || it->is_string()) && it->empty()) continue;
+    refuse(path,
+           fmt::format("{} is {}: {}; save the adapter without it", f.name, it->dump(), f.what));
+  }
+}
+
+// The adapter's config against the model's options: PEFT type, what is not plain LoRA, rank,
+// alpha, rsLoRA, targets.
+void check_peft_config(const CausalLm& model, const nlohmann::json& c, const std::string& path) {
+  const auto fail = [&](const std::string& what) { refuse(path, what); };
   const std::string type = c.value("peft_type", "");
   if (type != "LORA")
     fail(fmt::format("peft_type is {}, not LORA", type.empty() ? "absent" : type));
+  refuse_variants(c, path);
   const LoraOptions& l = model.lora_options();
   const int64_t r = c.value("r", int64_t{0});
   if (r != l.rank) fail(fmt::format("r is {} but model.lora_rank is {}", r, l.rank));
@@ -326,6 +372,13 @@ void check_peft_config(const CausalLm& model, const nlohmann::json& c, const std
   const double alpha = c.value("lora_alpha", 8.0);
   if (std::abs(alpha - l.alpha) > 1e-9 * std::max(1.0, std::abs(alpha))) {
     fail(fmt::format("lora_alpha is {} but model.lora_alpha is {}", alpha, l.alpha));
+  }
+  const auto rslora = c.find("use_rslora");
+  const bool theirs = rslora != c.end() && rslora->is_boolean() && rslora->get<bool>();
+  if (theirs != l.rslora) {
+    fail(fmt::format("use_rslora is {} but model.lora_rslora is {} (the adapters' scale: alpha / "
+                     "{})",
+                     theirs, l.rslora, theirs ? "sqrt(r)" : "r"));
   }
 }
 
@@ -421,10 +474,10 @@ std::shared_ptr<CausalLm> with_lora(std::shared_ptr<CausalLm> model, const Model
   }
   const LoraOptions& l = model->lora_options();
   const int64_t trained = parameter_count(*model), frozen = buffer_count(*model);
-  spdlog::info("model.lora: rank {}, alpha {} (scale {}), dropout {}, on {} ({} layers): {} "
+  spdlog::info("model.lora: rank {}, alpha {} ({}scale {}), dropout {}, on {} ({} layers): {} "
                "parameters train, {} frozen ({:.3f}% train)",
-               l.rank, l.alpha, l.alpha / static_cast<double>(l.rank), l.dropout,
-               fmt::join(l.targets, ", "), model->lora_sites().size(), trained, frozen,
+               l.rank, l.alpha, l.rslora ? "rsLoRA: alpha / sqrt(rank), " : "", lora_scale(l),
+               l.dropout, fmt::join(l.targets, ", "), model->lora_sites().size(), trained, frozen,
                100.0 * static_cast<double>(trained) / static_cast<double>(trained + frozen));
   return model;
 }

@@ -3,8 +3,9 @@
 //
 //   model.lora_rank r > 0 turns it on; model.lora_targets names the adapted layers by their
 //   Hugging Face names (llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj;
-//   gpt: c_attn, c_proj, c_fc; [] the attention projections), model.lora_alpha / r the scale,
-//   model.lora_dropout the dropout on the adapters' input.
+//   gpt: c_attn, c_proj, c_fc; [] the attention projections), model.lora_alpha / r the scale
+//   (model.lora_rslora: alpha / sqrt(r), PEFT's use_rslora), model.lora_dropout the dropout on
+//   the adapters' input.
 //
 // Each adapted layer W gets W x + scale * B A dropout(x) (models/block.h, LoraAdapter); llama's
 // q_proj, k_proj and v_proj adapt their rows of the fused qkv_proj. The adapters are the model's
@@ -60,16 +61,17 @@ int64_t buffer_count(torch::nn::Module& module);
 
 // --export-peft DIR: DIR/adapter_config.json and DIR/adapter_model.safetensors as PEFT's
 // save_pretrained writes a LoRA adapter (keys base_model.model.<the Hugging Face name>.lora_A.
-// weight, float32), for peft.PeftModel.from_pretrained over the base `base_path` names
-// (model.init_from). Returns the two files. std::invalid_argument when `model` has no adapters,
-// std::runtime_error naming a file that cannot be written.
+// weight, float32; use_rslora as model.lora_rslora), for peft.PeftModel.from_pretrained over
+// the base `base_path` names (model.init_from). Returns the two files. std::invalid_argument
+// when `model` has no adapters, std::runtime_error naming a file that cannot be written.
 std::vector<std::string> export_peft(const CausalLm& model, const std::string& dir,
                                      const std::string& base_path);
 
 // model.lora_init_from DIR: copies a PEFT LoRA adapter (adapter_config.json,
 // adapter_model.safetensors) into `model`'s adapters. std::invalid_argument naming the file and
-// the key when it is not a LoRA adapter, its rank or targets differ from model.lora_*, or a
-// tensor is missing, extra or of another shape.
+// the key when it is not a LoRA adapter, sets a field of PEFT's that is not plain LoRA (use_dora,
+// rank_pattern, alpha_pattern, ...: lora.cpp, refuse_variants), its rank, alpha, use_rslora or
+// targets differ from model.lora_*, or a tensor is missing, extra or of another shape.
 void load_peft(CausalLm& model, const std::string& dir);
 
 // The frozen base's hash (models::FrozenBase::base_hash, "crc32:xxxxxxxx"): zlib's CRC-32 of

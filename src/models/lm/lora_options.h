@@ -2,6 +2,7 @@
 // what adds, exports and loads adapters is lm/lora.h.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,7 +18,14 @@ struct LoraOptions {
   double alpha = 0.0;
   double dropout = 0.0;
   std::vector<std::string> targets;  // Hugging Face names; empty: the family's default
+  bool rslora = false;  // rank-stabilised LoRA: scale alpha / sqrt(rank) (PEFT's use_rslora)
 };
+
+// The adapters' scale, as PEFT computes it: alpha / rank, or alpha / sqrt(rank) with rsLoRA.
+inline double lora_scale(const LoraOptions& o) {
+  const auto r = static_cast<double>(o.rank);
+  return o.alpha / (o.rslora ? std::sqrt(r) : r);
+}
 
 // One adapted layer: its Hugging Face name, the projection it adds to, and the adapter.
 struct LoraSite {
