@@ -18,11 +18,11 @@
 #include "data/text_steps.h"
 
 namespace data {
-namespace {
 
-// Unicode's White_Space property: what Oniguruma's and Rust regex's \s match.
-constexpr const char* kWhiteSpace =
-    R"(\t\n\x{0B}\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+// The types of BpeTokenizer::Impl's fields. Not in the anonymous namespace: in a unity batch this
+// file is not the main file, and a class with a member of an anonymous namespace's type defined
+// outside the main file is GCC's -Wsubobject-linkage.
+namespace bpe_detail {
 
 // Lets maps keyed by bytes be searched with string_views of the text.
 struct BytesHash {
@@ -30,14 +30,24 @@ struct BytesHash {
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
-uint64_t pair_key(int64_t left, int64_t right) {
-  return static_cast<uint64_t>(left) << 32 | static_cast<uint64_t>(right);
-}
-
 struct PatternDeleter {
   void operator()(pcre2_code* code) const { pcre2_code_free(code); }
 };
 using Pattern = std::unique_ptr<pcre2_code, PatternDeleter>;
+
+}  // namespace bpe_detail
+
+namespace {
+
+using bpe_detail::Pattern;
+
+// Unicode's White_Space property: what Oniguruma's and Rust regex's \s match.
+constexpr const char* kWhiteSpace =
+    R"(\t\n\x{0B}\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+uint64_t pair_key(int64_t left, int64_t right) {
+  return static_cast<uint64_t>(left) << 32 | static_cast<uint64_t>(right);
+}
 
 std::string pcre2_message(int code) {
   PCRE2_UCHAR message[256];
@@ -106,10 +116,11 @@ std::string spell_out_white_space(const std::string& pattern) {
 
 struct BpeTokenizer::Impl {
   BpeSpec spec;
-  std::unordered_map<std::string, int64_t, BytesHash, std::equal_to<>> id_of;  // spelling -> id
+  std::unordered_map<std::string, int64_t, bpe_detail::BytesHash, std::equal_to<>>
+      id_of;  // spelling -> id
   std::unordered_map<uint64_t, std::pair<uint32_t, int64_t>> merge_of;         // pair -> rank, id
   int64_t byte_id[256] = {};  // kBytes: each byte's token; kCharacters: its <0xNN> token, or -1
-  std::vector<Pattern> patterns;
+  std::vector<bpe_detail::Pattern> patterns;
   std::vector<std::optional<std::string>> spelled;  // id -> what decode starts from
   // The added tokens (as given, normalized) by their first byte, longest first.
   std::array<std::array<std::vector<const BpeSpec::AddedToken*>, 256>, 2> added_by_byte;

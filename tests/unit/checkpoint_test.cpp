@@ -50,6 +50,18 @@ std::string error_of(const std::function<void()>& fn) {
   return "";
 }
 
+// A checkpoint's metadata: steps done, global batch, seed and world size; the rest empty. Named
+// fields, as an aggregate's braces leave the later members to -Wmissing-field-initializers.
+checkpoint::CheckpointMeta meta_of(int64_t step, int64_t global_batch_size, uint64_t seed,
+                                   int world_size) {
+  checkpoint::CheckpointMeta meta;
+  meta.step = step;
+  meta.global_batch_size = global_batch_size;
+  meta.seed = seed;
+  meta.world_size = world_size;
+  return meta;
+}
+
 // Writes a checkpoint of `model` with moments filled with `fill` and `fill`^2 to `path`.
 void write(const std::string& path, models::Model& model, double fill,
            checkpoint::CheckpointMeta meta) {
@@ -61,7 +73,7 @@ TEST(Checkpoint, WhatIsWrittenIsWhatIsRead) {
   test::TempDir dir;
   auto written = mlp(8, 1);
   const std::string path = dir.file("step_000007.safetensors");
-  write(path, *written, 0.25, {7, 96, 42, 3, ""});
+  write(path, *written, 0.25, meta_of(7, 96, 42, 3));
   EXPECT_NE(::access((path + ".tmp").c_str(), F_OK), 0) << "the temporary file was left behind";
 
   const auto ckpt = checkpoint::read_checkpoint(path);
@@ -84,7 +96,7 @@ TEST(Checkpoint, AnotherModelIsAnErrorNamingTheTensorAndShapes) {
   test::TempDir dir;
   auto written = mlp(8, 1);
   const std::string path = dir.file("final.safetensors");
-  write(path, *written, 0.1, {3, 16, 1, 1, ""});
+  write(path, *written, 0.1, meta_of(3, 16, 1, 1));
   const auto ckpt = checkpoint::read_checkpoint(path);
   auto wider = mlp(16, 1);
   const std::string message = error_of([&] { checkpoint::check_compatible(ckpt, *wider); });
@@ -119,9 +131,9 @@ TEST(Checkpoint, LatestIsTheOneWithTheMostStepsAndSkipsOthers) {
   EXPECT_EQ(checkpoint::latest_checkpoint(dir.path()), "");
   EXPECT_EQ(checkpoint::latest_checkpoint(dir.file("absent")), "");
   auto model = mlp(4, 1);
-  write(dir.file("step_000020.safetensors"), *model, 0, {20, 8, 1, 1, ""});
-  write(dir.file("step_000100.safetensors"), *model, 0, {100, 8, 1, 1, ""});
-  write(dir.file("oom_step_000051.safetensors"), *model, 0, {50, 8, 1, 1, ""});
+  write(dir.file("step_000020.safetensors"), *model, 0, meta_of(20, 8, 1, 1));
+  write(dir.file("step_000100.safetensors"), *model, 0, meta_of(100, 8, 1, 1));
+  write(dir.file("oom_step_000051.safetensors"), *model, 0, meta_of(50, 8, 1, 1));
   io::write_safetensors(dir.file("weights.safetensors"), {{"w", at::ones({2})}});
   std::ofstream(dir.file("torn.safetensors")) << "garbage";
   EXPECT_EQ(checkpoint::latest_checkpoint(dir.path()), dir.file("step_000100.safetensors"));
@@ -145,7 +157,7 @@ TEST(Checkpoint, EmbeddingCachesAreLeftOut) {
   models::as<models::EmbeddingCache>(*cached)->build_cache();
   ASSERT_TRUE(models::has_cache(*cached));
   const std::string path = dir.file("final.safetensors");
-  write(path, *cached, 0, {1, 8, 1, 1, ""});
+  write(path, *cached, 0, meta_of(1, 8, 1, 1));
   const auto ckpt = checkpoint::read_checkpoint(path);
   EXPECT_FALSE(ckpt.tensors.count("buffer.item_cache"));
   EXPECT_TRUE(ckpt.tensors.count("buffer.item_text"));
@@ -174,7 +186,7 @@ TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName)
   const std::string flipped = dir.file("step_000001.safetensors"),
                     cut = dir.file("step_000002.safetensors"),
                     empty = dir.file("step_000003.safetensors");
-  for (const auto& p : {flipped, cut, empty}) write(p, *model, 0.5, {1, 96, 42, 2, ""});
+  for (const auto& p : {flipped, cut, empty}) write(p, *model, 0.5, meta_of(1, 96, 42, 2));
   EXPECT_NO_THROW(checkpoint::read_checkpoint(flipped));
   damage(flipped, -3, "\x7f");  // in the last tensor's data
   truncate_to(cut, 500);
@@ -194,9 +206,9 @@ TEST(CheckpointIntegrity, AFlippedByteATruncationAndAnEmptyFileAreRefusedByName)
 TEST(CheckpointIntegrity, AutoPassesOverDamagedCheckpointsToTheNewestGoodOne) {
   test::TempDir dir;
   auto model = mlp(8, 1);
-  write(dir.file("step_000010.safetensors"), *model, 0.1, {10, 96, 42, 2, ""});
-  write(dir.file("step_000020.safetensors"), *model, 0.2, {20, 96, 42, 2, ""});
-  write(dir.file("final.safetensors"), *model, 0.3, {30, 96, 42, 2, ""});
+  write(dir.file("step_000010.safetensors"), *model, 0.1, meta_of(10, 96, 42, 2));
+  write(dir.file("step_000020.safetensors"), *model, 0.2, meta_of(20, 96, 42, 2));
+  write(dir.file("final.safetensors"), *model, 0.3, meta_of(30, 96, 42, 2));
   damage(dir.file("final.safetensors"), -1, "\x01");
   truncate_to(dir.file("step_000020.safetensors"), 100);
   std::vector<std::string> skipped;
@@ -212,9 +224,9 @@ TEST(CheckpointIntegrity, KeepLastDeletesOnlyOlderPeriodicCheckpoints) {
   test::TempDir dir;
   auto model = mlp(8, 1);
   for (int s : {10, 20, 30, 40})
-    write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, {s, 96, 42, 2, ""});
-  write(dir.file("final.safetensors"), *model, 0.1, {40, 96, 42, 2, ""});
-  write(dir.file("oom_step_000005.safetensors"), *model, 0.1, {4, 96, 42, 2, ""});
+    write(dir.file(fmt::format("step_{:06d}.safetensors", s)), *model, 0.1, meta_of(s, 96, 42, 2));
+  write(dir.file("final.safetensors"), *model, 0.1, meta_of(40, 96, 42, 2));
+  write(dir.file("oom_step_000005.safetensors"), *model, 0.1, meta_of(4, 96, 42, 2));
   const auto deleted = checkpoint::prune_checkpoints(dir.path(), 2);
   EXPECT_THAT(deleted, ::testing::UnorderedElementsAre(dir.file("step_000010.safetensors"),
                                                        dir.file("step_000020.safetensors")));
@@ -228,7 +240,9 @@ TEST(CheckpointIntegrity, KeepLastDeletesOnlyOlderPeriodicCheckpoints) {
 TEST(CheckpointIntegrity, TheConfigurationTravelsInTheMetadata) {
   test::TempDir dir;
   auto model = mlp(8, 1);
-  write(dir.file("c.safetensors"), *model, 0.1, {3, 96, 42, 2, "model:\n  name: mlp\n"});
+  checkpoint::CheckpointMeta meta = meta_of(3, 96, 42, 2);
+  meta.config = "model:\n  name: mlp\n";
+  write(dir.file("c.safetensors"), *model, 0.1, meta);
   EXPECT_EQ(checkpoint::read_checkpoint(dir.file("c.safetensors")).meta.config,
             "model:\n  name: mlp\n");
 }

@@ -219,7 +219,9 @@ TEST(PlanShape, LoraPlansTheAdaptersStateAndTheFrozenBaseShardedOnlyByParameters
     EXPECT_EQ(none.state.optimizer_state, 8 * adapters);
     const auto params = static_cast<size_t>(ddp::ShardMode::kParameters);
     for (size_t m = 0; m < p.modes.size(); ++m) {
-      if (m != params) EXPECT_GE(p.modes[m].state.parameters, frozen) << m;  // whole
+      if (m != params) {
+        EXPECT_GE(p.modes[m].state.parameters, frozen) << m;  // whole
+      }
       EXPECT_LT(p.modes[m].state.optimizer_state, full.modes[m].state.optimizer_state / 20) << m;
     }
     EXPECT_LT(p.modes[params].state.parameters, frozen) << "the base is not sharded";

@@ -131,7 +131,9 @@ TEST(Llama, FlopsAndParameterUnitsTiedAndUntied) {
         tied ? std::vector<std::string>{"embed_tokens.weight", "norm.weight"}
              : std::vector<std::string>{"embed_tokens.weight"};
     EXPECT_EQ(units[0], first);
-    if (!tied) EXPECT_EQ(units[3], (std::vector<std::string>{"norm.weight", "lm_head.weight"}));
+    if (!tied) {
+      EXPECT_EQ(units[3], (std::vector<std::string>{"norm.weight", "lm_head.weight"}));
+    }
     size_t in_units = 0;
     for (size_t u = 1; u <= 2; ++u) {
       for (const auto& name : units[u]) {

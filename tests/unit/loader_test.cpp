@@ -154,7 +154,9 @@ TEST(Batches, StopsItsLoadersWorkersBeforeTheMembersTheyUse) {
   for (int round = 0; round < 200; ++round) {
     train::Batches batches(ds, train, loader, /*world=*/1, /*rank=*/0, c10::Device(c10::kCPU));
     batches.start();
-    if (round % 2 == 1) EXPECT_EQ(batches.get(0).inputs.size(0), 64);
+    if (round % 2 == 1) {
+      EXPECT_EQ(batches.get(0).inputs.size(0), 64);
+    }
   }
 }
 
