@@ -11,6 +11,8 @@
 # - No function in src/ longer than 60 lines, as lizard counts them (its "length").
 # - Structure (scripts/lint_structure.py): no two files of a folder of src/ include each other,
 #   and no options struct repeats a default the schema declares.
+# - Commit subjects: at most 72 characters in every commit after 53f09f4 (the history up to it
+#   stays as it is); skipped in a shallow clone, where that history is not there to read.
 # Files are those git tracks (ruff: those it finds, minus .gitignore's). ruff and lizard come from
 # the project's virtualenv (scripts/bootstrap.sh --dev installs them), the rest from scripts/packages.txt.
 set -uo pipefail
@@ -160,11 +162,46 @@ check_structure() {
   fi
 }
 
+# 6. Commit subjects: what changed in at most 72 characters, the details in the body (Git's
+# SubmittingPatches). Every commit after kSubjectsFrom, the last commit with longer subjects, is
+# held to it; the history up to it stays as it is. It needs the history: in a shallow clone (CI's
+# default checkout depth), or one where kSubjectsFrom is not an ancestor of HEAD, it says why and
+# checks nothing.
+readonly kSubjectsFrom=53f09f4
+readonly kMaxSubject=72
+check_commit_subjects() {
+  if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
+    say "commit subjects: SKIP: a shallow clone (git fetch --unshallow gives the history)"
+    return 0
+  fi
+  if ! git merge-base --is-ancestor "$kSubjectsFrom" HEAD 2>/dev/null; then
+    say "commit subjects: SKIP: $kSubjectsFrom is not an ancestor of HEAD (another history)"
+    return 0
+  fi
+  local LC_ALL=C.UTF-8  # ${#subject} counts characters, not bytes
+  local hash subject n=0 long=0
+  while IFS=' ' read -r hash subject; do
+    n=$((n + 1))
+    if [ "${#subject}" -gt "$kMaxSubject" ]; then
+      long=$((long + 1))
+      say "  $hash: subject of ${#subject} characters (at most $kMaxSubject): $subject"
+    fi
+  done < <(git log --format='%h %s' "$kSubjectsFrom..HEAD")
+  if [ "$long" -gt 0 ]; then
+    failure subjects "$long of $n commit(s) after $kSubjectsFrom have a subject over" \
+      "$kMaxSubject characters (above): say what changed in the subject, the rest in the body" \
+      "(git commit --amend, or git rebase -i for older ones)"
+  else
+    say "commit subjects: the $n commit(s) after $kSubjectsFrom are within $kMaxSubject characters"
+  fi
+}
+
 check_cpp
 check_python
 check_shell
 check_function_length
 check_structure
+check_commit_subjects
 
 if [ ${#failed[@]} -gt 0 ]; then
   say "failed: ${failed[*]}"
