@@ -7,6 +7,7 @@
 #   scripts/bootstrap.sh --dev [TARGET...]   # also what the Python scripts, the tests and the lint
 #                                            # use (scripts/test.sh; see "3. The tools" below)
 #   Torch_DIR=/opt/libtorch/share/cmake/Torch scripts/bootstrap.sh   # use an existing LibTorch
+#   TRAINER_WERROR=ON scripts/bootstrap.sh   # warnings as errors (on by itself when CI=true)
 #
 # Without --dev it installs only what building and running the trainer needs: the Debian packages
 # and torch (LibTorch; the quick start needs nothing else). --dev adds, pinned where the tests
@@ -130,11 +131,18 @@ fetch_gpt2_ranks() {
 [ "$dev" = 0 ] || install_dev_tools
 
 # 4. Configure once (CMake re-runs itself when CMakeLists change), then build incrementally.
+# Warnings as errors (TRAINER_WERROR, CMakeLists.txt) in CI (CI=true) or when asked
+# (TRAINER_WERROR=ON or OFF); a build directory configured before is set to it too.
+werror=${TRAINER_WERROR:-}
+if [ -z "$werror" ] && [ "${CI:-}" = true ]; then werror=ON; fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  log "configuring $BUILD_DIR"
+  log "configuring $BUILD_DIR${werror:+ (TRAINER_WERROR=$werror)}"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
     ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"} \
-    ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"} >/dev/null
+    ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"} ${werror:+-DTRAINER_WERROR="$werror"} >/dev/null
+elif [ -n "$werror" ]; then
+  log "TRAINER_WERROR=$werror in $BUILD_DIR"
+  cmake -S . -B "$BUILD_DIR" -DTRAINER_WERROR="$werror" >/dev/null
 fi
 log "building ${*:-everything} in $BUILD_DIR"
 cmake --build "$BUILD_DIR" ${1:+--target "$@"} -- -j"${BUILD_JOBS:-$(nproc)}"
