@@ -39,8 +39,6 @@ using Pattern = std::unique_ptr<pcre2_code, PatternDeleter>;
 
 namespace {
 
-using bpe_detail::Pattern;
-
 // Unicode's White_Space property: what Oniguruma's and Rust regex's \s match.
 constexpr const char* kWhiteSpace =
     R"(\t\n\x{0B}\f\r \x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
@@ -55,15 +53,15 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(message);
 }
 
-Pattern compile(const BpeSpec::Split& split, const std::string& source) {
+bpe_detail::Pattern compile(const BpeSpec::Split& split, const std::string& source) {
   const std::string pattern = spell_out_white_space(split.pattern);
   int err = 0;
   PCRE2_SIZE offset = 0;
   // MATCH_INVALID_UTF: bytes that are not UTF-8 match nothing instead of failing the match.
   const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF |
                            (split.multiline ? PCRE2_MULTILINE : PCRE2_DOLLAR_ENDONLY);
-  Pattern code(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(), options,
-                             &err, &offset, nullptr));
+  bpe_detail::Pattern code(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()),
+                                         pattern.size(), options, &err, &offset, nullptr));
   if (!code) {
     throw DataError(fmt::format("{}: the pre-tokenizer pattern {} does not compile (PCRE2, at "
                                 "character {}: {})",
@@ -117,8 +115,8 @@ std::string spell_out_white_space(const std::string& pattern) {
 struct BpeTokenizer::Impl {
   BpeSpec spec;
   std::unordered_map<std::string, int64_t, bpe_detail::BytesHash, std::equal_to<>>
-      id_of;  // spelling -> id
-  std::unordered_map<uint64_t, std::pair<uint32_t, int64_t>> merge_of;         // pair -> rank, id
+      id_of;                                                            // spelling -> id
+  std::unordered_map<uint64_t, std::pair<uint32_t, int64_t>> merge_of;  // pair -> rank, id
   int64_t byte_id[256] = {};  // kBytes: each byte's token; kCharacters: its <0xNN> token, or -1
   std::vector<bpe_detail::Pattern> patterns;
   std::vector<std::optional<std::string>> spelled;  // id -> what decode starts from

@@ -159,12 +159,12 @@ TEST_P(LoraPeft, LoraInitFromAPeftAdapterGivesPeftsLogits) {
   test::TempDir out;
   const std::string adapter = out.file("adapter");
   io::write_safetensors(out.file("in.safetensors"), {{"inputs", inputs()}});
-  ASSERT_TRUE(
-      test::run_hf_script("lora_peft.py",
-                 fmt::format("make {} {} {} {} --r 3 --alpha 12 {} --targets {}", base(), adapter,
-                             out.file("in.safetensors"), out.file("out.safetensors"),
-                             rslora_in() ? "--rslora" : "", fmt::join(family().targets, " ")),
-                 out));
+  ASSERT_TRUE(test::run_hf_script(
+      "lora_peft.py",
+      fmt::format("make {} {} {} {} --r 3 --alpha 12 {} --targets {}", base(), adapter,
+                  out.file("in.safetensors"), out.file("out.safetensors"),
+                  rslora_in() ? "--rslora" : "", fmt::join(family().targets, " ")),
+      out));
   models::ModelOptions o = options(family(), base(), 3);
   o.lora_init_from = adapter;
   if (rslora_in()) {
