@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The planner's rows for every preset of the Llama block's families (issue 49): each preset on
+# The planner's rows for every preset of the Llama block's families (issue 49: llama, qwen2,
+# qwen3, mistral, gemma3): each preset on
 # 8 x 80 GiB at 4096 positions, global batch 64, bf16, on CUDA, planned from the shapes on a
 # machine without a GPU (--dry-run --plan-ranks 8 --plan-device-memory 80GiB), one process each
 # under /usr/bin/time -v. Prints a Markdown row per preset: its parameters, the per-rank state
@@ -18,12 +19,12 @@ rows=(
   "qwen2 qwen2.5-0.5b 151936" "qwen2 qwen2.5-1.5b 151936" "qwen2 qwen2.5-7b 152064"
   "qwen3 qwen3-0.6b 151936" "qwen3 qwen3-1.7b 151936" "qwen3 qwen3-4b 151936"
   "qwen3 qwen3-8b 151936" "qwen3 qwen3-14b 151936" "mistral mistral-7b-v0.3 32768"
+  "gemma3 gemma-3-1b 262144" "gemma3 gemma-3-4b 262208"
 )
-[ -z "${EXTRA_ROWS:-}" ] || read -r -a more <<<"$EXTRA_ROWS"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| preset | parameters | state per rank: none / parameters | micro-batch auto: none / optimizer / gradients / parameters | wall | peak RSS |"
 echo "|---|---:|---|---|---:|---:|"
-for row in "${rows[@]}" ${more[@]+"${more[@]}"}; do
+for row in "${rows[@]}"; do
   read -r family preset vocab <<<"$row"
   (cd "$work" && /usr/bin/time -v "$bin" --config "$config" \
     --set model.name="$family" --set model.preset="$preset" --set data.vocab_size="$vocab" \

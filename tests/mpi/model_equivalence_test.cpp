@@ -146,8 +146,9 @@ TEST(ModelEquivalence, LlamaOnTokenShards) {
 }
 
 // Llama's kin: qwen3 (q and k norms, head_dim 8 in a 36-wide model of 6 heads over 2) with a
-// sliding window of 5 of the 16 positions, and qwen2 (q, k, v biases), each unsharded and with
-// every unit gathered (ddp.shard: parameters; a model built without storage).
+// sliding window of 5 of the 16 positions, qwen2 (q, k, v biases), and gemma3 (sandwich norms of
+// x (1 + w), GeGLU, the embedding scale, its first layer sliding), each unsharded and with every
+// unit gathered (ddp.shard: parameters; a model built without storage).
 class KinEquivalence
     : public ::testing::TestWithParam<std::tuple<const char*, const char*, const char*>> {};
 
@@ -169,7 +170,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::make_tuple("qwen3", ", head_dim: 8, sliding_window: 5", "none"),
                       std::make_tuple("qwen3", ", head_dim: 8, sliding_window: 5", "parameters"),
                       std::make_tuple("qwen2", "", "none"),
-                      std::make_tuple("qwen2", "", "parameters")),
+                      std::make_tuple("qwen2", "", "parameters"),
+                      std::make_tuple("gemma3", ", head_dim: 8, sliding_window: 5", "none"),
+                      std::make_tuple("gemma3", ", head_dim: 8, sliding_window: 5", "parameters")),
     [](const auto& info) {
       return std::string(std::get<0>(info.param)) + "_" + std::get<2>(info.param);
     });

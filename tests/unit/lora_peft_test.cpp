@@ -51,6 +51,12 @@ const Family kFamilies[] = {
      "--model-type qwen3 --layers 2 --heads 6 --kv-heads 2 --width 48 --head-dim 12 "
      "--intermediate 100 --window 5",
      {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
+    // Gemma 3: sandwich norms, GeGLU, the embedding scale, a window of 5 on its sliding layers.
+    {"gemma3",
+     "hf_llama.py",
+     "--model-type gemma3 --layers 2 --heads 6 --kv-heads 2 --width 48 --head-dim 12 "
+     "--intermediate 100 --window 5",
+     {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}},
 };
 constexpr int kFamilyCount = sizeof(kFamilies) / sizeof(kFamilies[0]);
 
