@@ -164,7 +164,7 @@ std::shared_ptr<LanguageModel> create_language_model(const ModelOptions& options
   if (f == nullptr) {
     throw std::invalid_argument(
         fmt::format("{} needs a language model (model.name: {}); this config has model.name: {}",
-                    command, fmt::join(language_model_names(), " or "), options.name));
+                    command, fmt::join(language_model_names(), ", "), options.name));
   }
   return with_lora(f->make(options, shape), options);
 }

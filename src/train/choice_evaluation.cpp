@@ -59,7 +59,7 @@ ChoiceCounts evaluate_choice_task(ddp::Communicator& control, models::Model& mod
   auto* lm = models::as<models::LanguageModel>(model);
   if (lm == nullptr) {
     throw std::invalid_argument(
-        fmt::format("eval.tasks: {} needs a language model (model.name: gpt or llama)", task.path));
+        fmt::format("eval.tasks: {} needs a language model (gpt, llama or its kin)", task.path));
   }
   const auto n = static_cast<int64_t>(task.examples.size());
   const auto [begin, count] = eval_slice(n, control.size(), control.rank());

@@ -223,7 +223,7 @@ case $case_name in
     expect_rc 2; expect_grep "--export-hf: no weights to export: no checkpoint in checkpoint.dir \($work/empty\)"
     [ ! -e "$work/out/model.safetensors" ] || fail "wrote a model anyway"
     run "$trainer" --config "$src/configs/mlp.yaml" --export-hf "$work/out"
-    expect_rc 2; expect_grep "--export-hf needs a language model \(model.name: gpt or llama\); this config has model.name: mlp"
+    expect_rc 2; expect_grep "--export-hf needs a language model \(model.name: gpt, llama, qwen2, qwen3, mistral, gemma3\); this config has model.name: mlp"
     # data.tokenizer: auto cannot choose for 300 ids.
     run "$trainer" "${tiny[@]}" --set data.vocab_size=300 --generate "x"
     expect_rc 2; expect_grep "data.tokenizer: auto knows no encoding with data.vocab_size = 300" ;;
