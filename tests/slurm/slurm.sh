@@ -427,7 +427,9 @@ SH
     # within each node (2 ranks: each keeps half of the moments, not a quarter) and all-reduces the
     # shards across the nodes. Its checkpoint equals, bitwise, the same hybrid run simulated on one
     # machine (TRAINER_TEST_RANKS_PER_NODE=2: each sum adds the same two values), and the unsharded
-    # one-node run's within 1e-4 (its sums add four values in another order; 30 AdamW steps).
+    # one-node run's within 5e-4 (its sums add four values in another order; 30 AdamW steps: on
+    # an AMD EPYC with AVX-512 the largest gap is 1.4e-4, in wpe, at 53f09f4 as after it; 1e-4
+    # held on earlier machines).
     run_two_nodes timeout 120 srun "${two_nodes[@]}" --mpi=pmix "$trainer" "${gpt_short[@]}" \
       --set ddp.shard=gradients --set ddp.shard_group=node --set checkpoint.dir="$work/two"
     expect_rc 0
@@ -454,7 +456,7 @@ SH
       fail "the two-node hybrid run differs from its one-machine simulation"
     timeout 120 mpirun -np 4 "$trainer" "${gpt_short[@]}" --set checkpoint.dir="$work/one" \
       >"$work/one.txt" 2>&1 || { cat "$work/one.txt" >>"$out"; fail "the one-node run failed"; }
-    compare_checkpoints "$work/one/final.safetensors" "$work/two/final.safetensors" 1e-4 ||
+    compare_checkpoints "$work/one/final.safetensors" "$work/two/final.safetensors" 5e-4 ||
       fail "the hybrid two-node run's checkpoint differs from the unsharded one-node run's" ;;
   twonode_node_failure_restart)
     # The trainer ranks on n2 are killed (SIGKILL) after the checkpoint of step 10: the ranks on
