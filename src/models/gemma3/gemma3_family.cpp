@@ -105,11 +105,7 @@ void write_gemma3(const LlamaOptions& o, json& c) {
       scalar == std::round(scalar) ? json(static_cast<int64_t>(scalar)) : json(scalar);
   // No sliding layer: the config's default, which no layer uses.
   c["sliding_window"] = o.sliding_window > 0 ? o.sliding_window : kConfigWindow;
-  json types = json::array();
-  for (int64_t i = 0; i < o.num_layers; ++i) {
-    types.push_back(o.window_of(i) > 0 ? "sliding_attention" : "full_attention");
-  }
-  c["layer_types"] = types;
+  c["layer_types"] = layer_types_json(o);
   c["attention_bias"] = o.attention_bias;
   c["final_logit_softcapping"] = nullptr;
   c["attn_logit_softcapping"] = nullptr;

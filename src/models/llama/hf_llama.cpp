@@ -195,15 +195,19 @@ std::vector<bool> read_layer_types(const HfConfig& r, int64_t layers) {
   return sliding;
 }
 
-void write_layer_windows(const LlamaOptions& o, json& c) {
-  c["use_sliding_window"] = o.sliding_window > 0;
-  c["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json(nullptr);
-  c["max_window_layers"] = o.num_layers;
+json layer_types_json(const LlamaOptions& o) {
   json types = json::array();
   for (int64_t i = 0; i < o.num_layers; ++i) {
     types.push_back(o.window_of(i) > 0 ? "sliding_attention" : "full_attention");
   }
-  c["layer_types"] = types;
+  return types;
+}
+
+void write_layer_windows(const LlamaOptions& o, json& c) {
+  c["use_sliding_window"] = o.sliding_window > 0;
+  c["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json(nullptr);
+  c["max_window_layers"] = o.num_layers;
+  c["layer_types"] = layer_types_json(o);
 }
 
 LlamaOptions read_llama_config(const std::string& file, const LlamaDialect& dialect) {

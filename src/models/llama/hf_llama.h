@@ -74,6 +74,9 @@ std::vector<bool> read_layer_types(const HfConfig& config, int64_t layers);
 // And written back: use_sliding_window, sliding_window (null without), max_window_layers and
 // layer_types.
 void write_layer_windows(const LlamaOptions& options, nlohmann::json& config);
+// Hugging Face's layer_types for the options: "sliding_attention" where a layer has a window,
+// else "full_attention".
+nlohmann::json layer_types_json(const LlamaOptions& options);
 
 // One rope entry of config.json (rope_scaling, rope_parameters, or one of Gemma 3's
 // rope_parameters by layer type) over `rope`: rope_theta, rope_type default, linear or llama3
