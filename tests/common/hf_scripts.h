@@ -7,12 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "common/python_runner.h"
 #include "common/temp_dir.h"
 
 namespace test {
@@ -21,12 +21,12 @@ namespace test {
 // output when it fails.
 inline bool run_hf_script(const std::string& script, const std::string& args, const TempDir& dir) {
   const std::string log = dir.file("script.log");
-  const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR + "/tests/hf/" +
-                          script + " " + args + " > " + log + " 2>&1";
-  if (std::system(cmd.c_str()) == 0) return true;
+  const std::string path = std::string(TRAINER_SOURCE_DIR) + "/tests/hf/" + script;
+  const int rc = run_python(path, args, log);
+  if (rc == 0) return true;
   std::ifstream in(log);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ADD_FAILURE() << "failed: " << cmd << "\n" << text;
+  ADD_FAILURE() << "failed (" << rc << "): " << path << " " << args << "\n" << text;
   return false;
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/python_runner.h"
 #include "common/temp_dir.h"
 #include "data/errors.h"
 
@@ -43,10 +44,9 @@ TEST(Gpt2Tokenizer, KnownIds) {
 TEST(Gpt2Tokenizer, EqualsTiktokenOnAMixedCorpusAndDecodesItBack) {
   test::TempDir dir;
   const std::string out = dir.file("reference.json"), log = dir.file("log.txt");
-  const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR +
-                          "/tests/unit/gpt2_reference.py " + out + " " + data::gpt2_ranks_path() +
-                          " > " + log + " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << read_all(log);
+  const std::string cmd = std::string(TRAINER_SOURCE_DIR) + "/tests/unit/gpt2_reference.py";
+  const std::string args = out + " " + data::gpt2_ranks_path();
+  ASSERT_EQ(test::run_python(cmd, args, log), 0) << cmd << " " << args << "\n" << read_all(log);
   const auto reference = nlohmann::json::parse(read_all(out));
   const auto& docs = reference.at("docs");
   ASSERT_GE(docs.size(), 8u);

@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 
+#include "common/python_runner.h"
 #include "common/temp_dir.h"
 #include "io/safetensors.h"
 #include "models/capabilities.h"
@@ -37,10 +38,9 @@ inline std::map<std::string, at::Tensor> run_reference(
   const std::string in = dir.path() + "/in.safetensors", out = dir.path() + "/out.safetensors",
                     log = dir.path() + "/log.txt";
   io::write_safetensors(in, tensors, meta);
-  const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR +
-                          "/tests/reference/" + script + " " + in + " " + out + " > " + log +
-                          " 2>&1";
-  const int rc = std::system(cmd.c_str());
+  const std::string path = std::string(TRAINER_SOURCE_DIR) + "/tests/reference/" + script;
+  const std::string cmd = path + " " + in + " " + out;
+  const int rc = run_python(path, in + " " + out, log);
   if (rc != 0) {
     std::string text;
     if (FILE* f = std::fopen(log.c_str(), "r")) {

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/python_runner.h"
 #include "common/temp_dir.h"
 #include "data/errors.h"
 #include "data/tokenizer.h"
@@ -36,10 +37,9 @@ class TokenizerJson : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     const std::string log = dir_->file("log.txt");
-    const std::string cmd = std::string(TRAINER_PYTHON) + " " + TRAINER_SOURCE_DIR +
-                            "/tests/unit/bpe_reference.py " + dir_->path() + " > " + log + " 2>&1";
-    if (std::system(cmd.c_str()) != 0) {
-      setup_error_ = cmd + "\n" + read_all(log);
+    const std::string script = std::string(TRAINER_SOURCE_DIR) + "/tests/unit/bpe_reference.py";
+    if (test::run_python(script, dir_->path(), log) != 0) {
+      setup_error_ = script + " " + dir_->path() + "\n" + read_all(log);
       return;
     }
     expected_ = new nlohmann::json(nlohmann::json::parse(read_all(dir_->file("expected.json"))));
