@@ -12,7 +12,7 @@
 # Without --dev it installs only what building and running the trainer needs: the Debian packages
 # and torch (LibTorch; the quick start needs nothing else). --dev adds, pinned where the tests
 # compare against them: safetensors, numpy, pillow, matplotlib, tensorboard, tiktoken, tqdm,
-# transformers, tokenizers, ruff, lizard, and GPT-2's BPE ranks in the cache.
+# transformers, tokenizers, pyarrow, zstandard, ruff, lizard, and GPT-2's BPE ranks in the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -100,6 +100,15 @@ install_dev_tools() {
   if ! "$TRAINER_VENV/bin/python" -c "import peft, accelerate, sys; sys.exit(peft.__version__ != '$PEFT_VERSION' or accelerate.__version__ != '$ACCELERATE_VERSION')" 2>/dev/null; then
     log "installing peft==$PEFT_VERSION, accelerate==$ACCELERATE_VERSION into $TRAINER_VENV"
     "${pip[@]}" "peft==$PEFT_VERSION" "accelerate==$ACCELERATE_VERSION"
+  fi
+  # The input formats of scripts/tokenize_text.py beside plain text and JSON Lines: Parquet (the
+  # Hub's datasets, FineWeb-Edu's shards; read a row group at a time) and Zstandard-compressed JSON
+  # Lines (.jsonl.zst; .jsonl.gz needs only the standard library). Pinned: the tests compare their
+  # shards with those of the same rows as plain JSON Lines.
+  local PYARROW_VERSION=26.0.1 ZSTANDARD_VERSION=0.25.0
+  if ! "$TRAINER_VENV/bin/python" -c "import pyarrow, zstandard, sys; sys.exit(pyarrow.__version__ != '$PYARROW_VERSION' or zstandard.__version__ != '$ZSTANDARD_VERSION')" 2>/dev/null; then
+    log "installing pyarrow==$PYARROW_VERSION, zstandard==$ZSTANDARD_VERSION into $TRAINER_VENV"
+    "${pip[@]}" "pyarrow==$PYARROW_VERSION" "zstandard==$ZSTANDARD_VERSION"
   fi
   fetch_gpt2_ranks
 }

@@ -84,7 +84,7 @@ def has_generation_markers(tokenizer):
     return bool(GENERATION_TAG.search(template_text(tokenizer)))
 
 
-def _message(m, where):
+def message(m, where):
     if not isinstance(m, dict):
         raise ChatError(f"{where} is {type(m).__name__}, not an object with a role and content")
     role, content = m.get("role"), m.get("content")
@@ -99,7 +99,7 @@ def _message(m, where):
 def _messages(value, key):
     if not value:
         raise ChatError(f"'{key}' is an empty list of messages")
-    return [_message(m, f"{key}[{i}]") for i, m in enumerate(value)]
+    return [message(m, f"{key}[{i}]") for i, m in enumerate(value)]
 
 
 def to_messages(record):
@@ -108,12 +108,14 @@ def to_messages(record):
     if not isinstance(record, dict):
         raise ChatError(f"a JSON {type(record).__name__}, not an object with 'messages' or "
                         "'prompt' and 'completion'")
-    if "messages" in record:
+    # A null field is an absent one: a Parquet file's rows have every column, null where a JSON
+    # Lines record would lack the key.
+    if record.get("messages") is not None:
         messages = record["messages"]
         if not isinstance(messages, list) or not messages:
             raise ChatError("'messages' is not a non-empty list")
-        return [_message(m, f"message {i}") for i, m in enumerate(messages)]
-    if "prompt" in record and "completion" in record:
+        return [message(m, f"message {i}") for i, m in enumerate(messages)]
+    if record.get("prompt") is not None and record.get("completion") is not None:
         prompt, completion = record["prompt"], record["completion"]
         if isinstance(prompt, str) and isinstance(completion, str):
             return [{"role": "user", "content": prompt},
@@ -153,8 +155,9 @@ class Renderer:
     def text(self, messages, add_generation_prompt=False):
         return self._apply(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
-    def ids(self, messages):
-        return list(self._apply(messages, tokenize=True, return_dict=True)["input_ids"])
+    def ids(self, messages, add_generation_prompt=False):
+        return list(self._apply(messages, tokenize=True, return_dict=True,
+                                add_generation_prompt=add_generation_prompt)["input_ids"])
 
     # --- The mask ---------------------------------------------------------------------------
     def render(self, messages):

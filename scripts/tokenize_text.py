@@ -4,13 +4,18 @@
     scripts/tokenize_text.py INPUT OUTDIR [--encoding bytes|gpt2 | --tokenizer PATH/tokenizer.json]
         [--val-fraction 0.1] [--shard-tokens N] [--header none|llmc] [--jsonl-field text]
         [--workers N] [--ranks FILE]
-    scripts/tokenize_text.py --chat --tokenizer DIR/tokenizer.json INPUT.jsonl OUTDIR
+    scripts/tokenize_text.py --chat --tokenizer DIR/tokenizer.json INPUT OUTDIR
         [--chat-template FILE] [--train-on assistant|last-assistant|all]
-        [--max-tokens N [--too-long truncate|drop]] [--val-fraction ...] [--shard-tokens ...]
+        [--max-tokens N [--too-long truncate|drop|error]] [--val-fraction ...] [--shard-tokens ...]
+    scripts/tokenize_text.py --preference --tokenizer DIR/tokenizer.json INPUT OUTDIR
+        [--chat-template FILE] [--max-tokens N [--too-long truncate|drop|error]] [...]
 
-INPUT is a text file (one document), a JSON Lines file (*.jsonl: one document per line, its
---jsonl-field string), or a folder: every file under it, in sorted path order, hidden ones
-skipped, *.jsonl read as JSON Lines and the rest as text files.
+INPUT is a text file (one document), a file of records, or a folder: every file under it, in
+sorted path order, hidden ones skipped. Records are JSON Lines (*.jsonl, and compressed
+*.jsonl.gz, *.jsonl.zst: one record per line) or Parquet (*.parquet: one record per row, streamed
+a batch of rows at a time); in text mode each record's --jsonl-field string (column) is one
+document. The rest are text files. The same rows give the same shards in any of these formats
+(scripts/input_records.py).
 
 Encodings:
   bytes  each byte of the UTF-8 text is one token (0..255): train with data.vocab_size: 256.
@@ -35,13 +40,19 @@ OUTDIR/val_000000.bin, ...: little-endian uint16 tokens, bare (nanoGPT) or after
 --val-fraction of the token stream is the validation split (it may begin inside a document).
 Shards of an earlier run in OUTDIR are removed first.
 
---chat: INPUT holds conversations, JSON Lines of {"messages": [...]} or {"prompt": ...,
+--chat: INPUT holds conversations, records of {"messages": [...]} or {"prompt": ...,
 "completion": ...}, rendered with the chat template beside the tokenizer.json through
 transformers (scripts/chat_template.py); each shard NAME.bin gets NAME.mask (1 on the tokens the
 loss counts: the assistant's) and NAME.docs (the conversations' boundaries) beside it, shards end
 at conversation boundaries, the validation split is the last whole conversations, and OUTDIR/
 chat.json holds the template rendered around a placeholder user message for --generate --chat.
 The formats: docs/reference.md, "Chat data".
+
+--preference: INPUT holds preference pairs in TRL's format (scripts/preference.py): each pair's
+chosen and rejected sequences (the prompt and one completion, rendered with the chat template as
+TRL's DPOTrainer renders them) are two consecutive documents of one shard, NAME.mask marks their
+completions, and NAME.pairs says the documents come in pairs; shards and the validation split end
+at pair boundaries. The format: docs/reference.md, "Preference data".
 
 Large inputs are cut into chunks of about 1 MiB, tokenized on --workers processes (default: every
 core); the output is the same for any number of workers. GPT-2 text is cut only where the
@@ -73,6 +84,15 @@ except ModuleNotFoundError:  # e.g. the system python3: run again under the proj
              f"({python}): run scripts/bootstrap.sh --dev, which installs it there")
 
 import chat_template  # noqa: E402  (beside this file; after numpy, which it needs)
+import preference  # noqa: E402
+from input_records import (  # noqa: E402
+    InputError,
+    all_units,
+    input_files,
+    is_records,
+    unit_progress,
+    unit_records,
+)
 
 LLMC_MAGIC, LLMC_VERSION = 20240520, 1
 LLMC_MAGIC_32, LLMC_VERSION_32 = 20240801, 7  # llm.c's Llama 3 shards: uint32 tokens
@@ -84,11 +104,6 @@ GPT2_PATTERN = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++
 # Where a GPT-2 text may be cut without changing its ids (see the docstring): the cut is at the
 # match's end. Both sides are ASCII, so a cut never splits a UTF-8 character either.
 GPT2_CUT = re.compile(rb"[A-Za-z](?= [A-Za-z])|[\x21-\x7e]\n(?=[\x21-\x7e])")
-
-
-class InputError(Exception):
-    """A problem with the user's input, reported as 'tokenize_text.py: MESSAGE' and exit 2 (the
-    trainer's code for a user's mistake)."""
 
 
 def default_ranks_path():
@@ -148,73 +163,6 @@ def json_tokenizer(path):
     return tok, vocab_size, separator
 
 
-# --- Work units ------------------------------------------------------------------------------
-# A unit is ("text", path, offset, data, starts_document) for a piece of a text file, or
-# ("jsonl", path, first_line_number, data) for whole lines of a JSON Lines file. Units are cut in
-# the main process (cheap) and tokenized in the workers (decoding, JSON, BPE).
-
-def input_files(path):
-    if os.path.isdir(path):
-        files = []
-        for root, dirs, names in os.walk(path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            files += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")]
-        if not files:
-            raise InputError(f"{path}: the folder holds no files")
-        return sorted(files)
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file or folder")
-    return [path]
-
-
-def text_units(path, chunk_bytes, cut):
-    offset, data, scan = 0, bytearray(), chunk_bytes - 1
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(chunk_bytes)
-            data += block
-            while data:
-                if not block:
-                    at = len(data)  # the end of the file
-                elif len(data) < chunk_bytes:
-                    break
-                elif cut is None:
-                    at = chunk_bytes
-                else:
-                    m = cut.search(data, scan)
-                    if m is None:
-                        scan = max(scan, len(data) - 2)  # a cut may end in the next block
-                        break
-                    at, scan = m.end(), chunk_bytes - 1
-                yield ("text", path, offset, bytes(data[:at]), offset == 0)
-                offset += at
-                del data[:at]
-            if not block:
-                return
-
-
-def jsonl_units(path, chunk_bytes):
-    lines, size, first = [], 0, 1
-    with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
-            lines.append(line)
-            size += len(line)
-            if size >= chunk_bytes:
-                yield ("jsonl", path, first, b"".join(lines))
-                lines, size, first = [], 0, number + 1
-    if lines:
-        yield ("jsonl", path, first, b"".join(lines))
-
-
-def all_units(files, chunk_bytes, cut, whole_texts=False):
-    for path in files:
-        if path.endswith(".jsonl"):
-            yield from jsonl_units(path, chunk_bytes)
-        else:
-            size = os.path.getsize(path) + 1 if whole_texts else chunk_bytes
-            yield from text_units(path, size, cut)
-
-
 # --- Tokenizing (in the workers) -------------------------------------------------------------
 _encoding = None  # this process's: "bytes", a tiktoken.Encoding or a tokenizers.Tokenizer
 _separator = END_OF_TEXT  # the id before each document (not bytes), or None
@@ -250,29 +198,22 @@ def encode_document(text, starts_document, where):
     return np.array(separator + ids, dtype=_dtype)
 
 
-def jsonl_documents(data, path, first, field):
-    """(line number, text) of each record in `data` (lines `first`, ... of `path`) with a text."""
-    for number, line in enumerate(data.split(b"\n"), first):  # as the file was read: by \n
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError as e:
-            raise InputError(f"{path}:{number}: not JSON ({e})") from e
+def record_documents(unit, field):
+    """(where, text) of each record of a records unit with a non-empty text in `field`."""
+    for where, record in unit_records(unit):
         text = record.get(field) if isinstance(record, dict) else None
         if not isinstance(text, str):
             keys = (", ".join(map(str, record)) if isinstance(record, dict)
                     else type(record).__name__)
-            raise InputError(f"{path}:{number}: no string field '{field}' (--jsonl-field; the "
+            raise InputError(f"{where}: no string field '{field}' (--jsonl-field; the "
                              f"record has: {keys})")
         if text and _encoding == "bytes":
             try:
                 text = text.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise InputError(
-                    f"{path}:{number}: field '{field}' is not text ({e.reason})") from e
+                raise InputError(f"{where}: field '{field}' is not text ({e.reason})") from e
         if text:
-            yield number, text
+            yield where, text
 
 
 def tokenize_unit(unit, field):
@@ -287,9 +228,7 @@ def tokenize_unit(unit, field):
                 raise InputError(
                     f"{path}: byte {offset + e.start}: not UTF-8 text ({e.reason})") from e
         return encode_document(data, starts, f"{path} (from byte {offset})"), starts
-    _, path, first, data = unit
-    docs = [encode_document(text, True, f"{path}:{number}")
-            for number, text in jsonl_documents(data, path, first, field)]
+    docs = [encode_document(text, True, where) for where, text in record_documents(unit, field)]
     if _encoding == "bytes" and len(docs) > 1:
         newline = np.array([10], dtype=np.uint16)
         docs = [d for doc in docs for d in (newline, doc)][1:]
@@ -388,7 +327,7 @@ def remove_old_shards(outdir):
     (a mask left beside a new shard would not match it)."""
     old = [n for n in os.listdir(outdir) if re.fullmatch(r"(train|val)_\d{6}\.bin", n)]
     for name in os.listdir(outdir):
-        if re.fullmatch(r"(train|val)_\d{6}\.(mask|docs)|chat\.json", name):
+        if re.fullmatch(r"(train|val)_\d{6}\.(mask|docs|pairs)|chat\.json", name):
             os.unlink(os.path.join(outdir, name))
     for name in old:
         os.unlink(os.path.join(outdir, name))
@@ -438,7 +377,7 @@ def tokenize(a, files):
     """Writes the shards; returns (training tokens, train shards, validation tokens, val shards)."""
     total_bytes = sum(os.path.getsize(p) for p in files)
     units = all_units(files, a.chunk_bytes, GPT2_CUT if a.encoding == "gpt2" else None,
-                      whole_texts=bool(a.tokenizer))
+                      whole_texts=bool(a.tokenizer), columns=[a.jsonl_field])
     dtype = np.uint32 if a.vocab_size > 1 << 16 else np.uint16
     writer = ShardWriter(a.outdir, a.shard_tokens, a.header, dtype)
     bar = progress_bar(total_bytes)
@@ -452,7 +391,7 @@ def tokenize(a, files):
         writer.write(tokens)
         written_docs = written_docs or starts_document
         if bar is not None:
-            bar.update(len(unit[3]))
+            bar.update(unit_progress(unit))
 
     run_units(units, functools.partial(tokenize_unit, field=a.jsonl_field), take, a.workers,
               init_worker, (a.encoding, a.ranks, a.tokenizer),
@@ -466,14 +405,15 @@ def tokenize(a, files):
     return writer.total - n_val, train_shards, n_val, val_shards
 
 
-# --- Conversations (--chat) ------------------------------------------------------------------
-# Beside each shard NAME.bin, --chat writes NAME.mask and NAME.docs (docs/reference.md, "Chat
-# data"): a 32-byte header (8 bytes of magic, uint32 version, uint32 0, uint64 count, uint64 0),
-# then one byte per token, 0 or 1 (.mask), or the count + 1 uint64 offsets of the documents'
-# first tokens and of the shard's end (.docs). Shards end at document boundaries.
-MASK_MAGIC, DOCS_MAGIC, SIDECAR_VERSION = b"TRAINMSK", b"TRAINDOC", 1
-CHAT_COUNTS = ("conversations", "messages", "assistant turns", "tokens", "targets", "truncated",
-               "dropped")
+# --- Documents with a loss mask: conversations (--chat) and preference pairs (--preference) ----
+# Beside each shard NAME.bin, --chat and --preference write NAME.mask and NAME.docs, and
+# --preference NAME.pairs too (docs/reference.md, "Chat data" and "Preference data"): a 32-byte
+# header (8 bytes of magic, uint32 version, uint32 0, uint64 count, uint64 0), then one byte per
+# token, 0 or 1 (.mask), or the count + 1 uint64 offsets of the documents' first tokens and of the
+# shard's end (.docs); .pairs is the header alone, its count the shard's pairs: documents 2p and
+# 2p + 1 are pair p's chosen and rejected sequences. Shards end at document boundaries, and with
+# pairs at pair boundaries.
+MASK_MAGIC, DOCS_MAGIC, PAIRS_MAGIC, SIDECAR_VERSION = b"TRAINMSK", b"TRAINDOC", b"TRAINPAR", 1
 _renderer = None  # this process's chat_template.Renderer
 _chat_limit = (None, "truncate")  # --max-tokens, --too-long
 
@@ -489,14 +429,18 @@ def init_chat_worker(tokenizer_path, template_path, train_on, max_tokens, too_lo
     _chat_limit = (max_tokens, too_long)
 
 
-def render_conversation(line, counts):
-    """(ids, mask) of one JSON Lines record, truncated or None (dropped) past --max-tokens;
-    counts what it keeps. Raises ChatError, or ValueError for a line that is not JSON."""
-    messages = chat_template.to_messages(json.loads(line))
+def render_conversation(record, counts):
+    """(ids, mask) of one record, truncated or None (dropped) past --max-tokens; counts what it
+    keeps. Raises ChatError."""
+    messages = chat_template.to_messages(record)
     ids, mask = _renderer.render(messages)
     kept = len(messages)
     max_tokens, too_long = _chat_limit
     if max_tokens and len(ids) > max_tokens:
+        if too_long == "error":
+            raise chat_template.ChatError(
+                f"a conversation of {len(ids)} tokens, longer than --max-tokens {max_tokens} "
+                "(--too-long error; truncate or drop cut or skip such conversations)")
         fitted = _renderer.fit(messages, max_tokens) if too_long == "truncate" else None
         if fitted is None:
             counts["dropped"] += 1
@@ -512,18 +456,13 @@ def render_conversation(line, counts):
 
 
 def chat_unit(unit):
-    """(ids, mask, document lengths, counts) of the conversations of a JSON Lines unit."""
-    _, path, first, data = unit
+    """(ids, mask, document lengths, counts) of the conversations of a records unit."""
     ids, masks, counts = [], [], collections.Counter()
-    for number, line in enumerate(data.split(b"\n"), first):  # as the file was read: by \n
-        if not line.strip():
-            continue
+    for where, record in unit_records(unit):
         try:
-            rendered = render_conversation(line, counts)
+            rendered = render_conversation(record, counts)
         except chat_template.ChatError as e:
-            raise InputError(f"{path}:{number}: {e}") from e
-        except ValueError as e:
-            raise InputError(f"{path}:{number}: not JSON ({e})") from e
+            raise InputError(f"{where}: {e}") from e
         if rendered is not None:
             ids.append(rendered[0])
             masks.append(rendered[1])
@@ -533,9 +472,10 @@ def chat_unit(unit):
     return np.concatenate(ids), np.concatenate(masks), lengths, counts
 
 
-def chat_shard_ranges(offsets, begin, end, shard_tokens):
-    """Documents [begin, end) cut into shards of whole documents, each of at most `shard_tokens`
-    tokens unless one document alone is longer: [(first document, end), ...]."""
+def sample_shard_ranges(offsets, begin, end, shard_tokens):
+    """Samples [begin, end) (sample s: tokens [offsets[s], offsets[s + 1])) cut into shards of
+    whole samples, each of at most `shard_tokens` tokens unless one sample alone is longer:
+    [(first sample, end), ...]."""
     ranges, start = [], begin
     for d in range(begin, end):
         if d > start and offsets[d + 1] - offsets[start] > shard_tokens:
@@ -544,9 +484,9 @@ def chat_shard_ranges(offsets, begin, end, shard_tokens):
     return ranges + [(start, end)] if end > begin else ranges
 
 
-def write_chat_shard(base, tokens, mask, offsets, header):
+def write_document_shard(base, tokens, mask, offsets, header, pairs):
     """BASE.bin, BASE.mask and BASE.docs of one shard: its tokens, their mask, and the offsets of
-    its documents (offsets[0] = 0, offsets[-1] = its token count)."""
+    its documents (offsets[0] = 0, offsets[-1] = its token count); and BASE.pairs when `pairs`."""
     count = len(tokens)
     wide = tokens.dtype.itemsize == 4
     with open(base + ".bin", "wb") as f:
@@ -559,41 +499,51 @@ def write_chat_shard(base, tokens, mask, offsets, header):
     with open(base + ".docs", "wb") as f:
         f.write(sidecar_header(DOCS_MAGIC, len(offsets) - 1))
         f.write(np.asarray(offsets, dtype="<u8").tobytes())
+    if pairs:
+        with open(base + ".pairs", "wb") as f:
+            f.write(sidecar_header(PAIRS_MAGIC, (len(offsets) - 1) // 2))
 
 
-def write_chat_shards(a, tokens, mask, lengths):
-    """Writes the train and val shards of the whole documents `lengths` describes (the last
-    documents holding at least --val-fraction of the tokens validate); returns (training tokens,
-    train shards, validation tokens, val shards)."""
-    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    total, split = int(offsets[-1]), len(lengths)
+def write_document_shards(a, tokens, mask, lengths, per_sample, noun):
+    """Writes the train and val shards of the documents `lengths` describes, `per_sample` of them
+    (1, or 2: a pair) kept together as one sample (the last samples holding at least
+    --val-fraction of the tokens validate); returns (training tokens, train shards, validation
+    tokens, val shards)."""
+    docs = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    offsets = docs[::per_sample]  # the samples' first tokens and the end
+    samples = len(offsets) - 1
+    total, split = int(offsets[-1]), samples
     n_val = int(total * a.val_fraction)
     if n_val:
         split = int(np.searchsorted(offsets, total - n_val, side="right")) - 1
         if split == 0:
-            raise InputError(f"{a.input}: {len(lengths)} conversation(s): too few to hold out "
-                             f"--val-fraction {a.val_fraction} of the tokens as whole "
-                             "conversations (--val-fraction 0 trains on every one)")
+            raise InputError(f"{a.input}: {samples} {noun}: too few to hold out --val-fraction "
+                             f"{a.val_fraction} of the tokens as whole {noun} (--val-fraction 0 "
+                             "trains on every one)")
     shards = {"train": 0, "val": 0}
-    for name, begin, end in (("train", 0, split), ("val", split, len(lengths))):
-        for first, last in chat_shard_ranges(offsets, begin, end, a.shard_tokens):
+    for name, begin, end in (("train", 0, split), ("val", split, samples)):
+        for first, last in sample_shard_ranges(offsets, begin, end, a.shard_tokens):
             lo, hi = int(offsets[first]), int(offsets[last])
             base = os.path.join(a.outdir, f"{name}_{shards[name]:06d}")
-            write_chat_shard(base, tokens[lo:hi], mask[lo:hi], offsets[first:last + 1] - lo,
-                             a.header)
+            write_document_shard(base, tokens[lo:hi], mask[lo:hi],
+                                 docs[first * per_sample:last * per_sample + 1] - lo, a.header,
+                                 per_sample == 2)
             shards[name] += 1
     train_tokens = int(offsets[split])
     return train_tokens, shards["train"], total - train_tokens, shards["val"]
 
 
-def tokenize_chat(a, files):
-    """--chat: writes the shards, masks, document files and chat.json; returns what tokenize()
-    does and the counts of CHAT_COUNTS."""
+def tokenize_documents(a, files, work, initializer, initargs, per_sample=1):
+    """--chat and --preference: renders the records of `files` with `work` (on workers that
+    `initializer` prepares) into documents with a mask, and writes the shards with their sidecars;
+    returns what tokenize() does and the counts `work` made."""
+    mode, noun = ("--preference", "pairs") if per_sample == 2 else ("--chat", "conversations")
     for path in files:
-        if not path.endswith(".jsonl"):
-            raise InputError(f"{path}: --chat reads JSON Lines files (*.jsonl) of conversations")
+        if not is_records(path):
+            raise InputError(f"{path}: {mode} reads JSON Lines files (*.jsonl, *.jsonl.gz, "
+                             f"*.jsonl.zst) or Parquet files (*.parquet) of {noun}")
     dtype = np.dtype(np.uint32 if a.vocab_size > 1 << 16 else np.uint16).newbyteorder("<")
-    paths = {k: os.path.join(a.outdir, f".chat-{k}.tmp") for k in ("tokens", "mask")}
+    paths = {k: os.path.join(a.outdir, f".documents-{k}.tmp") for k in ("tokens", "mask")}
     lengths, counts = [], collections.Counter()
     total_bytes = sum(os.path.getsize(p) for p in files)
     bar = progress_bar(total_bytes)
@@ -606,21 +556,19 @@ def tokenize_chat(a, files):
                 lengths.extend(unit_lengths)
                 counts.update(unit_counts)
                 if bar is not None:
-                    bar.update(len(unit[3]))
+                    bar.update(unit_progress(unit))
 
-            run_units(all_units(files, a.chunk_bytes, None), chat_unit, take, a.workers,
-                      init_chat_worker,
-                      (a.tokenizer, a.chat_template, a.train_on, a.max_tokens, a.too_long),
-                      serial=a.workers == 1 or total_bytes <= a.chunk_bytes)
+            run_units(all_units(files, a.chunk_bytes, None), work, take, a.workers, initializer,
+                      initargs, serial=a.workers == 1 or total_bytes <= a.chunk_bytes)
         if bar is not None:
             bar.close()
         if not lengths:
-            raise InputError(f"{a.input}: no conversations"
+            raise InputError(f"{a.input}: no {noun}"
                              + (f" ({counts['dropped']} dropped: longer than --max-tokens)"
                                 if counts["dropped"] else ""))
         tokens = np.memmap(paths["tokens"], dtype=dtype, mode="r")
         mask = np.memmap(paths["mask"], dtype=np.uint8, mode="r")
-        result = write_chat_shards(a, tokens, mask, lengths)
+        result = write_document_shards(a, tokens, mask, lengths, per_sample, noun)
         del tokens, mask
     finally:
         for path in paths.values():
@@ -629,12 +577,26 @@ def tokenize_chat(a, files):
     return result, counts
 
 
+def tokenize_chat(a, files):
+    """--chat: the shards of the conversations, their masks and boundaries."""
+    return tokenize_documents(a, files, chat_unit, init_chat_worker,
+                              (a.tokenizer, a.chat_template, a.train_on, a.max_tokens,
+                               a.too_long))
+
+
+def tokenize_preference(a, files):
+    """--preference: the shards of the pairs, their masks, boundaries and .pairs files."""
+    return tokenize_documents(a, files, preference.pair_unit, preference.init_worker,
+                              (a.tokenizer, a.chat_template, a.max_tokens, a.too_long),
+                              per_sample=2)
+
+
 def write_chat_prompt(a, renderer):
     """OUTDIR/chat.json: what --generate --chat needs of the template (docs/reference.md)."""
     prompt = renderer.chat_prompt()
     prompt["tokenizer"] = os.path.abspath(a.tokenizer)
     prompt["template"] = os.path.abspath(a.chat_template) if a.chat_template else "the tokenizer's"
-    prompt["train_on"] = a.train_on
+    prompt["train_on"] = "preference" if a.preference else a.train_on
     with open(os.path.join(a.outdir, "chat.json"), "w", encoding="utf-8") as f:
         f.write("{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}"
                                     for k, v in prompt.items()) + "\n}\n")
@@ -650,33 +612,50 @@ def chat_summary(a, counts):
 
 
 def add_chat_arguments(p):
-    g = p.add_argument_group("conversations (--chat; docs/language-models.md, \"Chat data\")")
+    g = p.add_argument_group("conversations and preference pairs (--chat, --preference; "
+                             "docs/reference.md, \"Chat data\", \"Preference data\")")
     g.add_argument("--chat", action="store_true",
-                   help="INPUT holds conversations: JSON Lines of {\"messages\": [...]} or "
+                   help="INPUT holds conversations: records of {\"messages\": [...]} or "
                    "{\"prompt\": ..., \"completion\": ...}, rendered with the chat template "
                    "beside --tokenizer; writes a loss mask and document boundaries beside the "
                    "shards, and chat.json")
+    g.add_argument("--preference", action="store_true",
+                   help="INPUT holds preference pairs in TRL's format: records of \"prompt\", "
+                   "\"chosen\" and \"rejected\" (lists of messages or strings), or whole "
+                   "conversations \"chosen\" and \"rejected\" sharing the prompt; each pair's two "
+                   "sequences are kept together, with their completion masks, document "
+                   "boundaries and a .pairs file beside the shards, and chat.json")
     g.add_argument("--chat-template", metavar="FILE",
                    help="a Jinja chat template replacing the tokenizer's")
     g.add_argument("--train-on", choices=chat_template.TRAIN_ON, default=None,
                    help="the tokens the loss counts: the assistant's turns (default), the last "
-                   "assistant turn, or every token")
+                   "assistant turn, or every token (--chat)")
     g.add_argument("--max-tokens", type=int, default=None,
-                   help="conversations longer than this are truncated or dropped (--too-long)")
-    g.add_argument("--too-long", choices=["truncate", "drop"], default=None,
-                   help="truncate (default: the longest prefix of whole messages ending with an "
-                   "assistant's that fits) or drop a conversation longer than --max-tokens")
+                   help="conversations, or pairs with a sequence, longer than this are truncated, "
+                   "dropped or refused (--too-long)")
+    g.add_argument("--too-long", choices=preference.TOO_LONG, default=None,
+                   help="truncate (default; --chat: the longest prefix of whole messages ending "
+                   "with an assistant's that fits; --preference: each sequence's first "
+                   "--max-tokens tokens, TRL's keep_start, dropping a pair whose prompt alone is "
+                   "that long), drop, or error: exit 2 naming the file and row")
 
 
 def check_chat_arguments(p, a):
-    if not a.chat:
+    if a.chat and a.preference:
+        p.error("--chat and --preference: give one")
+    mode = "--chat" if a.chat else "--preference" if a.preference else None
+    if mode is None:
         given = [f for f in ("chat_template", "train_on", "max_tokens", "too_long")
                  if getattr(a, f) is not None]
         if given:
-            p.error(f"--{given[0].replace('_', '-')} needs --chat")
+            p.error(f"--{given[0].replace('_', '-')} needs --chat"
+                    + (" or --preference" if given[0] != "train_on" else ""))
         return
+    if a.preference and a.train_on is not None:
+        p.error("--train-on needs --chat (--preference trains on each pair's completions)")
     if not a.tokenizer:
-        p.error("--chat needs --tokenizer DIR/tokenizer.json (the chat template is read beside it)")
+        p.error(f"{mode} needs --tokenizer DIR/tokenizer.json (the chat template is read beside "
+                "it)")
     if a.max_tokens is not None and a.max_tokens < 1:
         p.error("--max-tokens must be positive")
     a.train_on = a.train_on or "assistant"
@@ -698,7 +677,8 @@ def chat_renderer(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", help="a text file, a .jsonl file or a folder")
+    p.add_argument("input", help="a text file, a JSON Lines (.jsonl, .jsonl.gz, .jsonl.zst) or "
+                   "Parquet (.parquet) file, or a folder of them")
     p.add_argument("outdir")
     p.add_argument("--encoding", choices=["bytes", "gpt2"], default=None, help="default: bytes")
     p.add_argument("--tokenizer",
@@ -708,7 +688,8 @@ def main():
     p.add_argument("--shard-tokens", type=int, default=100_000_000, help="tokens per shard")
     p.add_argument("--header", choices=["none", "llmc"], default="none")
     p.add_argument("--jsonl-field", default="text",
-                   help="the field of a JSON Lines record holding its text")
+                   help="the field of a JSON Lines record (the column of a Parquet file) "
+                   "holding its text")
     p.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                    help="processes (default: every core)")
     p.add_argument("--ranks", default=default_ranks_path(),
@@ -732,16 +713,19 @@ def main():
             gpt2_encoding(a.ranks)  # a missing tiktoken or ranks file is said once, before any work
         if a.tokenizer:
             _, a.vocab_size, separator = json_tokenizer(a.tokenizer)
-            if separator is None and not a.chat:
+            if separator is None and not (a.chat or a.preference):
                 print(f"{a.tokenizer}: no <|endoftext|> or <|end_of_text|> token: documents are "
                       "joined without a separator", file=sys.stderr)
-        renderer = chat_renderer(a) if a.chat else None  # a template's errors, once
+        templated = a.chat or a.preference
+        renderer = chat_renderer(a) if templated else None  # a template's errors, once
         os.makedirs(a.outdir, exist_ok=True)
         remove_old_shards(a.outdir)
-        if a.chat:
-            (n_train, train_shards, n_val, val_shards), counts = tokenize_chat(a, files)
+        if templated:
+            (n_train, train_shards, n_val, val_shards), counts = (
+                tokenize_preference if a.preference else tokenize_chat)(a, files)
             write_chat_prompt(a, renderer)
-            print(chat_summary(a, counts))
+            print(preference.summary(a.input, counts, a.max_tokens, a.too_long)
+                  if a.preference else chat_summary(a, counts))
         else:
             n_train, train_shards, n_val, val_shards = tokenize(a, files)
     except InputError as e:
@@ -752,7 +736,10 @@ def main():
     width = "uint32" if a.vocab_size > 1 << 16 else "uint16"
     tokenizer = f", data.tokenizer: {a.tokenizer}" if a.tokenizer else ""
     beside = (" (with their loss masks and document boundaries: data.packing auto packs whole "
-              "conversations; chat.json for --generate --chat)" if a.chat else "")
+              "conversations; chat.json for --generate --chat)" if a.chat else
+              " (with their completion masks, sequence boundaries and .pairs files: each pair's "
+              "chosen and rejected sequences are one sample; chat.json for --generate --chat)"
+              if a.preference else "")
     print(f"{a.input}: {n_train} training tokens in {train_shards} shard(s), {n_val} validation "
           f"tokens in {val_shards} shard(s) of {width} -> {a.outdir}; train with data.dataset: "
           f"tokens, data.path: {a.outdir}, data.vocab_size: {a.vocab_size}{tokenizer}{beside}")
