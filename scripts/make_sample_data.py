@@ -12,9 +12,15 @@
                            answers taken from its documentation (docs/*.md); and tokenizer/: a
                            byte-level BPE tokenizer.json trained on them (offline, `tokenizers`)
                            with Llama 3's chat template in its tokenizer_config.json
+  data/preference-sample/  pairs.jsonl: preference pairs in TRL's format (scripts/tokenize_text.py
+                           --preference) made from data/chat-sample/chat.jsonl: each of its first
+                           conversations up to the last question, the documentation's answer
+                           chosen, another conversation's answer rejected; conversational, as
+                           plain strings (every fifth) and with an implicit prompt (every fifth);
+                           tokenized with data/chat-sample/tokenizer
 
     scripts/make_sample_data.py [--out data] [--text-bytes 400000] [--rows 8000]
-        [--only tokens|timeseries|images|chat]"""
+        [--only tokens|timeseries|images|chat|preference]"""
 import argparse
 import csv
 import importlib
@@ -192,6 +198,41 @@ def write_chat(a):
           f"{folder}/tokenizer: a byte-level BPE with Llama 3's chat template")
 
 
+def preference_pairs(conversations, n, seed):
+    """`n` pairs from the first `n` conversations (see the module's docstring); deterministic."""
+    rng = random.Random(seed)
+    pairs = []
+    for i, c in enumerate(conversations[:n]):
+        prompt, chosen = c["messages"][:-1], c["messages"][-1]["content"]
+        rejected = rng.choice([o["messages"][-1]["content"] for o in conversations
+                               if o["messages"][-1]["content"] != chosen])
+        if i % 5 == 3 and len(prompt) == 1:
+            pairs.append({"prompt": prompt[0]["content"], "chosen": chosen, "rejected": rejected})
+        elif i % 5 == 4:
+            pairs.append({"chosen": prompt + [{"role": "assistant", "content": chosen}],
+                          "rejected": prompt + [{"role": "assistant", "content": rejected}]})
+        else:
+            pairs.append({"prompt": prompt,
+                          "chosen": [{"role": "assistant", "content": chosen}],
+                          "rejected": [{"role": "assistant", "content": rejected}]})
+    return pairs
+
+
+def write_preference(a, n=40):
+    chat = os.path.join(a.out, "chat-sample", "chat.jsonl")
+    if not os.path.exists(chat):
+        write_chat(a)
+    with open(chat, encoding="utf-8") as f:
+        conversations = [json.loads(line) for line in f if line.strip()]
+    folder = os.path.join(a.out, "preference-sample")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "pairs.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for pair in preference_pairs(conversations, n, a.seed):
+            f.write(json.dumps(pair, ensure_ascii=False) + "\n")
+    print(f"{path}: {n} preference pairs from {chat}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,11 +241,12 @@ def main():
     p.add_argument("--text-bytes", type=int, default=400_000)
     p.add_argument("--rows", type=int, default=8000)
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--only", choices=["tokens", "timeseries", "images", "chat"],
+    p.add_argument("--only", choices=["tokens", "timeseries", "images", "chat", "preference"],
                    help="write this sample alone")
     a = p.parse_args()
     for name, write in (("tokens", write_tokens), ("timeseries", write_series),
-                        ("images", write_images), ("chat", write_chat)):
+                        ("images", write_images), ("chat", write_chat),
+                        ("preference", write_preference)):
         if a.only in (None, name):
             write(a)
 
