@@ -21,7 +21,8 @@ Two ways in:
       environment with its stdin, stdout and stderr; a handler forked per connection forks the
       script's child with those, answers the exit status, and kills the child if the client goes
       away (a test's timeout). A client whose environment differs from the server's in what the
-      imports read (HF_*, TORCH*, OMP_*, ...) is told to run a Python of its own. Ends on
+      imports read (HF_*, TORCH*, OMP_*, ...) is told to run a Python of its own. Every
+      child runs offline (HF_HUB_OFFLINE=1), as the tests do. Ends on
       `python_client.py --stop` (or a new server on the same socket), or after an hour without
       a client.
 """
@@ -65,6 +66,9 @@ PRELOAD = [
 IMPORT_ENV = ("HF_", "HUGGINGFACE", "TRANSFORMERS", "TOKENIZERS", "TORCH", "PYTORCH", "OMP_",
               "MKL_", "PYTHON", "LD_", "CUDA", "TIKTOKEN", "SAFETENSORS", "PEFT", "NUMPY")
 
+# The tests run offline (nothing is downloaded): so do the imports, and every child.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
 IDLE_S = 3600
 
 # Those variables as the server started, before the imports (torch sets some of them).
@@ -72,6 +76,7 @@ START_ENV = {}
 
 
 def preload():
+    os.environ.update(OFFLINE)
     for name in PRELOAD:
         try:
             importlib.import_module(name)
@@ -156,7 +161,7 @@ def serve_binary(fd):
 
 
 def import_env(env):
-    return {k: v for k, v in env.items() if k.startswith(IMPORT_ENV)}
+    return {k: v for k, v in env.items() if k.startswith(IMPORT_ENV) and k not in OFFLINE}
 
 
 def receive(conn):
@@ -192,6 +197,7 @@ def handle(conn):
             os.chdir(request["cwd"])
             os.environ.clear()
             os.environ.update(request["env"])
+            os.environ.update(OFFLINE)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             code = run_python(request["argv"])
         finally:

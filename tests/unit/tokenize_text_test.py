@@ -24,8 +24,13 @@ RANKS = tokenize_text.default_ranks_path()
 EOT = 50256
 
 
+# The script's Python: ctest's TRAINER_PYTHON goes through the tests' fork server
+# (tests/hf/python_client.py), which has transformers imported already.
+PYTHON = os.environ.get("TRAINER_PYTHON") or sys.executable
+
+
 def run(*args, ok=True):
-    p = subprocess.run([sys.executable, SCRIPT, *map(str, args)], capture_output=True, text=True)
+    p = subprocess.run([PYTHON, SCRIPT, *map(str, args)], capture_output=True, text=True)
     if ok and p.returncode != 0:
         raise AssertionError(
             f"tokenize_text.py {' '.join(map(str, args))} failed:\n{p.stdout}{p.stderr}")
