@@ -142,8 +142,8 @@ check_function_length() {
 }
 
 # 5. Structure rules no compiler checks (scripts/lint_structure.py says each): include pairs
-# inside a folder, defaults written beside the schema's, and no anonymous namespace in a test
-# file (the unity batches).
+# inside a folder, defaults written beside the schema's, no anonymous namespace in a test file
+# (the unity batches), and every docs/DESIGN.md section cited is a heading of it.
 check_structure() {
   local src tests rule
   mapfile -t src < <(files 'src/*.h' 'src/*.cpp')
@@ -159,6 +159,14 @@ check_structure() {
     failure unity "tests/ (file:line above; the rule in scripts/lint_structure.py)"
   else
     say "unity: clean"
+  fi
+  local cited
+  mapfile -t cited < <(files 'src/*' 'tests/*' 'scripts/*' 'bench/*' 'cmake/*' 'configs/*' \
+    'slurm/*' '.ci/*' '*.md' '*CMakeLists.txt')
+  if ! python3 scripts/lint_structure.py citations "${cited[@]}"; then
+    failure citations "a DESIGN.md section cited that is not a heading (file:line above)"
+  else
+    say "citations: every docs/DESIGN.md section cited is a heading"
   fi
 }
 

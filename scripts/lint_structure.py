@@ -5,6 +5,7 @@ and "Configuration").
     scripts/lint_structure.py includes [FILE ...]   # no two files of a folder include each other
     scripts/lint_structure.py defaults [FILE ...]   # options structs repeat no schema default
     scripts/lint_structure.py unity [FILE ...]      # test files: no `namespace {`
+    scripts/lint_structure.py citations FILE ...    # DESIGN.md sections cited exist
 
 FILE: the files to read (scripts/lint.sh passes those git tracks); without them, every .h and
 .cpp under src/. Each problem is one line naming the file and line; the exit code is 1 if any.
@@ -19,6 +20,10 @@ struct that config::Config holds (src/config/run_config.h), or of a struct such 
 whose value the schema declares (FIELD(section.key) or an accessor naming c.section.key) must have
 no initialiser but a zero value (0, 0.0, false, "", {}, nullptr, T{}): a second default there
 would silently disagree with the schema's for code that builds the struct without it.
+
+citations: code and pages cite a section of docs/DESIGN.md by its title (`docs/DESIGN.md,
+"Checkpoints"`) or link its anchor (`DESIGN.md#checkpoints`); each must name a heading that
+exists, so a section renamed or split takes its citations along.
 
 unity: the test binaries compile in unity batches (docs/DESIGN.md, "Tests and benchmarks"), where
 the anonymous namespaces of a batch's files are one namespace; a test file (tests/unit, tests/mpi,
@@ -201,7 +206,45 @@ def check_unity(files):
     return problems
 
 
-CHECKS = {"includes": check_includes, "defaults": check_defaults, "unity": check_unity}
+# A citation of a section: DESIGN.md, "Layers" (the quotes may be escaped, in a C++ string, and
+# the title may start on the next comment line), or a Markdown link to DESIGN.md#layers.
+CITATION = re.compile(r'DESIGN\.md,?(?:[ \t]|\n[ \t]*(?://|#|\*)?)*\\?"([^"\\\s][^"\\\n]*)\\?"')
+ANCHOR = re.compile(r"DESIGN\.md#([A-Za-z0-9_-]+)")
+HEADING = re.compile(r"^#+[ \t]+(.+?)[ \t]*$", re.M)
+DESIGN = Path("docs/DESIGN.md")
+
+
+def anchor_of(title):
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
+def check_citations(files):
+    """Citations of DESIGN.md sections that name no heading of it (a heading renamed or never
+    there: the reader finds nothing)."""
+    titles = set(HEADING.findall(DESIGN.read_text()))
+    anchors = {anchor_of(t) for t in titles}
+    problems = []
+    for f in files:
+        text = Path(f).read_text(errors="replace")
+        for m in CITATION.finditer(text):
+            if m.group(1) not in titles:
+                line = text.count("\n", 0, m.start(1)) + 1
+                title = m.group(1)
+                problems.append(f'{f}:{line}: cites docs/DESIGN.md, "{title}": no such heading')
+        for m in ANCHOR.finditer(text):
+            if m.group(1) not in anchors:
+                line = text.count("\n", 0, m.start(1)) + 1
+                problems.append(f"{f}:{line}: links docs/DESIGN.md#{m.group(1)}: no such heading")
+    return problems
+
+
+CHECKS = {
+    "includes": check_includes,
+    "defaults": check_defaults,
+    "unity": check_unity,
+    "citations": check_citations,
+}
 
 
 def main(argv):
@@ -210,6 +253,8 @@ def main(argv):
         return 2
     if argv[0] == "unity":
         files = [Path(a) for a in argv[1:]] or sorted(Path("tests").glob("*/*.cpp"))
+    elif argv[0] == "citations":  # this file's own patterns aside
+        files = [Path(a) for a in argv[1:] if Path(a).resolve() != Path(__file__).resolve()]
     else:
         files = sources(argv[1:])
     problems = CHECKS[argv[0]](files)
