@@ -168,6 +168,11 @@ check_structure() {
   else
     say "citations: every docs/DESIGN.md section cited is a heading"
   fi
+  if ! python3 scripts/lint_structure.py contents; then
+    failure contents "docs/DESIGN.md's contents list (the list it should be is above)"
+  else
+    say "contents: docs/DESIGN.md's contents list names its headings"
+  fi
 }
 
 # 6. Commit subjects: what changed in at most 72 characters, the details in the body (Git's

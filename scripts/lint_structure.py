@@ -6,6 +6,7 @@ and "Configuration").
     scripts/lint_structure.py defaults [FILE ...]   # options structs repeat no schema default
     scripts/lint_structure.py unity [FILE ...]      # test files: no `namespace {`
     scripts/lint_structure.py citations FILE ...    # DESIGN.md sections cited exist
+    scripts/lint_structure.py contents              # DESIGN.md's contents list = its headings
 
 FILE: the files to read (scripts/lint.sh passes those git tracks); without them, every .h and
 .cpp under src/. Each problem is one line naming the file and line; the exit code is 1 if any.
@@ -20,6 +21,9 @@ struct that config::Config holds (src/config/run_config.h), or of a struct such 
 whose value the schema declares (FIELD(section.key) or an accessor naming c.section.key) must have
 no initialiser but a zero value (0, 0.0, false, "", {}, nullptr, T{}): a second default there
 would silently disagree with the schema's for code that builds the struct without it.
+
+contents: docs/DESIGN.md opens with a contents list of its ## and ### headings, in order, and
+no section (from a heading to the next) runs over 100 lines.
 
 citations: code and pages cite a section of docs/DESIGN.md by its title (`docs/DESIGN.md,
 "Checkpoints"`) or link its anchor (`DESIGN.md#checkpoints`); each must name a heading that
@@ -239,11 +243,47 @@ def check_citations(files):
     return problems
 
 
+MAX_SECTION_LINES = 100
+CONTENTS_ITEM = re.compile(r"^( *)- \[(.+)\]\(#([A-Za-z0-9_-]+)\)$")
+
+
+def check_contents(files):
+    """docs/DESIGN.md's contents list (the list after **Contents**) against its headings: each
+    ## and ### heading in order, linked by its anchor, nested by level."""
+    text = DESIGN.read_text()
+    start = text.find("**Contents**")
+    if start < 0:
+        return [f"{DESIGN}:1: no **Contents** list"]
+    after = text.index("\n## ", start)
+    listed = []
+    for line in text[start:after].splitlines()[1:]:
+        m = CONTENTS_ITEM.match(line)
+        if m:
+            listed.append((len(m.group(1)) // 2 + 2, m.group(2), m.group(3)))
+    heads = [(len(m.group(1)), m.group(2))
+             for m in re.finditer(r"^(#{2,3})[ \t]+(.+?)[ \t]*$", text[after:], re.M)]
+    want = [(level, title, anchor_of(title)) for level, title in heads]
+    problems = []
+    if listed != want:
+        line = text.count("\n", 0, start) + 1
+        fix = "\n".join("  " * (lv - 2) + f"- [{t}](#{a})" for lv, t, a in want)
+        problems.append(
+            f"{DESIGN}:{line}: the contents list differs from the headings; it should read:\n{fix}")
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if re.match(r"#{1,3} ", line)] + [len(lines)]
+    for a, b in zip(starts, starts[1:], strict=False):
+        if b - a > MAX_SECTION_LINES:
+            problems.append(f"{DESIGN}:{a + 1}: section \"{lines[a].lstrip('# ')}\" runs {b - a} "
+                            f"lines (at most {MAX_SECTION_LINES}: split it into ### sections)")
+    return problems
+
+
 CHECKS = {
     "includes": check_includes,
     "defaults": check_defaults,
     "unity": check_unity,
     "citations": check_citations,
+    "contents": check_contents,
 }
 
 
