@@ -38,14 +38,14 @@ struct Segment final : torch::CustomClassHolder {
 };
 
 // The random and autocast state a segment ran under (Note [Checkpointed blocks]).
-struct RunState {
+struct RecomputeState {
   at::Tensor cpu_rng;
   at::Tensor cuda_rng;  // defined when the input is on a CUDA device
   bool autocast = false;
   at::ScalarType autocast_dtype = at::kBFloat16;
 
-  static RunState capture(const at::Tensor& x) {
-    RunState s;
+  static RecomputeState capture(const at::Tensor& x) {
+    RecomputeState s;
     s.cpu_rng = get(cpu_generator());
     if (x.is_cuda()) s.cuda_rng = get(cuda_generator(x.device()));
     s.autocast = at::autocast::is_autocast_enabled(x.device().type());
@@ -60,8 +60,8 @@ struct RunState {
     ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(autocast_dtype);
   }
 
-  static RunState load(torch::autograd::AutogradContext* ctx) {
-    RunState s;
+  static RecomputeState load(torch::autograd::AutogradContext* ctx) {
+    RecomputeState s;
     s.cpu_rng = ctx->saved_data.at("cpu_rng").toTensor();
     if (ctx->saved_data.count("cuda_rng")) s.cuda_rng = ctx->saved_data.at("cuda_rng").toTensor();
     s.autocast = ctx->saved_data.at("autocast").toBool();
@@ -83,15 +83,15 @@ struct RunState {
   }
 };
 
-// Puts a RunState in place for its lifetime, then restores what was there (RNG and autocast).
-class RunStateScope {
+// Puts a RecomputeState in place for its lifetime, then restores what was there (RNG and autocast).
+class RecomputeStateScope {
  public:
-  RunStateScope(const RunState& s, c10::Device device) : device_(device) {
-    now_cpu_ = RunState::get(RunState::cpu_generator());
-    RunState::set(RunState::cpu_generator(), s.cpu_rng);
+  RecomputeStateScope(const RecomputeState& s, c10::Device device) : device_(device) {
+    now_cpu_ = RecomputeState::get(RecomputeState::cpu_generator());
+    RecomputeState::set(RecomputeState::cpu_generator(), s.cpu_rng);
     if (s.cuda_rng.defined()) {
-      now_cuda_ = RunState::get(RunState::cuda_generator(device));
-      RunState::set(RunState::cuda_generator(device), s.cuda_rng);
+      now_cuda_ = RecomputeState::get(RecomputeState::cuda_generator(device));
+      RecomputeState::set(RecomputeState::cuda_generator(device), s.cuda_rng);
     }
     const auto type = device.type();
     was_autocast_ = at::autocast::is_autocast_enabled(type);
@@ -101,17 +101,17 @@ class RunStateScope {
     if (s.autocast) at::autocast::increment_nesting();
     autocast_ = s.autocast;
   }
-  ~RunStateScope() {
+  ~RecomputeStateScope() {
     const auto type = device_.type();
     // As the trainer's AutocastScope: the outermost scope drops the cached casts of the weights.
     if (autocast_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     at::autocast::set_autocast_enabled(type, was_autocast_);
     at::autocast::set_autocast_dtype(type, was_dtype_);
-    RunState::set(RunState::cpu_generator(), now_cpu_);
-    if (now_cuda_.defined()) RunState::set(RunState::cuda_generator(device_), now_cuda_);
+    RecomputeState::set(RecomputeState::cpu_generator(), now_cpu_);
+    if (now_cuda_.defined()) RecomputeState::set(RecomputeState::cuda_generator(device_), now_cuda_);
   }
-  RunStateScope(const RunStateScope&) = delete;
-  RunStateScope& operator=(const RunStateScope&) = delete;
+  RecomputeStateScope(const RecomputeStateScope&) = delete;
+  RecomputeStateScope& operator=(const RecomputeStateScope&) = delete;
 
  private:
   c10::Device device_;
@@ -120,11 +120,11 @@ class RunStateScope {
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
-struct Checkpoint final : torch::autograd::Function<Checkpoint> {
+struct CheckpointFunction final : torch::autograd::Function<CheckpointFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const c10::intrusive_ptr<Segment>& segment) {
     ctx->saved_data["segment"] = c10::IValue::make_capsule(segment);
-    RunState::capture(x).save(ctx);
+    RecomputeState::capture(x).save(ctx);
     ctx->save_for_backward({x});
     at::NoGradGuard no_grad;  // no graph, so no saved activations (apply disables grad too)
     return segment->run(x);
@@ -137,7 +137,7 @@ struct Checkpoint final : torch::autograd::Function<Checkpoint> {
     const at::Tensor x = ctx->get_saved_variables().at(0).detach().requires_grad_(true);
     at::Tensor y;
     {
-      RunStateScope same_as_forward(RunState::load(ctx), x.device());
+      RecomputeStateScope same_as_forward(RecomputeState::load(ctx), x.device());
       at::AutoGradMode enable_grad(true);
       y = segment->run(x);
     }
@@ -151,7 +151,7 @@ struct Checkpoint final : torch::autograd::Function<Checkpoint> {
 
 at::Tensor checkpoint(std::function<at::Tensor(const at::Tensor&)> f, const at::Tensor& x) {
   const at::Tensor input = x.requires_grad() ? x : x.detach().requires_grad_(true);
-  return Checkpoint::apply(input, c10::make_intrusive<Segment>(std::move(f)));
+  return CheckpointFunction::apply(input, c10::make_intrusive<Segment>(std::move(f)));
 }
 
 }  // namespace models
