@@ -33,7 +33,11 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+try:
+    import numpy as np
+except ModuleNotFoundError as e:  # e.g. the system python3: run again under the project's Python
+    import project_python  # beside this file: the standard library only
+    project_python.reexec(__file__, e.name)
 
 MODULES = ["argparse", "asyncio", "collections", "contextlib", "csv", "dataclasses", "datetime",
            "decimal", "email", "enum", "fractions", "functools", "heapq", "http.client",

@@ -18,8 +18,12 @@ arguments give the same files.
 import argparse
 import os
 
-import numpy as np
-from PIL import Image, ImageDraw, ImageFilter
+try:
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFilter
+except ModuleNotFoundError as e:  # e.g. the system python3: run again under the project's Python
+    import project_python  # beside this file: the standard library only
+    project_python.reexec(__file__, e.name)
 
 
 def random_colour(rng):

@@ -7,14 +7,19 @@ Writes DIR/loss.png (training loss and the validation loss), DIR/eval.png (the o
 metrics: PSNR, HR@10, bits per byte, each eval.tasks task's acc and acc_norm, ... when there
 are any), DIR/lr.png, DIR/throughput.png (samples/s and
 tokens/s) and DIR/memory.png (each rank's peak tensor memory), with steps where a memory fallback
-was taken (or an fp16 step was skipped) marked on every figure. Needs matplotlib (installed in
-the project's virtualenv by scripts/bootstrap.sh --dev)."""
+was taken (or an fp16 step was skipped) marked on every figure. Needs matplotlib, which
+scripts/bootstrap.sh --dev installs in the project's virtualenv: under another Python (the
+system's python3) the script runs itself again under that one (scripts/project_python.py)."""
 import argparse
 import json
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ModuleNotFoundError as e:  # e.g. the system python3: run again under the project's Python
+    import project_python  # beside this file: the standard library only
+    project_python.reexec(__file__, e.name)
 
 matplotlib.use("Agg")  # files only; no display
 import matplotlib.pyplot as plt  # noqa: E402

@@ -26,6 +26,6 @@ sample "$@"
 echo
 echo "Checkpoint: runs/quickstart/final.safetensors   metrics: runs/quickstart/metrics.jsonl"
 echo "Plot the metrics: scripts/bootstrap.sh --dev (once: matplotlib and the other Python tools), then"
-echo "  $TRAINER_VENV/bin/python scripts/plot_metrics.py runs/quickstart/metrics.jsonl"
+echo "  scripts/plot_metrics.py runs/quickstart/metrics.jsonl"
 echo "Write more: build/trainer --config $config --generate \"Your prompt\""
 echo "As a Hugging Face model: build/trainer --config $config --export-hf runs/quickstart/hf"

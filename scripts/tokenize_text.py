@@ -70,18 +70,9 @@ import sys
 
 try:
     import numpy as np
-except ModuleNotFoundError:  # e.g. the system python3: run again under the project's Python
-    # scripts/bootstrap.sh's virtualenv (--dev: numpy, tiktoken, tqdm), wherever env.sh puts it.
-    import subprocess
-    env_sh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "env.sh")
-    venv = subprocess.run(["bash", "-c", 'source "$0" && printf %s "$TRAINER_VENV"', env_sh],
-                          capture_output=True, text=True).stdout
-    python = os.path.join(venv, "bin", "python")
-    if os.path.exists(python) and not os.environ.get("TRAINER_TOKENIZE_REEXEC"):
-        os.environ["TRAINER_TOKENIZE_REEXEC"] = "1"  # once: a venv without numpy must not loop
-        os.execv(python, [python, os.path.abspath(__file__), *sys.argv[1:]])
-    sys.exit(f"tokenize_text.py: {sys.executable} has no numpy, nor has the project's Python "
-             f"({python}): run scripts/bootstrap.sh --dev, which installs it there")
+except ModuleNotFoundError as e:  # e.g. the system python3: run again under the project's Python
+    import project_python  # beside this file: the standard library only
+    project_python.reexec(__file__, e.name)
 
 import chat_template  # noqa: E402  (beside this file; after numpy, which it needs)
 import preference  # noqa: E402
