@@ -34,52 +34,58 @@ std::vector<KeyDef> common_keys() {
                         "intermediate_size, rope_*, rms_norm_eps) overrides its own"),
                  models::default_presets()),
       for_models(integer("model.num_layers", FIELD(model.num_layers), "0", 0, 1024,
-                         "gpt: transformer blocks (0: the preset's); sequence: LSTM layers or "
-                         "transformer blocks (default 2)"),
+                         "gpt, llama and its kin: transformer blocks (0: the preset's); sequence: "
+                         "LSTM layers or transformer blocks (default 2)"),
                  {{"sequence", "2"}}),
       for_models(integer("model.heads", FIELD(model.heads), "0", 0, 1024,
-                         "gpt, sequence transformer: attention heads, dividing model.d_model (gpt "
-                         "0: the preset's; sequence default 4)"),
+                         "gpt, llama and its kin, sequence transformer: attention heads, dividing "
+                         "model.d_model (0: the preset's; sequence default 4)"),
                  {{"sequence", "4"}}),
       for_models(integer("model.d_model", FIELD(model.d_model), "0", 0, 1 << 16,
-                         "gpt, sequence transformer: width (gpt 0: the preset's; sequence default "
-                         "64)"),
+                         "gpt, llama and its kin, sequence transformer: width (0: the preset's; "
+                         "sequence default 64)"),
                  {{"sequence", "64"}}),
       integer("model.context", FIELD(model.context), "0", 0, 1 << 20,
-              "gpt: positions the model holds (0: data.context)"),
+              "gpt, llama and its kin: positions the model holds (0: data.context)"),
       real("model.dropout", FIELD(model.dropout), "0.0", 0.0, 1.0, false, true,
-           "gpt, sequence: dropout probability"),
+           "gpt, llama and its kin, sequence: dropout probability"),
       text("model.init_from", FIELD(model.init_from), "",
            "gpt: start from these weights: a Hugging Face GPT-2 directory (config.json + "
            "model.safetensors), a model.safetensors file, or a trainer checkpoint (weights only: a "
-           "fresh optimizer at step 1); llama: a Hugging Face Llama directory (config.json + "
-           "model.safetensors, or a sharded model.safetensors.index.json and its shards); its "
+           "fresh optimizer at step 1); llama and its kin: a Hugging Face directory of the family "
+           "(config.json + model.safetensors, or a sharded model.safetensors.index.json and its "
+           "shards); its "
            "dimensions replace the preset's, keys set here must agree; ignored when resuming from "
            "a checkpoint"),
       boolean("model.checkpoint_activations", FIELD(model.checkpoint_activations), "false",
-              "gpt: recompute each block in backward instead of keeping its activations")};
+              "gpt, llama and its kin: recompute each block in backward instead of keeping its "
+              "activations")};
 }
 
 // LoRA's keys (models::LoraOptions through ModelOptions; models/lm/lora.h).
 std::vector<KeyDef> lora_keys() {
   return {
       integer("model.lora_rank", FIELD(model.lora_rank), "0", 0, 1 << 16,
-              "gpt, llama: rank of the LoRA adapters (0: none; else the base is frozen and only "
+              "gpt, llama and its kin: rank of the LoRA adapters (0: none; else the base is frozen "
+              "and only "
               "the adapters train)"),
       real("model.lora_alpha", FIELD(model.lora_alpha), "8.0", 0.0, kInf, true, true,
-           "gpt, llama: LoRA's alpha; the adapters' output is scaled by alpha / rank (PEFT's "
+           "gpt, llama and its kin: LoRA's alpha; the adapters' output is scaled by alpha / rank "
+           "(PEFT's "
            "default 8)"),
       boolean("model.lora_rslora", FIELD(model.lora_rslora), "false",
-              "gpt, llama: rank-stabilised LoRA: scale by alpha / sqrt(rank) instead (PEFT's "
+              "gpt, llama and its kin: rank-stabilised LoRA: scale by alpha / sqrt(rank) instead "
+              "(PEFT's "
               "use_rslora)"),
       real("model.lora_dropout", FIELD(model.lora_dropout), "0.0", 0.0, 1.0, false, true,
-           "gpt, llama: dropout on the adapters' input (training only)"),
-      text_list("model.lora_targets", FIELD(model.lora_targets), "[]",
-                "gpt, llama: the adapted layers by their Hugging Face names (llama: q_proj, "
-                "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; gpt: c_attn, c_proj, "
-                "c_fc); []: the attention projections (llama q, k, v, o_proj; gpt c_attn)"),
+           "gpt, llama and its kin: dropout on the adapters' input (training only)"),
+      text_list(
+          "model.lora_targets", FIELD(model.lora_targets), "[]",
+          "gpt, llama and its kin: the adapted layers by their Hugging Face names (llama: q_proj, "
+          "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; gpt: c_attn, c_proj, "
+          "c_fc); []: the attention projections (llama q, k, v, o_proj; gpt c_attn)"),
       text("model.lora_init_from", FIELD(model.lora_init_from), "",
-           "gpt, llama: start the adapters from this PEFT LoRA adapter directory "
+           "gpt, llama and its kin: start the adapters from this PEFT LoRA adapter directory "
            "(adapter_config.json, adapter_model.safetensors; its r, lora_alpha, use_rslora and "
            "target_modules must be model.lora_rank, lora_alpha, lora_rslora and lora_targets); "
            "ignored when resuming from a checkpoint")};

@@ -185,17 +185,22 @@ std::vector<KeyDef> report_keys() {
            "the device's dense peak TFLOP/s for MFU in the log (0: known GPUs by name: H100, "
            "H200, A100, L40S)"),
       integer("train.sample_every", FIELD(train.sample_every), "0", 0, kMax,
-              "gpt: rank 0 logs a sample of generated text every N steps (fixed seed, eval mode; "
+              "gpt, llama and its kin: rank 0 logs a sample of generated text every N steps (fixed "
+              "seed, eval mode; "
               "the training result is unchanged; 0: never)"),
       text("train.sample_prompt", FIELD(train.sample_prompt), "",
-           "gpt: the samples' prompt (empty: the first 16 tokens of the first validation "
+           "gpt, llama and its kin: the samples' prompt (empty: the first 16 tokens of the first "
+           "validation "
            "sequence, else training sequence)"),
-      integer("train.sample_tokens", FIELD(train.sample_tokens), "64", 1, 1 << 20,
-              "gpt: new tokens per sample (at most until model.context is full)"),
+      integer(
+          "train.sample_tokens", FIELD(train.sample_tokens), "64", 1, 1 << 20,
+          "gpt, llama and its kin: new tokens per sample (at most until model.context is full)"),
       real("train.sample_temperature", FIELD(train.sample_temperature), "0.8", 0.0, kInf, false,
-           true, "gpt: the samples' temperature (0: greedy, the most likely token every time)"),
+           true,
+           "gpt, llama and its kin: the samples' temperature (0: greedy, the most likely token "
+           "every time)"),
       integer("train.sample_top_k", FIELD(train.sample_top_k), "200", 0, kMax,
-              "gpt: the samples draw among the K most likely tokens (0: all)"),
+              "gpt, llama and its kin: the samples draw among the K most likely tokens (0: all)"),
       integer("train.eval_samples", FIELD(train.eval_samples), "1024", 0, kMax,
               "validation samples evaluated each time, the first of the split (0: all)")};
 }
