@@ -108,7 +108,8 @@ class RecomputeStateScope {
     at::autocast::set_autocast_enabled(type, was_autocast_);
     at::autocast::set_autocast_dtype(type, was_dtype_);
     RecomputeState::set(RecomputeState::cpu_generator(), now_cpu_);
-    if (now_cuda_.defined()) RecomputeState::set(RecomputeState::cuda_generator(device_), now_cuda_);
+    if (now_cuda_.defined())
+      RecomputeState::set(RecomputeState::cuda_generator(device_), now_cuda_);
   }
   RecomputeStateScope(const RecomputeStateScope&) = delete;
   RecomputeStateScope& operator=(const RecomputeStateScope&) = delete;
