@@ -17,14 +17,18 @@
 #include "data/tokenizer.h"
 #include "ddp/backend.h"
 #include "ddp/batch_plan.h"
+#include "ddp/errors.h"
 #include "ddp/nccl_communicator.h"
 #include "ddp/rank_sampler.h"
+#include "ddp/shard.h"
 #include "launcher/exit_codes.h"
 #include "launcher/exit_status.h"
 #include "launcher/generate_command.h"
 #include "launcher/logging.h"
 #include "launcher/no_data.h"
 #include "launcher/resume.h"
+#include "memory/allocator_guard.h"
+#include "memory/memory_stats.h"
 #include "models/capabilities.h"
 #include "models/deferred_init.h"
 #include "models/language_model.h"
@@ -144,12 +148,57 @@ void check_outputs(Startup& s) {
 // Whether the model is built without storage: a language model under ddp.shard: parameters
 // that a Trainer will shard (a run with data); with LoRA adapters their frozen base too (sharded
 // with its units: ddp::ReducerOptions::frozen), and model.lora_init_from's adapters read into
-// each rank's blocks (models::DeferredRecord::read_adapters).
-bool builds_deferred(const Startup& s) {
+// each rank's blocks (models::DeferredRecord::read_adapters). `under`: the ddp.shard mode asked
+// about (the config's, unless stated).
+bool builds_deferred(const Startup& s, std::optional<ddp::ShardMode> under = std::nullopt) {
   const config::Config& c = s.config;
   const auto lms = models::language_model_names();
   if (std::find(lms.begin(), lms.end(), c.model.name) == lms.end()) return false;
-  return c.ddp.shard == ddp::ShardMode::kParameters && s.dataset != nullptr;
+  return under.value_or(c.ddp.shard) == ddp::ShardMode::kParameters && s.dataset != nullptr;
+}
+
+// The plan before a whole build (docs/DESIGN.md, "The OOM protocol", point 1): a model that
+// ddp.shard: parameters would build without storage, built whole on every rank under the mode in
+// force, must fit the host memory this rank plans with (memory.cpu_budget_mb, or the machine's)
+// beside what it holds already (the data set). If it does not, it is refused here, before the
+// build could run out of memory, naming parameters, which keeps 1/N of it per rank. The size comes
+// from the same model built without storage (no bytes). Local: every rank decides alike from the
+// same config, and the start-up vote makes it one exit.
+void check_whole_build(const Startup& s) {
+  const config::Config& c = s.config;
+  if (builds_deferred(s) || !builds_deferred(s, ddp::ShardMode::kParameters)) return;
+  const memory::MemorySample host = memory::sample_memory(c10::Device(c10::kCPU));
+  if (host.total_bytes <= 0) return;
+  std::shared_ptr<models::Model> sizes;
+  {
+    const models::DeferredInit deferred(c10::Device(c10::kCPU));
+    sizes = models::create_model(c.model, s.dataset->shape());
+  }
+  int64_t whole = 0;
+  for (const auto& p : sizes->parameters()) whole += p.nbytes();
+  for (const auto& b : sizes->buffers()) whole += b.nbytes();
+  if (host.tensor_bytes + whole <= host.total_bytes) return;
+  const int shards =
+      c.ddp.shard_group == ddp::ShardGroup::kNode ? s.launch.local_size : s.launch.world_size;
+  const int64_t share = whole / shards;
+  throw ddp::PlanError(fmt::format(
+      "model {} ({} of parameters and buffers) cannot be built whole on every rank under "
+      "ddp.shard: {}: it needs {} of the {} each rank plans with ({}){}; {}",
+      c.model.name, memory::mib_text(whole), ddp::to_string(c.ddp.shard),
+      memory::mib_text(host.tensor_bytes + whole), memory::mib_text(host.total_bytes),
+      memory::CpuAllocatorGuard::instance().budget_bytes() > 0 ? "memory.cpu_budget_mb"
+                                                               : "the machine's memory",
+      host.tensor_bytes > 0
+          ? fmt::format(", with the {} it holds already", memory::mib_text(host.tensor_bytes))
+          : "",
+      host.tensor_bytes + share <= host.total_bytes
+          ? fmt::format("ddp.shard: parameters builds it without storage and keeps 1/{} of it "
+                        "({}) on each rank, and two units in a step: set ddp.shard: parameters "
+                        "(--set ddp.shard=parameters), or give each rank more memory",
+                        shards, memory::mib_text(share))
+          : fmt::format("even its 1/{} share under ddp.shard: parameters ({}) does not fit: run "
+                        "more ranks, give each rank more memory, or use a smaller model",
+                        shards, memory::mib_text(share))));
 }
 
 // The data set and the model, and the checks that must fail here rather than in the Trainer.
@@ -173,6 +222,7 @@ void load_data_and_model(Startup& s) {
                          config.train.micro_batch_size);
     ddp::RankSampler(s.dataset->size(), config.train.global_batch_size, config.train.seed);
   }
+  check_whole_build(s);
   at::manual_seed(config.train.seed);
   // ddp.shard: parameters: a language model is built without storage, and each rank fills only
   // its blocks, unit by unit (models/deferred_init.h, train/model_state.h).

@@ -387,6 +387,19 @@ SH
     expect_rc 0
     expect_grep "memory plan \(rank 0, ddp.shard: optimizer\)"
     expect_grep "done: 10 steps, .* 0 memory fallback\(s\)" ;;
+  whole_build_refused_np2)
+    # A language model too large to build whole on a rank (llama-tiny: 3.0M parameters, about
+    # 11 MiB in fp32, over memory.cpu_budget_mb = 8) under ddp.shard: gradients: the plan refuses
+    # it before it is built (exit 2, naming ddp.shard: parameters, which builds it without
+    # storage), instead of the build running out of memory (exit 4).
+    run timeout 60 mpirun -np 2 "$trainer" --config "$src/configs/llama-tiny.yaml" \
+      --set "data.path=$src/data/tokens-sample" --set train.device=cpu --set ddp.shard=gradients \
+      --set memory.cpu_budget_mb=8 --set train.steps=1
+    expect_rc 2
+    expect_grep "model llama \([0-9.]+ MiB of parameters and buffers\) cannot be built whole on every rank under ddp.shard: gradients: it needs [0-9.]+ MiB of the 8.0 MiB each rank plans with \(memory.cpu_budget_mb\)"
+    expect_grep "ddp.shard: parameters builds it without storage and keeps 1/2 of it \([0-9.]+ MiB\) on each rank.*: set ddp.shard: parameters \(--set ddp.shard=parameters\)"
+    expect_no_grep "out of memory"
+    [ "$(grep -c "cannot be built whole" "$out")" = 1 ] || fail "message not printed exactly once" ;;
   shard_parameters_fits_np4)
     # A 12.7M-parameter gpt of 16 blocks on 4 ranks under memory.cpu_budget_mb = 106: ddp.shard:
     # gradients needs the whole model once plus its flat copy (109 MiB) and stops before step 1

@@ -87,16 +87,15 @@ case $case_name in
     # shards (32 blocks, 10.1M parameters: 38.5 MiB in fp32) is fine-tuned under ddp.shard:
     # parameters from model.init_from with memory.cpu_budget_mb = 30, below its whole fp32 weights
     # (each rank reads only its blocks of the files, holds its 16/8 bytes per parameter, two
-    # units, one unit's gradients and the activations); under gradients the same run runs out of
-    # memory building the model whole, before step 1 (exit 4), naming parameters. It checkpoints
+    # units, one unit's gradients and the activations); under gradients the plan refuses the same
+    # run before building the model whole (exit 2), naming parameters. It checkpoints
     # sharded, resumes on 2 ranks (their share is 8 bytes per parameter: the default budget), is
     # exported with --export-hf and consolidated with --consolidate (both streamed), and
     # transformers gives the exported model the logits it gives the consolidated checkpoint's
     # parameters, within 1e-4. The checkpoint's host copy is in the plan (Note [A bounded shard
     # write]): with it the step's peak would pass the budget (the copy is 12/8 bytes per
     # parameter), so the run says so and writes each checkpoint before training goes on, one
-    # tensor at a time, without a copy. The gradients half exits 4 where a refusal before
-    # building (exit 2) would be right (open).
+    # tensor at a time, without a copy.
     pyllama make "$work/hf" --vocab 256 --layers 32 --heads 4 --kv-heads 2 --width 128 \
       --intermediate 688 --positions 64 --untied --max-shard-size 8MB --dtype bf16 --seed 3 \
       >/dev/null 2>&1 || fail "could not make the transformers model"
@@ -108,8 +107,9 @@ case $case_name in
       --set checkpoint.every=2 --set ddp.timeout_s=300 --set model.checkpoint_activations=true)
     run timeout 300 mpirun -np 8 "$trainer" "${z3[@]}" --set train.steps=4 \
       --set memory.cpu_budget_mb=30 --set ddp.shard=gradients
-    expect_rc 4
-    expect_grep "out of memory loading the data set and building the model whole on every rank \\(ddp.shard: parameters builds"
+    expect_rc 2
+    expect_grep "model llama \\([0-9.]+ MiB of parameters and buffers\\) cannot be built whole on every rank under ddp.shard: gradients"
+    expect_grep "set ddp.shard: parameters \\(--set ddp.shard=parameters\\)"
     expect_no_grep "step +1/"
     run timeout 900 mpirun -np 8 "$trainer" "${z3[@]}" --set train.steps=4 \
       --set memory.cpu_budget_mb=30 --set ddp.shard=parameters
