@@ -1,6 +1,7 @@
 #include "launcher/dry_run_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -133,6 +134,7 @@ DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::Scalar
     row.micro_auto = e.peak(micro) <= plan.budget ? micro : 0;
     row.configured_fits = e.peak(plan.batch.micro_batch) <= plan.budget;
     if (micro_batch <= 0) row.configured_fits = row.micro_auto > 0;
+    row.least_peak = e.peak(1);
     plan.modes.push_back(row);
   }
   const int64_t picked = plan.modes[static_cast<size_t>(in_force)].micro_auto;
@@ -141,8 +143,91 @@ DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::Scalar
   return plan;
 }
 
-std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t micro_batch) {
-  const ddp::ShardMode in_force = plan.in_force;
+std::vector<PlanFit> find_fits(const PlanOf& plan_of, int64_t micro_batch, bool checkpointed,
+                               bool can_checkpoint) {
+  std::vector<PlanFit> fits(ddp::kShardModeNames.size());
+  std::vector<bool> turn_on{false};
+  if (!checkpointed && can_checkpoint) turn_on.push_back(true);
+  for (const bool checkpointing : turn_on) {
+    for (size_t m = 0; m < fits.size(); ++m) {
+      PlanFit& fit = fits[m];
+      if (fit.micro_batch > 0) continue;  // fits without this lever
+      fit.mode = static_cast<ddp::ShardMode>(m);
+      const DevicePlan plan = plan_of(fit.mode, checkpointed || checkpointing);
+      const ModePlan& row = plan.modes[m];
+      fit.checkpoint_activations = checkpointing;
+      fit.least_peak = row.least_peak;
+      if (row.micro_auto == 0) continue;
+      fit.micro_batch =
+          micro_batch > 0 && row.configured_fits ? plan.batch.micro_batch : row.micro_auto;
+    }
+  }
+  return fits;
+}
+
+namespace {
+
+// What the verdict adds where the configuration does not fit and the fits were searched.
+std::string fit_verdict(const std::vector<PlanFit>& fits, int64_t micro_batch,
+                        int64_t configured_micro) {
+  bool any = false;
+  for (const PlanFit& fit : fits) {
+    if (fit.micro_batch == 0) continue;
+    any = true;
+    if (!fit.checkpoint_activations && (micro_batch <= 0 || fit.micro_batch == configured_micro)) {
+      return fmt::format("; ddp.shard: {} fits", ddp::to_string(fit.mode));
+    }
+  }
+  return any ? "; no ddp.shard mode fits as configured"
+             : "; no ddp.shard mode fits, even with every lever";
+}
+
+// A fit as a line: the mode, the micro-batch, the fallback rungs whose levers it pulls, and the
+// settings to add to the command line.
+std::string describe_fit(const PlanFit& fit, const DevicePlan& plan, int64_t micro_batch) {
+  std::vector<std::string> rungs, settings;
+  if (fit.mode != plan.in_force) {
+    settings.push_back(fmt::format("--set ddp.shard={}", ddp::to_string(fit.mode)));
+    if (fit.mode == ddp::ShardMode::kOptimizer) rungs.emplace_back("shard_optimizer");
+    if (fit.mode == ddp::ShardMode::kParameters) rungs.emplace_back("shard_parameters");
+  }
+  if (micro_batch > 0 && fit.micro_batch != plan.batch.micro_batch) {
+    settings.push_back(fmt::format("--set train.micro_batch_size={}", fit.micro_batch));
+    rungs.emplace_back("halve_micro_batch");
+  }
+  if (fit.checkpoint_activations) {
+    settings.emplace_back("--set model.checkpoint_activations=true");
+    rungs.emplace_back("checkpoint_activations");
+  }
+  return fmt::format(
+      "what fits: ddp.shard: {} at micro-batch {}{}{}{}; add to the command line: {}",
+      ddp::to_string(fit.mode), fit.micro_batch, micro_batch <= 0 ? " (auto's pick)" : "",
+      fit.checkpoint_activations ? " with activation checkpointing" : "",
+      rungs.empty() ? ""
+                    : fmt::format(" (memory.fallback's {} {}, taken before the run)",
+                                  rungs.size() == 1 ? "rung" : "rungs", fmt::join(rungs, ", ")),
+      fmt::join(settings, " "));
+}
+
+// The lines of what fits: one per mode that does, or what the most sharded needs at its least.
+std::vector<std::string> describe_fits(const DevicePlan& plan, int64_t micro_batch) {
+  std::vector<std::string> lines;
+  for (const PlanFit& fit : plan.fits) {
+    if (fit.micro_batch > 0) lines.push_back(describe_fit(fit, plan, micro_batch));
+  }
+  if (!lines.empty()) return lines;
+  const PlanFit& most = plan.fits.back();  // parameters
+  lines.push_back(fmt::format(
+      "nothing fits even with every lever: ddp.shard: {}{} at micro-batch 1 needs {} of the {} "
+      "budget; plan more ranks or more device memory per rank, or a smaller model",
+      ddp::to_string(most.mode),
+      most.checkpoint_activations || plan.checkpointed ? " with activation checkpointing" : "",
+      memory::mib_text(most.least_peak), memory::mib_text(plan.budget)));
+  return lines;
+}
+
+// The plan's budget, shards, activations and table of modes.
+std::vector<std::string> describe_modes(const DevicePlan& plan) {
   std::vector<std::string> lines;
   std::string reserves;
   for (const auto& r : kCudaReserves)
@@ -170,8 +255,16 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
                     memory::mib_text(m.state.parameters), memory::mib_text(m.state.gradients),
                     memory::mib_text(m.state.optimizer_state), memory::mib_text(m.state.total()),
                     m.micro_auto > 0 ? fmt::format("{}", m.micro_auto) : "none fits",
-                    m.mode == in_force ? "  (in force)" : ""));
+                    m.mode == plan.in_force ? "  (in force)" : ""));
   }
+  return lines;
+}
+
+}  // namespace
+
+std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t micro_batch) {
+  const ddp::ShardMode in_force = plan.in_force;
+  std::vector<std::string> lines = describe_modes(plan);
   lines.push_back(fmt::format("global batch {} at {} rank(s): rank 0 takes {}",
                               plan.batch.global_batch, plan.world.ranks, plan.batch.describe()));
   const ModePlan& force = plan.modes[static_cast<size_t>(in_force)];
@@ -187,18 +280,12 @@ std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t mi
         fmt::format("train.micro_batch_size = {} {} under ddp.shard: {}", plan.batch.micro_batch,
                     force.configured_fits ? "fits" : "does not fit", ddp::to_string(in_force));
   }
-  if (!force.configured_fits) {
-    const ModePlan* other = nullptr;
-    for (const ModePlan& m : plan.modes) {
-      if (m.configured_fits) {
-        other = &m;
-        break;
-      }
-    }
-    verdict += other ? fmt::format("; ddp.shard: {} fits", ddp::to_string(other->mode))
-                     : "; no ddp.shard mode fits: plan more device memory or a smaller model";
-  }
+  const bool advise = !force.configured_fits && !plan.fits.empty();
+  if (advise) verdict += fit_verdict(plan.fits, micro_batch, plan.batch.micro_batch);
   lines.push_back(verdict);
+  if (advise) {
+    for (auto& line : describe_fits(plan, micro_batch)) lines.push_back(std::move(line));
+  }
   return lines;
 }
 
@@ -208,9 +295,17 @@ void log_device_plan(const Startup& s, PlannedWorld world, int64_t device_bytes)
   const auto wire =
       c.ddp.reduce_dtype == ddp::ReduceDtype::kBf16 ? at::kBFloat16 : c10::ScalarType::Undefined;
   world.shard_group = c.ddp.shard_group;
-  const DevicePlan plan = plan_device(trainer.reducer().layout(), wire, trainer.memory_estimate(),
-                                      c.train.global_batch_size, c.train.micro_batch_size, world,
-                                      device_bytes, c.memory.target_fraction, c.ddp.shard);
+  // The probe measured the activations of the config's checkpointing: the modes are the levers.
+  const PlanOf plan_of = [&](ddp::ShardMode mode, bool) {
+    return plan_device(trainer.reducer().layout(), wire, trainer.memory_estimate(),
+                       c.train.global_batch_size, c.train.micro_batch_size, world, device_bytes,
+                       c.memory.target_fraction, mode);
+  };
+  DevicePlan plan = plan_of(c.ddp.shard, false);
+  plan.checkpointed = models::checkpoints_activations(*s.model);
+  if (!plan.modes[static_cast<size_t>(c.ddp.shard)].configured_fits) {
+    plan.fits = find_fits(plan_of, c.train.micro_batch_size, plan.checkpointed, false);
+  }
   for (const auto& line : describe_device_plan(plan, c.train.micro_batch_size)) {
     spdlog::info("{}", line);
   }
@@ -261,6 +356,7 @@ DevicePlan plan_shape(const models::LmShape& shape, const ShapePlanInputs& in, i
                                 shape_activations(shape, in), global_batch, micro_batch, world,
                                 device_bytes, target_fraction, in_force, frozen);
   plan.activations_computed = true;
+  plan.checkpointed = in.checkpointed;
   return plan;
 }
 
@@ -318,8 +414,17 @@ void log_shape_plan(const Startup& s, PlannedWorld world, int64_t device_bytes) 
   const models::LmShape shape = models::as<models::ShapePlanning>(*s.model)->lm_shape();
   const ShapePlanInputs in = shape_inputs(s);
   world.shard_group = c.ddp.shard_group;
-  const DevicePlan plan = plan_shape(shape, in, c.train.global_batch_size, c.train.micro_batch_size,
-                                     world, device_bytes, c.memory.target_fraction, c.ddp.shard);
+  const PlanOf plan_of = [&](ddp::ShardMode mode, bool checkpointed) {
+    ShapePlanInputs with = in;
+    with.checkpointed = checkpointed;
+    return plan_shape(shape, with, c.train.global_batch_size, c.train.micro_batch_size, world,
+                      device_bytes, c.memory.target_fraction, mode);
+  };
+  DevicePlan plan = plan_of(c.ddp.shard, in.checkpointed);
+  if (!plan.modes[static_cast<size_t>(c.ddp.shard)].configured_fits) {
+    plan.fits = find_fits(plan_of, c.train.micro_batch_size, in.checkpointed,
+                          models::as<models::ActivationCheckpointing>(*s.model) != nullptr);
+  }
   spdlog::info("model: {} {} at {} positions per sample; activations computed from the shapes "
                "(docs/DESIGN.md, \"Planning without the device\"), not probed",
                c.model.name, describe_shape(shape), in.positions);

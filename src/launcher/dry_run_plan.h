@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -58,6 +59,17 @@ struct ModePlan {
   ddp::ShardFootprint state;
   int64_t micro_auto = 0;        // the micro-batch `auto` would pick; 0 when not even 1 fits
   bool configured_fits = false;  // the configured micro-batch (or auto's pick) fits the budget
+  int64_t least_peak = 0;        // the step's peak at micro-batch 1
+};
+
+// What fits where the configuration does not (docs/DESIGN.md, "Planning without the device"),
+// under one ddp.shard mode: the levers the OOM fallback rungs pull in a run (memory/fallback.h),
+// set in the config before it starts.
+struct PlanFit {
+  ddp::ShardMode mode{};
+  int64_t micro_batch = 0;              // the largest that fits, up to the configured one; 0: none
+  bool checkpoint_activations = false;  // model.checkpoint_activations turned on
+  int64_t least_peak = 0;  // the peak at micro-batch 1 with the levers tried (every one: none fits)
 };
 
 struct DevicePlan {
@@ -71,6 +83,8 @@ struct DevicePlan {
   memory::MemoryEstimate activations;  // the activation terms: the CPU probe's, or computed
   bool activations_computed = false;   // computed from the shapes (plan_shape), not probed
   std::vector<ModePlan> modes;         // every ddp.shard mode, in enum order
+  bool checkpointed = false;           // the activations are model.checkpoint_activations'
+  std::vector<PlanFit> fits;  // what fits instead, per mode (find_fits); empty: not searched
 };
 
 // `probe` holds the CPU probe's activation terms; `micro_batch` is train.micro_batch_size (<= 0:
@@ -85,8 +99,22 @@ DevicePlan plan_device(const std::vector<ddp::BucketLayout>& layout, c10::Scalar
                        double target_fraction, ddp::ShardMode in_force,
                        const std::vector<ddp::BucketLayout>& frozen = {});
 
+// The plan of the same job with `in_force` as its ddp.shard and its activations with or without
+// checkpointing (a probed plan, which measured one of them, ignores `checkpointed`).
+using PlanOf = std::function<DevicePlan(ddp::ShardMode in_force, bool checkpointed)>;
+
+// What fits under each ddp.shard mode, in enum order, with the fewest and cheapest levers: the
+// configured micro-batch (auto: its pick), else a smaller one (the rung halve_micro_batch); then,
+// where `can_checkpoint` and `checkpointed` is off, both again with activation checkpointing
+// (checkpoint_activations). A mode other than the configured one is the rung shard_optimizer or
+// shard_parameters (gradients has none). Each mode is planned in force (`plan_of`), as it would
+// run. `micro_batch`: train.micro_batch_size (<= 0: auto).
+std::vector<PlanFit> find_fits(const PlanOf& plan_of, int64_t micro_batch, bool checkpointed,
+                               bool can_checkpoint);
+
 // The plan as lines for the log: the table of modes, activations, the batch split, the verdict
-// for `in_force`.
+// for `in_force`, and where it does not fit and `plan.fits` was searched, what fits instead (a line
+// per mode that does, with the settings to add to the command line), or what the most needs.
 std::vector<std::string> describe_device_plan(const DevicePlan& plan, int64_t micro_batch);
 
 // Rank 0 of a one-process --dry-run logs the plan of its config for `world` (its shard_group

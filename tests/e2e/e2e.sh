@@ -141,10 +141,30 @@ case $case_name in
       --dry-run --plan-device-memory 80GiB)
     run timeout 120 "$trainer" "${big[@]}" --plan-ranks 8
     expect_rc 0; expect_grep "model: llama 70.55B parameters"
-    expect_grep "does not fit under ddp.shard: parameters; no ddp.shard mode fits"
+    expect_grep "does not fit under ddp.shard: parameters; no ddp.shard mode fits, even with every lever"
+    expect_grep "nothing fits even with every lever: ddp.shard: parameters with activation checkpointing at micro-batch 1 needs [0-9.]+ MiB of the [0-9.]+ MiB budget"
     run timeout 120 "$trainer" "${big[@]}" --plan-ranks 32
     expect_rc 0; expect_grep "train.micro_batch_size = 1 fits under ddp.shard: parameters"
     expect_grep "gradients .* none fits" ;;
+  plan_what_fits)
+    # Llama 3.1 8B at 8192 positions on 8 x 80 GiB (bf16, micro-batch auto) fits no ddp.shard
+    # mode as configured: the plan names what would (each mode, its micro-batch, the fallback
+    # rungs it pulls), and the settings it prints, added to the command line, make a plan that
+    # fits. Each plan takes seconds (bench/plan_presets.sh).
+    llama8b=(--config "$src/configs/llama-tiny.yaml" --set model.preset=llama-3.1-8b
+      --set data.vocab_size=128256 --set data.context=8192 --set train.global_batch_size=64
+      --set train.precision=bf16 --set train.device=cuda
+      --dry-run --plan-ranks 8 --plan-device-memory 80GiB)
+    run timeout 60 "$trainer" "${llama8b[@]}"
+    expect_rc 0
+    expect_grep "micro_batch_size auto: not even 1 sample fits under ddp.shard: none; no ddp.shard mode fits as configured"
+    expect_grep "what fits: ddp.shard: gradients at micro-batch 4 \(auto's pick\) with activation checkpointing \(memory.fallback's rung checkpoint_activations, taken before the run\); add to the command line: --set ddp.shard=gradients --set model.checkpoint_activations=true$"
+    expect_grep "what fits: ddp.shard: parameters at micro-batch 8 \(auto's pick\) with activation checkpointing \(memory.fallback's rungs shard_parameters, checkpoint_activations, taken before the run\); add to the command line: --set ddp.shard=parameters --set model.checkpoint_activations=true$"
+    expect_no_grep "what fits: ddp.shard: (none|optimizer)"
+    read -ra settings <<<"$(grep -oE "what fits: ddp.shard: parameters .*add to the command line: .*" "$out" | sed 's/.*add to the command line: //')"
+    run timeout 60 "$trainer" "${llama8b[@]}" "${settings[@]}"
+    expect_rc 0; expect_grep "micro_batch_size auto would pick 8 under ddp.shard: parameters$"
+    expect_no_grep "what fits" ;;
   cpu_budget_auto_rung_np2)
     # No memory.cpu_budget_mb set: its default (auto: the memory available at start, 90% of it
     # shared among the node's ranks, less 256 MiB each) makes a micro-batch that does not fit the

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -88,16 +89,137 @@ TEST(PlanDevice, AutoPicksTheLargestMicroBatchOfTheModeAndSplitsTheGlobalBatch) 
 }
 
 TEST(PlanDevice, ConfiguredMicroBatchThatDoesNotFitNamesAModeThatDoes) {
-  const DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 8, {4},
-                                   kDevice, 1.0, ddp::ShardMode::kNone);
+  const PlanOf plan_of = [](ddp::ShardMode mode, bool) {
+    return plan_device(one_bucket(), c10::ScalarType::Undefined, probe(), 40, 8, {4}, kDevice, 1.0,
+                       mode);
+  };
+  DevicePlan p = plan_of(ddp::ShardMode::kNone, false);
   EXPECT_FALSE(p.modes[0].configured_fits);
   EXPECT_TRUE(p.modes[1].configured_fits);
   EXPECT_EQ(p.batch.micro_batch, 8);
-  const std::string verdict = describe_device_plan(p, 8).back();
+  p.fits = find_fits(plan_of, 8, false, false);
+  const auto lines = describe_device_plan(p, 8);
+  // none, at 6 samples (halve_micro_batch); optimizer, gradients and parameters at 8.
+  ASSERT_EQ(lines.size(),
+            describe_device_plan(plan_of(ddp::ShardMode::kNone, false), 8).size() + 4);
+  const std::string& verdict = lines[lines.size() - 5];
   EXPECT_NE(verdict.find("train.micro_batch_size = 8 does not fit under ddp.shard: none; "
                          "ddp.shard: optimizer fits"),
             std::string::npos)
       << verdict;
+  EXPECT_EQ(lines[lines.size() - 4],
+            "what fits: ddp.shard: none at micro-batch 6 (memory.fallback's rung "
+            "halve_micro_batch, taken before the run); add to the command line: --set "
+            "train.micro_batch_size=6");
+  EXPECT_EQ(lines[lines.size() - 3],
+            "what fits: ddp.shard: optimizer at micro-batch 8 (memory.fallback's rung "
+            "shard_optimizer, taken before the run); add to the command line: --set "
+            "ddp.shard=optimizer");
+  EXPECT_EQ(lines[lines.size() - 2],
+            "what fits: ddp.shard: gradients at micro-batch 8; add to the command line: --set "
+            "ddp.shard=gradients");
+}
+
+// What fits where nothing does as configured (find_fits), in closed form at 4 ranks of one
+// bucket of 1000 fp32 parameters: state per rank 16000 bytes under none, 11000 under optimizer,
+// 7000 under gradients (more under parameters: two units in flight); activations 1000 fixed +
+// 500 per sample, or with checkpointing 100 + 50.
+memory::MemoryEstimate checkpointed_probe() {
+  memory::MemoryEstimate e = probe();
+  e.activation_fixed = 100;
+  e.activation_per_sample = 50;
+  return e;
+}
+
+PlanOf planner(int64_t micro_batch, int64_t device) {
+  return [=](ddp::ShardMode mode, bool checkpointed) {
+    DevicePlan p = plan_device(one_bucket(), c10::ScalarType::Undefined,
+                               checkpointed ? checkpointed_probe() : probe(), 40, micro_batch, {4},
+                               device, 1.0, mode);
+    p.checkpointed = checkpointed;
+    return p;
+  };
+}
+
+const PlanFit& fit_of(const std::vector<PlanFit>& fits, ddp::ShardMode mode) {
+  return fits.at(static_cast<size_t>(mode));
+}
+
+TEST(PlanFit, ActivationCheckpointingWhereNoModeFitsWithout) {
+  ASSERT_EQ(planner(8, kDevice)(ddp::ShardMode::kGradients, false).modes[2].state.total(), 7000);
+  // Gradients' state, 100 fixed and 8 samples of 50: nothing fits at 1 sample without
+  // checkpointing (7000 + 1500), nor another mode's state with 8 checkpointed samples.
+  const int64_t device = cuda_reserve_bytes() + 7000 + 100 + 8 * 50;
+  const PlanOf plan_of = planner(8, device);
+  const auto fits = find_fits(plan_of, 8, false, true);
+  ASSERT_EQ(fits.size(), 4u);
+  const PlanFit& gradients = fit_of(fits, ddp::ShardMode::kGradients);
+  EXPECT_EQ(gradients.micro_batch, 8);
+  EXPECT_TRUE(gradients.checkpoint_activations);
+  for (const auto mode : {ddp::ShardMode::kNone, ddp::ShardMode::kOptimizer}) {
+    EXPECT_EQ(fit_of(fits, mode).micro_batch, 0) << ddp::to_string(mode);
+  }
+  // A model that cannot checkpoint (or a probed plan): nothing fits.
+  for (const PlanFit& f : find_fits(plan_of, 8, false, false)) EXPECT_EQ(f.micro_batch, 0);
+  DevicePlan p = plan_of(ddp::ShardMode::kNone, false);
+  p.fits = fits;
+  const auto lines = describe_device_plan(p, 8);
+  const auto at = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("does not fit under ddp.shard: none") != std::string::npos;
+  });
+  ASSERT_NE(at, lines.end());
+  EXPECT_NE(at->find("; no ddp.shard mode fits as configured"), std::string::npos) << *at;
+  EXPECT_EQ(*(at + 1),
+            "what fits: ddp.shard: gradients at micro-batch 8 with activation checkpointing "
+            "(memory.fallback's rung checkpoint_activations, taken before the run); add to the "
+            "command line: --set ddp.shard=gradients --set model.checkpoint_activations=true");
+  // micro_batch_size auto: auto's pick, without a micro-batch setting.
+  const auto automatic = find_fits(planner(0, device), 0, false, true);
+  EXPECT_EQ(fit_of(automatic, ddp::ShardMode::kGradients).micro_batch, 8);
+  p = planner(0, device)(ddp::ShardMode::kNone, false);
+  p.fits = automatic;
+  EXPECT_NE(describe_device_plan(p, 0).back().find(
+                "what fits: ddp.shard: gradients at micro-batch 8 (auto's pick) with activation "
+                "checkpointing"),
+            std::string::npos);
+}
+
+TEST(PlanFit, ASmallerMicroBatchBeforeActivationCheckpointing) {
+  // Gradients' state, 1000 fixed and 2 samples of 500: no mode takes 8 samples, gradients 2
+  // (and with checkpointing 8 would fit).
+  const int64_t device = cuda_reserve_bytes() + 7000 + 1000 + 2 * 500;
+  const auto fits = find_fits(planner(8, device), 8, false, true);
+  const PlanFit& gradients = fit_of(fits, ddp::ShardMode::kGradients);
+  EXPECT_EQ(gradients.micro_batch, 2);
+  EXPECT_FALSE(gradients.checkpoint_activations);
+  DevicePlan p = planner(8, device)(ddp::ShardMode::kNone, false);
+  p.fits = fits;
+  const auto lines = describe_device_plan(p, 8);
+  EXPECT_NE(std::find(lines.begin(), lines.end(),
+                      "what fits: ddp.shard: gradients at micro-batch 2 (memory.fallback's rung "
+                      "halve_micro_batch, taken before the run); add to the command line: --set "
+                      "ddp.shard=gradients --set train.micro_batch_size=2"),
+            lines.end());
+}
+
+TEST(PlanFit, NothingFitsEvenWithEveryLeverSaysWhatTheMostNeeds) {
+  const int64_t device = cuda_reserve_bytes() + 5000;
+  const PlanOf plan_of = planner(1, device);
+  const auto fits = find_fits(plan_of, 1, false, true);
+  for (const PlanFit& f : fits) EXPECT_EQ(f.micro_batch, 0);
+  const PlanFit& most = fit_of(fits, ddp::ShardMode::kParameters);
+  EXPECT_TRUE(most.checkpoint_activations);
+  EXPECT_EQ(most.least_peak,
+            plan_of(ddp::ShardMode::kParameters, true).modes[3].state.total() + 100 + 50);
+  DevicePlan p = plan_of(ddp::ShardMode::kParameters, false);
+  p.fits = fits;
+  const auto lines = describe_device_plan(p, 1);
+  EXPECT_NE(lines[lines.size() - 2].find("no ddp.shard mode fits, even with every lever"),
+            std::string::npos);
+  EXPECT_NE(lines.back().find("nothing fits even with every lever: ddp.shard: parameters with "
+                              "activation checkpointing at micro-batch 1 needs"),
+            std::string::npos)
+      << lines.back();
 }
 
 TEST(PlanDevice, TargetFractionScalesTheBudgetBeforeTheReserves) {
