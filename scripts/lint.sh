@@ -147,7 +147,7 @@ check_function_length() {
 check_structure() {
   local src tests rule
   mapfile -t src < <(files 'src/*.h' 'src/*.cpp')
-  for rule in includes defaults; do
+  for rule in includes defaults names; do
     if ! python3 scripts/lint_structure.py "$rule" "${src[@]}"; then
       failure "$rule" "src/ (file:line above; the rule in scripts/lint_structure.py)"
     else
@@ -159,6 +159,16 @@ check_structure() {
     failure unity "tests/ (file:line above; the rule in scripts/lint_structure.py)"
   else
     say "unity: clean"
+  fi
+  # A test file's name is its suites' (docs/DESIGN.md, "Tests and benchmarks"): one file a name
+  # across the tiers (an mpi tier's own is NAME_mpi_test.cpp).
+  local twice
+  twice=$(printf '%s\n' "${tests[@]##*/}" | sort | uniq -d)
+  if [ -n "$twice" ]; then
+    printf '%s\n' "$twice"
+    failure test-names "test files of one name in two tiers (above): rename the mpi tier's NAME_mpi_test.cpp"
+  else
+    say "test names: no test file name in two tiers"
   fi
   local cited
   mapfile -t cited < <(files 'src/*' 'tests/*' 'scripts/*' 'bench/*' 'cmake/*' 'configs/*' \

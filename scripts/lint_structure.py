@@ -7,6 +7,7 @@ and "Configuration").
     scripts/lint_structure.py unity [FILE ...]      # test files: no `namespace {`
     scripts/lint_structure.py citations FILE ...    # DESIGN.md sections cited exist
     scripts/lint_structure.py contents              # DESIGN.md's contents list = its headings
+    scripts/lint_structure.py names [FILE ...]      # no class name defined twice in src/
 
 FILE: the files to read (scripts/lint.sh passes those git tracks); without them, every .h and
 .cpp under src/. Each problem is one line naming the file and line; the exit code is 1 if any.
@@ -21,6 +22,9 @@ struct that config::Config holds (src/config/run_config.h), or of a struct such 
 whose value the schema declares (FIELD(section.key) or an accessor naming c.section.key) must have
 no initialiser but a zero value (0, 0.0, false, "", {}, nullptr, T{}): a second default there
 would silently disagree with the schema's for code that builds the struct without it.
+
+names: no two classes of src/ share a name, whatever their namespaces (models::UnitGate and
+train::UnitGate were two): one meaning per name. Nested classes (X::Impl) are their class's own.
 
 contents: docs/DESIGN.md opens with a contents list of its ## and ### headings, in order, and
 no section (from a heading to the next) runs over 100 lines.
@@ -243,6 +247,24 @@ def check_citations(files):
     return problems
 
 
+# A class defined at a namespace's top level (this code does not indent namespaces; a nested
+# class is indented, a forward declaration ends with ';', a specialisation carries '<').
+DEFINITION = re.compile(
+    r"^(?:struct|class)\s+(?:\[\[\w+\]\]\s+)?(\w+)\b(?![<:;]|\s*;)[^;\n]*$", re.M)
+
+
+def check_names(files):
+    """Class names defined twice in src/, in any namespaces: a reader (and grep) must not meet
+    two things of one name (docs/DESIGN.md, "Glossary")."""
+    where = defaultdict(list)
+    for f in files:
+        text = strip_comments(Path(f).read_text())
+        for m in DEFINITION.finditer(text):
+            where[m.group(1)].append(f"{f}:{text.count(chr(10), 0, m.start()) + 1}")
+    return [f"{places[0]}: class {name} is defined {len(places)} times: {', '.join(places)} "
+            "(give each its own name)" for name, places in sorted(where.items()) if len(places) > 1]
+
+
 MAX_SECTION_LINES = 100
 CONTENTS_ITEM = re.compile(r"^( *)- \[(.+)\]\(#([A-Za-z0-9_-]+)\)$")
 
@@ -284,6 +306,7 @@ CHECKS = {
     "unity": check_unity,
     "citations": check_citations,
     "contents": check_contents,
+    "names": check_names,
 }
 
 

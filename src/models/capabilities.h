@@ -98,7 +98,7 @@ class UnitGate {
   virtual at::Tensor leave(size_t unit, const at::Tensor& x) = 0;
   // Before a collective of the caller's own that follows forwards only some ranks ran (each rank's
   // slice of an evaluation): returns once every rank has run all of its forwards, serving the
-  // other ranks' gathers meanwhile (train::UnitGate, Note [Units in step]). Collective.
+  // other ranks' gathers meanwhile (train::UnitGatherer, Note [Units in step]). Collective.
   virtual void settle() = 0;
 };
 

@@ -293,7 +293,7 @@ bool MemoryPlanner::checkpoint_copy_fits(int64_t micro_batch) {
 }
 
 void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches,
-                                      UnitGate* gate) {
+                                      UnitGatherer* gate) {
   const data::Batch batch = batches.first_slice();
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
   // micro-batch copied to the device is measured with the activations below.)
@@ -349,7 +349,7 @@ void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reduce
 }
 
 int64_t MemoryPlanner::peak_of_pass(models::Model& model, const data::Batch& batch, int64_t samples,
-                                    UnitGate* gate) {
+                                    UnitGatherer* gate) {
   const c10::Device device = placement_.device;
   memory::reset_peaks(device);
   const int64_t base = memory::sample_memory(device).tensor_bytes;
@@ -392,7 +392,7 @@ int64_t MemoryPlanner::peak_of_pass(models::Model& model, const data::Batch& bat
 }
 
 void MemoryPlanner::probe_at(models::Model& model, const data::Batch& batch, int64_t b1, int64_t b2,
-                             UnitGate* gate) {
+                             UnitGatherer* gate) {
   const auto peak_at = [&](int64_t samples) { return peak_of_pass(model, batch, samples, gate); };
   // A chunked loss (models::ChunkedLoss): its chunk stops growing once full, so the straight line
   // through two sizes below one chunk would overestimate larger micro-batches. A third probe, the

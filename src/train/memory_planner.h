@@ -68,9 +68,10 @@ class MemoryPlanner {
   // buckets without reducing. Local: no collectives.
   // ddp.shard: parameters with `gate` (a deferred build, sharded before the probe): each pass
   // gathers the units and is collective; every rank probes the same sizes, an out-of-memory
-  // failure completes its pass (UnitGate::complete_failed_pass) and is voted on after each pass.
+  // failure completes its pass (UnitGatherer::complete_failed_pass) and is voted on after each
+  // pass.
   void probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches,
-                         UnitGate* gate = nullptr);
+                         UnitGatherer* gate = nullptr);
   // micro_batch_size auto: the largest micro-batch that fits, the same on every rank (the
   // smallest over ranks). Collective; returns it.
   int64_t choose_micro_batch(int64_t largest);
@@ -93,13 +94,13 @@ class MemoryPlanner {
                            int64_t target) const;
   // One probe at `b1` and `b2` samples into the estimate (the chunked loss's third probe too).
   void probe_at(models::Model& model, const data::Batch& batch, int64_t b1, int64_t b2,
-                UnitGate* gate);
+                UnitGatherer* gate);
   // The peak of one forward and backward of the first `samples` of `batch` (a voted pass under
   // `gate`: c10::OutOfMemoryError on every rank when one ran out), less what the pass allocated
   // and kept (a GPU library's workspaces, made on first use: held for the whole run, counted once
   // with the other tensors by probe_activations, not as activations of the first probe's size).
   int64_t peak_of_pass(models::Model& model, const data::Batch& batch, int64_t samples,
-                       UnitGate* gate);
+                       UnitGatherer* gate);
 
   const TrainerOptions& options_;
   const Placement& placement_;

@@ -187,8 +187,8 @@ void ModelState::install_gate() {
   auto* declared = models::as<models::ParameterUnits>(model_);
   // A model without units is one unit, entered once per forward.
   std::vector<size_t> order = declared != nullptr ? declared->unit_order() : std::vector<size_t>{0};
-  gate_ = std::make_unique<UnitGate>(*reducer_, options_.ddp.reshard_after_forward,
-                                     options_.ddp.prefetch_units, std::move(order));
+  gate_ = std::make_unique<UnitGatherer>(*reducer_, options_.ddp.reshard_after_forward,
+                                         options_.ddp.prefetch_units, std::move(order));
   if (declared != nullptr) declared->set_unit_gate(gate_.get());
 }
 

@@ -76,7 +76,7 @@ class ModelState {
   // Muon's buffers.
   int64_t optimizer_bytes() const;
   // ddp.shard: parameters (null otherwise).
-  UnitGate* gate() { return gate_.get(); }
+  UnitGatherer* gate() { return gate_.get(); }
   // Whether the model drives the gate itself (models::ParameterUnits); otherwise it is one unit,
   // gathered for the whole forward and backward.
   bool model_has_units() const;
@@ -88,8 +88,8 @@ class ModelState {
   // point.
   std::unique_ptr<PinnedUnits> pin(bool frozen = true);
   // Forwards some ranks run and others not (evaluation, samples): the units gathered in step
-  // (UnitGate::begin_lockstep; a model without units pinned). Null unless ddp.shard: parameters.
-  // Collective, and its finish() too.
+  // (UnitGatherer::begin_lockstep; a model without units pinned). Null unless ddp.shard:
+  // parameters. Collective, and its finish() too.
   std::unique_ptr<LockstepUnits> units_in_step();
   // The state a checkpoint writes and resume reads into (views).
   checkpoint::RunState run_state();
@@ -126,7 +126,7 @@ class ModelState {
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<FusedAdamW> optimizer_;
   std::unique_ptr<GradClipper> clipper_;
-  std::unique_ptr<UnitGate> gate_;
+  std::unique_ptr<UnitGatherer> gate_;
   std::vector<bool> hidden_;  // per parameter: Muon's (train.optimizer: muon)
   std::unique_ptr<Muon> muon_;
   bool muon_logged_ = false;

@@ -143,7 +143,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
 }
 
 void Trainer::finish_passes_after_failure(const std::string& failure) {
-  UnitGate& gate = *state_.gate();
+  UnitGatherer& gate = *state_.gate();
   ddp::Reducer& reducer = state_.reducer();
   const size_t micros = batches_.plan().micro_sizes.size();
   try {
@@ -220,7 +220,7 @@ void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micr
     const StepPhase in_backward("step/backward");
     to_backward.backward();
   };
-  UnitGate* gate = state_.gate();
+  UnitGatherer* gate = state_.gate();
   if (graphed) {
     graphs_->run(micro.inputs, micro.targets, body);
     enter(phase, memory::Phase::kBackward, step, cuda);  // injections, as in an eager backward

@@ -102,13 +102,8 @@ class Trainer {
   int64_t skipped_steps() const { return metrics_.skipped_total(); }  // as of the last read
   const ddp::Reducer& reducer() const { return state_.reducer(); }
   const FusedAdamW& optimizer() const { return state_.optimizer(); }  // this rank's moments
-  // train.optimizer: muon: the Newton-Schulz runs on this rank so far (0 otherwise).
-  int64_t muon_newton_schulz_calls() const {
-    return state_.muon() != nullptr ? state_.muon()->newton_schulz_calls() : 0;
-  }
   models::Model& model() { return *model_; }
   int fallbacks() const { return fallbacks_->taken(); }
-  const GraphStep& graphs() const { return *graphs_; }
   // ddp.shard in force (the Reducer's: none becomes optimizer after the shard_optimizer rung).
   ddp::ShardMode shard_mode() const { return state_.shard_mode(); }
   // This rank's memory plan and checks (activations from the probe at construction).
@@ -123,15 +118,16 @@ class Trainer {
     return memory_.planned_layout(*model_, mode);
   }
 
-  // ddp.shard: parameters: every unit gathered while the result lives (evaluation, checkpoints,
-  // tests reading the parameters); null otherwise. Collective: every rank, at the same point.
-  std::unique_ptr<PinnedUnits> pin_parameters() { return state_.pin(); }
   // ddp.shard: parameters: forwards that ranks run in different numbers (evaluation's slices,
-  // rank 0's text sample) gather the units in step, one at a time (UnitGate, Note [Units in
+  // rank 0's text sample) gather the units in step, one at a time (UnitGatherer, Note [Units in
   // step]); call finish() on every rank at the same point. Null otherwise. Collective.
   std::unique_ptr<LockstepUnits> units_in_step() { return state_.units_in_step(); }
 
  private:
+  // The tests' seam (tests/common/trainer_seam.h): what they read of a Trainer that the code has
+  // no use for, such as every unit of a parameter-sharded model gathered (ModelState::pin).
+  friend struct TrainerTestSeam;
+
   // Set-up, in the order the constructor runs it (trainer_setup.cpp).
   // Parameters, caches, the unsharded optimizer, the metric slots, the loss scaler and the spike
   // guard. Local.
@@ -154,7 +150,7 @@ class Trainer {
   // the attempt's failure.
   Attempt forward_backward(int64_t step);
   // ddp.shard: parameters, after this rank ran out of memory: the pass under way completed and
-  // the micro-batches left run dry, issuing the collectives the other ranks issue (UnitGate).
+  // the micro-batches left run dry, issuing the collectives the other ranks issue (UnitGatherer).
   // Out of memory again is memory::OutOfMemoryAbort (`failure`: the first one). Collective.
   void finish_passes_after_failure(const std::string& failure);
   // Every micro-batch of this rank's slice, forward and backward (`graphed`: replayed through

@@ -16,14 +16,14 @@ namespace {
 // the unit (and prefetches the one before it).
 struct LeaveUnit final : public torch::autograd::Function<LeaveUnit> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            UnitGate* gate, int64_t event) {
+                            UnitGatherer* gate, int64_t event) {
     ctx->saved_data["gate"] = reinterpret_cast<int64_t>(gate);
     ctx->saved_data["event"] = event;
     return x;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* gate = reinterpret_cast<UnitGate*>(ctx->saved_data.at("gate").toInt());
+    auto* gate = reinterpret_cast<UnitGatherer*>(ctx->saved_data.at("gate").toInt());
     gate->before_backward(static_cast<size_t>(ctx->saved_data.at("event").toInt()));
     return {grads[0], at::Tensor(), at::Tensor()};
   }
@@ -31,7 +31,7 @@ struct LeaveUnit final : public torch::autograd::Function<LeaveUnit> {
 
 }  // namespace
 
-void UnitGate::begin_pass() {
+void UnitGatherer::begin_pass() {
   reducer_.begin_unit_pass();
   in_pass_ = true;
   events_.clear();
@@ -40,7 +40,7 @@ void UnitGate::begin_pass() {
   backward_from_ = 0;
 }
 
-void UnitGate::end_pass() {
+void UnitGatherer::end_pass() {
   if (in_pass_ && !recorded_) {
     order_ = events_;
     recorded_ = true;
@@ -66,16 +66,16 @@ void UnitGate::end_pass() {
 // the agreed fallback. The order is the model's declared one, so even the first pass can fail
 // this way. Out of memory again in the dry pass (a gather's buffer) cannot be voted on: the
 // Trainer ends the job (memory::OutOfMemoryAbort).
-bool UnitGate::first_event(size_t event) const {
+bool UnitGatherer::first_event(size_t event) const {
   for (size_t e = 0; e < event; ++e) {
     if (order_[e] == order_[event]) return false;
   }
   return true;
 }
 
-void UnitGate::complete_failed_pass() {
+void UnitGatherer::complete_failed_pass() {
   if (!recorded_) {
-    throw std::logic_error("UnitGate: a failed pass before the unit order is known");
+    throw std::logic_error("UnitGatherer: a failed pass before the unit order is known");
   }
   in_pass_ = true;
   if (backward_from_ == 0) {
@@ -106,7 +106,7 @@ void UnitGate::complete_failed_pass() {
   end_pass();
 }
 
-void UnitGate::dry_pass() {
+void UnitGatherer::dry_pass() {
   begin_pass();
   complete_failed_pass();
 }
@@ -125,14 +125,15 @@ void UnitGate::dry_pass() {
 // all-reduce of its sums, after each rank's slice) must not begin while another rank still runs a
 // forward, whose gathers it would meet: evaluation calls settle() before it, which serves the
 // other ranks' forwards as end_lockstep() does and stays in step.
-void UnitGate::begin_lockstep() {
-  if (!recorded_) throw std::logic_error("UnitGate: in step before the unit order is known");
+void UnitGatherer::begin_lockstep() {
+  if (!recorded_) throw std::logic_error("UnitGatherer: in step before the unit order is known");
   lockstep_ = true;
   lockstep_pos_ = 0;
 }
 
-void UnitGate::end_lockstep() {
-  if (lockstep_pos_ != 0) throw std::logic_error("UnitGate: in step, a forward left unfinished");
+void UnitGatherer::end_lockstep() {
+  if (lockstep_pos_ != 0)
+    throw std::logic_error("UnitGatherer: in step, a forward left unfinished");
   while (reducer_.any_rank(false, "units in step")) {
     for (const size_t unit : order_) {
       reducer_.gather_unit(unit);
@@ -142,13 +143,13 @@ void UnitGate::end_lockstep() {
   lockstep_ = false;
 }
 
-void UnitGate::settle() {
+void UnitGatherer::settle() {
   if (!lockstep_) return;
   end_lockstep();
   begin_lockstep();
 }
 
-LockstepUnits::LockstepUnits(UnitGate* gate, bool units) : gate_(gate), units_(units) {
+LockstepUnits::LockstepUnits(UnitGatherer* gate, bool units) : gate_(gate), units_(units) {
   if (gate_ == nullptr) return;
   if (units_) {
     gate_->begin_lockstep();
@@ -171,7 +172,7 @@ LockstepUnits::~LockstepUnits() noexcept {
 
 void LockstepUnits::finish() {
   if (gate_ == nullptr) return;
-  UnitGate* gate = gate_;
+  UnitGatherer* gate = gate_;
   gate_ = nullptr;
   if (units_) {
     gate->end_lockstep();
@@ -180,24 +181,25 @@ void LockstepUnits::finish() {
   }
 }
 
-void UnitGate::pin(bool frozen) {
+void UnitGatherer::pin(bool frozen) {
   pinned_ = true;
   reducer_.gather_all_units(frozen);
 }
 
-void UnitGate::unpin() {
+void UnitGatherer::unpin() {
   pinned_ = false;
   reducer_.free_all_units();
 }
 
-void UnitGate::enter(size_t unit) {
+void UnitGatherer::enter(size_t unit) {
   if (pinned_) return;
   if (lockstep_ && !in_pass_) {
     if (lockstep_pos_ == 0) reducer_.any_rank(true, "units in step");  // a forward begins
     if (order_[lockstep_pos_] != unit) {
-      throw std::logic_error(fmt::format("UnitGate: unit {} entered in step where the order has "
-                                         "unit {}",
-                                         unit, order_[lockstep_pos_]));
+      throw std::logic_error(
+          fmt::format("UnitGatherer: unit {} entered in step where the order has "
+                      "unit {}",
+                      unit, order_[lockstep_pos_]));
     }
     lockstep_pos_ = (lockstep_pos_ + 1) % order_.size();
   }
@@ -222,7 +224,7 @@ void UnitGate::enter(size_t unit) {
   if (prefetch_ && recorded_ && pos + 1 < order_.size()) reducer_.prefetch_unit(order_[pos + 1]);
 }
 
-at::Tensor UnitGate::leave(size_t unit, const at::Tensor& x) {
+at::Tensor UnitGatherer::leave(size_t unit, const at::Tensor& x) {
   if (pinned_) return x;
   if (!in_pass_) {
     reducer_.free_unit(unit);
@@ -232,7 +234,7 @@ at::Tensor UnitGate::leave(size_t unit, const at::Tensor& x) {
   size_t event = events_.size();
   while (event > 0 && events_[event - 1] != unit) --event;
   if (event == 0) {
-    throw std::logic_error(fmt::format("UnitGate: unit {} left without being entered", unit));
+    throw std::logic_error(fmt::format("UnitGatherer: unit {} left without being entered", unit));
   }
   --event;
   const bool last = recorded_ && event + 1 == order_.size();
@@ -242,7 +244,7 @@ at::Tensor UnitGate::leave(size_t unit, const at::Tensor& x) {
   return LeaveUnit::apply(x, this, static_cast<int64_t>(event));
 }
 
-void UnitGate::before_backward(size_t event) {
+void UnitGatherer::before_backward(size_t event) {
   if (pinned_ || event >= events_.size()) return;
   // The gradient of this event's output is complete, so backward is done with every event after
   // it: a unit used only there is freed, its frozen tensors with it (the Reducer frees a unit
@@ -260,7 +262,7 @@ void UnitGate::before_backward(size_t event) {
   }
 }
 
-bool UnitGate::takes_backward(size_t event) const {
+bool UnitGatherer::takes_backward(size_t event) const {
   // The pass's first unit reads the batch, which takes no gradient: without parameters of its
   // own (LoRA's frozen embeddings) nothing of it runs in backward, so it is not gathered for it
   // (the same answer on every rank, and in a failed pass's walk).

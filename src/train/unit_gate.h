@@ -1,4 +1,4 @@
-// UnitGate: gathers and frees a parameter-sharded model (ddp.shard: parameters, ZeRO-3) unit by
+// UnitGatherer: gathers and frees a parameter-sharded model (ddp.shard: parameters, ZeRO-3) unit by
 // unit, where the model says each unit's use begins and ends (models::ParameterUnits).
 //
 // Contract:
@@ -50,11 +50,11 @@
 
 namespace train {
 
-class UnitGate final : public models::UnitGate {
+class UnitGatherer final : public models::UnitGate {
  public:
   // `order`: the units in the order forward enters them (empty: recorded from the first pass).
-  UnitGate(ddp::Reducer& reducer, bool reshard_after_forward, bool prefetch,
-           std::vector<size_t> order = {})
+  UnitGatherer(ddp::Reducer& reducer, bool reshard_after_forward, bool prefetch,
+               std::vector<size_t> order = {})
       : reducer_(reducer), reshard_after_forward_(reshard_after_forward), prefetch_(prefetch),
         order_(std::move(order)), recorded_(!order_.empty()) {}
 
@@ -109,28 +109,28 @@ class UnitGate final : public models::UnitGate {
   size_t backward_from_ = 0;  // the lowest event whose backward began (events_.size(): none)
 };
 
-// RAII: the gate in step for the scope (UnitGate::begin_lockstep), or for a model without units
+// RAII: the gate in step for the scope (UnitGatherer::begin_lockstep), or for a model without units
 // (`units` false: one unit, which its forward never enters) every unit pinned; finish() ends it
 // (collective: every rank calls it at the same point). A destructor reached by an exception only
 // leaves the mode (the job is ending). A null gate does nothing.
 class LockstepUnits {
  public:
-  LockstepUnits(UnitGate* gate, bool units);
+  LockstepUnits(UnitGatherer* gate, bool units);
   ~LockstepUnits() noexcept;
   LockstepUnits(const LockstepUnits&) = delete;
   LockstepUnits& operator=(const LockstepUnits&) = delete;
   void finish();
 
  private:
-  UnitGate* gate_;
+  UnitGatherer* gate_;
   bool units_;
 };
 
-// RAII: every unit gathered for the scope (UnitGate::pin, `frozen` as there); a null gate does
+// RAII: every unit gathered for the scope (UnitGatherer::pin, `frozen` as there); a null gate does
 // nothing.
 class PinnedUnits {
  public:
-  explicit PinnedUnits(UnitGate* gate, bool frozen = true)
+  explicit PinnedUnits(UnitGatherer* gate, bool frozen = true)
       : gate_(gate != nullptr && !gate->pinned() ? gate : nullptr) {
     if (gate_ != nullptr) gate_->pin(frozen);
   }
@@ -141,7 +141,7 @@ class PinnedUnits {
   PinnedUnits& operator=(const PinnedUnits&) = delete;
 
  private:
-  UnitGate* gate_;
+  UnitGatherer* gate_;
 };
 
 }  // namespace train

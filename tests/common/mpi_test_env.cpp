@@ -1,4 +1,5 @@
 #include "common/mpi_test_env.h"
+#include "common/trainer_seam.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -128,7 +129,8 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
     checkpointer->finish();  // checkpoint.async: the write, the vote, rank 0's commit
     comm.barrier("checkpoint written");
   }
-  const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters: the whole model
+  const auto pinned =
+      trainer_test::pin_parameters(trainer);  // ddp.shard: parameters: the whole model
   std::vector<at::Tensor> params;
   for (const auto& p : model->parameters()) params.push_back(p.detach().clone());
   return params;

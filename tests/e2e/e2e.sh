@@ -105,15 +105,16 @@ case $case_name in
     expect_grep "done: 600 steps, loss [0-9.]+ -> 1\.[0-9]+,"
     [ -f runs/quickstart/final.safetensors ] || fail "no runs/quickstart/final.safetensors" ;;
   quickstart_parameters_np2)
-    # The quick start switched to ZeRO-3 (ddp.shard: parameters), 400 of its 600 steps: it runs to
-    # the end with its samples (rank 0's generation, every rank gathering the units with it) and
-    # its evaluation (every rank's slice, the units gathered in step).
+    # The quick start switched to ZeRO-3 (ddp.shard: parameters), 200 of its 600 steps (its
+    # periods halved): it runs to the end with its samples (rank 0's generation, every rank
+    # gathering the units with it) and its evaluations (every rank's slice, the units gathered in
+    # step). quickstart_np2 runs the whole schedule.
     if ! { ln -s "$src/data" "$work/data" && cd "$work"; }; then fail "cannot set up $work"; fi
     run mpirun -np 2 "$trainer" --config "$src/configs/quickstart.yaml" --set ddp.shard=parameters \
-      --set train.steps=400
+      --set train.steps=200 --set train.sample_every=100 --set train.eval_every=100
     expect_rc 0; expect_grep "memory plan \(rank 0, ddp.shard: parameters\)"
-    expect_grep "sample at step 200: The parser"; expect_grep "sample at step 400: The parser"
-    expect_grep "eval step 400: loss"; loss_drops
+    expect_grep "sample at step 100: The parser"; expect_grep "sample at step 200: The parser"
+    expect_grep "eval step 100: loss"; expect_grep "eval step 200: loss"; loss_drops
     [ -d runs/quickstart/final ] || fail "no sharded runs/quickstart/final: $(ls runs/quickstart)" ;;
   plan_without_gpu)
     # The planning flags as a new user tries them on a login node (no GPU, no data): each plan

@@ -14,6 +14,7 @@
 
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "data/registry.h"
 #include "gpu_test_util.h"
@@ -66,8 +67,8 @@ GptRun train_gpt_on_cuda(ddp::Communicator& control, ddp::Communicator& data,
     if (read) run.losses.push_back(r.loss);
   }
   for (const auto& p : model->parameters()) run.params.push_back(p.detach().cpu().clone());
-  run.captures = trainer.graphs().captures();
-  run.replays = trainer.graphs().replays();
+  run.captures = trainer_test::graphs(trainer).captures();
+  run.replays = trainer_test::graphs(trainer).replays();
   return run;
 }
 

@@ -27,6 +27,7 @@
 #include "checkpoint/read.h"
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "io/safetensors.h"
 #include "io/safetensors_shards.h"
@@ -83,13 +84,13 @@ std::string llama(bool tied) {
 
 // The parameters, gathered (collective).
 std::vector<at::Tensor> gathered(trainer_test::CpuRun& run) {
-  const auto pinned = run.trainer->pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(*run.trainer);
   return snapshot(*run.model);
 }
 
 // The buffers (LoRA's frozen base), gathered (collective).
 std::vector<at::Tensor> gathered_buffers(trainer_test::CpuRun& run) {
-  const auto pinned = run.trainer->pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(*run.trainer);
   std::vector<at::Tensor> out;
   for (const auto& b : run.model->buffers()) out.push_back(b.detach().clone());
   return out;
@@ -315,14 +316,14 @@ OomRun train_with(ddp::Communicator& comm, const std::string& yaml, const std::s
   auto run = make_cpu_run(comm, yaml, "oom.yaml", {}, /*deferred=*/true);
   std::vector<at::Tensor> buffers;
   {
-    const auto pinned = run.trainer->pin_parameters();
+    const auto pinned = trainer_test::pin_parameters(*run.trainer);
     for (const auto& b : run.model->buffers()) buffers.push_back(b.detach().clone());
   }
   for (int64_t s = 1; s <= 4; ++s) run.trainer->step(s);
   OomRun out{gathered(run), run.trainer->fallbacks()};
   // Between steps the frozen base is sharded with its units (no storage); pinned, it is whole.
   for (const auto& b : run.model->buffers()) out.frozen_held += models::holds_no_storage(b) ? 0 : 1;
-  const auto pinned = run.trainer->pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(*run.trainer);
   const auto after = run.model->buffers();
   out.buffers_unchanged = after.size() == buffers.size();
   for (size_t i = 0; out.buffers_unchanged && i < buffers.size(); ++i)
@@ -408,7 +409,7 @@ TEST(DeferredBuild, CheckpointGatherLeavesTheFrozenBaseSharded) {
   }
   EXPECT_EQ(held(run.model->buffers()), 0);
   {
-    const auto pinned = run.trainer->pin_parameters();
+    const auto pinned = trainer_test::pin_parameters(*run.trainer);
     EXPECT_EQ(held(run.model->buffers()), static_cast<int>(buffers.size()));
   }
   run.trainer->step(2);  // the units gather their base again for the step
@@ -489,7 +490,7 @@ TEST(LockstepUnits, EvaluationAndGenerationGatherInStep) {
   units = sharded.trainer->units_in_step();
   if (comm->rank() == 0) in_step = models::generate(*sharded.model, prompt, o);
   units->finish();
-  const auto pinned = sharded.trainer->pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(*sharded.trainer);
   if (comm->rank() == 0) {
     EXPECT_EQ(in_step, models::generate(*sharded.model, prompt, o));
   }

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "common/mpi_test_env.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "models/registry.h"
 #include "train/trainer.h"
@@ -145,8 +146,8 @@ TEST_P(HostSync, StepsThatLogNothingReadNothingAndReadingLaterChangesNothing) {
   std::vector<train::StepResult> every;
   for (int64_t s = 1; s <= 12; ++s) every.push_back(eager.trainer->step(s));
   {  // under ddp.shard parameters the units are gathered only while pinned
-    const auto pin_lazy = lazy.trainer->pin_parameters();
-    const auto pin_eager = eager.trainer->pin_parameters();
+    const auto pin_lazy = trainer_test::pin_parameters(*lazy.trainer);
+    const auto pin_eager = trainer_test::pin_parameters(*eager.trainer);
     expect_equal(parameters(*lazy.model), parameters(*eager.model));
   }
   ASSERT_EQ(logged.size(), 3u);

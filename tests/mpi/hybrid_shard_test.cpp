@@ -21,6 +21,7 @@
 #include "checkpoint/sharded.h"
 #include "checkpoint/single_file.h"
 #include "common/mpi_test_env.h"
+#include "common/trainer_seam.h"
 #include "ddp/gather.h"
 
 namespace TRAINER_UNITY_ID {
@@ -59,7 +60,7 @@ Trained train(ddp::Communicator& world, const std::string& yaml, int64_t steps,
   auto run = trainer_test::make_cpu_run(world, yaml, "hybrid.yaml", hybrid);
   Trained t;
   for (int64_t s = 1; s <= steps; ++s) t.results.push_back(run.trainer->step(s));
-  const auto pinned = run.trainer->pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(*run.trainer);
   t.params = snapshot(*run.model);
   t.optimizer_state = run.trainer->memory_estimate().optimizer_state;
   t.planned_optimizer_state = run.trainer->footprint(run.trainer->shard_mode()).optimizer_state;

@@ -15,6 +15,7 @@
 
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "data/registry.h"
 #include "models/registry.h"
@@ -53,7 +54,8 @@ Run train_on(ddp::Communicator& comm, const std::string& yaml) {
     if (config.ddp.shard != ddp::ShardMode::kNone) continue;
     for (const auto& p : model->parameters()) run.step1_grads.push_back(p.grad().detach().clone());
   }
-  const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters: every unit whole
+  const auto pinned =
+      trainer_test::pin_parameters(trainer);  // ddp.shard: parameters: every unit whole
   for (const auto& p : model->parameters()) run.parameters.push_back(p.detach().clone());
   for (const auto& b : model->buffers()) run.frozen.push_back(b.detach().clone());
   const auto validation = dataset->validation();

@@ -19,6 +19,7 @@
 #include "common/chat_shards.h"
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "core/shape.h"
 #include "data/registry.h"
@@ -76,7 +77,7 @@ Run train_on(ddp::Communicator& comm, const std::string& yaml) {
                          c10::Device(c10::kCPU));
   for (int64_t s = 1; s <= config.train.steps; ++s) trainer.step(s);
   {
-    const auto pinned = trainer.pin_parameters();
+    const auto pinned = trainer_test::pin_parameters(trainer);
     for (const auto& p : model->parameters()) run.parameters.push_back(p.detach().clone());
     run.validation = train::evaluate_validation(comm, *model, *dataset->validation(), 3, 0,
                                                 at::ones({100}, at::kLong));

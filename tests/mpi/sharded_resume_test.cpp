@@ -29,7 +29,9 @@
 #include "checkpoint/read.h"
 #include "checkpoint/sharded.h"
 #include "checkpoint/single_file.h"
+#include "checkpoint_dir_fixture.h"
 #include "common/mpi_test_env.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "data/registry.h"
 #include "ddp/gather.h"
@@ -126,7 +128,8 @@ Resumed resume(ddp::Communicator& comm, const std::string& yaml_text, const std:
   for (const auto& t : trainer.optimizer().exp_avgs()) r.exp_avgs.push_back(t.clone());
   for (const auto& t : trainer.optimizer().exp_avg_sqs()) r.exp_avg_sqs.push_back(t.clone());
   for (const auto& t : trainer.reducer().parameter_shards()) r.masters.push_back(t.clone());
-  const auto pinned = trainer.pin_parameters();  // ddp.shard: parameters: the whole model
+  const auto pinned =
+      trainer_test::pin_parameters(trainer);  // ddp.shard: parameters: the whole model
   r.params = trainer_test::snapshot(*model);
   return r;
 }
@@ -137,28 +140,12 @@ void expect_bitwise(const std::vector<at::Tensor>& a, const std::vector<at::Tens
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << what << " " << i;
 }
 
-class ShardedResume : public ::testing::Test {
+class ShardedResume : public trainer_test::CheckpointDirTest {
  protected:
-  void SetUp() override {
-    world_ = trainer_test::runtime().world(std::chrono::seconds(60));
-    if (world_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-    smaller_ = trainer_test::all_but_last_rank(*world_);
-    dir_ = ddp::all_gather_strings(*world_,
-                                   fmt::format("/tmp/trainer_sharded_resume_{}", ::getpid()))[0];
-  }
-  void TearDown() override {
-    if (!world_ || world_->size() < 2) return;
-    world_->barrier("cleanup");
-    if (world_->rank() == 0) {
-      for (const auto& d : dirs_) checkpoint::remove_step_dir(d);
-      ::rmdir(dir_.c_str());
-    }
-  }
   // Trains 3 steps on `comm` under `shard` and writes a sharded checkpoint; returns its directory.
   std::string write(ddp::Communicator* comm, const std::string& shard, const std::string& name,
                     const char* base = kMlp) {
-    const std::string step_dir = dir_ + "/" + name;
-    dirs_.push_back(step_dir);
+    const std::string step_dir = this->step_dir(name);
     if (comm != nullptr) {
       written_[step_dir] =
           trainer_test::train_until(*comm, yaml(shard, base), 3, 1, "", step_dir + ".safetensors");
@@ -198,10 +185,6 @@ class ShardedResume : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<ddp::Communicator> world_;
-  std::unique_ptr<ddp::Communicator> smaller_;  // ranks 0 .. W - 2; null on the last rank
-  std::string dir_;
-  std::vector<std::string> dirs_;
   std::map<std::string, std::vector<at::Tensor>> written_;  // the writers' parameters, by step_dir
 };
 

@@ -10,6 +10,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "common/mpi_test_env.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "data/dataset.h"
 #include "data/registry.h"
@@ -187,7 +188,7 @@ TEST(FrozenUnits, ShardedWithTheirUnitAndFreedOnceBackwardPassedIt) {
   EXPECT_LE(model->most_gathered_in_backward, 2);
   EXPECT_FALSE(model->embeddings_gathered_in_backward);
   EXPECT_EQ(model->units_holding_frozen(), 0);
-  const auto pinned = trainer.pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(trainer);
   EXPECT_EQ(model->units_holding_frozen(), static_cast<int64_t>(FrozenChain::kUnits));
   const auto after = model->buffers();
   for (size_t i = 0; i < frozen.size(); ++i) EXPECT_TRUE(at::equal(after[i], frozen[i])) << i;

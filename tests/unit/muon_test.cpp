@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/temp_dir.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "data/registry.h"
 #include "fake_communicator.h"
@@ -160,7 +161,8 @@ void expect_matches_torch(const std::string& model_yaml) {
     // Muon moved its matrices: the update is not AdamW's.
     EXPECT_GT(test::relative_error(named[i].value().detach(), in.at("init." + name)), 1e-4) << name;
   }
-  EXPECT_EQ(trainer.muon_newton_schulz_calls(), 3 * static_cast<int64_t>(hidden.size()));
+  EXPECT_EQ(trainer_test::muon_newton_schulz_calls(trainer),
+            3 * static_cast<int64_t>(hidden.size()));
   std::printf("muon vs torch.optim.Muon + AdamW: worst relative error %.1e over %zu tensors\n",
               worst, named.size());
 }

@@ -24,8 +24,10 @@
 #include "checkpoint/read.h"
 #include "checkpoint/sharded.h"
 #include "checkpoint/single_file.h"
+#include "checkpoint_dir_fixture.h"
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
+#include "common/trainer_seam.h"
 #include "ddp/gather.h"
 #include "io/shard_manifest.h"
 #include "memory/allocator_guard.h"
@@ -47,7 +49,7 @@ struct Trained {
 
 // The parameters, gathered first under ddp.shard: parameters. Collective.
 std::vector<at::Tensor> pinned_snapshot(trainer_test::CpuRun& run) {
-  const auto pinned = run.trainer->pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(*run.trainer);
   return snapshot(*run.model);
 }
 
@@ -145,9 +147,9 @@ std::string checkpointed(std::string yaml) {
   return yaml.replace(yaml.find("heads: 4}"), 9, "heads: 4, checkpoint_activations: true}");
 }
 
-class ShardEquivalence : public ::testing::TestWithParam<Case> {};
+class ShardMpiEquivalence : public ::testing::TestWithParam<Case> {};
 
-TEST_P(ShardEquivalence, ShardedParametersEqualUnsharded) {
+TEST_P(ShardMpiEquivalence, ShardedParametersEqualUnsharded) {
   const Case c = GetParam();
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   const auto ddp = [&](const char* shard) {
@@ -184,7 +186,7 @@ TEST_P(ShardEquivalence, ShardedParametersEqualUnsharded) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Models, ShardEquivalence,
+    Models, ShardMpiEquivalence,
     ::testing::Values(
         // 13 samples: uneven over 2 and 3 ranks; micro-batches of 2 accumulate; 1 KiB buckets
         // split parameters and leave bucket sizes that do not divide by the world size.
@@ -226,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
              2e-2}),
     [](const auto& info) { return info.param.name; });
 
-TEST(ShardMemory, OptimizerStateIsAboutOneNthAndZeroTwoKeepsLessGradient) {
+TEST(ShardMpiMemory, OptimizerStateIsAboutOneNthAndZeroTwoKeepsLessGradient) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   const int64_t w = world->size();
   const std::string yaml = gpt_yaml();
@@ -289,9 +291,9 @@ RungRun train_with_rung(ddp::Communicator& comm, const std::string& yaml, int64_
   return r;
 }
 
-class ShardOptimizerRung : public ::testing::TestWithParam<Case> {};
+class ShardMpiOptimizerRung : public ::testing::TestWithParam<Case> {};
 
-TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
+TEST_P(ShardMpiOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   const Case c = GetParam();
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   if (world->size() < 2) GTEST_SKIP() << "one rank: nothing to shard";
@@ -358,7 +360,7 @@ TEST_P(ShardOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ShardOptimizerRung,
+INSTANTIATE_TEST_SUITE_P(Models, ShardMpiOptimizerRung,
                          ::testing::Values(Case{"mlp_uneven_micro_1KiB", mlp(13, "2", 1.0),
                                                 ", first_bucket_mb: 0.001, bucket_mb: 0.001", 12},
                                            Case{"gpt_2KiB", gpt_yaml(),
@@ -369,9 +371,9 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardOptimizerRung,
 // from none and from gradients: the run continues under ddp.shard: parameters with the same
 // micro-batch, and its parameters and every step's gradient norm match a run under parameters
 // from the start and one never sharded (1e-6).
-class ShardParametersRung : public ::testing::TestWithParam<Case> {};
+class ShardMpiParametersRung : public ::testing::TestWithParam<Case> {};
 
-TEST_P(ShardParametersRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
+TEST_P(ShardMpiParametersRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   const Case c = GetParam();
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   if (world->size() < 2) GTEST_SKIP() << "one rank: nothing to shard";
@@ -419,7 +421,7 @@ TEST_P(ShardParametersRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ShardParametersRung,
+INSTANTIATE_TEST_SUITE_P(Models, ShardMpiParametersRung,
                          ::testing::Values(Case{"mlp_from_none", mlp(13, "2", 1.0), "", 8},
                                            Case{"gpt_from_none", gpt_yaml(), "", 5},
                                            Case{"gpt_from_gradients", gpt_yaml(),
@@ -435,24 +437,8 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardParametersRung,
                          [](const auto& info) { return info.param.name; });
 
 // Checkpoints across world sizes and modes. With W ranks, the first W - 1 form a smaller job.
-class ShardResume : public ::testing::Test {
+class ShardMpiResume : public trainer_test::CheckpointDirTest {
  protected:
-  void SetUp() override {
-    world_ = trainer_test::runtime().world(std::chrono::seconds(60));
-    if (world_->size() < 2) GTEST_SKIP() << "needs 2 ranks";
-    smaller_ = trainer_test::all_but_last_rank(*world_);
-    dir_ = ddp::all_gather_strings(*world_,
-                                   fmt::format("/tmp/trainer_shard_resume_{}", ::getpid()))[0];
-  }
-  void TearDown() override {
-    if (!world_ || world_->size() < 2) return;
-    world_->barrier("cleanup");
-    if (world_->rank() == 0) {
-      for (const auto& f : files_) ::unlink(f.c_str());
-      for (const auto& d : dirs_) checkpoint::remove_step_dir(d);
-      ::rmdir(dir_.c_str());
-    }
-  }
   std::string yaml(const char* shard, const char* format = "single") const {
     return std::string(R"(
 model: {name: mlp, hidden_dim: 32, depth: 2}
@@ -462,23 +448,7 @@ memory: {check_every: 0}
 )") + fmt::format("ddp: {{shard: {}, first_bucket_mb: 0.002, bucket_mb: 0.005}}\n", shard) +
            fmt::format("checkpoint: {{format: {}}}\n", format);
   }
-  // A sharded checkpoint's step directory (saved as NAME.safetensors, read as NAME).
-  std::string step_dir(const std::string& name) {
-    dirs_.push_back(dir_ + "/" + name);
-    return dirs_.back();
-  }
-  std::string file(const std::string& name) {
-    files_.push_back(dir_ + "/" + name);
-    return files_.back();
-  }
-
   void round_trip(const char* first, const char* second);
-
-  std::unique_ptr<ddp::Communicator> world_;
-  std::unique_ptr<ddp::Communicator> smaller_;  // ranks 0 .. W - 2; null on the last rank
-  std::string dir_;
-  std::vector<std::string> files_;
-  std::vector<std::string> dirs_;
 };
 
 void expect_same_checkpoints(const std::string& a_path, const std::string& b_path, double tol) {
@@ -493,7 +463,7 @@ void expect_same_checkpoints(const std::string& a_path, const std::string& b_pat
 }
 
 // W ranks under `first` into W - 1 unsharded, and W - 1 unsharded into W under `second`.
-void ShardResume::round_trip(const char* first, const char* second) {
+void ShardMpiResume::round_trip(const char* first, const char* second) {
   using trainer_test::train_until;
   const double tol = 1e-5;  // another world size sums in another order (Equivalence: 1e-5)
   const std::string straight_ckpt = file("straight.safetensors");
@@ -531,7 +501,7 @@ void ShardResume::round_trip(const char* first, const char* second) {
   }
 }
 
-TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
+TEST_F(ShardMpiResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
   round_trip("optimizer", "gradients");
 }
 
@@ -539,7 +509,7 @@ TEST_F(ShardResume, ShardedOnWRanksIntoUnshardedOnFewerAndBack) {
 // parameters for 4 steps; from that step directory W - 1 ranks continue unsharded to step 12, and
 // W - 1 ranks under gradients to step 8, whose sharded checkpoint W ranks under parameters take to
 // step 12. Each ends where the uninterrupted run ends.
-TEST_F(ShardResume, ShardedFormatFromParametersIntoNoneAndGradientsAndBack) {
+TEST_F(ShardMpiResume, ShardedFormatFromParametersIntoNoneAndGradientsAndBack) {
   using trainer_test::train_until;
   const double tol = 1e-5;  // another world size sums in another order (Equivalence: 1e-5)
   const auto straight = train_until(*world_, yaml("none"), 12, 1, "", "");
@@ -568,7 +538,7 @@ TEST_F(ShardResume, ShardedFormatFromParametersIntoNoneAndGradientsAndBack) {
 }
 
 // ddp.shard: parameters: W ranks (3 under mpirun -np 3) into W - 1 unsharded and back.
-TEST_F(ShardResume, ParametersOnWRanksIntoUnshardedOnFewerAndBack) {
+TEST_F(ShardMpiResume, ParametersOnWRanksIntoUnshardedOnFewerAndBack) {
   round_trip("parameters", "parameters");
 }
 

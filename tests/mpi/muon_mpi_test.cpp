@@ -13,6 +13,7 @@
 
 #include "common/mpi_test_env.h"
 #include "common/temp_dir.h"
+#include "common/trainer_seam.h"
 #include "config/config.h"
 #include "data/registry.h"
 #include "ddp/gather.h"
@@ -51,21 +52,21 @@ Trained train(ddp::Communicator& comm, const std::string& text, int64_t steps = 
   trainer_test::CpuRun run = trainer_test::make_cpu_run(comm, text, "muon.yaml");
   Trained t;
   {  // under ddp.shard parameters the units are gathered only while pinned
-    const auto pinned = run.trainer->pin_parameters();
+    const auto pinned = trainer_test::pin_parameters(*run.trainer);
     t.initial = trainer_test::snapshot(*run.model);
   }
   int64_t before = 0;
   for (int64_t s = 1; s <= steps; ++s) {
     run.trainer->step(s);
-    t.calls.push_back(run.trainer->muon_newton_schulz_calls() - before);
-    before = run.trainer->muon_newton_schulz_calls();
+    t.calls.push_back(trainer_test::muon_newton_schulz_calls(*run.trainer) - before);
+    before = trainer_test::muon_newton_schulz_calls(*run.trainer);
   }
-  const auto pinned = run.trainer->pin_parameters();
+  const auto pinned = trainer_test::pin_parameters(*run.trainer);
   t.params = trainer_test::snapshot(*run.model);
   return t;
 }
 
-TEST(MuonEquivalence, EveryModeMatchesOneProcessWithNewtonSchulzInFp32) {
+TEST(MuonMpiEquivalence, EveryModeMatchesOneProcessWithNewtonSchulzInFp32) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto self = trainer_test::runtime().self(std::chrono::seconds(60));
   const Trained one = train(*self, yaml("none", "fp32"));
@@ -80,7 +81,7 @@ TEST(MuonEquivalence, EveryModeMatchesOneProcessWithNewtonSchulzInFp32) {
   }
 }
 
-TEST(MuonEquivalence, EveryModeMatchesOneProcessWithinTheNoiseFloorInBf16) {
+TEST(MuonMpiEquivalence, EveryModeMatchesOneProcessWithinTheNoiseFloorInBf16) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto self = trainer_test::runtime().self(std::chrono::seconds(60));
   const Trained one = train(*self, yaml("none", "auto"));
@@ -97,7 +98,7 @@ TEST(MuonEquivalence, EveryModeMatchesOneProcessWithinTheNoiseFloorInBf16) {
   }
 }
 
-TEST(MuonNewtonSchulz, OncePerMatrixWorldWideEveryStepAndEveryRankTakesAShare) {
+TEST(MuonMpiNewtonSchulz, OncePerMatrixWorldWideEveryStepAndEveryRankTakesAShare) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   constexpr int64_t kMatrices = 8;  // 2 blocks x 4 projections
   for (const char* mode : kModes) {
@@ -115,7 +116,7 @@ TEST(MuonNewtonSchulz, OncePerMatrixWorldWideEveryStepAndEveryRankTakesAShare) {
 // A step that runs out of memory takes memory.fallback's rung shard_optimizer or
 // shard_parameters: the run switches mode in place, with the momentum, and goes on as the run
 // that never switched (fp32 Newton-Schulz: to 1e-5).
-TEST(MuonFallback, TheRungsThatShardInPlaceCarryTheMomentum) {
+TEST(MuonMpiFallback, TheRungsThatShardInPlaceCarryTheMomentum) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   const Trained straight = train(*world, yaml("none", "fp32"));
   for (const char* rung : {"shard_optimizer", "shard_parameters"}) {
@@ -130,7 +131,7 @@ TEST(MuonFallback, TheRungsThatShardInPlaceCarryTheMomentum) {
 
 // 3 ranks under parameters write a checkpoint after 3 steps; 2 ranks under none resume from it
 // to step 6, as the uninterrupted 3-rank run goes on (both formats).
-TEST(MuonResume, ThreeRanksUnderParametersToTwoRanksUnderNone) {
+TEST(MuonMpiResume, ThreeRanksUnderParametersToTwoRanksUnderNone) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   if (world->size() != 3) GTEST_SKIP() << "needs 3 ranks (mpi_tests_np3)";
   auto two = trainer_test::all_but_last_rank(*world);

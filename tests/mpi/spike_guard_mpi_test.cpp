@@ -41,9 +41,9 @@ trainer_test::CpuRun make(ddp::Communicator& comm, const Mode& mode, const std::
 // below the injected spike (x1000: ~1e4 deviations).
 const std::string kGuard = ", skip_spikes: {loss_z: 50, grad_norm_z: 50, window: 3}";
 
-class SpikeGuard : public ::testing::TestWithParam<Mode> {};
+class SpikeGuardMpi : public ::testing::TestWithParam<Mode> {};
 
-TEST_P(SpikeGuard, InjectedSpikeLeavesTheParametersOfARunThatStoppedBefore) {
+TEST_P(SpikeGuardMpi, InjectedSpikeLeavesTheParametersOfARunThatStoppedBefore) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto spiked = make(*world, GetParam(), kGuard + ", inject_spike: '6'", 8);
   auto stopped = make(*world, GetParam(), kGuard, 8);  // the same schedule, stopped at 5
@@ -65,7 +65,7 @@ TEST_P(SpikeGuard, InjectedSpikeLeavesTheParametersOfARunThatStoppedBefore) {
   expect_same_on_every_rank(*world, snapshot(*spiked.model));
 }
 
-TEST_P(SpikeGuard, ChangesNothingWithoutSpikes) {
+TEST_P(SpikeGuardMpi, ChangesNothingWithoutSpikes) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto guarded = make(*world, GetParam(), kGuard, 10);
   auto plain = make(*world, GetParam(), "", 10);
@@ -76,7 +76,7 @@ TEST_P(SpikeGuard, ChangesNothingWithoutSpikes) {
   EXPECT_EQ(relative_error(snapshot(*guarded.model), snapshot(*plain.model)), 0.0);
 }
 
-TEST_P(SpikeGuard, SpikesInARowPastTheLimitEndEveryRank) {
+TEST_P(SpikeGuardMpi, SpikesInARowPastTheLimitEndEveryRank) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto s = make(*world, GetParam(), kGuard + ", inject_spike: '5; 6', max_skipped_steps: 2", 8);
   for (int64_t step = 1; step <= 4; ++step) s.trainer->step(step);
@@ -90,7 +90,7 @@ TEST_P(SpikeGuard, SpikesInARowPastTheLimitEndEveryRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, SpikeGuard,
+INSTANTIATE_TEST_SUITE_P(Modes, SpikeGuardMpi,
                          ::testing::Values(Mode{"fp32", "none"}, Mode{"bf16", "none"},
                                            Mode{"fp32", "gradients"}, Mode{"bf16", "gradients"}),
                          [](const auto& info) {
@@ -99,9 +99,9 @@ INSTANTIATE_TEST_SUITE_P(Modes, SpikeGuard,
 
 // One judge only: a spike in the loss alone (the gradient norm unjudged) is still caught, which
 // needs the global loss to arrive (replicated: the bucket's rider; sharded: the clipper's).
-class SpikeGuardLossOnly : public ::testing::TestWithParam<std::string> {};
+class SpikeGuardMpiLossOnly : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(SpikeGuardLossOnly, LossAloneCatchesTheSpike) {
+TEST_P(SpikeGuardMpiLossOnly, LossAloneCatchesTheSpike) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto s = make(*world, {"fp32", GetParam()},
                 ", skip_spikes: {loss_z: 50, grad_norm_z: 0, window: 3}, inject_spike: '5'", 6);
@@ -110,7 +110,7 @@ TEST_P(SpikeGuardLossOnly, LossAloneCatchesTheSpike) {
   EXPECT_FALSE(s.trainer->step(6).skipped);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shards, SpikeGuardLossOnly,
+INSTANTIATE_TEST_SUITE_P(Shards, SpikeGuardMpiLossOnly,
                          ::testing::Values("none", "optimizer", "gradients", "parameters"));
 
 }  // namespace TRAINER_UNITY_ID

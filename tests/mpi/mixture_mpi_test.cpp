@@ -70,7 +70,7 @@ std::vector<std::vector<int64_t>> read_run(ddp::Communicator& comm, const std::s
   return steps;
 }
 
-TEST(MixtureOrder, EveryWorldSizeReadsTheSameSamplesAndTheMixFollowsTheWeights) {
+TEST(MixtureMpiOrder, EveryWorldSizeReadsTheSameSamplesAndTheMixFollowsTheWeights) {
   auto world = trainer_test::runtime().world(std::chrono::seconds(60));
   auto self = trainer_test::runtime().self(std::chrono::seconds(60));
   test::TempDir mine;

@@ -31,7 +31,7 @@ std::string timeout_message(const std::function<void()>& f) {
 // next status vote on the control communicator instead. Every rank times out; the exchange finds
 // each side where it is: the others name the last rank as missing from bucket 3, and it names
 // them as missing from its vote.
-TEST(Desync, TimeoutNamesTheRankThatSkippedTheCollective) {
+TEST(DesyncMpi, TimeoutNamesTheRankThatSkippedTheCollective) {
   auto control = world(30);
   auto data = world(30);
   const int w = data->size();

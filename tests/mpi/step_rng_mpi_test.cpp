@@ -79,9 +79,9 @@ void expect_exact_continuation(bool checkpoint_activations) {
   comm->barrier("cleanup");
 }
 
-TEST(StepRng, ResumedRunWithDropoutIsBitwiseTheStraightOne) { expect_exact_continuation(false); }
+TEST(StepRngMpi, ResumedRunWithDropoutIsBitwiseTheStraightOne) { expect_exact_continuation(false); }
 
-TEST(StepRng, ResumedRunWithDropoutAndActivationCheckpointingIsBitwiseTheStraightOne) {
+TEST(StepRngMpi, ResumedRunWithDropoutAndActivationCheckpointingIsBitwiseTheStraightOne) {
   expect_exact_continuation(true);
 }
 
