@@ -88,14 +88,6 @@ struct RangeFiles {
 
 }  // namespace
 
-std::vector<int64_t> HfTensor::file_shape(const std::vector<int64_t>& param_shape) const {
-  std::vector<int64_t> shape = param_shape;
-  if (shape.empty()) return shape;
-  shape[0] = rows;
-  if (transposed && shape.size() == 2) std::swap(shape[0], shape[1]);
-  return shape;
-}
-
 ParameterShapes parameter_shapes(torch::nn::Module& model) {
   ParameterShapes shapes;
   for (const auto& item : model.named_parameters()) shapes[item.key()] = item.value().sizes().vec();

@@ -10,12 +10,8 @@
 //   parameter that a ParameterReader gives (the model's tensors, or a sharded checkpoint's), one
 //   at a time, into files written as they go (io::SafetensorsWriter).
 //
-// A file tensor is rows [row_begin, row_begin + rows) of a parameter of shape [R, C...]: the same
-// elements in the same order (llama's q_proj, k_proj and v_proj are three row ranges of its fused
-// qkv_proj; the embedding's real vocabulary the first rows of the padded one), or, transposed,
-// a [C, rows] matrix (GPT-2's Conv1D weights). Rows no file tensor gives (the padded vocabulary)
-// read as zeros. A `check_only` tensor is a tied copy (a tied model's lm_head.weight): loading
-// reads it where it reads the parameter and requires it equal; an export leaves it out.
+// A file tensor is rows of a parameter (HfTensor, models/lm/hf_tensor.h). Rows no file tensor
+// gives (the padded vocabulary) read as zeros.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,21 +25,9 @@
 
 #include "models/deferred_init.h"
 #include "models/lm/hf_format.h"
+#include "models/lm/hf_tensor.h"
 
 namespace models {
-
-struct HfTensor {
-  std::string name;   // in the files
-  std::string param;  // the model's parameter
-  int64_t row_begin = 0;
-  int64_t rows = 0;
-  bool transposed = false;
-  bool check_only = false;
-  // The file's shape, for the parameter's shape `param_shape`.
-  std::vector<int64_t> file_shape(const std::vector<int64_t>& param_shape) const;
-};
-using HfMap = std::vector<HfTensor>;
-using ParameterShapes = std::map<std::string, std::vector<int64_t>>;
 
 // The parameters of `model` by name, and their shapes (metadata only: a model without storage
 // has them too).
