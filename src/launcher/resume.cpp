@@ -36,7 +36,7 @@ std::optional<std::vector<std::string>> moments_for(models::Model& model, Resume
   if (optimizer != train::OptimizerKind::kMuon || hidden == nullptr) {
     return std::vector<std::string>{};
   }
-  return hidden->hidden_matrices();
+  return models::hidden_parameters(*hidden);
 }
 
 }  // namespace

@@ -177,14 +177,37 @@ inline std::vector<std::pair<std::string, at::Tensor>> eval_sums_of(Model& model
   return packed_documents(model).eval_sums_packed(inputs, targets, positions);
 }
 
-// The hidden layers' 2-D weight matrices (train.optimizer: muon, train/muon.h): the names (as in
-// named_parameters()) of the matrices Muon optimises; every other parameter (embeddings, the
-// output layer, norms, biases) stays with AdamW. The list depends on the architecture only.
+// One matrix Muon orthogonalises: rows [row_begin, row_begin + rows) of the 2-D parameter `param`
+// (as named_parameters() names it), whole or a row range of a fused one (llama's q_proj, k_proj
+// and v_proj of qkv_proj); `name`: what Hugging Face names it, without the family's prefix
+// ("layers.0.self_attn.q_proj.weight").
+struct HiddenMatrix {
+  std::string name;
+  std::string param;
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+};
+
+// The hidden layers' 2-D weight matrices (train.optimizer: muon, train/muon.h), each as Hugging
+// Face stores it as a matrix of its own, in named_parameters() order and by rows within a
+// parameter; the matrices of a parameter cover all its rows. Muon updates these parameters;
+// every other one (embeddings, the output layer, norms, biases) stays with AdamW. The list
+// depends on the architecture only.
 class HiddenMatrices {
  public:
   virtual ~HiddenMatrices() = default;
-  virtual std::vector<std::string> hidden_matrices() const = 0;
+  virtual std::vector<HiddenMatrix> hidden_matrices() const = 0;
 };
+
+// The parameters that hold hidden matrices, each once, in order (Muon's momentum is kept and
+// checkpointed per parameter: "muon.momentum.<name>").
+inline std::vector<std::string> hidden_parameters(const HiddenMatrices& model) {
+  std::vector<std::string> names;
+  for (const HiddenMatrix& m : model.hidden_matrices()) {
+    if (names.empty() || names.back() != m.param) names.push_back(m.param);
+  }
+  return names;
+}
 
 // A base that is frozen and not the run's own (LoRA, models/lm/lora.h): its weights are buffers
 // loaded from the base's path (model.init_from) at every start, and checkpoints hold the

@@ -121,7 +121,7 @@ ddp::ShardFootprint MemoryPlanner::footprint(models::Model& model, ddp::ShardMod
   ddp::ShardFootprint f = ddp::shard_footprint(layout, placement_.shard.size(), mode, wire);
   f.parameters += frozen_state_bytes(model, placement_.shard.size(), mode);  // LoRA's base
   if (options_.train.optimizer == OptimizerKind::kMuon) {  // its exchange buffers and workspace
-    const MuonPlan plan = plan_muon(layout, parameter_shapes(model), muon_matrices(model),
+    const MuonPlan plan = plan_muon(layout, parameter_shapes(model), muon_targets(model).matrices,
                                     placement_.shard.size(), options_.train.muon.ns_steps);
     f.optimizer_state +=
         muon_buffer_bytes(plan, placement_.shard.rank(), muon_ns_dtype(options_.train));

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -31,7 +32,7 @@ AdamWHyper adamw_hyper(const TrainOptions& t) {
 ModelState::ModelState(const TrainerOptions& options, const Placement& placement,
                        models::Model& model)
     : options_(options), placement_(placement), model_(model) {
-  if (options_.train.optimizer == OptimizerKind::kMuon) hidden_ = muon_matrices(model_);
+  if (options_.train.optimizer == OptimizerKind::kMuon) targets_ = muon_targets(model_);
 }
 
 void ModelState::allocate_optimizer() {
@@ -41,11 +42,12 @@ void ModelState::allocate_optimizer() {
 
 std::vector<ElementRanges> ModelState::adamw_updates(bool sharded) const {
   std::vector<ElementRanges> updates;
-  if (hidden_.empty()) return updates;  // adamw: every element
+  const std::vector<bool>& hidden = targets_.params;
+  if (hidden.empty()) return updates;  // adamw: every element
   const auto params = model_.parameters();
   if (!sharded) {
-    for (size_t k = 0; k < hidden_.size(); ++k) {
-      updates.push_back(hidden_[k] ? ElementRanges{} : ElementRanges{{0, params[k].numel()}});
+    for (size_t k = 0; k < hidden.size(); ++k) {
+      updates.push_back(hidden[k] ? ElementRanges{} : ElementRanges{{0, params[k].numel()}});
     }
     return updates;
   }
@@ -57,7 +59,7 @@ std::vector<ElementRanges> ModelState::adamw_updates(bool sharded) const {
     ElementRanges& ranges = updates.emplace_back();
     int64_t from = 0;
     for (size_t j = 0; j < layout[b].params.size(); ++j) {
-      if (!hidden_[layout[b].params[j]]) continue;
+      if (!hidden[layout[b].params[j]]) continue;
       const int64_t numel = params[layout[b].params[j]].numel();
       const auto [first, last] = shard.owned(layout[b].offsets[j], numel);
       if (first >= last) continue;
@@ -71,33 +73,36 @@ std::vector<ElementRanges> ModelState::adamw_updates(bool sharded) const {
 
 void ModelState::make_muon() {
   muon_.reset();
-  if (hidden_.empty()) return;
-  MuonPlan plan = plan_muon(reducer_->layout(), parameter_shapes(model_), hidden_,
+  if (targets_.params.empty()) return;
+  MuonPlan plan = plan_muon(reducer_->layout(), parameter_shapes(model_), targets_.matrices,
                             placement_.shard.size(), options_.train.muon.ns_steps);
-  std::vector<size_t> matrix_of(hidden_.size(), 0);
-  for (size_t i = 0; i < plan.matrices.size(); ++i) matrix_of[plan.matrices[i].param] = i;
   std::vector<MuonPiece> pieces;
   const auto params = model_.parameters();
   if (!reducer_->sharded()) {  // every rank holds every matrix whole
-    for (const auto& m : plan.matrices) {
+    for (size_t i = 0; i < plan.matrices.size(); ++i) {
+      const MuonMatrix& m = plan.matrices[i];
       const at::Tensor& p = params[m.param];
-      pieces.push_back({matrix_of[m.param], 0, p.view({-1}), p.grad().view({-1}),
-                        optimizer_->exp_avgs()[m.param].view({-1})});
+      const auto part = [&m](const at::Tensor& t) {
+        return t.view({-1}).narrow(0, m.begin, m.numel());
+      };
+      pieces.push_back({i, 0, part(p), part(p.grad()), part(optimizer_->exp_avgs()[m.param])});
     }
   } else {  // this rank's blocks
     const auto& layout = reducer_->layout();
     const auto shards = reducer_->shards();
     const auto blocks = reducer_->parameter_shards();
     const auto grads = reducer_->reduced_gradients();
-    for (size_t b = 0; b < layout.size(); ++b) {
-      for (size_t j = 0; j < layout[b].params.size(); ++j) {
-        const size_t k = layout[b].params[j];
-        const auto [first, last] = shards[b].owned(layout[b].offsets[j], params[k].numel());
-        if (!hidden_[k] || first >= last) continue;
-        const int64_t at = first - shards[b].begin, n = last - first;
-        pieces.push_back({matrix_of[k], first - layout[b].offsets[j], blocks[b].narrow(0, at, n),
-                          grads[b].narrow(0, at, n), optimizer_->exp_avgs()[b].narrow(0, at, n)});
-      }
+    for (size_t i = 0; i < plan.matrices.size(); ++i) {
+      const MuonMatrix& m = plan.matrices[i];
+      const size_t b = plan.chunks[m.chunk].bucket;
+      const auto& params_of = layout[b].params;
+      const size_t j = std::find(params_of.begin(), params_of.end(), m.param) - params_of.begin();
+      const int64_t start = layout[b].offsets.at(j) + m.begin;  // in the bucket
+      const auto [first, last] = shards[b].owned(start, m.numel());
+      if (first >= last) continue;
+      const int64_t at = first - shards[b].begin, n = last - first;
+      pieces.push_back({i, first - start, blocks[b].narrow(0, at, n), grads[b].narrow(0, at, n),
+                        optimizer_->exp_avgs()[b].narrow(0, at, n)});
     }
   }
   if (!muon_logged_ && placement_.rank() == 0) {
@@ -317,7 +322,7 @@ checkpoint::RunState ModelState::run_state() {
   state.reducer = reducer_.get();
   state.exp_avgs = optimizer_->exp_avgs();
   state.exp_avg_sqs = optimizer_->exp_avg_sqs();
-  state.muon = hidden_;
+  state.muon = targets_.params;
   if (gate_ != nullptr) {
     // A checkpoint saves no frozen tensor (models::FrozenBase): LoRA's base stays sharded.
     state.gather_units = [this]() -> std::shared_ptr<void> { return pin(/*frozen=*/false); };

@@ -127,7 +127,7 @@ class ModelState {
   std::unique_ptr<FusedAdamW> optimizer_;
   std::unique_ptr<GradClipper> clipper_;
   std::unique_ptr<UnitGatherer> gate_;
-  std::vector<bool> hidden_;  // per parameter: Muon's (train.optimizer: muon)
+  MuonTargets targets_;  // train.optimizer: muon: its matrices (none: adamw)
   std::unique_ptr<Muon> muon_;
   bool muon_logged_ = false;
 };

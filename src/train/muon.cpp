@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
-#include <set>
 #include <stdexcept>
 
 #include "models/capabilities.h"
@@ -28,18 +28,37 @@ double lr_scale(MuonAdjustLr adjust, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-std::vector<bool> muon_matrices(models::Model& model) {
+MuonTargets muon_targets(models::Model& model) {
   const auto* declared = models::as<models::HiddenMatrices>(model);
   if (declared == nullptr) {
     throw std::invalid_argument(
         "train.optimizer: muon needs a model that names its hidden layers' weight matrices "
         "(models::HiddenMatrices: gpt, llama); this one does not, so use train.optimizer: adamw");
   }
-  const std::vector<std::string> names = declared->hidden_matrices();
-  const std::set<std::string> hidden(names.begin(), names.end());
-  std::vector<bool> flags;
-  for (const auto& item : model.named_parameters()) flags.push_back(hidden.count(item.key()) > 0);
-  return flags;
+  const auto named = model.named_parameters();
+  std::map<std::string, size_t> index;
+  for (size_t k = 0; k < named.size(); ++k) index.emplace(named[k].key(), k);
+  MuonTargets targets;
+  targets.params.assign(named.size(), false);
+  std::vector<int64_t> covered(named.size(), 0);  // rows so far, each parameter's from row 0
+  for (const models::HiddenMatrix& m : declared->hidden_matrices()) {
+    const size_t k = index.at(m.param);
+    if (m.row_begin != covered[k]) {
+      throw std::logic_error(fmt::format("muon: '{}' does not start where the matrices of '{}' "
+                                         "before it end (row {})",
+                                         m.name, m.param, covered[k]));
+    }
+    covered[k] += m.rows;
+    targets.params[k] = true;
+    targets.matrices.push_back({m.name, k, m.row_begin, m.rows});
+  }
+  for (size_t k = 0; k < named.size(); ++k) {
+    if (targets.params[k] && covered[k] != named[k].value().size(0)) {
+      throw std::logic_error(fmt::format("muon: the matrices of '{}' cover {} of its {} rows",
+                                         named[k].key(), covered[k], named[k].value().size(0)));
+    }
+  }
+  return targets;
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(models::Model& model) {
@@ -107,47 +126,68 @@ int64_t muon_buffer_bytes(const MuonPlan& plan, int rank, c10::ScalarType ns_dty
   return ns * ((plan.world + 1) * block + 2 * x + 2 * gram) + 4 * largest;
 }
 
+namespace {
+
+// The matrices of each parameter (indices into `targets`), by parameter index.
+std::vector<std::vector<size_t>> targets_by_param(const std::vector<MuonTarget>& targets,
+                                                  size_t params) {
+  std::vector<std::vector<size_t>> of(params);
+  for (size_t i = 0; i < targets.size(); ++i) of.at(targets[i].param).push_back(i);
+  return of;
+}
+
+// Each matrix of `here` (indices into plan.matrices, one bucket's, largest first) to the rank with
+// the fewest FLOPs in that bucket so far, ties to the fewest over all buckets (`total`), then the
+// lowest rank; returns the bucket's block (the largest owner's elements).
+int64_t assign_owners(MuonPlan& plan, const std::vector<size_t>& here, std::vector<double>& total) {
+  std::vector<double> load(plan.world, 0.0);
+  std::vector<int64_t> filled(plan.world, 0);
+  for (const size_t i : here) {
+    MuonMatrix& m = plan.matrices[i];
+    int best = 0;
+    for (int r = 1; r < plan.world; ++r) {
+      if (std::tie(load[r], total[r]) < std::tie(load[best], total[best])) best = r;
+    }
+    m.owner = best;
+    m.slot = filled[best];
+    filled[best] += m.numel();
+    load[best] += m.flops;
+    total[best] += m.flops;
+  }
+  return *std::max_element(filled.begin(), filled.end());
+}
+
+}  // namespace
+
 MuonPlan plan_muon(const std::vector<ddp::BucketLayout>& layout,
                    const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
-                   const std::vector<bool>& hidden, int world, int64_t ns_steps) {
+                   const std::vector<MuonTarget>& targets, int world, int64_t ns_steps) {
   MuonPlan plan;
   plan.world = world;
   plan.ns_steps = ns_steps;
+  const auto of = targets_by_param(targets, shapes.size());
   std::vector<double> total(world, 0.0);
   for (size_t b = 0; b < layout.size(); ++b) {
     MuonChunk chunk{b, {}, 0};
-    std::vector<size_t> here;  // this bucket's matrices, largest first
     for (const size_t k : layout[b].params) {
-      if (k >= hidden.size() || !hidden[k]) continue;
       const auto& shape = shapes.at(k).second;
-      if (shape.size() != 2) {
+      if (!of[k].empty() && shape.size() != 2) {
         throw std::invalid_argument(
             fmt::format("train.optimizer: muon: '{}' is not a 2-D matrix", shapes.at(k).first));
       }
-      here.push_back(plan.matrices.size());
-      plan.matrices.push_back({shapes.at(k).first, k, shape[0], shape[1], plan.chunks.size(), 0, 0,
-                               newton_schulz_flops(shape[0], shape[1], ns_steps)});
+      for (const size_t t : of[k]) {
+        const MuonTarget& target = targets[t];
+        chunk.matrices.push_back(plan.matrices.size());
+        plan.matrices.push_back({target.name, k, target.row_begin * shape[1], target.rows, shape[1],
+                                 plan.chunks.size(), 0, 0,
+                                 newton_schulz_flops(target.rows, shape[1], ns_steps)});
+      }
     }
-    if (here.empty()) continue;
-    std::stable_sort(here.begin(), here.end(), [&](size_t x, size_t y) {
+    if (chunk.matrices.empty()) continue;
+    std::stable_sort(chunk.matrices.begin(), chunk.matrices.end(), [&](size_t x, size_t y) {
       return plan.matrices[x].flops > plan.matrices[y].flops;
     });
-    std::vector<double> load(world, 0.0);
-    std::vector<int64_t> filled(world, 0);
-    for (const size_t i : here) {
-      MuonMatrix& m = plan.matrices[i];
-      int best = 0;
-      for (int r = 1; r < world; ++r) {
-        if (std::tie(load[r], total[r]) < std::tie(load[best], total[best])) best = r;
-      }
-      m.owner = best;
-      m.slot = filled[best];
-      filled[best] += m.numel();
-      load[best] += m.flops;
-      total[best] += m.flops;
-      chunk.matrices.push_back(i);
-    }
-    chunk.block = *std::max_element(filled.begin(), filled.end());
+    chunk.block = assign_owners(plan, chunk.matrices, total);
     plan.chunks.push_back(std::move(chunk));
   }
   return plan;

@@ -1,5 +1,8 @@
 // Muon (train.optimizer: muon) for the hidden layers' 2-D weight matrices
-// (models::HiddenMatrices), beside AdamW for every other parameter (train/optimizer.h). The
+// (models::HiddenMatrices), beside AdamW for every other parameter (train/optimizer.h). A matrix
+// is what Hugging Face stores as one: a parameter, or a row range of a fused one (llama's q_proj,
+// k_proj and v_proj of qkv_proj, each orthogonalised and scaled on its own, as torch.optim.Muon
+// over the Hugging Face model does); its elements are contiguous in the parameter. The
 // update of a matrix W with gradient G, as torch.optim.Muon defines it:
 //   B <- mu B + (1 - mu) G                       (B.lerp_(G, 1 - mu): the momentum buffer)
 //   U <- nesterov ? G + mu (B - G) : B            (G.lerp(B, mu))
@@ -49,10 +52,12 @@
 
 namespace train {
 
-// One matrix Muon optimises, and where its update is computed.
+// One matrix Muon optimises: the parameter's elements [begin, begin + rows * cols) (row-major),
+// and where its update is computed.
 struct MuonMatrix {
   std::string name;
-  size_t param = 0;  // index into the parameter list
+  size_t param = 0;   // index into the parameter list
+  int64_t begin = 0;  // its first element in the parameter (row_begin * cols)
   int64_t rows = 0, cols = 0;
   size_t chunk = 0;  // the MuonPlan chunk (bucket) it lies in
   int owner = 0;     // the rank that runs its Newton-Schulz
@@ -86,19 +91,31 @@ struct MuonPlan {
   std::string describe(c10::ScalarType ns_dtype) const;
 };
 
-// `shapes`: every parameter's shape (names too); `hidden`: which of them Muon optimises (2-D).
+// What Muon optimises of a model (models::HiddenMatrices, by parameter index).
+struct MuonTarget {
+  std::string name;  // Hugging Face's
+  size_t param = 0;  // index into the parameter list (named_parameters() order)
+  int64_t row_begin = 0, rows = 0;
+};
+struct MuonTargets {
+  std::vector<bool> params;          // per parameter: Muon updates it (all its rows)
+  std::vector<MuonTarget> matrices;  // in parameter order, by rows within one
+};
+
+// `shapes`: every parameter's shape (names too); `targets`: the matrices Muon optimises, rows of
+// 2-D parameters.
 MuonPlan plan_muon(const std::vector<ddp::BucketLayout>& layout,
                    const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes,
-                   const std::vector<bool>& hidden, int world, int64_t ns_steps);
+                   const std::vector<MuonTarget>& targets, int world, int64_t ns_steps);
 
 // The bytes a Muon of `plan` allocates on `rank` (Muon::state_bytes(), with its scratch piece
 // bounded by the largest matrix): the memory plan's, before anything is allocated.
 int64_t muon_buffer_bytes(const MuonPlan& plan, int rank, c10::ScalarType ns_dtype);
 
-// Per parameter of `model` (named_parameters() order): whether Muon updates it, the model's hidden
-// matrices (models::HiddenMatrices). Throws std::invalid_argument (exit 2) naming
-// train.optimizer when the model names none.
-std::vector<bool> muon_matrices(models::Model& model);
+// The model's hidden matrices (models::HiddenMatrices) by parameter index, checked to cover each
+// of their parameters' rows once. Throws std::invalid_argument (exit 2) naming train.optimizer
+// when the model names none.
+MuonTargets muon_targets(models::Model& model);
 // Every parameter's name and shape, as plan_muon takes them.
 std::vector<std::pair<std::string, std::vector<int64_t>>> parameter_shapes(models::Model& model);
 // train.muon_ns_dtype resolved: auto is bf16 (torch.optim.Muon's), fp16 under train.precision fp16.
@@ -107,7 +124,8 @@ c10::ScalarType muon_ns_dtype(const TrainOptions& train);
 // Newton-Schulz FLOPs of one rows x cols matrix: per iteration 4 m^2 n + 2 m^3 (m <= n).
 double newton_schulz_flops(int64_t rows, int64_t cols, int64_t steps);
 
-// The elements [offset, offset + param.numel()) of a matrix (row-major) that this rank holds:
+// The elements [offset, offset + param.numel()) of a matrix (row-major, from its first element
+// MuonMatrix::begin of the parameter) that this rank holds:
 // 1-D views of the parameter (or its master block), the reduced gradient and the momentum (the
 // AdamW first moment's same elements).
 struct MuonPiece {

@@ -114,7 +114,7 @@ std::vector<at::Tensor> train_until(ddp::Communicator& comm, const std::string& 
                                        checkpoint::ShardedRead::kOpen);  // as the launcher
     std::vector<std::string> muon;  // train.optimizer: muon: its matrices hold its momentum
     if (config.train.optimizer == train::OptimizerKind::kMuon) {
-      muon = models::as<models::HiddenMatrices>(*model)->hidden_matrices();
+      muon = models::hidden_parameters(*models::as<models::HiddenMatrices>(*model));
     }
     checkpoint::check_compatible(*ckpt, *model, muon);
     checkpoint::apply_model_state(*ckpt, *model);

@@ -1201,7 +1201,8 @@ PY
   muon_np2)
     # train.optimizer: muon through the binary: the owner plan logged once, the momentum in the
     # checkpoint in place of the hidden matrices' AdamW moments (muon.momentum.<name>), a resume
-    # of 2 ranks under parameters on 1 rank under none; the mistakes exit 2 naming the key.
+    # of 2 ranks under parameters on 1 rank under none, llama's q, k and v apart; the mistakes
+    # exit 2 naming the key.
     muon=(--config "$src/configs/gpt-tiny.yaml" --set "data.path=$src/data/tokens-sample"
           --set train.optimizer=muon --set train.warmup_steps=1
           --set train.eval_every=1000 --set train.sample_every=0 --set log.every=3
@@ -1218,6 +1219,11 @@ PY
     expect_rc 0; expect_grep "resumed from .*step_000006: 6 steps done"; expect_grep "done: 8 steps"
     run "$trainer" "${muon[@]}" --set train.optimizer=adamw --set train.steps=8 --set checkpoint.resume="$work/ck/step_000006"
     expect_rc 2; expect_grep "written for another optimizer \(compare the train.optimizer key"
+    # llama: q_proj, k_proj and v_proj each a matrix, as Hugging Face stores them (4 blocks x 7).
+    run "$trainer" --config "$src/configs/llama-tiny.yaml" --set "data.path=$src/data/tokens-sample" \
+      --set train.optimizer=muon --set train.steps=1 --set train.global_batch_size=4 \
+      --set train.eval_every=1000 --set train.sample_every=0 --set checkpoint.dir=
+    expect_rc 0; expect_grep "muon: 28 hidden matrices"
     run "$trainer" --config "$src/configs/mlp.yaml" --set train.optimizer=muon --set checkpoint.dir=
     expect_rc 2; expect_grep "train.optimizer: muon needs a model that names its hidden layers' weight matrices"
     for bad in "train.schedule=wsdx|train.schedule: 'wsdx' is not one of: cosine, linear, constant, wsd" \

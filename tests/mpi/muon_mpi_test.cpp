@@ -1,5 +1,6 @@
 // Muon on W ranks (train/muon.h, Note [Muon on every sharding mode]): under ddp.shard none,
-// optimizer, gradients and parameters, W ranks equal one process (MPI_COMM_SELF): to 1e-5 with
+// optimizer, gradients and parameters, W ranks equal one process (MPI_COMM_SELF), gpt and llama
+// (its q, k and v rows of qkv_proj three matrices, cut across ranks): to 1e-5 with
 // Newton-Schulz in fp32, and within the noise floor with the default bf16, the floor being what
 // a mere change of the gradients' rounding (another micro-batch split) moves one process by. Each
 // matrix is orthogonalised once per step world-wide, every rank taking a share; the fallback
@@ -27,12 +28,20 @@ using trainer_test::relative_error;
 
 const char* const kModes[] = {"none", "optimizer", "gradients", "parameters"};
 
-// gpt (2 blocks of 32: matrices of 96 x 32, 32 x 32, 128 x 32, 32 x 128) in buckets small enough
-// that the ranks' blocks cut matrices apart.
+// gpt: 2 blocks of 32, matrices of 96 x 32, 32 x 32, 128 x 32, 32 x 128.
+constexpr const char* kGpt = "{name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}";
+// llama: 2 blocks of 32, q_proj 32 x 32, k_proj and v_proj 16 x 32 (rows of one qkv_proj, each a
+// matrix of its own), o_proj 32 x 32, gate_proj and up_proj 40 x 32, down_proj 32 x 40.
+constexpr const char* kLlama =
+    "{name: llama, preset: llama-tiny, num_layers: 2, d_model: 32, heads: 4, kv_heads: 2, "
+    "intermediate_size: 40}";
+
+// `model` in buckets small enough that the ranks' blocks cut matrices apart (and llama's
+// qkv_proj within and across its q, k and v rows).
 std::string yaml(const std::string& shard, const std::string& ns, const std::string& extra = "",
-                 int64_t micro = 2) {
+                 int64_t micro = 2, const std::string& model = kGpt) {
   return fmt::format(
-      "model: {{name: gpt, preset: tiny, num_layers: 2, d_model: 32, heads: 4}}\n"
+      "model: {}\n"
       "data: {{dataset: tokens, path: {}, context: 16, vocab_size: 100, workers: 0}}\n"
       "train: {{device: cpu, global_batch_size: 9, micro_batch_size: {}, steps: 6, lr: 0.01, "
       "warmup_steps: 1, grad_clip: 1.0, seed: 11, optimizer: muon, muon_lr: 0.02, "
@@ -40,7 +49,7 @@ std::string yaml(const std::string& shard, const std::string& ns, const std::str
       "ddp: {{shard: {}, first_bucket_mb: 0.002, bucket_mb: 0.02}}\n"
       "memory: {{check_every: 0}}\n"
       "checkpoint: {{format: single}}\n",
-      trainer_test::token_shard_dir(), micro, ns, extra, shard);
+      model, trainer_test::token_shard_dir(), micro, ns, extra, shard);
 }
 
 struct Trained {
@@ -94,6 +103,26 @@ TEST(MuonMpiEquivalence, EveryModeMatchesOneProcessWithinTheNoiseFloorInBf16) {
     if (world->rank() == 0) {
       fmt::print("muon bf16, {}: {} ranks vs 1: {:.1e} (noise floor {:.1e})\n", mode, world->size(),
                  err, floor);
+    }
+  }
+}
+
+// llama: q_proj, k_proj and v_proj orthogonalised apart (7 matrices a block, 14 Newton-Schulz
+// runs a step world-wide) while the ranks hold slices of the fused qkv_proj.
+TEST(MuonMpiEquivalence, LlamaEveryModeMatchesOneProcessWithEachProjectionApart) {
+  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
+  auto self = trainer_test::runtime().self(std::chrono::seconds(60));
+  const Trained one = train(*self, yaml("none", "fp32", "", 2, kLlama));
+  EXPECT_GT(relative_error(one.params, one.initial), 1e-2) << "training moved nothing";
+  for (const char* mode : kModes) {
+    const Trained many = train(*world, yaml(mode, "fp32", "", 2, kLlama));
+    const double err = relative_error(many.params, one.params);
+    EXPECT_LT(err, 1e-5) << mode << " on " << world->size() << " ranks";
+    at::Tensor calls = at::tensor(many.calls, at::kLong);
+    world->all_reduce(calls, ddp::ReduceOp::kSum, "calls");
+    EXPECT_EQ(calls.sum().item<int64_t>(), 6 * 14) << mode;
+    if (world->rank() == 0) {
+      fmt::print("muon llama fp32, {}: {} ranks vs 1: {:.1e}\n", mode, world->size(), err);
     }
   }
 }

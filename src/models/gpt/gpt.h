@@ -66,6 +66,9 @@ class Gpt final : public CausalLm {
   // As constructed, padded_vocab_size resolved (checkpoint_activations and loss_chunk_rows as
   // set since: CausalLm's accessors).
   const GptOptions& options() const { return options_; }
+  // Hugging Face's tensors as rows of the parameters (gpt_hf_map; defined beside it in
+  // hf_gpt2.cpp).
+  HfMap hf_map(const ParameterShapes& shapes) const override;
 
  private:
   // The submodules, typed (defined in gpt.cpp so that this header stays free of the nn module

@@ -338,4 +338,9 @@ std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir, int6
                             read ? read : export_reader(model), max_shard_bytes);
 }
 
+// The family's map over the model's own parameters (models/lm/causal_lm.h).
+HfMap Gpt::hf_map(const ParameterShapes& shapes) const {
+  return gpt_hf_map(options_, shapes, hf_prefix());
+}
+
 }  // namespace models

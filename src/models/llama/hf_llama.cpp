@@ -8,6 +8,7 @@
 #include <regex>
 #include <stdexcept>
 
+#include "models/llama/llama.h"
 #include "models/lm/hf_format.h"
 
 namespace models {
@@ -400,5 +401,8 @@ std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOp
   return write_hf_streaming(dir, hf_llama_config_json(o, dialect), llama_hf_map(o, shapes), shapes,
                             read ? read : export_reader(model), max_shard_bytes);
 }
+
+// The family's map over the model's own parameters (models/lm/causal_lm.h).
+HfMap Llama::hf_map(const ParameterShapes& shapes) const { return llama_hf_map(options_, shapes); }
 
 }  // namespace models

@@ -56,6 +56,9 @@ class Llama final : public CausalLm {
   // As constructed, padded_vocab_size, kv_heads and head_dim resolved (checkpoint_activations
   // and loss_chunk_rows as set since: CausalLm's accessors).
   const LlamaOptions& options() const { return options_; }
+  // Hugging Face's tensors as rows of the parameters (llama_hf_map; defined beside it in
+  // hf_llama.cpp).
+  HfMap hf_map(const ParameterShapes& shapes) const override;
 
  private:
   struct Layers;       // the submodules, typed (llama.cpp)

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -186,12 +188,25 @@ std::vector<std::vector<std::string>> CausalLm::frozen_units() const {
   return units;
 }
 
-std::vector<std::string> CausalLm::hidden_matrices() const {
-  std::vector<std::string> names;
-  for (const auto& item : named_parameters()) {
-    if (under(item.key(), dims_.blocks) && item.value().dim() == 2) names.push_back(item.key());
+std::vector<HiddenMatrix> CausalLm::hidden_matrices() const {
+  ParameterShapes shapes;
+  for (const auto& item : named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  std::map<std::string, std::vector<HiddenMatrix>> of;  // by parameter, in the map's order
+  for (const HfTensor& t : hf_map(shapes)) {
+    if (t.check_only || !under(t.param, dims_.blocks) || shapes.at(t.param).size() != 2) continue;
+    const bool prefixed = t.name.starts_with(dims_.hf_prefix);
+    of[t.param].push_back(
+        {prefixed ? t.name.substr(dims_.hf_prefix.size()) : t.name, t.param, t.row_begin, t.rows});
   }
-  return names;
+  std::vector<HiddenMatrix> matrices;
+  for (const auto& item : named_parameters()) {
+    auto& these = of[item.key()];
+    std::sort(these.begin(), these.end(), [](const HiddenMatrix& a, const HiddenMatrix& b) {
+      return a.row_begin < b.row_begin;
+    });
+    matrices.insert(matrices.end(), these.begin(), these.end());
+  }
+  return matrices;
 }
 
 LmShape CausalLm::lm_shape() const {

@@ -42,6 +42,7 @@
 #include "models/capabilities.h"
 #include "models/documents.h"
 #include "models/language_model.h"
+#include "models/lm/hf_tensor.h"
 #include "models/lm/lora_options.h"
 
 namespace models {
@@ -129,8 +130,13 @@ class CausalLm : public LanguageModel,
   void set_unit_gate(UnitGate* gate) final { gate_ = gate; }
   UnitGate* unit_gate() const final { return gate_; }
 
-  // The blocks' 2-D weights (attention and MLP projections), in registration order.
-  std::vector<std::string> hidden_matrices() const final;
+  // The blocks' 2-D weights (attention and MLP projections) as the family's Hugging Face map
+  // (hf_map) stores them: one matrix per file tensor (llama's q_proj, k_proj and v_proj three row
+  // ranges of qkv_proj; GPT-2's c_attn whole), in registration order.
+  std::vector<HiddenMatrix> hidden_matrices() const final;
+  // Hugging Face's tensors as rows of the parameters `shapes` lists (models/lm/hf_tensor.h; the
+  // family's llama_hf_map or gpt_hf_map, with its files' prefix).
+  virtual HfMap hf_map(const ParameterShapes& shapes) const = 0;
   // LoRA (lm/lora.h): freezes the base (its parameters become buffers) and adds the adapters
   // `options` names (rank > 0), in each block's parameter unit. Once, after the base's weights
   // are loaded. Throws std::invalid_argument naming the model.lora_* key.
