@@ -1,7 +1,7 @@
 // The fixture of the mpi tests that write checkpoints at one world size and read them at another
-// (shard_mpi_test.cpp's ShardMpiResume, sharded_resume_test.cpp's ShardedResume): the world, its first
-// W - 1 ranks as a smaller job, and one directory every rank names alike, removed with the files
-// and step directories a test registered in it.
+// (shard_mpi_test.cpp's ShardMpiResume, sharded_resume_test.cpp's ShardedResume): the world, its
+// first W - 1 ranks as a smaller job, and one directory every rank names alike, removed with the
+// files and step directories a test registered in it.
 #pragma once
 
 #include <fmt/format.h>
