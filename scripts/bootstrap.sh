@@ -144,6 +144,22 @@ fetch_gpt2_ranks() {
 # (TRAINER_WERROR=ON or OFF); a build directory configured before is set to it too.
 werror=${TRAINER_WERROR:-}
 if [ -z "$werror" ] && [ "${CI:-}" = true ]; then werror=ON; fi
+# A build directory configured before the CUDA toolkit was installed stays CPU-only: CMake keeps
+# what it found then. Its cache has no NCCL_LIBRARY entry exactly when the toolkit was not found
+# (cmake/TrainerDeps.cmake looks for NCCL only with CUDA::cudart), so a toolkit here now means
+# configuring afresh. Once per toolkit: where CUDA is still not found (a CPU-only LibTorch from
+# Torch_DIR), the marker file keeps the next runs from configuring again.
+nvcc=$(command -v nvcc || true)
+[ -n "$nvcc" ] || [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || nvcc=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+cuda_marker=$BUILD_DIR/.reconfigured-for-cuda
+if [ -n "$nvcc" ] && [ -f "$BUILD_DIR/CMakeCache.txt" ] &&
+   ! grep -q '^NCCL_LIBRARY:' "$BUILD_DIR/CMakeCache.txt" && [ "$(cat "$cuda_marker" 2>/dev/null)" != "$nvcc" ]; then
+  log "$BUILD_DIR was configured without CUDA, and the CUDA toolkit is here now ($nvcc): configuring it again"
+  BUILD_TYPE=${BUILD_TYPE:-$(sed -n 's/^CMAKE_BUILD_TYPE:STRING=//p' "$BUILD_DIR/CMakeCache.txt")}
+  rm -rf "$BUILD_DIR/CMakeCache.txt" "$BUILD_DIR/CMakeFiles" "$BUILD_DIR/build.ninja"
+  echo "$nvcc" >"$cuda_marker"
+  reconfigured_for_cuda=1
+fi
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   log "configuring $BUILD_DIR${werror:+ (TRAINER_WERROR=$werror)}"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
@@ -152,6 +168,9 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
 elif [ -n "$werror" ]; then
   log "TRAINER_WERROR=$werror in $BUILD_DIR"
   cmake -S . -B "$BUILD_DIR" -DTRAINER_WERROR="$werror" >/dev/null
+fi
+if [ -n "${reconfigured_for_cuda:-}" ] && ! grep -q '^NCCL_LIBRARY:' "$BUILD_DIR/CMakeCache.txt"; then
+  log "warning: CMake still found no CUDA for $BUILD_DIR (a CPU-only LibTorch?): the build is CPU only"
 fi
 log "building ${*:-everything} in $BUILD_DIR"
 cmake --build "$BUILD_DIR" ${1:+--target "$@"} -- -j"${BUILD_JOBS:-$(nproc)}"

@@ -294,6 +294,17 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
 
 bool nccl_available() { return true; }
 
+std::string gpu_build() {
+  std::string line = fmt::format("CUDA {}.{}, NCCL {}.{}.{}", CUDART_VERSION / 1000,
+                                 CUDART_VERSION % 1000 / 10, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  int loaded = 0;
+  if (ncclGetVersion(&loaded) == ncclSuccess && loaded != NCCL_VERSION_CODE) {
+    // NCCL_VERSION(X, Y, Z) is X * 10000 + Y * 100 + Z from NCCL 2.9 on.
+    line += fmt::format(" (loaded: {}.{}.{})", loaded / 10000, loaded / 100 % 100, loaded % 100);
+  }
+  return line;
+}
+
 }  // namespace ddp
 
 #else  // !TRAINER_HAVE_CUDA
@@ -306,6 +317,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator&, int,
 }
 
 bool nccl_available() { return false; }
+
+std::string gpu_build() { return "CPU only"; }
 
 }  // namespace ddp
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "ddp/communicator.h"
 
@@ -25,5 +26,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, in
 
 // Whether this build has the NCCL path.
 bool nccl_available();
+
+// What this build was compiled with, for --version: "CUDA 12.8, NCCL 2.27.5" (the headers'
+// versions; NCCL's with " (loaded: 2.27.3)" when the library the process loaded differs), or
+// "CPU only".
+std::string gpu_build();
 
 }  // namespace ddp

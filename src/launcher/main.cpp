@@ -17,6 +17,7 @@
 #include "config/config.h"
 #include "ddp/errors.h"
 #include "ddp/mpi_runtime.h"
+#include "ddp/nccl_communicator.h"
 #include "launcher/banner.h"
 #include "launcher/dry_run_plan.h"
 #include "launcher/evaluate_tasks.h"
@@ -146,7 +147,8 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
   app.add_flag("--help-config", cli.help_config, "list every config key with type, default, range");
   CLI::Option* generate = add_generate_options(app, cli.generate_args);
   add_export_options(app, cli, generate);
-  app.set_version_flag("--version", fmt::format("trainer 0.1.0 (LibTorch {})", TORCH_VERSION));
+  app.set_version_flag(
+      "--version", fmt::format("trainer 0.1.0 (LibTorch {}; {})", TORCH_VERSION, ddp::gpu_build()));
   const bool speaks = launcher_rank(process_environment()) == 0;
   try {
     app.parse(argc, argv);

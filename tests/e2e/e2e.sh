@@ -80,6 +80,19 @@ YAML
 # One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
 # list from these labels (trainer_script_cases).
 case $case_name in
+  version_names_gpu_build)
+    # --version says whether this build has the GPU path, as its CMake cache records it: CUDA's
+    # and NCCL's versions where both NCCL entries were found (cmake/TrainerDeps.cmake), else
+    # "CPU only".
+    run "$trainer" --version
+    expect_rc 0
+    cache=$(dirname "$trainer")/CMakeCache.txt
+    if grep -qE '^NCCL_INCLUDE_DIR:PATH=/' "$cache" && grep -qE '^NCCL_LIBRARY:FILEPATH=/' "$cache"; then
+      expect_grep "^trainer [0-9.]+ \(LibTorch [0-9.]+; CUDA [0-9]+\.[0-9]+, NCCL [0-9]+\.[0-9]+\.[0-9]+( \(loaded: [0-9.]+\))?\)$"
+    else
+      expect_grep "^trainer [0-9.]+ \(LibTorch [0-9.]+; CPU only\)$"
+    fi
+    cat "$out" ;;
   quickstart_np1)
     # configs/quickstart.yaml as it ships, from a directory like the clone's (its data.path and
     # checkpoint.dir are relative), 100 of its 600 steps on one process, sampled and evaluated at
