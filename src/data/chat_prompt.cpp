@@ -71,6 +71,11 @@ ChatPrompt read_chat_prompt(const std::string& path) {
   if (j.contains("tokenizer") && j.at("tokenizer").is_string()) {
     c.tokenizer = j.at("tokenizer").get<std::string>();
   }
+  // "template": the --chat-template file's path, or "the tokenizer's" (scripts/tokenize_text.py).
+  if (j.contains("template") && j.at("template").is_string() &&
+      j.at("template").get<std::string>().starts_with("/")) {
+    c.template_file = j.at("template").get<std::string>();
+  }
   return c;
 }
 

@@ -19,6 +19,8 @@ struct ChatPrompt {
   std::string path;  // the file read
   std::vector<int64_t> before_ids, after_ids, stop_ids;
   std::string tokenizer;  // the tokenizer.json the shards were made with (as recorded)
+  // The template file given with --chat-template (as recorded); "" for the tokenizer's own.
+  std::string template_file;
 };
 
 // Reads and checks `path` (format "trainer-chat-prompt", version 1, the id lists: non-negative

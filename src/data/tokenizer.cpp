@@ -54,22 +54,19 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding) {
                   encoding, fmt::join(tokenizer_names(), ", ")));
 }
 
+std::string tokenizer_setting(const DataOptions& d, const std::string& init_from) {
+  if (d.tokenizer != "auto" && !d.tokenizer.empty()) return d.tokenizer;
+  if (const std::string beside = tokenizer_json_beside(init_from); !beside.empty()) return beside;
+  if (d.vocab_size <= 256) return "bytes";
+  if (d.vocab_size == kGpt2EndOfText + 1) return "gpt2";
+  throw std::invalid_argument(fmt::format(
+      "data.tokenizer: auto knows no encoding with data.vocab_size = {} (bytes: up to 256, "
+      "gpt2: 50257, or a tokenizer.json beside model.init_from's weights); set data.tokenizer",
+      d.vocab_size));
+}
+
 std::unique_ptr<Tokenizer> choose_tokenizer(const DataOptions& d, const std::string& init_from) {
-  std::string name = d.tokenizer;
-  if (name == "auto" || name.empty()) {
-    if (const std::string beside = tokenizer_json_beside(init_from); !beside.empty()) {
-      name = beside;
-    } else if (d.vocab_size <= 256) {
-      name = "bytes";
-    } else if (d.vocab_size == kGpt2EndOfText + 1) {
-      name = "gpt2";
-    } else {
-      throw std::invalid_argument(fmt::format(
-          "data.tokenizer: auto knows no encoding with data.vocab_size = {} (bytes: up to 256, "
-          "gpt2: 50257, or a tokenizer.json beside model.init_from's weights); set data.tokenizer",
-          d.vocab_size));
-    }
-  }
+  const std::string name = tokenizer_setting(d, init_from);
   std::unique_ptr<Tokenizer> tokenizer;
   try {
     tokenizer = make_tokenizer(name);

@@ -76,6 +76,12 @@ std::vector<std::string> tokenizer_names();
 // another kind).
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& encoding);
 
+// The setting choose_tokenizer makes a tokenizer of: data.tokenizer, auto resolved as it says
+// (a tokenizer.json path, bytes or gpt2). Throws std::invalid_argument naming data.tokenizer
+// when auto cannot choose. --export-hf writes the tokenizer it names beside the weights
+// (launcher/serving_files.h).
+std::string tokenizer_setting(const DataOptions& options, const std::string& init_from);
+
 // The tokenizer of a language-model run (--generate, train.sample_every): data.tokenizer, where
 // auto is the tokenizer.json beside model.init_from's weights (`init_from`; data/tokenizer_json.h)
 // when there is one, else bytes when data.vocab_size <= 256, gpt2 when it is 50257. Throws

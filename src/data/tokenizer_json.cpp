@@ -3,16 +3,19 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <stdexcept>
 #include <unordered_map>
 
 #include <sys/stat.h>
 
 #include "data/errors.h"
+#include "data/gpt2_tokenizer.h"
 
 namespace data {
 namespace {
@@ -25,14 +28,24 @@ constexpr const char* kByteLevelPattern =
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes stand for themselves, the other 68 bytes for
 // U+0100 onwards, in byte order. byte_of[cp] inverts it (-1: a code point no byte maps to).
+// spelled[b] is byte b's character, in UTF-8.
 struct ByteLevelAlphabet {
   std::array<int, 256 + 68> byte_of{};
+  std::array<std::string, 256> spelled;
   ByteLevelAlphabet() {
     byte_of.fill(-1);
     int next = 256;
     for (int b = 0; b < 256; ++b) {
       const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-      byte_of[static_cast<size_t>(printable ? b : next++)] = b;
+      const int cp = printable ? b : next++;
+      byte_of[static_cast<size_t>(cp)] = b;
+      std::string& s = spelled[static_cast<size_t>(b)];
+      if (cp < 0x80) {
+        s.push_back(static_cast<char>(cp));
+      } else {
+        s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      }
     }
   }
 };
@@ -456,6 +469,83 @@ BpeSpec read_tokenizer_json(const std::string& path) {
 bool is_tokenizer_json_path(const std::string& setting) {
   return setting.find('/') != std::string::npos ||
          (setting.size() >= 5 && setting.compare(setting.size() - 5, 5, ".json") == 0);
+}
+
+namespace {
+
+// A token's bytes as a byte-level vocabulary spells them.
+std::string byte_level_spelling(const std::string& bytes) {
+  static const ByteLevelAlphabet alphabet;
+  std::string out;
+  for (const char c : bytes) out += alphabet.spelled[static_cast<unsigned char>(c)];
+  return out;
+}
+
+// A byte-level BPE tokenizer.json of `spec`'s tokens and merges (merges in rank order), cut by
+// the ByteLevel pre-tokenizer (GPT-2's pattern where `pattern`), with `added` tokens.
+Json byte_level_json(const BpeSpec& spec, bool pattern,
+                     const std::vector<BpeSpec::AddedToken>& added) {
+  Json vocab = Json::object();
+  for (size_t id = 0; id < spec.tokens.size(); ++id) {
+    if (spec.tokens[id]) vocab[byte_level_spelling(*spec.tokens[id])] = id;
+  }
+  std::vector<BpeSpec::Merge> merges = spec.merges;
+  std::stable_sort(merges.begin(), merges.end(),
+                   [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  Json pairs = Json::array();
+  for (const auto& m : merges) {
+    pairs.push_back(byte_level_spelling(*spec.tokens.at(static_cast<size_t>(m.left))) + " " +
+                    byte_level_spelling(*spec.tokens.at(static_cast<size_t>(m.right))));
+  }
+  Json special = Json::array();
+  for (const auto& a : added) {
+    vocab[a.content] = a.id;
+    special.push_back({{"id", a.id},
+                       {"content", a.content},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", true}});
+  }
+  const Json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", pattern}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", special},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", byte_level},
+          {"post_processor", nullptr},
+          {"decoder", byte_level},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", spec.whole_piece_first},
+            {"vocab", vocab},
+            {"merges", pairs}}}};
+}
+
+}  // namespace
+
+std::string builtin_tokenizer_json(const std::string& encoding) {
+  if (encoding == "bytes") {
+    BpeSpec bytes;
+    for (int b = 0; b < 256; ++b) bytes.tokens.emplace_back(std::string(1, static_cast<char>(b)));
+    return byte_level_json(bytes, false, {}).dump() + "\n";
+  }
+  if (encoding == "gpt2") {
+    const BpeSpec gpt2 = read_gpt2_ranks(gpt2_ranks_path());
+    return byte_level_json(gpt2, true, gpt2.unsplit).dump() + "\n";
+  }
+  throw std::invalid_argument(fmt::format("no built-in tokenizer '{}' (bytes, gpt2)", encoding));
 }
 
 std::string tokenizer_json_beside(const std::string& init_from) {

@@ -42,6 +42,15 @@ BpeSpec read_tokenizer_json(const std::string& path);
 // Whether `setting` (data.tokenizer) names a tokenizer.json file rather than an encoding.
 bool is_tokenizer_json_path(const std::string& setting);
 
+// The built-in encodings (data/tokenizer.h: bytes, gpt2) as a `tokenizers` tokenizer.json that
+// gives every text the same ids: bytes, a byte-level BPE of the 256 bytes without merges; gpt2,
+// GPT-2's vocabulary with tiktoken's rule as merges (each split of a token into two tokens, at
+// the token's rank, as data/gpt2_tokenizer.h reads them; ignore_merges: a piece that is a token is
+// that token), GPT-2's pattern, and <|endoftext|> (50256) as a special added token. --export-hf
+// writes it beside the weights (launcher/serving_files.h). std::invalid_argument for another
+// name; gpt2: the DataError of a ranks file that cannot be read.
+std::string builtin_tokenizer_json(const std::string& encoding);
+
 // The tokenizer.json beside model.init_from's weights (in the directory it names, or beside the
 // file it names); "" when there is none.
 std::string tokenizer_json_beside(const std::string& init_from);

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -22,12 +23,15 @@
 #include "launcher/exit_status.h"
 #include "launcher/launch.h"
 #include "launcher/resume.h"
+#include "launcher/serving_files.h"
 #include "models/deferred_init.h"
 #include "models/language_model.h"
 #include "models/lm/causal_lm.h"
 #include "models/lm/generate.h"
+#include "models/lm/hf_ranges.h"
 #include "models/lm/lora.h"
 #include "models/registry.h"
+#include "train/options.h"
 
 namespace launcher {
 namespace {
@@ -213,8 +217,35 @@ ToExport model_to_export(const config::Config& config) {
 
 }  // namespace
 
+namespace {
+
+// --export-dtype's dtype, or train.precision's when it is not given.
+at::ScalarType export_dtype(const std::string& flag, train::Precision precision) {
+  if (flag.empty()) {
+    return precision == train::Precision::kBf16   ? at::kBFloat16
+           : precision == train::Precision::kFp16 ? at::kHalf
+                                                  : at::kFloat;
+  }
+  if (flag == "bf16") return at::kBFloat16;
+  if (flag == "fp16") return at::kHalf;
+  if (flag == "fp32") return at::kFloat;
+  throw std::invalid_argument(fmt::format("--export-dtype: '{}' is not bf16, fp16 or fp32", flag));
+}
+
+// What --export-hf wrote beside the weights, for its message.
+std::string serving_note(const ServingFiles& files) {
+  const std::string names = fmt::format("{}", fmt::join(files.written, ", "));
+  if (files.tokenizer.empty()) {
+    return fmt::format("{}; no tokenizer: {}: copy one in before serving", names,
+                       files.no_tokenizer);
+  }
+  return fmt::format("{} (the tokenizer from {})", names, files.tokenizer);
+}
+
+}  // namespace
+
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const std::string& dir, const std::string& max_shard_size) {
+                  const std::string& dir, const ExportHfArgs& args) {
   if (other_rank()) return kExitOk;
   return guarded("in --export-hf", [&] {
     const config::Config config = config::load_config(config_path, overrides);
@@ -229,19 +260,25 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
     }
     int64_t max_shard_bytes = 0;
     try {
-      max_shard_bytes = io::parse_shard_size(max_shard_size);
+      max_shard_bytes = io::parse_shard_size(args.max_shard_size);
     } catch (const std::invalid_argument& e) {
       throw std::invalid_argument(fmt::format("--max-shard-size: {}", e.what()));
     }
+    // Stored in float32 (the weights as trained) unless --export-dtype says otherwise; declared
+    // as the dtype to serve in, the training precision's by default.
+    const at::ScalarType declared = export_dtype(args.dtype, config.train.precision);
+    const at::ScalarType stored = args.dtype.empty() ? at::kFloat : declared;
     // The model's family writes it (models/registry.h): one model.safetensors, or shards.
-    const models::HfExport out =
-        models::export_hf(config.model.name, *loaded.model, dir, max_shard_bytes, loaded.read);
+    const models::HfExport out = models::export_hf(config.model.name, *loaded.model, dir,
+                                                   max_shard_bytes, loaded.read, stored);
+    const ServingFiles serving = write_serving_files(config, dir, declared);
     const std::string weights = out.files.size() == 1
                                     ? out.files.front()
                                     : fmt::format("{} weight files", out.files.size() - 1);
-    say(fmt::format("wrote {}/config.json and {} from {} (load with "
-                    "transformers.{}.from_pretrained(\"{}\"))",
-                    dir, weights, loaded.weights, out.hf_class, dir));
+    say(fmt::format("wrote {}/config.json and {} from {}, dtype {}{}, and {} (load with "
+                    "transformers.pipeline(\"text-generation\", \"{}\"))",
+                    dir, weights, loaded.weights, models::hf_dtype_name(declared),
+                    stored == declared ? "" : " (stored as float32)", serving_note(serving), dir));
     return kExitOk;
   });
 }
@@ -267,12 +304,17 @@ int run_export_peft(const std::string& config_path, const std::vector<std::strin
           config.checkpoint.resume.empty() ? "not set" : config.checkpoint.resume,
           config.model.lora_init_from.empty() ? "" : " (model.lora_init_from is already one)"));
     }
-    // lm/lora.h: PEFT's adapter_config.json and adapter_model.safetensors.
-    models::export_peft(*lm, dir, config.model.init_from);
-    say(fmt::format("wrote {}/adapter_config.json and {}/adapter_model.safetensors from {} (load "
-                    "with peft.PeftModel.from_pretrained(base, \"{}\") over the base {})",
-                    dir, dir, loaded.weights, dir,
-                    config.model.init_from.empty() ? "the config builds" : config.model.init_from));
+    // lm/lora.h: PEFT's adapter_config.json and adapter_model.safetensors, the base by a name
+    // that resolves from any directory; the tokenizer beside them (launcher/serving_files.h).
+    const std::string base = peft_base_name(config.model.init_from);
+    models::export_peft(*lm, dir, base);
+    const ServingFiles tokenizer = write_tokenizer_files(config, dir);
+    say(fmt::format(
+        "wrote {}/adapter_config.json and {}/adapter_model.safetensors from {}{} "
+        "(load with peft.PeftModel.from_pretrained(base, \"{}\") over the base {})",
+        dir, dir, loaded.weights,
+        tokenizer.tokenizer.empty() ? "" : ", and the tokenizer from " + tokenizer.tokenizer, dir,
+        base.empty() ? "the config builds" : base));
     return kExitOk;
   });
 }

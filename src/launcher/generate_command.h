@@ -53,8 +53,13 @@ struct GenerateArgs {
 // The exit codes of the two commands (launcher/exit_codes.h).
 int run_generate(const std::string& config_path, const std::vector<std::string>& overrides,
                  const GenerateArgs& args);
+// --export-hf's options.
+struct ExportHfArgs {
+  std::string max_shard_size = "5GB";  // --max-shard-size
+  std::string dtype;                   // --export-dtype bf16|fp16|fp32; "": train.precision's
+};
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
-                  const std::string& dir, const std::string& max_shard_size = "5GB");
+                  const std::string& dir, const ExportHfArgs& args = {});
 // --export-peft DIR: the adapters of a LoRA run's checkpoint as PEFT writes them (DIR/
 // adapter_config.json, DIR/adapter_model.safetensors; models/lm/lora.h).
 int run_export_peft(const std::string& config_path, const std::vector<std::string>& overrides,

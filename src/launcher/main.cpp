@@ -46,11 +46,11 @@ struct CommandLine {
   bool help_config = false;
   bool generate = false;  // --generate PROMPT (launcher/generate_command.h)
   GenerateArgs generate_args;
-  std::string export_hf;               // --export-hf DIR
-  std::string export_peft;             // --export-peft DIR
-  std::string consolidate;             // --consolidate DIR
-  std::string max_shard_size = "5GB";  // --max-shard-size (llama's --export-hf)
-  bool evaluate = false;               // --evaluate: the evaluations only, then exit
+  std::string export_hf;     // --export-hf DIR
+  ExportHfArgs export_args;  // --max-shard-size, --export-dtype
+  std::string export_peft;   // --export-peft DIR
+  std::string consolidate;   // --consolidate DIR
+  bool evaluate = false;     // --evaluate: the evaluations only, then exit
   // --dry-run --plan-ranks N --plan-device-memory SIZE [--plan-ranks-per-node M]
   // (launcher/dry_run_plan.h); 0: not asked.
   int plan_ranks = 0;
@@ -108,9 +108,14 @@ void add_export_options(CLI::App& app, CommandLine& cli, CLI::Option* generate) 
       ->excludes(generate)
       ->excludes(export_hf)
       ->excludes(export_peft);
-  app.add_option("--max-shard-size", cli.max_shard_size,
+  app.add_option("--max-shard-size", cli.export_args.max_shard_size,
                  "--export-hf: weights above this go to shards and an index, as "
                  "save_pretrained (5GB, 500MB, 2GiB, bytes)")
+      ->needs(export_hf);
+  app.add_option("--export-dtype", cli.export_args.dtype,
+                 "--export-hf: store the weights in this dtype and declare it in config.json "
+                 "(default: stored float32, declared as train.precision)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
       ->needs(export_hf);
 }
 
@@ -194,7 +199,7 @@ int run(int argc, char** argv) {
   // One process, no MPI: the language-model commands (under mpirun, rank 0 alone works).
   if (cli.generate) return run_generate(cli.config_path, cli.overrides, cli.generate_args);
   if (!cli.export_hf.empty())
-    return run_export_hf(cli.config_path, cli.overrides, cli.export_hf, cli.max_shard_size);
+    return run_export_hf(cli.config_path, cli.overrides, cli.export_hf, cli.export_args);
   if (!cli.export_peft.empty())
     return run_export_peft(cli.config_path, cli.overrides, cli.export_peft);
   if (!cli.consolidate.empty())

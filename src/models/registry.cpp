@@ -170,12 +170,12 @@ std::shared_ptr<LanguageModel> create_language_model(const ModelOptions& options
 }
 
 HfExport export_hf(const std::string& name, Model& model, const std::string& dir,
-                   int64_t max_shard_bytes, const ParameterReader& read) {
+                   int64_t max_shard_bytes, const ParameterReader& read, at::ScalarType dtype) {
   const LmFamily* f = family(name);
   if (f == nullptr) {
     throw std::invalid_argument(fmt::format("model.name: {} has no Hugging Face format", name));
   }
-  return {f->export_hf(model, dir, max_shard_bytes, read), f->hf_class};
+  return {f->export_hf(model, dir, max_shard_bytes, read, dtype), f->hf_class};
 }
 
 }  // namespace models

@@ -48,12 +48,13 @@ struct HfExport {
   std::string hf_class;
 };
 // Writes `model`, which create_model built for model.name `name`, into `dir` as Hugging Face's
-// save_pretrained does (config.json and the weights, sharded above max_shard_bytes), through
-// its family's exporter, one tensor at a time: the parameters' values from `read` (a checkpoint
-// read by ranges, for a model built without storage), or the model's own when empty.
+// save_pretrained does (config.json and the weights in `dtype`, sharded above max_shard_bytes),
+// through its family's exporter, one tensor at a time: the parameters' values from `read` (a
+// checkpoint read by ranges, for a model built without storage), or the model's own when empty.
 // std::invalid_argument for a model without one; std::runtime_error naming a file that cannot be
 // written.
 HfExport export_hf(const std::string& name, Model& model, const std::string& dir,
-                   int64_t max_shard_bytes, const ParameterReader& read = {});
+                   int64_t max_shard_bytes, const ParameterReader& read = {},
+                   at::ScalarType dtype = at::kFloat);
 
 }  // namespace models

@@ -156,6 +156,50 @@ case $case_name in
       --set train.steps=1 --set train.lr=1e-9
     expect_rc 0; expect_grep "weights of trainer checkpoint"; losses
     [ "$first" = "$from_hf" ] || fail "loss from the export $from_hf, from the checkpoint $first" ;;
+  export_builtin_tokenizers)
+    # --export-hf writes the built-in encodings as a tokenizer.json with which transformers'
+    # tokenizer gives the trainer's ids: bytes, each byte its id; gpt2, tiktoken's ids and
+    # <|endoftext|> as 50256 (scripts/tokenize_text.py's encoding). A bad --export-dtype exits 2
+    # naming the flag, before anything is written.
+    for enc in bytes:256 gpt2:50257; do
+      name=${enc%%:*}
+      cfg=("${tiny[@]}" --set data.tokenizer="$name" --set data.vocab_size="${enc#*:}"
+        --set model.num_layers=1 --set checkpoint.dir="$work/$name")
+      run "$trainer" "${cfg[@]}" --set train.steps=1 --set train.eval_every=0 --set train.sample_every=0
+      expect_rc 0
+      run "$trainer" "${cfg[@]}" --export-hf "$work/$name-hf" --export-dtype fp16
+      expect_rc 0; expect_grep "dtype float16, and tokenizer.json, tokenizer_config.json, generation_config.json \(the tokenizer from data.tokenizer $name\)"
+    done
+    "$TRAINER_PYTHON" - "$work" "$src/scripts" <<'PY' || fail "the exported tokenizers differ from the trainer's"
+import json, os, sys
+os.environ["HF_HUB_OFFLINE"] = "1"
+work, scripts = sys.argv[1:]
+sys.path.insert(0, scripts)
+from transformers import AutoTokenizer
+import tokenize_text
+texts = ["Hello, world!", "  naïve café 日本語 👍🏽\n\tx", "it's 2026's   end<|endoftext|>", ""]
+byte_tok = AutoTokenizer.from_pretrained(f"{work}/bytes-hf")
+for t in texts:
+    assert byte_tok.encode(t, add_special_tokens=False) == list(t.encode()), t
+    assert byte_tok.decode(list(t.encode())) == t, t
+gpt2 = tokenize_text.gpt2_encoding(tokenize_text.default_ranks_path())
+gpt2_tok = AutoTokenizer.from_pretrained(f"{work}/gpt2-hf")
+with open(os.path.join(scripts, "..", "README.md"), encoding="utf-8") as f:
+    texts.append(f.read())
+for t in texts:
+    ours = gpt2_tok.encode(t.replace("<|endoftext|>", ""), add_special_tokens=False)
+    assert ours == gpt2.encode_ordinary(t.replace("<|endoftext|>", "")), t[:40]
+assert gpt2_tok.encode("a<|endoftext|>", add_special_tokens=False)[-1] == 50256
+assert gpt2_tok.eos_token == "<|endoftext|>"
+for name in ("bytes", "gpt2"):
+    c = json.load(open(f"{work}/{name}-hf/config.json"))
+    assert c["dtype"] == c["torch_dtype"] == "float16", c
+print("bytes and gpt2: transformers' ids are the trainer's over", len(texts), "texts")
+PY
+    run "$trainer" "${tiny[@]}" --set data.tokenizer=bytes --set data.vocab_size=256 \
+      --set checkpoint.dir="$work/bytes" --export-hf "$work/int8" --export-dtype int8
+    expect_rc 2; expect_grep "export-dtype: int8 not in \{bf16,fp16,fp32\}"
+    [ ! -e "$work/int8" ] || fail "--export-dtype int8 wrote $(ls "$work/int8")" ;;
   generate_greedy)
     # --generate --temperature 0 from a byte-level Hugging Face model writes what transformers'
     # generate(do_sample=False) writes, byte for byte; under mpirun, once.
@@ -232,7 +276,7 @@ case $case_name in
     # (tests/unit/bpe_reference.py's "wide": Llama 3's pattern, ids from 69,000):
     # scripts/tokenize_text.py --tokenizer writes uint32 shards in llm.c's Llama 3 format; 2 ranks
     # train on them, sampling through the C++ tokenizer; --generate prints text through it; and an
-    # --export-hf directory with the tokenizer.json beside the weights is picked up by
+    # --export-hf directory, which carries the run's tokenizer.json, is picked up by
     # model.init_from with data.tokenizer left at auto.
     "$TRAINER_PYTHON" "$src/tests/unit/bpe_reference.py" "$work/ref" >"$out" 2>&1 || fail "bpe_reference.py failed"
     tok=$work/ref/wide/tokenizer.json
@@ -262,8 +306,7 @@ PY
     expect_no_grep "step +1/2"
     # model.init_from picks up the tokenizer.json beside the weights.
     run "$trainer" "${lm[@]}" --set checkpoint.dir="$work/ckpt" --set data.tokenizer="$tok" --export-hf "$work/hf"
-    expect_rc 0
-    cp "$tok" "$work/hf/tokenizer.json"
+    expect_rc 0; expect_grep "\(the tokenizer from $tok\)"
     run "$trainer" "${lm[@]}" --set model.init_from="$work/hf" --generate "<|endoftext|>x" --max-new-tokens 4
     expect_rc 0; expect_grep "weights: model.init_from $work/hf"; expect_grep "^<\|endoftext\|>x"
     run "$trainer" "${lm[@]}" --set model.init_from="$work/hf" --set data.vocab_size=1000 --generate "x"
@@ -535,6 +578,16 @@ PY
     # data.context above the base's 64 positions: the exports read no data, so they do not care.
     run "$trainer" "${lora[@]}" --set data.context=128 --export-peft "$work/adapter"
     expect_rc 0; expect_grep "wrote $work/adapter/adapter_config.json"
+    # The base by its absolute path; by the Hub id its config.json records, where it has one.
+    grep -q "\"base_model_name_or_path\": \"$work/hf\"" "$work/adapter/adapter_config.json" \
+      || fail "the base: $(grep base_model "$work/adapter/adapter_config.json")"
+    cp -r "$work/hf" "$work/hub"
+    sed -i '1s/^{/{\n  "_name_or_path": "some-org\/llama-base",/' "$work/hub/config.json"
+    hub=(--set model.init_from="$work/hub" --set checkpoint.dir="$work/hubckpt")
+    run "$trainer" "${lora[@]}" "${hub[@]}" --set train.steps=1 --set train.eval_every=0
+    expect_rc 0
+    run "$trainer" "${lora[@]}" "${hub[@]}" --export-peft "$work/hub-adapter"
+    expect_rc 0; expect_grep "over the base some-org/llama-base\)"
     run "$trainer" "${lora[@]}" --set data.context=128 --export-hf "$work/merged"
     expect_rc 0
     "$TRAINER_PYTHON" -c "import torch; from safetensors.torch import save_file; save_file({'inputs': torch.randint(0, 256, (2, 16))}, '$work/in.safetensors')"

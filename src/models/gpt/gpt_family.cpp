@@ -68,8 +68,8 @@ LmFamily gpt_family() {
           .make = make_gpt,
           .hf_class = "GPT2LMHeadModel",
           .export_hf = [](Model& model, const std::string& dir, int64_t max_shard_bytes,
-                          const ParameterReader& read) {
-            return export_hf_gpt2(as_family<Gpt>(model, "gpt"), dir, max_shard_bytes, read);
+                          const ParameterReader& read, at::ScalarType dtype) {
+            return export_hf_gpt2(as_family<Gpt>(model, "gpt"), dir, max_shard_bytes, read, dtype);
           }};
 }
 

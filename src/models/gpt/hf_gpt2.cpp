@@ -331,11 +331,11 @@ std::string hf_gpt2_config_json(const Gpt& model) {
 }
 
 std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir, int64_t max_shard_bytes,
-                                        const ParameterReader& read) {
+                                        const ParameterReader& read, at::ScalarType dtype) {
   const ParameterShapes shapes = read ? parameter_shapes(model) : export_shapes(model);
   return write_hf_streaming(dir, hf_gpt2_config_json(model),
                             gpt_hf_map(model.options(), shapes, kGpt2Prefix), shapes,
-                            read ? read : export_reader(model), max_shard_bytes);
+                            read ? read : export_reader(model), max_shard_bytes, dtype);
 }
 
 // The family's map over the model's own parameters (models/lm/causal_lm.h).

@@ -88,12 +88,13 @@ void load_gpt_init(const GptInit& init, Gpt& model);
 std::string hf_gpt2_config_json(const Gpt& model);
 
 // Writes `dir`/config.json and the weights as a Hugging Face GPT2LMHeadModel ("transformer."
-// names, Conv1D layout, wte without the padded rows, no lm_head: it is tied), float32, sharded
+// names, Conv1D layout, wte without the padded rows, no lm_head: it is tied) in `dtype`, sharded
 // above max_shard_bytes, one tensor at a time from `read` (when empty, the model's own
 // parameters; with LoRA adapters, the base with them merged in: models/lm/hf_ranges.h,
 // export_reader). Returns the weight files written (the index last). Throws std::runtime_error
 // naming the file that cannot be written.
 std::vector<std::string> export_hf_gpt2(Gpt& model, const std::string& dir, int64_t max_shard_bytes,
-                                        const ParameterReader& read = {});
+                                        const ParameterReader& read = {},
+                                        at::ScalarType dtype = at::kFloat);
 
 }  // namespace models

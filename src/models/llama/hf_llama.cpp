@@ -396,10 +396,11 @@ std::string hf_llama_config_json(const LlamaOptions& o, const LlamaDialect& dial
 
 std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& o,
                                          const std::string& dir, int64_t max_shard_bytes,
-                                         const ParameterReader& read, const LlamaDialect& dialect) {
+                                         const ParameterReader& read, const LlamaDialect& dialect,
+                                         at::ScalarType dtype) {
   const ParameterShapes shapes = read ? parameter_shapes(model) : export_shapes(model);
   return write_hf_streaming(dir, hf_llama_config_json(o, dialect), llama_hf_map(o, shapes), shapes,
-                            read ? read : export_reader(model), max_shard_bytes);
+                            read ? read : export_reader(model), max_shard_bytes, dtype);
 }
 
 // The family's map over the model's own parameters (models/lm/causal_lm.h).

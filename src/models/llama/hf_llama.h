@@ -142,13 +142,14 @@ void defer_llama_init(const LlamaInit& init, torch::nn::Module& model, const Lla
 std::string hf_llama_config_json(const LlamaOptions& options,
                                  const LlamaDialect& dialect = llama_dialect());
 
-// Writes `dir`/config.json and the weights, sharded above max_shard_bytes, one tensor at a time
-// from `read` (when empty, the model's own parameters; with LoRA adapters, the base with them
-// merged in: models/lm/hf_ranges.h, export_reader). Returns the weight files written. Throws
-// std::runtime_error naming a file that cannot be written.
+// Writes `dir`/config.json and the weights in `dtype`, sharded above max_shard_bytes, one tensor
+// at a time from `read` (when empty, the model's own parameters; with LoRA adapters, the base
+// with them merged in: models/lm/hf_ranges.h, export_reader). Returns the weight files written.
+// Throws std::runtime_error naming a file that cannot be written.
 std::vector<std::string> export_hf_llama(torch::nn::Module& model, const LlamaOptions& options,
                                          const std::string& dir, int64_t max_shard_bytes,
                                          const ParameterReader& read = {},
-                                         const LlamaDialect& dialect = llama_dialect());
+                                         const LlamaDialect& dialect = llama_dialect(),
+                                         at::ScalarType dtype = at::kFloat);
 
 }  // namespace models

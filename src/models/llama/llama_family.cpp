@@ -90,9 +90,10 @@ LmFamily llama_block_family(const LlamaDialect& dialect, std::vector<LlamaPreset
           .hf_class = dialect.hf_class,
           .export_hf =
               [dialect](Model& model, const std::string& dir, int64_t max_shard_bytes,
-                        const ParameterReader& read) {
+                        const ParameterReader& read, at::ScalarType dtype) {
                 Llama& llama = as_family<Llama>(model, dialect.family);
-                return export_hf_llama(llama, llama.options(), dir, max_shard_bytes, read, dialect);
+                return export_hf_llama(llama, llama.options(), dir, max_shard_bytes, read, dialect,
+                                       dtype);
               }};
 }
 

@@ -4,6 +4,7 @@
 // the token-data and context checks, the keys that override a preset.
 #pragma once
 
+#include <c10/core/ScalarType.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -34,11 +35,12 @@ struct LmFamily {
   // transformers' class that loads an export ("GPT2LMHeadModel"), for the message.
   std::string hf_class;
   // Writes `model` (which `make` built) into `dir` as save_pretrained does (config.json and the
-  // weights, sharded above max_shard_bytes), one tensor at a time from `read` (the model's own
-  // parameters when empty: models/lm/hf_ranges.h); returns the weight files (the index last).
-  // Throws std::runtime_error naming a file that cannot be written.
+  // weights in `dtype`, sharded above max_shard_bytes), one tensor at a time from `read` (the
+  // model's own parameters when empty: models/lm/hf_ranges.h, write_hf_streaming); returns the
+  // weight files (the index last). Throws std::runtime_error naming a file that cannot be written.
   std::function<std::vector<std::string>(Model& model, const std::string& dir,
-                                         int64_t max_shard_bytes, const ParameterReader& read)>
+                                         int64_t max_shard_bytes, const ParameterReader& read,
+                                         at::ScalarType dtype)>
       export_hf;
 };
 

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 #include "io/safetensors.h"
@@ -217,14 +219,26 @@ ParameterReader export_reader(torch::nn::Module& model) {
   };
 }
 
+std::string hf_dtype_name(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: throw std::invalid_argument(fmt::format("no export dtype {}", c10::toString(dtype)));
+  }
+}
+
 std::vector<std::string> write_hf_streaming(const std::string& dir, const std::string& config_json,
                                             const HfMap& map, const ParameterShapes& shapes,
-                                            const ParameterReader& read, int64_t max_shard_bytes) {
+                                            const ParameterReader& read, int64_t max_shard_bytes,
+                                            at::ScalarType dtype) {
+  nlohmann::json config = nlohmann::json::parse(config_json);
+  config["dtype"] = config["torch_dtype"] = hf_dtype_name(dtype);
   std::vector<io::TensorEntry> entries;
   std::map<std::string, const HfTensor*> by_name;
   for (const HfTensor& t : map) {
     if (t.check_only) continue;
-    entries.push_back({t.name, at::kFloat, t.file_shape(shapes.at(t.param))});
+    entries.push_back({t.name, dtype, t.file_shape(shapes.at(t.param))});
     by_name[t.name] = &t;
   }
   // One file tensor at a time: its rows of the parameter, read, and laid out as the file has them.
@@ -237,9 +251,9 @@ std::vector<std::string> write_hf_streaming(const std::string& dir, const std::s
     std::vector<int64_t> rows_shape = shape;
     rows_shape[0] = t.rows;
     at::Tensor out = rows.view(rows_shape);
-    return t.transposed ? out.t().contiguous() : out;
+    return (t.transposed ? out.t() : out).to(dtype).contiguous();
   };
-  return write_hf_dir(dir, config_json, entries, produce, max_shard_bytes);
+  return write_hf_dir(dir, config.dump(2) + "\n", entries, produce, max_shard_bytes);
 }
 
 }  // namespace models

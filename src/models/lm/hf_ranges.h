@@ -67,13 +67,18 @@ ParameterReader model_reader(torch::nn::Module& model);
 ParameterShapes export_shapes(torch::nn::Module& model);
 ParameterReader export_reader(torch::nn::Module& model);
 
-// Writes `dir`/config.json and the map's tensors (not check_only), float32, each made from the
-// rows of its parameter that `read` gives, one tensor at a time (io::write_safetensors_dir's
-// streaming form: one file, or shards of at most max_shard_bytes and the index). Returns the
-// weight files written (the index last). Throws std::runtime_error naming a file that cannot
-// be written.
+// Writes `dir`/config.json and the map's tensors (not check_only), in `dtype` (float32, bfloat16
+// or float16: --export-dtype), each made from the rows of its parameter that `read` gives, one
+// tensor at a time (io::write_safetensors_dir's streaming form: one file, or shards of at most
+// max_shard_bytes and the index). config.json's dtype and torch_dtype (the older spelling, which
+// vLLM and transformers 4 read) name `dtype`. Returns the weight files written (the index last).
+// Throws std::runtime_error naming a file that cannot be written.
 std::vector<std::string> write_hf_streaming(const std::string& dir, const std::string& config_json,
                                             const HfMap& map, const ParameterShapes& shapes,
-                                            const ParameterReader& read, int64_t max_shard_bytes);
+                                            const ParameterReader& read, int64_t max_shard_bytes,
+                                            at::ScalarType dtype = at::kFloat);
+
+// transformers' name of a dtype in config.json: "float32", "bfloat16", "float16".
+std::string hf_dtype_name(at::ScalarType dtype);
 
 }  // namespace models
