@@ -111,8 +111,9 @@ std::string token_text(const json& config, const char* key) {
 
 // The id tokenizer.json gives a token's text (an added token, else the model's vocabulary).
 std::optional<int64_t> token_id(const json& tokenizer, const std::string& text) {
-  if (text.empty()) return std::nullopt;
+  if (text.empty() || !tokenizer.is_object()) return std::nullopt;
   for (const json& added : tokenizer.value("added_tokens", json::array())) {
+    if (!added.is_object()) continue;
     if (added.value("content", std::string()) == text && added.contains("id"))
       return added.at("id").get<int64_t>();
   }
@@ -125,8 +126,10 @@ std::optional<int64_t> token_id(const json& tokenizer, const std::string& text) 
 
 // The text tokenizer.json gives an id among its added tokens; "" when none.
 std::string added_token_text(const json& tokenizer, int64_t id) {
+  if (!tokenizer.is_object()) return "";
   for (const json& added : tokenizer.value("added_tokens", json::array())) {
-    if (added.value("id", int64_t{-1}) == id) return added.value("content", std::string());
+    if (added.is_object() && added.value("id", int64_t{-1}) == id)
+      return added.value("content", std::string());
   }
   return "";
 }
@@ -279,7 +282,8 @@ std::string peft_base_name(const std::string& init_from) {
   if (init_from.empty()) return "";
   const std::string folder = folder_of(init_from);
   if (const auto c = read_json_object(path_in(folder, "config.json"))) {
-    const std::string name = c->value("_name_or_path", std::string());
+    const json recorded = c->value("_name_or_path", json());
+    const std::string name = recorded.is_string() ? recorded.get<std::string>() : "";
     static const std::regex hub_id(R"([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)");
     std::error_code ec;
     const bool local = name == init_from || fs::exists(name, ec);
