@@ -170,6 +170,16 @@ check_structure() {
   else
     say "test names: no test file name in two tiers"
   fi
+  # Rule 5 of the layers (docs/DESIGN.md, "Layers"): the launcher reaches models through their
+  # interfaces and capabilities (models::as<...>), never by casting to a concrete model type.
+  local casts
+  casts=$(git grep -n -E 'dynamic_cast<[^>]*models::' -- 'src/launcher/*' || true)
+  if [ -n "$casts" ]; then
+    printf '%s\n' "$casts"
+    failure model-casts "src/launcher casts to a model type (above): use a capability (models/capabilities.h)"
+  else
+    say "model casts: none in src/launcher"
+  fi
   local cited
   mapfile -t cited < <(files 'src/*' 'tests/*' 'scripts/*' 'bench/*' 'cmake/*' 'configs/*' \
     'slurm/*' '.ci/*' '*.md' '*CMakeLists.txt')

@@ -48,6 +48,9 @@ struct CheckpointMeta {
   // not hold: its path (model.init_from) and models::FrozenBase::base_hash(); empty otherwise.
   std::string base;
   std::string base_hash;
+
+  // A LoRA run's checkpoint: the adapters alone, over the frozen base base_hash names.
+  bool adapters_only() const { return !base_hash.empty(); }
 };
 
 struct Checkpoint {

@@ -107,7 +107,7 @@ void write_checkpoint_streaming(const std::string& path, std::vector<io::TensorE
   };
   if (!meta.config.empty()) metadata["config"] = meta.config;
   if (!meta.schedule.empty()) metadata["schedule"] = meta.schedule;
-  if (!meta.base_hash.empty()) {
+  if (meta.adapters_only()) {
     metadata["base"] = meta.base;
     metadata["base_hash"] = meta.base_hash;
   }

@@ -219,7 +219,7 @@ class ConfigReader {
     }
     // Muon orthogonalises the update of the hidden layers' full weight matrices, which LoRA
     // freezes (models/lm/lora.h); its factors A and B are rank-r and stay with AdamW's rule.
-    if (c.train.optimizer == train::OptimizerKind::kMuon && c.model.lora_rank > 0 &&
+    if (c.train.optimizer == train::OptimizerKind::kMuon && c.model.has_adapters() &&
         given("train.optimizer") && given("model.lora_rank")) {
       error(at("train.optimizer"),
             fmt::format("train.optimizer: muon updates the hidden layers' weight matrices, which "

@@ -126,7 +126,7 @@ std::string manifest_to_json(const ShardManifest& m) {
             {"tensors", tensors},
             {"files", files}};
   if (!m.schedule.empty()) j["schedule"] = m.schedule;
-  if (!m.base_hash.empty()) {
+  if (m.adapters_only()) {
     j["base"] = m.base;
     j["base_hash"] = m.base_hash;
   }

@@ -97,6 +97,9 @@ struct ShardManifest {
   // LoRA: the frozen base's path and hash (checkpoint::CheckpointMeta); empty otherwise.
   std::string base{};
   std::string base_hash{};
+
+  // A LoRA run's checkpoint: the adapters alone, over the frozen base base_hash names.
+  bool adapters_only() const { return !base_hash.empty(); }
 };
 
 // "step_000100", "rank_00003.safetensors".

@@ -192,7 +192,7 @@ ToExport model_to_export(const config::Config& config) {
   shape.vocab_size = config.data.vocab_size;
   shape.context = config.data.context;
   ToExport out;
-  if (config.model.lora_rank > 0) {
+  if (config.model.has_adapters()) {
     // The frozen base is buffers (models/lm/lora.h), which a deferred build leaves without
     // storage and no ParameterReader reads: the base and the adapters are loaded whole.
     Loaded loaded = load_model(config, "--export-hf");
@@ -290,8 +290,8 @@ int run_export_peft(const std::string& config_path, const std::vector<std::strin
     const config::Config config = config::load_config(config_path, overrides);
     use_device(c10::Device(c10::kCPU), config.memory, 0);  // exported from the CPU
     const Loaded loaded = load_model(config, "--export-peft");
-    const auto* lm = dynamic_cast<const models::CausalLm*>(loaded.model.get());
-    if (lm == nullptr || lm->lora_sites().empty()) {
+    const auto* adapters = models::as<models::Adapters>(*loaded.model);
+    if (adapters == nullptr || !adapters->has_adapters()) {
       throw std::invalid_argument(
           "--export-peft: the config trains no adapters (set model.lora_rank, as the run that "
           "made the checkpoint did)");
@@ -307,7 +307,7 @@ int run_export_peft(const std::string& config_path, const std::vector<std::strin
     // lm/lora.h: PEFT's adapter_config.json and adapter_model.safetensors, the base by a name
     // that resolves from any directory; the tokenizer beside them (launcher/serving_files.h).
     const std::string base = peft_base_name(config.model.init_from);
-    models::export_peft(*lm, dir, base);
+    adapters->export_peft(dir, base);
     const ServingFiles tokenizer = write_tokenizer_files(config, dir);
     say(fmt::format(
         "wrote {}/adapter_config.json and {}/adapter_model.safetensors from {}{} "

@@ -245,7 +245,7 @@ void load_data_and_model(Startup& s) {
     throw checkpoint::CheckpointError(e.what() + without_data_hint(config));
   }
   if (s.resume_from && !config.model.init_from.empty()) {
-    if (!s.resume_from->meta.base_hash.empty()) {  // LoRA: the checkpoint holds the adapters only
+    if (s.resume_from->meta.adapters_only()) {  // LoRA: the checkpoint holds the adapters only
       spdlog::info("model.init_from {}: the frozen base; its adapters and their optimizer state "
                    "from {}",
                    config.model.init_from, s.resume_from->path);

@@ -223,6 +223,19 @@ class FrozenBase {
   virtual std::string base_path() const = 0;
 };
 
+// Low-rank adapters over a frozen base (LoRA, models/lm/lora.h). has_adapters() is the one answer
+// to "are adapters on?" for a built model (before the build: ModelOptions::has_adapters; of a
+// checkpoint: checkpoint::CheckpointMeta::adapters_only). export_peft: --export-peft, PEFT's
+// adapter_config.json and adapter_model.safetensors in `dir` over the base `base` names; returns
+// the files. std::invalid_argument when the model has none.
+class Adapters {
+ public:
+  virtual ~Adapters() = default;
+  virtual bool has_adapters() const = 0;
+  virtual std::vector<std::string> export_peft(const std::string& dir,
+                                               const std::string& base) const = 0;
+};
+
 // Each unit's frozen buffers (ParameterUnits::frozen_units) by name and tensor, in its order;
 // empty for a model without units or without a frozen base.
 inline std::vector<std::vector<std::pair<std::string, at::Tensor>>> frozen_unit_buffers(

@@ -59,7 +59,7 @@ struct ModelOptions {
   std::string tie_embeddings;  // auto (the preset's or the file's) | true | false
   int64_t sliding_window = 0;  // llama and kin: sliding-window attention (0: the preset's)
   // gpt, llama: LoRA adapters (models/lm/lora.h); rank 0: none
-  int64_t lora_rank = 0;
+  int64_t lora_rank = 0;  // LoRA's rank: has_adapters() below
   double lora_alpha = 0.0;
   double lora_dropout = 0.0;
   std::vector<std::string> lora_targets;  // Hugging Face names; empty: the attention projections
@@ -71,6 +71,10 @@ struct ModelOptions {
   int64_t base_channels = 0;
   int64_t num_blocks = 0;
   CnnLoss loss{};  // cnn: l1 | mse
+
+  // Whether the model built from these options carries LoRA adapters (model.lora_rank > 0): the
+  // one answer before the build (after it: models::Adapters::has_adapters).
+  bool has_adapters() const { return lora_rank > 0; }
 };
 
 // What every model has. Capabilities only some models have (embedding caches, item scores,

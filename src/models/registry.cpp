@@ -145,7 +145,7 @@ bool has_model(const std::string& name) { return builtin().count(name) > 0; }
 
 std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Shape& shape) {
   auto it = builtin().find(options.name);
-  if (options.lora_rank > 0 && family(options.name) == nullptr) {
+  if (options.has_adapters() && family(options.name) == nullptr) {
     throw std::invalid_argument(
         fmt::format("model.lora_rank: LoRA adapts the language models ({}); model.name is {}",
                     fmt::join(language_model_names(), ", "), options.name));

@@ -322,11 +322,11 @@ TEST(DeferredInit, LmShapeListsTheModelsParametersAndUnits) {
         kin_options("qwen3", false), kin_options("mistral", false), kin_options("gemma3", true),
         kin_options("gemma3", false), with_lora(kin_options("gemma3", false), every_llama),
         with_lora(kin_options("qwen3", true), every_llama),
-        with_lora(kin_options("qwen2", false), {}), with_lora(llama_options(false), {}),
-        with_lora(llama_options(true), every_llama), with_lora(gpt_options(), {}),
-        with_lora(gpt_options(), {"c_attn", "c_proj", "c_fc"}),
+        with_lora(kin_options("qwen2", false), {}), with_lora(kin_options("mistral", true), {}),
+        with_lora(llama_options(false), {}), with_lora(llama_options(true), every_llama),
+        with_lora(gpt_options(), {}), with_lora(gpt_options(), {"c_attn", "c_proj", "c_fc"}),
         with_lora(gpt_options(), {"c_fc"})}) {
-    SCOPED_TRACE(o.name + (o.lora_rank > 0 ? " with LoRA" : ""));
+    SCOPED_TRACE(o.name + (o.has_adapters() ? " with LoRA" : ""));
     const auto model = build(o, true);
     const models::LmShape shape = models::as<models::ShapePlanning>(*model)->lm_shape();
     const auto params = shape.parameters();
@@ -345,7 +345,8 @@ TEST(DeferredInit, LmShapeListsTheModelsParametersAndUnits) {
     EXPECT_EQ(shape.units(), units.size());
     int64_t buffers = 0;
     for (const auto& b : model->buffers()) buffers += b.numel();
-    EXPECT_EQ(shape.frozen_count(), o.lora_rank > 0 ? buffers : 0);
+    EXPECT_EQ(shape.frozen_count(), o.has_adapters() ? buffers : 0);
+    EXPECT_EQ(shape.has_adapters(), models::as<models::Adapters>(*model)->has_adapters());
   }
 }
 

@@ -84,6 +84,7 @@ class CausalLm : public LanguageModel,
                  public PackedDocuments,
                  public HiddenMatrices,
                  public FrozenBase,
+                 public Adapters,
                  public ShapePlanning {
  public:
   ~CausalLm() override;
@@ -144,6 +145,9 @@ class CausalLm : public LanguageModel,
   // The adapted layers, in order (empty without LoRA), and the options they were made with.
   const std::vector<LoraSite>& lora_sites() const { return lora_sites_; }
   const LoraOptions& lora_options() const { return lora_; }
+  // Adapters: whether add_lora added any; export_peft is lm/lora.h's (defined in lora.cpp).
+  bool has_adapters() const final { return !lora_sites_.empty(); }
+  std::vector<std::string> export_peft(const std::string& dir, const std::string& base) const final;
   // FrozenBase: with adapters, the frozen base's weights (its parameters before add_lora) and
   // what set_base recorded of it; without, none and "".
   std::vector<std::string> frozen_buffer_names() const final { return frozen_; }

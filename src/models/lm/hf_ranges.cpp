@@ -182,7 +182,7 @@ namespace {
 // The model's adapted layers; null without LoRA.
 const CausalLm* lora_model(torch::nn::Module& model) {
   const auto* lm = dynamic_cast<const CausalLm*>(&model);
-  return lm != nullptr && !lm->lora_sites().empty() ? lm : nullptr;
+  return lm != nullptr && lm->has_adapters() ? lm : nullptr;
 }
 
 // The frozen base's weights by name (lora_model's buffers that were parameters).

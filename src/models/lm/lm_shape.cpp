@@ -106,20 +106,20 @@ int64_t rounded(double v, int64_t multiple) {
 }  // namespace
 
 std::vector<LmShape::Parameter> LmShape::parameters() const {
-  if (lora_rank <= 0) return base_parameters(*this);
+  if (!has_adapters()) return base_parameters(*this);
   std::vector<Parameter> out;
   for (int64_t i = 0; i < layers; ++i) block_adapters(*this, i, out);
   return out;
 }
 
 int64_t LmShape::parameter_count() const {
-  return count(base_parameters(*this)) + (lora_rank > 0 ? count(parameters()) : 0);
+  return count(base_parameters(*this)) + (has_adapters() ? count(parameters()) : 0);
 }
 
 int64_t LmShape::frozen_count() const { return count(frozen()); }
 
 std::vector<LmShape::Parameter> LmShape::frozen() const {
-  return lora_rank > 0 ? base_parameters(*this) : std::vector<Parameter>{};
+  return has_adapters() ? base_parameters(*this) : std::vector<Parameter>{};
 }
 
 // Note [Activations from the shapes]
@@ -150,7 +150,7 @@ LmShape::Activations LmShape::activations(int64_t tokens, int64_t element_bytes,
   Activations out;
   out.per_sample = per_token * tokens;
   out.per_chunk_row = padded_vocab * (2 * element_bytes + 4);
-  out.fixed = lora_rank > 0 ? 0 : padded_vocab * d * 4;
+  out.fixed = has_adapters() ? 0 : padded_vocab * d * 4;
   return out;
 }
 

@@ -73,6 +73,9 @@ struct LmShape {
   // their group) and the MLP scaled by `factor` (d_model a multiple of head_dim, the MLP of 64),
   // the blocks too (at least one); vocabulary and positions kept.
   LmShape scaled(double factor) const;
+
+  // With LoRA adapters (lora_rank > 0; ModelOptions::has_adapters).
+  bool has_adapters() const { return lora_rank > 0; }
 };
 
 }  // namespace models

@@ -238,9 +238,14 @@ std::string peft_key(const CausalLm& model, const std::string& name) {
 
 }  // namespace
 
+std::vector<std::string> CausalLm::export_peft(const std::string& dir,
+                                               const std::string& base) const {
+  return models::export_peft(*this, dir, base);
+}
+
 std::vector<std::string> export_peft(const CausalLm& model, const std::string& dir,
                                      const std::string& base_path) {
-  if (model.lora_sites().empty()) {
+  if (!model.has_adapters()) {
     throw std::invalid_argument("--export-peft: the model has no adapters (model.lora_rank: 0)");
   }
   const LoraOptions& l = model.lora_options();
