@@ -65,15 +65,17 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
                  Communicator* control)
     : params_(std::move(params)), comm_(comm), options_(options) {
   verify_same_parameters(control != nullptr ? *control : comm_, params_);
-  if (zero3() && !options_.frozen.empty()) {  // every rank has frozen tensors, or none does
+  if (shards_parameters() &&
+      !options_.frozen.empty()) {  // every rank has frozen tensors, or none does
     NamedParameters frozen;
     for (const auto& unit : options_.frozen) frozen.insert(frozen.end(), unit.begin(), unit.end());
     verify_same_parameters(control != nullptr ? *control : comm_, frozen);
   }
   std::vector<ParamMeta> meta;
   for (const auto& [name, p] : params_) meta.push_back({p.numel(), p.scalar_type(), p.device()});
-  layout_ = zero3() ? unit_layout()
-                    : assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);
+  layout_ = shards_parameters()
+                ? unit_layout()
+                : assign_buckets(meta, options_.first_bucket_bytes, options_.bucket_bytes);
   buckets_.reserve(layout_.size());  // never grows again: each Bucket refers to its layout
   for (const auto& layout : layout_) {
     Bucket& bucket = buckets_.emplace_back(layout);
@@ -81,7 +83,7 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
   }
   // Every buffer first: if one allocation runs out of memory, no parameter has been touched yet.
   // Sharded buckets are padded to a multiple of the world size; ZeRO-2 allocates them per step.
-  if (!zero2()) {
+  if (!shards_gradients()) {
     for (Bucket& bucket : buckets_) {
       const int64_t numel = sharded() ? bucket.shard.padded : bucket.layout.numel;
       const bool rides = options_.rider_slots > 0 && !sharded() && &bucket == &buckets_.front();
@@ -105,14 +107,14 @@ Reducer::Reducer(NamedParameters params, Communicator& comm, ReducerOptions opti
   }
   if (sharded()) setup_shards();  // allocates the rest, then makes the parameters flat views
   bucket_of_.resize(params_.size());
-  if (zero2()) pre_hooks_.resize(params_.size());
+  if (shards_gradients()) pre_hooks_.resize(params_.size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (buckets_[b].gradients.defined()) point_gradients(buckets_[b]);
     for (const size_t k : layout_[b].params) {
       at::Tensor& p = params_[k].second;
       bucket_of_[k] = b;
       torch::autograd::impl::set_post_acc_grad_hooks(p, std::make_unique<ReadyHook>(this, k));
-      if (zero2()) {
+      if (shards_gradients()) {
         pre_hooks_[k] = p.register_hook([this, k](const at::Tensor&) { on_gradient_arriving(k); });
       }
     }
@@ -159,14 +161,14 @@ Reducer::~Reducer() noexcept {
   for (size_t k = 0; k < params_.size(); ++k) {
     at::Tensor& p = params_[k].second;
     torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
-    if (zero2()) p.remove_hook(pre_hooks_[k]);
+    if (shards_gradients()) p.remove_hook(pre_hooks_[k]);
   }
 }
 
 void Reducer::zero_grad() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (Bucket& bucket : buckets_) {
-    if (zero2()) {
+    if (shards_gradients()) {
       release_bucket(bucket);
     } else {
       bucket.gradients.zero_();
@@ -207,7 +209,7 @@ void Reducer::start_sync() {
 
 void Reducer::on_gradient_ready(size_t param) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (zero3()) on_unit_gradient(param);
+  if (shards_parameters()) on_unit_gradient(param);
   if (state_ != StepState::kSyncing) return;  // no_sync micro-batch: accumulate only
   if (ready_[param]) {
     throw ParameterError(
@@ -245,7 +247,7 @@ void Reducer::wait_in_flight() {
 
 void Reducer::post_ready_buckets() {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    if (zero3()) wait_in_flight();  // Note [One reduce-scatter in flight]
+    if (shards_parameters()) wait_in_flight();  // Note [One reduce-scatter in flight]
     post_bucket(next_bucket_);
     launch_order_.push_back(next_bucket_);
     if (in_backward_) ++launched_during_backward_;
@@ -289,7 +291,7 @@ void Reducer::complete_bucket(Bucket& bucket) {
     return;
   }
   if (bucket.wire_reduced.defined()) bucket.reduced.copy_(bucket.wire_reduced);
-  if (zero2()) release_bucket(bucket);  // its full buffer was needed only in flight
+  if (shards_gradients()) release_bucket(bucket);  // its full buffer was needed only in flight
 }
 
 void Reducer::drive_progress() {
@@ -297,7 +299,7 @@ void Reducer::drive_progress() {
   // frees a bucket as soon as its reduce-scatter is done, while backward still runs.
   for (size_t b = 0; b < next_bucket_; ++b) {
     Bucket& bucket = buckets_[b];
-    if (bucket.work && !bucket.completed && bucket.work->is_completed() && zero2()) {
+    if (bucket.work && !bucket.completed && bucket.work->is_completed() && shards_gradients()) {
       complete_bucket(bucket);
     }
   }

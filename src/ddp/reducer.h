@@ -323,11 +323,12 @@ class Reducer {
   // A bucket's padded flat buffer holding `full`'s parameters of it (zeros where nullptr).
   at::Tensor flat_bucket(const std::vector<at::Tensor>* full, const BucketLayout& layout,
                          const at::TensorOptions& options) const;
-  // Gradient buckets allocated per step (ZeRO-2 and ZeRO-3).
-  bool zero2() const {
+  // Only the reduced blocks of the gradients kept between steps, the buckets' full buffers
+  // allocated per step (ZeRO-2, gradients, and ZeRO-3, parameters).
+  bool shards_gradients() const {
     return options_.shard == ShardMode::kGradients || options_.shard == ShardMode::kParameters;
   }
-  bool zero3() const { return options_.shard == ShardMode::kParameters; }
+  bool shards_parameters() const { return options_.shard == ShardMode::kParameters; }
   // shard parameters (reducer_units.cpp).
   std::vector<BucketLayout> unit_layout() const;
   void setup_masters();

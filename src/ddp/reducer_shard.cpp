@@ -17,11 +17,11 @@ void Reducer::setup_shards() {
   // the parameters unit by unit instead, so that the copy adds one unit, not the whole model (a
   // failure there ends the start-up anyway: the Trainer's allocation vote).
   for (Bucket& bucket : buckets_) {
-    if (!zero3()) {
+    if (!shards_parameters()) {
       bucket.parameters = at::zeros({bucket.shard.padded}, options(bucket, bucket.layout.dtype));
     }
     // One rank, ZeRO-1: the block is the whole bucket; nothing to copy.
-    bucket.reduced = comm_.size() == 1 && !zero2()
+    bucket.reduced = comm_.size() == 1 && !shards_gradients()
                          ? bucket.gradients
                          : at::zeros({bucket.shard.size}, options(bucket, bucket.layout.dtype));
     bucket.wire_reduced =
@@ -32,10 +32,10 @@ void Reducer::setup_shards() {
   // optimizer and autograd keep them), new storage. Deferred (no values yet), each unit's buffer
   // is allocated only to make the views, never touched, and freed at once.
   at::NoGradGuard no_grad;
-  if (zero3()) setup_masters();
-  const bool deferred = zero3() && options_.deferred;
+  if (shards_parameters()) setup_masters();
+  const bool deferred = shards_parameters() && options_.deferred;
   for (Bucket& bucket : buckets_) {
-    if (zero3()) {
+    if (shards_parameters()) {
       const auto o = options(bucket, bucket.layout.dtype);
       bucket.parameters =
           deferred ? at::empty({bucket.shard.padded}, o) : at::zeros({bucket.shard.padded}, o);
@@ -91,8 +91,9 @@ std::vector<at::Tensor> Reducer::parameter_shards() const {
   std::vector<at::Tensor> out;
   if (!sharded()) return out;
   for (const Bucket& bucket : buckets_) {
-    out.push_back(zero3() ? bucket.master
-                          : bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size));
+    out.push_back(shards_parameters()
+                      ? bucket.master
+                      : bucket.parameters.narrow(0, bucket.shard.begin, bucket.shard.size));
   }
   return out;
 }
@@ -113,7 +114,7 @@ void Reducer::reduce_replicas() {
 
 void Reducer::gather_parameters() {
   // shard parameters: the masters are the parameters; units are gathered when used.
-  if (!sharded() || comm_.size() == 1 || zero3()) return;
+  if (!sharded() || comm_.size() == 1 || shards_parameters()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   // Every bucket in flight at once, in bucket order on every rank.
   std::vector<WorkPtr> works;

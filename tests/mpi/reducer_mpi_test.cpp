@@ -157,9 +157,9 @@ TEST_P(ReducerMpiHooks, AreRemovedWithTheReducer) {
   at::manual_seed(100 + comm.rank());
   const at::Tensor x = at::randn({3, 8});
   std::optional<ddp::Reducer> reducer;
-  reducer.emplace(
-      params, comm,
-      ddp::ReducerOptions{1 << 20, 1 << 20, false, c10::ScalarType::Undefined, GetParam()});
+  reducer.emplace(params, comm,
+                  ddp::ReducerOptions{
+                      .first_bucket_bytes = 1 << 20, .bucket_bytes = 1 << 20, .shard = GetParam()});
   reducer->zero_grad();
   reducer->begin_micro_batch(true);
   const int before = comm.reductions;
