@@ -62,8 +62,9 @@ int64_t buffer_count(torch::nn::Module& module);
 // --export-peft DIR: DIR/adapter_config.json and DIR/adapter_model.safetensors as PEFT's
 // save_pretrained writes a LoRA adapter (keys base_model.model.<the Hugging Face name>.lora_A.
 // weight, float32; use_rslora as model.lora_rslora), for peft.PeftModel.from_pretrained over
-// the base `base_path` names (model.init_from). Returns the two files. std::invalid_argument
-// when `model` has no adapters, std::runtime_error naming a file that cannot be written.
+// the base `base_path` names (--export-peft: a Hub id, or model.init_from's absolute path).
+// Returns the two files. std::invalid_argument when `model` has no adapters,
+// std::runtime_error naming a file that cannot be written.
 std::vector<std::string> export_peft(const CausalLm& model, const std::string& dir,
                                      const std::string& base_path);
 
