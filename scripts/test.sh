@@ -15,8 +15,7 @@ elif [ "$(id -u)" = 0 ]; then
   scripts/local-slurm.sh || echo "[test] no local SLURM: the slurm tests will be skipped"
 fi
 source scripts/env.sh
-# One slot more than there are cores (TEST_JOBS=1: one test at a time): a test states the ranks it
-# runs as its PROCESSORS (mpirun -np N: N, at most 3), so two-rank tests fill the cores, and the
-# slurm cases, one at a time (RESOURCE_LOCK slurm) and mostly waiting on SLURM's timers, take the
-# extra slot instead of a core (docs/DESIGN.md, "Where the suite's time goes").
-exec ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${TEST_JOBS:-$(($(nproc) + 1))}" "$@"
+# As many tests at once as there are cores (TEST_JOBS=1: one at a time): many wait on Python's
+# imports, mpirun's start or SLURM's timers more than they compute. A test states what it needs
+# (PROCESSORS: an mpi test's ranks; RESOURCE_LOCK slurm: the one local cluster).
+exec ctest --test-dir "$BUILD_DIR" --output-on-failure -j "${TEST_JOBS:-$(nproc)}" "$@"

@@ -796,10 +796,12 @@ SH
     expect_rc 2; expect_grep "zz_broken.png"; expect_no_grep "terminate called|Aborted" ;;
   slow_reader_hidden)
     # A reader slower than a step (data.inject_read_delay_ms): read in the training thread, the
-    # step waits on it for most of its time; with 8 workers reading ahead, hardly at all.
+    # step waits on it for most of its time; with 8 workers reading ahead, hardly at all. 100 ms a
+    # read, so that the reads outweigh the steps even when neighbours slow the steps down (40 ms
+    # waited 19% of the time with neighbours on 2 cores).
     last_wait() { grep -E "step +60/60 " "$out" | sed -E 's/.*data wait ([0-9]+)%.*/\1/'; }
     slow=(--config "$src/configs/gpt-tiny.yaml" --set data.path="$src/data/tokens-sample" --set train.steps=60 --set log.every=20
-          --set data.inject_read_delay_ms=40 --set data.prefetch=8 --set train.eval_samples=32)
+          --set data.inject_read_delay_ms=100 --set data.prefetch=8 --set train.eval_samples=32)
     run mpirun -np 2 "$trainer" "${slow[@]}" --set data.workers=0
     expect_rc 0; sync_wait=$(last_wait)
     run mpirun -np 2 "$trainer" "${slow[@]}" --set data.workers=8
