@@ -152,9 +152,8 @@ void check_outputs(Startup& s) {
 // about (the config's, unless stated).
 bool builds_deferred(const Startup& s, std::optional<ddp::ShardMode> under = std::nullopt) {
   const config::Config& c = s.config;
-  const auto lms = models::language_model_names();
-  if (std::find(lms.begin(), lms.end(), c.model.name) == lms.end()) return false;
-  return under.value_or(c.ddp.shard) == ddp::ShardMode::kParameters && s.dataset != nullptr;
+  return models::builds_without_storage(c.model.name) &&
+         under.value_or(c.ddp.shard) == ddp::ShardMode::kParameters && s.dataset != nullptr;
 }
 
 // The plan before a whole build (docs/DESIGN.md, "The OOM protocol", point 1): a model that

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <stdexcept>
 #include <utility>
 
+#include "models/capabilities.h"
 #include "models/cnn.h"
 #include "models/gemma3/gemma3_family.h"
 #include "models/gpt/gpt_family.h"
@@ -140,6 +142,13 @@ std::vector<std::string> language_model_names() {
   for (const LmFamily& f : families()) names.push_back(f.name);
   return names;
 }
+
+bool builds_without_storage(const std::string& name) {
+  const auto lms = language_model_names();
+  return std::find(lms.begin(), lms.end(), name) != lms.end();
+}
+
+bool builds_without_storage(const Model& model) { return as<ParameterUnits>(model) != nullptr; }
 
 bool has_model(const std::string& name) { return builtin().count(name) > 0; }
 

@@ -31,6 +31,13 @@ std::shared_ptr<Model> create_model(const ModelOptions& options, const core::Sha
 // The model names that are language models (gpt, llama): what --generate, --export-hf and
 // eval.tasks take.
 std::vector<std::string> language_model_names();
+// The one rule for the deferred build: a training run under ddp.shard: parameters builds these
+// models without storage (models/deferred_init.h), each rank filling only its blocks: the
+// language models, whose models declare their units (ParameterUnits). Asked by name before the
+// build (launcher/startup.cpp), and of a built model by the memory plan's what-if under
+// parameters (train/memory_planner.cpp); a unit test checks that the two agree for every model.
+bool builds_without_storage(const std::string& name);
+bool builds_without_storage(const Model& model);
 // create_model for a command that needs a language model and reads no data (`command`:
 // "--generate", "--export-hf", ...): `shape.context` is only the positions' fallback (no
 // model.context, no model.init_from), so a data.context longer than the model's positions is not

@@ -68,7 +68,7 @@ std::unique_ptr<checkpoint::Checkpointer> make_checkpointer(Trainer& trainer,
   record.global_batch_size = o.train.global_batch_size;
   record.seed = o.train.seed;
   record.config_text = std::move(config_text);
-  record.configured_shard = o.ddp.shard;
+  record.configured_shard = trainer.configured_shard();
   if (const auto* frozen = models::as<models::FrozenBase>(trainer.model())) {
     record.base = frozen->base_path();  // LoRA: the base the adapters belong to
     record.base_hash = frozen->base_hash();

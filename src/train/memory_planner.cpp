@@ -16,6 +16,7 @@
 #include "memory/oom.h"
 #include "models/capabilities.h"
 #include "models/deferred_init.h"
+#include "models/registry.h"
 #include "train/muon.h"
 #include "train/precision.h"
 
@@ -176,10 +177,10 @@ int64_t MemoryPlanner::need(models::Model& model, ddp::ShardMode mode, int64_t b
     for (const auto& t : tensors) {
       if (!models::holds_no_storage(t)) held += t.nbytes();
     }
-    // A model with units would be built without storage under parameters (the launcher builds a
-    // language model so): what this run holds of it now does not count, only the blocks and the
-    // units in flight (docs/DESIGN.md, "Parameters sharded").
-    if (held > 0 && mode != options_.ddp.shard && models::as<models::ParameterUnits>(model)) {
+    // Configured under parameters, this model would have been built without storage
+    // (models::builds_without_storage): what this run holds of it now does not count, only the
+    // blocks and the units in flight (docs/DESIGN.md, "Parameters sharded").
+    if (held > 0 && mode != options_.ddp.shard && models::builds_without_storage(model)) {
       return base - held + f.total();
     }
     // Built whole, the model (in `base`) stays until the broadcast, and is copied into the units'

@@ -131,18 +131,17 @@ void ModelState::allocate_gradients(ddp::ShardMode mode) {
   // only allocates.
   reducer_ = std::make_unique<ddp::Reducer>(
       std::move(named), placement_.shard,
-      ddp::ReducerOptions{
-          .first_bucket_bytes = static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
-          .bucket_bytes = static_cast<int64_t>(d.bucket_mb * (1 << 20)),
-          .find_unused_parameters = d.find_unused_parameters,
-          .reduce_dtype = reduce_wire_dtype(),
-          .shard = mode,
-          .units = parameter_units(mode),
-          .gather_dtype = gather_dtype(),
-          .rider_slots = kRiderSlots,
-          .replicas = placement_.replicas,
-          .deferred = mode == ddp::ShardMode::kParameters && model_.deferred_init() != nullptr,
-          .frozen = frozen_units(mode)},
+      ddp::ReducerOptions{.first_bucket_bytes = static_cast<int64_t>(d.first_bucket_mb * (1 << 20)),
+                          .bucket_bytes = static_cast<int64_t>(d.bucket_mb * (1 << 20)),
+                          .find_unused_parameters = d.find_unused_parameters,
+                          .reduce_dtype = reduce_wire_dtype(),
+                          .shard = mode,
+                          .units = parameter_units(mode),
+                          .gather_dtype = gather_dtype(),
+                          .rider_slots = kRiderSlots,
+                          .replicas = placement_.replicas,
+                          .deferred = deferred(),
+                          .frozen = frozen_units(mode)},
       &placement_.control);
   if (reducer_->sharded()) optimizer_ = make_sharded_optimizer();
   make_clipper();
@@ -203,10 +202,9 @@ void ModelState::install_gate() {
   if (declared != nullptr) declared->set_unit_gate(gate_.get());
 }
 
-bool ModelState::deferred() const {
-  return model_.deferred_init() != nullptr && reducer_ != nullptr &&
-         reducer_->shard_mode() == ddp::ShardMode::kParameters;
-}
+ddp::ShardMode ModelState::configured_shard() const { return options_.ddp.shard; }
+
+bool ModelState::deferred() const { return model_.deferred_init() != nullptr; }
 
 void ModelState::materialise_deferred() {
   const models::DeferredRecord& record = *model_.deferred_init();

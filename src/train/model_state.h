@@ -4,9 +4,14 @@
 // updates: train/muon.h), the gradient clipper, and under ddp.shard: parameters the unit gate
 // that gathers and frees the model unit by unit (docs/DESIGN.md, "One step, eager"). Muon keeps
 // its momentum in AdamW's first moments, so every change of mode below carries it along with
-// them, and Muon is made anew over the new layout after each. The Reducer alone holds
-// the shard mode in force (ddp::Reducer::shard_mode()): the rungs that shard a run in place
-// change it there, and everyone else asks.
+// them, and Muon is made anew over the new layout after each.
+//
+// The shard modes have one owner, asked by the rest of train/: configured_shard() (ddp.shard as
+// configured, which the first Reducer takes and checkpoint.format: auto follows) and shard_mode()
+// (the mode in force: the Reducer's, which the rungs that shard a run in place change). Whether
+// the model was built without storage is decided once, by the launcher (builds_deferred in
+// launcher/startup.cpp); the model carries the answer (models::Model::deferred_init()), and
+// deferred() reads it.
 //
 // Where the step's global loss rides (loss_rider()): a collective the step already makes carries
 // one more float that sums every rank's loss: the first bucket's all-reduce when the gradients
@@ -40,9 +45,9 @@ class ModelState {
   // ddp.shard: none: AdamW over the model's parameters (sharded modes make theirs with the
   // Reducer). Local.
   void allocate_optimizer();
-  // The Reducer's buckets for `mode` (its parameter check is collective, then it only
-  // allocates), the sharded AdamW and the clipper.
-  void allocate_gradients(ddp::ShardMode mode);
+  // The Reducer's buckets under the configured mode (its parameter check is collective, then it
+  // only allocates), the sharded AdamW and the clipper.
+  void allocate_gradients() { allocate_gradients(configured_shard()); }
   // ddp.shard: parameters, after the broadcast: each rank keeps its blocks, and the model gets
   // the unit gate. Local.
   void shard_parameters_after_broadcast();
@@ -51,7 +56,8 @@ class ModelState {
   // at a time, or model.init_from's ranges read straight into the blocks), and the model gets
   // the unit gate. No broadcast: every rank computes, or reads, the same values. Local.
   void materialise_deferred();
-  // Whether the model was built without storage and is sharded so (no parameter to broadcast).
+  // Whether the model was built without storage (under ddp.shard: parameters, the only mode
+  // that builds so): no parameter to broadcast.
   bool deferred() const;
   // The rung shard_optimizer: a replicated run becomes ddp.shard: optimizer in place, each rank
   // keeping its blocks of the moments (sliced, not reset). Local; every rank takes it together.
@@ -61,7 +67,12 @@ class ModelState {
   // parameters and moments). Collective (the new Reducer's check, sharded moments gathered).
   void shard_parameters_in_place();
 
-  ddp::ShardMode shard_mode() const { return reducer_->shard_mode(); }
+  // ddp.shard as configured.
+  ddp::ShardMode configured_shard() const;
+  // The mode in force: the Reducer's once it exists, the configured one before.
+  ddp::ShardMode shard_mode() const {
+    return reducer_ != nullptr ? reducer_->shard_mode() : configured_shard();
+  }
   ddp::Reducer& reducer() { return *reducer_; }
   const ddp::Reducer& reducer() const { return *reducer_; }
   FusedAdamW& optimizer() { return *optimizer_; }
@@ -99,6 +110,8 @@ class ModelState {
   c10::ScalarType reduce_wire_dtype() const;
 
  private:
+  // The Reducer's buckets under `mode` (the configured one, or parameters for the rung).
+  void allocate_gradients(ddp::ShardMode mode);
   // ddp.shard: parameters: the model's units as indices into its parameter list (empty: one).
   std::vector<std::vector<size_t>> parameter_units(ddp::ShardMode mode) const;
   // ddp.shard: parameters: each unit's frozen buffers (models::ParameterUnits::frozen_units).

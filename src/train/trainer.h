@@ -106,6 +106,8 @@ class Trainer {
   int fallbacks() const { return fallbacks_->taken(); }
   // ddp.shard in force (the Reducer's: none becomes optimizer after the shard_optimizer rung).
   ddp::ShardMode shard_mode() const { return state_.shard_mode(); }
+  // ddp.shard as configured (checkpoint.format: auto follows it, not a rung's switch).
+  ddp::ShardMode configured_shard() const { return state_.configured_shard(); }
   // This rank's memory plan and checks (activations from the probe at construction).
   MemoryPlanner& memory() { return memory_; }
   const memory::MemoryEstimate& memory_estimate() const { return memory_.estimate(); }

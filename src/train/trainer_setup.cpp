@@ -41,7 +41,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
   // Packed documents need a model that attends within them: a user error (data.packing), the
   // same on every rank, before any collective.
   if (batches_.packed()) static_cast<void>(models::packed_documents(*model_));
-  const ddp::ShardMode mode = options_.ddp.shard;
+  const ddp::ShardMode mode = state_.configured_shard();
   batches_.plan_configured(mode == ddp::ShardMode::kParameters);
   memory_.check_state_fits(*model_, mode);
   memory_.allocate_agreed("parameters, embedding caches and optimizer state",
@@ -93,7 +93,7 @@ void Trainer::allocate_model_state() {
   const auto& t = options_.train;
   const c10::Device device = placement_.device;
   // Sharded, the optimizer runs over the Reducer's blocks: it is made with the Reducer.
-  if (options_.ddp.shard == ddp::ShardMode::kNone) {
+  if (state_.configured_shard() == ddp::ShardMode::kNone) {
     state_.allocate_optimizer();
     memory_.estimate().optimizer_state = state_.optimizer().state_bytes();
   }
@@ -106,7 +106,7 @@ void Trainer::allocate_model_state() {
 }
 
 void Trainer::allocate_gradients() {
-  state_.allocate_gradients(options_.ddp.shard);
+  state_.allocate_gradients();
   memory::MemoryEstimate& e = memory_.estimate();
   // Sharded, AdamW is made with the Reducer; Muon always is (its buffers join the state).
   e.optimizer_state = state_.optimizer_bytes();
