@@ -41,6 +41,8 @@ import sys
 import time
 import traceback
 
+import python_client  # beside this file: the stop request, shared with the client
+
 # What the scripts import, heaviest first; a module that is missing is the script's to report.
 PRELOAD = [
     "torch",
@@ -220,11 +222,7 @@ def stop_server(path):
     """Stops a server that listens on `path` (an earlier run's), if one does, and waits until it
     has stopped listening."""
     for _ in range(100):
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.connect(path)
-                s.sendall(b"stop\n")
-        except OSError:
+        if not python_client.send_stop(path):
             return
         time.sleep(0.1)
 

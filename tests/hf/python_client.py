@@ -33,16 +33,23 @@ def answer(conn):
     return data.decode().strip()
 
 
+def send_stop(path):
+    """Asks the server on `path` to stop; False where none listens there. The server
+    (fork_server.py) calls it too, to stop an earlier run's."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(path)
+            s.sendall(b"stop\n")
+    except OSError:
+        return False
+    return True
+
+
 def main():
     argv = sys.argv[1:]
     path = os.environ.get("TRAINER_PYTHON_SERVER", "")
     if argv == ["--stop"]:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.connect(path)
-                s.sendall(b"stop\n")
-        except OSError:
-            pass
+        send_stop(path)
         return 0
     script = argv and (argv[0] in ("-", "-c") or not argv[0].startswith("-"))
     if not path or not script or (argv[0] == "-c" and len(argv) < 2):
