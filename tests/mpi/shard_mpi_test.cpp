@@ -291,73 +291,101 @@ RungRun train_with_rung(ddp::Communicator& comm, const std::string& yaml, int64_
   return r;
 }
 
-class ShardMpiOptimizerRung : public ::testing::TestWithParam<Case> {};
+// Both rungs' tests: a run never sharded, one sharded from the start, and one that a rung switches
+// in step 3 (rank 1's backward runs out of memory), each saving its parameters in the one-file
+// format to a directory every rank names alike, removed at the end.
+class ShardMpiRungTest : public ::testing::TestWithParam<Case> {
+ protected:
+  struct Runs {
+    RungRun none, from_start, switched;
+  };
+  void SetUp() override {
+    world_ = trainer_test::runtime().world(std::chrono::seconds(60));
+    if (world_->size() < 2) GTEST_SKIP() << "one rank: nothing to shard";
+    dir_ = ddp::all_gather_strings(*world_, fmt::format("/tmp/trainer_rung_{}", ::getpid()))[0];
+    if (world_->rank() == 0) ::mkdir(dir_.c_str(), 0700);
+    world_->barrier("dir made");
+  }
+  void TearDown() override {
+    if (!world_ || world_->size() < 2) return;
+    world_->barrier("checked");
+    if (world_->rank() == 0) {
+      for (const char* f : kFiles) ::unlink((dir_ + "/" + f + ".safetensors").c_str());
+      ::rmdir(dir_.c_str());
+    }
+  }
+  // The three runs with `rung` first on the ladder: none, `sharded` from the start, and `start`
+  // switched by the rung.
+  Runs run_three(const Case& c, const std::string& rung, const std::string& sharded,
+                 const std::string& start) {
+    const auto ddp = [&](const std::string& shard) {
+      return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
+    };
+    const std::string ladder = fmt::format(
+        "memory: {{fallback: [{}, halve_micro_batch]}}\ncheckpoint: {{format: single}}\n", rung);
+    const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:")) + ladder;  // replaced
+    const auto run = [&](const std::string& shard, const char* inject, const char* name) {
+      return train_with_rung(*world_, yaml + ddp(shard), c.steps, inject, saved(name));
+    };
+    return {run("none", "", kFiles[0]), run(sharded, "", kFiles[1]),
+            run(start, "1:3:backward", kFiles[2])};
+  }
+  std::string saved(const char* name) const { return dir_ + "/" + name + ".safetensors"; }
+  // What both rungs promise: one fallback, the same micro-batch, the parameters of the runs
+  // within `tolerance` of each other and alike on every rank, and every step's gradient norm
+  // within 1e-5 of `norms`'s.
+  void expect_switched(const Case& c, const Runs& r, const RungRun& norms, double tolerance) {
+    EXPECT_EQ(r.switched.fallbacks, 1);
+    EXPECT_EQ(r.switched.micro_batch, r.none.micro_batch) << "the rung halved instead";
+    EXPECT_GT(relative_error(r.none.trained.params, r.none.trained.initial), 1e-3);
+    EXPECT_LT(relative_error(r.switched.trained.params, r.from_start.trained.params), tolerance)
+        << c.name << ", world " << world_->size();
+    EXPECT_LT(relative_error(r.switched.trained.params, r.none.trained.params), tolerance)
+        << c.name << ", world " << world_->size();
+    expect_same_on_every_rank(*world_, r.switched.trained.params);
+    for (size_t s = 0; s < r.none.trained.results.size(); ++s) {
+      EXPECT_NEAR(r.switched.trained.results[s].grad_norm, norms.trained.results[s].grad_norm,
+                  1e-5 * norms.trained.results[s].grad_norm)
+          << "step " << s + 1;
+    }
+  }
+
+  static constexpr const char* kFiles[] = {"none", "from_start", "switched"};
+  std::unique_ptr<ddp::Communicator> world_;
+  std::string dir_;
+};
+
+class ShardMpiOptimizerRung : public ShardMpiRungTest {};
 
 TEST_P(ShardMpiOptimizerRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   const Case c = GetParam();
-  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
-  if (world->size() < 2) GTEST_SKIP() << "one rank: nothing to shard";
-  const std::string dir =
-      ddp::all_gather_strings(*world, fmt::format("/tmp/trainer_rung_{}", ::getpid()))[0];
-  if (world->rank() == 0) ::mkdir(dir.c_str(), 0700);
-  world->barrier("dir made");
-  const auto ddp = [&](const char* shard) {
-    return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
-  };
-  // One file per run (checkpoint.format: single), compared tensor by tensor below.
-  const std::string ladder =
-      "memory: {fallback: [shard_optimizer, halve_micro_batch]}\ncheckpoint: {format: single}\n";
-  const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:"));  // ladder replaces it
-  const RungRun none =
-      train_with_rung(*world, yaml + ladder + ddp("none"), c.steps, "", dir + "/none.safetensors");
-  const RungRun from_start = train_with_rung(*world, yaml + ladder + ddp("optimizer"), c.steps, "",
-                                             dir + "/from_start.safetensors");
-  const RungRun switched = train_with_rung(*world, yaml + ladder + ddp("none"), c.steps,
-                                           "1:3:backward", dir + "/switched.safetensors");
-  EXPECT_FALSE(none.sharded);
-  EXPECT_EQ(switched.fallbacks, 1);
-  EXPECT_TRUE(switched.sharded) << "the rung did not shard";
-  EXPECT_EQ(switched.micro_batch, none.micro_batch) << "the rung halved instead";
-  EXPECT_GT(relative_error(none.trained.params, none.trained.initial), 1e-3);
-  EXPECT_LT(relative_error(switched.trained.params, from_start.trained.params), 1e-6)
-      << c.name << ", world " << world->size();
-  EXPECT_LT(relative_error(switched.trained.params, none.trained.params), 1e-6)
-      << c.name << ", world " << world->size();
-  expect_same_on_every_rank(*world, switched.trained.params);
-  for (size_t s = 0; s < none.trained.results.size(); ++s) {
-    EXPECT_NEAR(switched.trained.results[s].grad_norm, from_start.trained.results[s].grad_norm,
-                1e-5 * from_start.trained.results[s].grad_norm)
-        << "step " << s + 1;
-  }
-  if (world->rank() == 0) {
-    // Moments sliced, not reset: the checkpoint (the unsharded format) matches both, kind by kind
-    // (one tensor alone can be noise: gpt's key bias gets no gradient but rounding).
-    const auto a = checkpoint::read_checkpoint(dir + "/switched.safetensors");
-    for (const char* other : {"/from_start.safetensors", "/none.safetensors"}) {
-      const auto b = checkpoint::read_checkpoint(dir + other);
-      ASSERT_EQ(a.tensors.size(), b.tensors.size());
-      for (const std::string kind : {"param.", "adamw.exp_avg.", "adamw.exp_avg_sq."}) {
-        std::vector<at::Tensor> mine, theirs;
-        for (const auto& [key, t] : a.tensors) {
-          if (key.rfind(kind, 0) != 0) continue;
-          ASSERT_TRUE(b.tensors.count(key)) << key;
-          mine.push_back(t);
-          theirs.push_back(b.tensors.at(key));
-        }
-        ASSERT_FALSE(mine.empty()) << kind;
-        EXPECT_LT(relative_error(mine, theirs), 1e-6) << kind << " vs " << other;
+  const Runs r = run_three(c, "shard_optimizer", "optimizer", "none");
+  EXPECT_FALSE(r.none.sharded);
+  EXPECT_TRUE(r.switched.sharded) << "the rung did not shard";
+  expect_switched(c, r, r.from_start, 1e-6);
+  if (world_->rank() != 0) return;
+  // Moments sliced, not reset: the checkpoint (the unsharded format) matches both, kind by kind
+  // (one tensor alone can be noise: gpt's key bias gets no gradient but rounding).
+  const auto a = checkpoint::read_checkpoint(saved("switched"));
+  for (const char* other : {"from_start", "none"}) {
+    const auto b = checkpoint::read_checkpoint(saved(other));
+    ASSERT_EQ(a.tensors.size(), b.tensors.size());
+    for (const std::string kind : {"param.", "adamw.exp_avg.", "adamw.exp_avg_sq."}) {
+      std::vector<at::Tensor> mine, theirs;
+      for (const auto& [key, t] : a.tensors) {
+        if (key.rfind(kind, 0) != 0) continue;
+        ASSERT_TRUE(b.tensors.count(key)) << key;
+        mine.push_back(t);
+        theirs.push_back(b.tensors.at(key));
       }
+      ASSERT_FALSE(mine.empty()) << kind;
+      EXPECT_LT(relative_error(mine, theirs), 1e-6) << kind << " vs " << other;
     }
-    for (const char* f :
-         {"/none.safetensors", "/from_start.safetensors", "/switched.safetensors"}) {
-      ::unlink((dir + f).c_str());
-    }
-    ::rmdir(dir.c_str());
-    fmt::print("{} world {}: shard_optimizer rung, relative error {:.2e} against sharded from the "
-               "start\n",
-               c.name, world->size(),
-               relative_error(switched.trained.params, from_start.trained.params));
   }
+  fmt::print("{} world {}: shard_optimizer rung, relative error {:.2e} against sharded from the "
+             "start\n",
+             c.name, world_->size(),
+             relative_error(r.switched.trained.params, r.from_start.trained.params));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ShardMpiOptimizerRung,
@@ -371,53 +399,19 @@ INSTANTIATE_TEST_SUITE_P(Models, ShardMpiOptimizerRung,
 // from none and from gradients: the run continues under ddp.shard: parameters with the same
 // micro-batch, and its parameters and every step's gradient norm match a run under parameters
 // from the start and one never sharded (1e-6).
-class ShardMpiParametersRung : public ::testing::TestWithParam<Case> {};
+class ShardMpiParametersRung : public ShardMpiRungTest {};
 
 TEST_P(ShardMpiParametersRung, SwitchesInPlaceAndMatchesShardedFromTheStart) {
   const Case c = GetParam();
-  auto world = trainer_test::runtime().world(std::chrono::seconds(60));
-  if (world->size() < 2) GTEST_SKIP() << "one rank: nothing to shard";
-  const std::string dir =
-      ddp::all_gather_strings(*world, fmt::format("/tmp/trainer_rung3_{}", ::getpid()))[0];
-  if (world->rank() == 0) ::mkdir(dir.c_str(), 0700);
-  world->barrier("dir made");
-  const auto ddp = [&](const std::string& shard) {
-    return fmt::format("ddp: {{shard: {}{}}}\n", shard, c.ddp);
-  };
-  const std::string ladder =
-      "memory: {fallback: [shard_parameters, halve_micro_batch]}\ncheckpoint: {format: single}\n";
-  const std::string yaml = c.yaml.substr(0, c.yaml.find("memory:"));
   const std::string start =
       c.name.find("from_gradients") != std::string::npos ? "gradients" : "none";
-  const RungRun none =
-      train_with_rung(*world, yaml + ladder + ddp("none"), c.steps, "", dir + "/none.safetensors");
-  const RungRun from_start = train_with_rung(*world, yaml + ladder + ddp("parameters"), c.steps, "",
-                                             dir + "/from_start.safetensors");
-  const RungRun switched = train_with_rung(*world, yaml + ladder + ddp(start), c.steps,
-                                           "1:3:backward", dir + "/switched.safetensors");
-  EXPECT_EQ(switched.fallbacks, 1);
-  EXPECT_EQ(switched.mode, ddp::ShardMode::kParameters) << "the rung did not shard";
-  EXPECT_EQ(switched.micro_batch, none.micro_batch) << "the rung halved instead";
-  EXPECT_GT(relative_error(none.trained.params, none.trained.initial), 1e-3);
-  const double err = relative_error(switched.trained.params, from_start.trained.params);
-  EXPECT_LT(err, c.tolerance) << c.name << ", world " << world->size();
-  EXPECT_LT(relative_error(switched.trained.params, none.trained.params), c.tolerance)
-      << c.name << ", world " << world->size();
-  expect_same_on_every_rank(*world, switched.trained.params);
-  for (size_t s = 0; s < none.trained.results.size(); ++s) {
-    EXPECT_NEAR(switched.trained.results[s].grad_norm, none.trained.results[s].grad_norm,
-                1e-5 * none.trained.results[s].grad_norm)
-        << "step " << s + 1;
-  }
-  world->barrier("checked");
-  if (world->rank() == 0) {
-    for (const char* f :
-         {"/none.safetensors", "/from_start.safetensors", "/switched.safetensors"}) {
-      ::unlink((dir + f).c_str());
-    }
-    ::rmdir(dir.c_str());
+  const Runs r = run_three(c, "shard_parameters", "parameters", start);
+  EXPECT_EQ(r.switched.mode, ddp::ShardMode::kParameters) << "the rung did not shard";
+  expect_switched(c, r, r.none, c.tolerance);
+  if (world_->rank() == 0) {
     fmt::print("{} world {}: shard_parameters rung from {}, relative error {:.2e}\n", c.name,
-               world->size(), start, err);
+               world_->size(), start,
+               relative_error(r.switched.trained.params, r.from_start.trained.params));
   }
 }
 
