@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <charconv>
 
 #include "io/checkpoint_keys.h"
 
 namespace checkpoint {
+
+bool out_of_space(int error_number) { return error_number == ENOSPC || error_number == EDQUOT; }
+
 namespace {
 
 template <class T>

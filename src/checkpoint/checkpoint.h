@@ -26,6 +26,27 @@ namespace checkpoint {
 class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  // A failed system call while writing (open, write, fsync, rename, mkdir) with its errno.
+  CheckpointError(const std::string& what, int error_number)
+      : std::runtime_error(what), error_number_(error_number) {}
+  int error_number() const { return error_number_; }  // 0: not a system call's failure
+
+ private:
+  int error_number_ = 0;
+};
+
+// Whether `error_number` says the file system is out of space: ENOSPC (the disk is full) or
+// EDQUOT (the user's quota is spent). Only these are retried (docs/DESIGN.md, "A failed write").
+bool out_of_space(int error_number);
+
+// The job stops because a checkpoint could not be written (exit code 5, "disk"): a periodic
+// checkpoint after checkpoint.max_failed_writes failed in a row for want of space, any checkpoint
+// the file system refused otherwise (an I/O error, a read-only file system, no permission), and
+// the final checkpoint or one that ends a job, whatever the file system said. Every rank throws it
+// after the same vote (Checkpointer::finish).
+class CheckpointNotWritten : public CheckpointError {
+ public:
+  using CheckpointError::CheckpointError;
 };
 
 // A checkpoint whose data does not verify (damaged, truncated, empty): resume "auto" passes over

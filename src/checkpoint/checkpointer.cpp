@@ -41,7 +41,8 @@ std::string without_suffix(const std::string& path) {
 }
 
 // A rank's vote: "ok BYTES CRC FILE" (FILE: the index of the file it wrote), "nothing" (it writes
-// no file) or "error WHY".
+// no file), or a failure: "full WHY" (the file system is out of space: checkpoint::out_of_space),
+// "disk WHY" (another failed system call of the write) or "error WHY" (anything else).
 constexpr const char* kNothing = "nothing";
 // Rank 0's vote on a single file: an "ok" vote whose size, CRC and index nobody reads (the file
 // renamed itself into place; there is no manifest to fill).
@@ -51,9 +52,10 @@ std::string vote_of(const io::ShardFile& file, int index) {
 }
 
 // Test-only (tests/e2e/e2e.sh): TRAINER_TEST_SHARD_WRITE_PAUSE=R:S[:FILE] makes rank R's write of
-// step S's shard pause after its file is written, before the vote: until FILE exists when given
-// (at most 600 s), else for 600 s, so that a test can kill the rank in the middle of the write or
-// check that training goes on while the write waits.
+// step S's shard pause after its file is written, before the vote (a single file: rank 0's, before
+// its last tensor, the temporary file half written): until FILE exists when given (at most
+// 600 s), else for 600 s, so that a test can kill the rank in the middle of the write or check
+// that training goes on while the write waits.
 void pause_if_asked(int rank, int64_t step) {
   const char* value = std::getenv("TRAINER_TEST_SHARD_WRITE_PAUSE");
   int r = -1;
@@ -78,6 +80,11 @@ std::future<WriteOutcome> launch_write(bool background, Job job) {
     WriteOutcome out;
     try {
       out.vote = job();
+    } catch (const CheckpointError& e) {
+      const char* kind = out_of_space(e.error_number()) ? "full"
+                         : e.error_number() != 0        ? "disk"
+                                                        : "error";
+      out.vote = fmt::format("{} {}", kind, core::first_line(e.what()));
     } catch (const std::exception& e) {
       out.vote = "error " + core::first_line(e.what());
     }
@@ -104,17 +111,31 @@ std::string copy_to_host(const std::map<std::string, at::Tensor>& tensors,
   return "";
 }
 
-// Rank r's vote on its file, into the pending checkpoint's manifest (sharded); throws the same
-// CheckpointError on every rank when a rank failed.
-void take_vote(PendingCheckpoint& p, int r, const std::string& vote, std::vector<int>& votes_of) {
+WriteFailure::Kind kind_of(const std::string& vote) {
+  if (vote.starts_with("full ")) return WriteFailure::kFull;
+  if (vote.starts_with("disk ")) return WriteFailure::kDisk;
+  return vote.starts_with("error ") ? WriteFailure::kOther : WriteFailure::kNone;
+}
+
+void note_failure(WriteFailure& worst, const std::string& vote, const std::string& who) {
+  const auto kind = kind_of(vote);
+  if (kind <= worst.kind) return;
+  worst.kind = kind;
+  worst.message = fmt::format("{}: {}", who, vote.substr(vote.find(' ') + 1));
+}
+
+// Rank r's vote on its file, into the pending checkpoint's manifest (sharded); a failure goes to
+// `worst`.
+void take_vote(PendingCheckpoint& p, int r, const std::string& vote, std::vector<int>& votes_of,
+               WriteFailure& worst) {
   if (vote == kNothing) return;
   char crc[64] = {};
   long long bytes = 0;
   int index = -1;
   if (std::sscanf(vote.c_str(), "ok %lld %63s %d", &bytes, crc, &index) != 3) {
-    throw CheckpointError(fmt::format("checkpoint {}: rank {} could not write its {}: {}", p.path,
-                                      r, p.sharded ? "shard" : "file",
-                                      vote.substr(vote.find(' ') + 1)));
+    note_failure(worst, vote,
+                 fmt::format("rank {} could not write its {}", r, p.sharded ? "shard" : "file"));
+    return;
   }
   if (!p.sharded) return;
   if (index < 0 || index >= static_cast<int>(p.manifest.files.size())) {
@@ -151,12 +172,14 @@ CheckpointMeta Checkpointer::meta(int64_t steps_done, const RunState& state) con
           record_.base,        record_.base_hash};
 }
 
-std::string Checkpointer::save(const std::string& path, int64_t steps_done, const RunState& state) {
+std::string Checkpointer::save(const std::string& path, int64_t steps_done, const RunState& state,
+                               Need need) {
   finish();  // one write at a time
   const bool is_sharded = sharded();
   const std::string written = is_sharded ? without_suffix(path) : path;
   pending_ = is_sharded ? start_sharded(written, steps_done, state)
                         : start_single(written, steps_done, state);
+  pending_->may_fail = need == Need::kMayFail;
   if (!options_.async) {
     finish();
   } else if (comms_.control.rank() == 0) {
@@ -193,12 +216,21 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_single(const std::string&
   const std::string failed =
       copy_to_host(checkpoint_tensors(*state.model, exp_avgs, exp_avg_sqs, state.muon), host);
   p->host_copy_s = seconds_since(started);
-  p->write = launch_write(options_.async,
-                          [host = std::move(host), path, meta = meta(steps_done, state), failed] {
-                            if (!failed.empty()) throw CheckpointError(failed);
-                            write_checkpoint_tensors(path, host, meta);
-                            return std::string(kSingleFileWritten);
-                          });
+  p->write = launch_write(options_.async, [host = std::move(host), path,
+                                           meta = meta(steps_done, state), failed, steps_done] {
+    if (!failed.empty()) throw CheckpointError(failed);
+    std::vector<io::TensorEntry> entries;
+    for (const auto& [key, t] : host) entries.push_back({key, t.scalar_type(), t.sizes().vec()});
+    size_t produced = 0;
+    write_checkpoint_streaming(
+        path, std::move(entries),
+        [&](const io::TensorEntry& e) {
+          if (++produced == host.size()) pause_if_asked(0, steps_done);  // all but this written
+          return host.at(e.name);
+        },
+        meta);
+    return std::string(kSingleFileWritten);
+  });
   return p;
 }
 
@@ -277,7 +309,7 @@ std::unique_ptr<PendingCheckpoint> Checkpointer::start_sharded(const std::string
                                            rank, steps_done, failed] {
     if (!failed.empty()) throw CheckpointError(failed);
     if (!writes) return std::string(kNothing);
-    const std::string vote = vote_of(write_shard_file(dir, index, host), index);
+    const std::string vote = vote_of(write_shard_file(dir, index, steps_done, host), index);
     pause_if_asked(rank, steps_done);
     return vote;
   });
@@ -299,20 +331,71 @@ void Checkpointer::finish() {
   const auto voted_from = Clock::now();
   const auto votes = ddp::all_gather_strings(comms_.control, mine.vote);  // the one collective
   std::vector<int> votes_of(p->manifest.files.size(), 0);
-  for (int r = 0; r < comms_.control.size(); ++r) take_vote(*p, r, votes[r], votes_of);
-  for (size_t f = 0; f < votes_of.size(); ++f) {
+  WriteFailure failure;
+  for (int r = 0; r < comms_.control.size(); ++r) take_vote(*p, r, votes[r], votes_of, failure);
+  for (size_t f = 0; f < votes_of.size() && failure.kind == WriteFailure::kNone; ++f) {
     if (votes_of[f] != 1) {
       throw std::logic_error(fmt::format("checkpoint {}: {} votes for {}", p->path, votes_of[f],
                                          p->manifest.files[f].file));
     }
   }
+  if (failure.kind == WriteFailure::kNone && p->sharded) {
+    // Rank 0's commit (the manifest, the renames) can fail too: its outcome is agreed as well.
+    std::string commit = kNothing;
+    if (rank == 0) commit = commit_vote(*p);
+    note_failure(failure, ddp::all_gather_strings(comms_.control, commit)[0],
+                 "rank 0 could not commit it");
+  }
+  if (failure.kind != WriteFailure::kNone) return give_up_or_go_on(*p, failure);
+  failed_writes_ = 0;
+  last_complete_ = p->path;
   if (rank != 0) return;
-  if (p->sharded) commit_sharded_checkpoint(p->path, p->manifest);
   log_written(*p, mine.seconds, waited, seconds_since(voted_from));
   // Older periodic checkpoints go only once the new one is complete (renamed into place).
   for (const auto& old : prune_checkpoints(options_.dir, options_.keep_last)) {
     spdlog::info("checkpoint.keep_last = {}: deleted {}", options_.keep_last, old);
   }
+}
+
+std::string Checkpointer::commit_vote(const PendingCheckpoint& p) {
+  return launch_write(false,
+                      [&p] {
+                        commit_sharded_checkpoint(p.path, p.manifest);
+                        return std::string(kNothing);
+                      })
+      .get()
+      .vote;
+}
+
+void Checkpointer::give_up_or_go_on(const PendingCheckpoint& p, const WriteFailure& failure) {
+  const int rank = comms_.control.rank();
+  if (rank == 0) {  // every rank's write has ended (it voted): nothing of this one stays
+    const bool removed = p.sharded ? remove_step_dir(p.tmp) : std::remove(p.tmp.c_str()) == 0;
+    if (removed) spdlog::info("removed {}, the failed checkpoint write's partial files", p.tmp);
+  }
+  const std::string what = fmt::format("checkpoint {} ({} steps done) was not written: {}", p.path,
+                                       p.steps_done, failure.message);
+  const std::string last =
+      last_complete_.empty() ? "none (this run wrote none and resumed from none)" : last_complete_;
+  if (failure.kind == WriteFailure::kOther) throw CheckpointError(what);
+  ++failed_writes_;
+  if (failure.kind == WriteFailure::kFull && p.may_fail &&
+      failed_writes_ < options_.max_failed_writes) {
+    if (rank == 0) {
+      spdlog::warn("{}. Training goes on and the next checkpoint tries again ({} of "
+                   "checkpoint.max_failed_writes = {} failed in a row); the last complete "
+                   "checkpoint: {}",
+                   what, failed_writes_, options_.max_failed_writes, last);
+    }
+    return;
+  }
+  const std::string why =
+      failure.kind == WriteFailure::kFull && p.may_fail
+          ? fmt::format("; {} checkpoints failed in a row (checkpoint.max_failed_writes = {})",
+                        failed_writes_, options_.max_failed_writes)
+          : "";
+  throw CheckpointNotWritten(
+      fmt::format("{}{}. The last complete checkpoint: {}", what, why, last));
 }
 
 void Checkpointer::log_written(const PendingCheckpoint& p, double write_s, double waited_s,

@@ -20,8 +20,13 @@
 // fallback rung shards keeps its format.
 //
 // Contract: every call is collective (every rank, in the same order); a failed write on any rank
-// is the same CheckpointError on every rank at finish(). Destroyed with a write pending (an error
-// ended the run), it waits for the write and commits nothing, so that write is not a checkpoint.
+// is the same outcome on every rank at finish(), decided from the votes: a periodic checkpoint
+// (Need::kMayFail) the file system had no space for (ENOSPC, EDQUOT) is a warning, and training
+// goes on, until checkpoint.max_failed_writes of them fail in a row; then, or for any checkpoint
+// another failed system call refused, or for a required one, CheckpointNotWritten (exit code 5);
+// any other failure, CheckpointError. Rank 0 removes a failed write's partial files. Destroyed
+// with a write pending (an error ended the run), it waits for the write and commits nothing, so
+// that write is not a checkpoint.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,6 +47,11 @@
 namespace checkpoint {
 
 struct PendingCheckpoint;
+struct WriteFailure;
+
+// Whether a checkpoint may fail for want of space while the run goes on (a periodic one), or must
+// be written (the final one, and those that end a job).
+enum class Need { kMayFail, kRequired };
 
 // The communicators a checkpoint uses (the Trainer's).
 struct CheckpointComms {
@@ -106,10 +116,11 @@ class Checkpointer {
   // The state is copied to host memory before it returns; under checkpoint.async the files are
   // written in the background and the checkpoint is complete only after finish(), otherwise at
   // once. Collective. Returns what is written (the file or the directory).
-  std::string save(const std::string& path, int64_t steps_done, const RunState& state);
+  std::string save(const std::string& path, int64_t steps_done, const RunState& state,
+                   Need need = Need::kRequired);
   // Waits for the checkpoint being written (if any), then every rank votes on its file and rank 0
   // commits it, removes what interrupted writes left and applies checkpoint.keep_last. Collective;
-  // a no-op on every rank when nothing is pending.
+  // a no-op on every rank when nothing is pending. A failed write: see the contract above.
   void finish();
 
   // Continues from a checkpoint that rank 0 read (and whose parameters and buffers it applied to
@@ -137,12 +148,20 @@ class Checkpointer {
   void read_own_moments(const std::string& step_dir, const io::ShardManifest* manifest,
                         const RunState& state);
   CheckpointMeta meta(int64_t steps_done, const RunState& state) const;
+  // Rank 0's commit of a sharded checkpoint, as a vote ("nothing": done).
+  static std::string commit_vote(const PendingCheckpoint& p);
+  // After a failed write (the same `failure` on every rank): removes its partial files (rank 0),
+  // then warns and returns, or throws (the contract above).
+  void give_up_or_go_on(const PendingCheckpoint& p, const WriteFailure& failure);
 
   CheckpointOptions options_;
   RunRecord record_;
   CheckpointComms comms_;
   // Written, not yet committed.
   std::unique_ptr<PendingCheckpoint> pending_;
+  int64_t failed_writes_ = 0;  // checkpoints that failed in a row (the same on every rank)
+  // The last checkpoint this run committed, else the one it resumed from (rank 0's, for messages).
+  std::string last_complete_;
   int64_t resume_bytes_read_ = 0;
 };
 

@@ -37,6 +37,7 @@ int64_t Checkpointer::resume(const Checkpoint* ckpt, const RunState& state) {
   // broadcast them). The step, the length of the schedule's plan, and for an opened sharded
   // checkpoint the length of its path (-1: rank 0 holds whole tensors), go to every rank.
   const bool opened = ckpt != nullptr && ckpt->manifest.has_value();
+  if (ckpt != nullptr) last_complete_ = ckpt->path;
   const int64_t schedule_length =
       ckpt != nullptr ? static_cast<int64_t>(ckpt->meta.schedule.size()) : 0;
   at::Tensor head =

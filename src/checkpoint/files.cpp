@@ -140,8 +140,9 @@ std::vector<std::string> remove_unfinished_writes(const std::string& dir, const 
 
 void rename_or_throw(const std::string& from, const std::string& to) {
   if (std::rename(from.c_str(), to.c_str()) != 0) {
+    const int err = errno;
     throw CheckpointError(
-        fmt::format("cannot move {} into place as {}: {}", from, to, std::strerror(errno)));
+        fmt::format("cannot move {} into place as {}: {}", from, to, std::strerror(err)), err);
   }
 }
 
@@ -167,7 +168,7 @@ void fsync_path(const std::string& path, bool directory) {
   if (fd < 0 || ::fsync(fd) != 0) {
     const int err = errno;
     if (fd >= 0) ::close(fd);
-    throw CheckpointError(fmt::format("cannot fsync {}: {}", path, std::strerror(err)));
+    throw CheckpointError(fmt::format("cannot fsync {}: {}", path, std::strerror(err)), err);
   }
   ::close(fd);
 }

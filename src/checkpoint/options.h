@@ -24,6 +24,9 @@ struct CheckpointOptions {
   // the next checkpoint (or the end of the run) waits for it and commits it
   // (checkpoint/checkpointer.h).
   bool async = false;
+  // Periodic checkpoints that may fail in a row for want of space before the job stops (exit
+  // code 5); the final checkpoint and the ones that end a job may not fail.
+  int64_t max_failed_writes = 0;
 };
 
 }  // namespace checkpoint

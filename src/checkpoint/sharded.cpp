@@ -181,26 +181,31 @@ std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& sta
   return out;
 }
 
-io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
+io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank, int64_t step,
                                const std::map<std::string, at::Tensor>& tensors) {
   std::error_code ec;  // ranks race to create it: the mkdir below decides
   std::filesystem::create_directories(parent_dir(step_tmp_dir), ec);
   if (::mkdir(step_tmp_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw CheckpointError(fmt::format("cannot create {}: {}", step_tmp_dir, std::strerror(errno)));
+    const int err = errno;
+    throw CheckpointError(fmt::format("cannot create {}: {}", step_tmp_dir, std::strerror(err)),
+                          err);
   }
   io::ShardFile file;
   file.file = io::shard_file_name(rank);
   file.rank = rank;
   const std::string path = step_tmp_dir + "/" + file.file;
   const std::string tmp = path + ".tmp";
-  try {
-    io::write_safetensors(tmp, tensors);
+  try {  // whatever fails, this file is not left (rank 0 removes the directory after the vote)
+    io::write_safetensors(tmp, tensors, {{kShardStepKey, std::to_string(step)}});
+    fsync_path(tmp, /*directory=*/false);
+    rename_or_throw(tmp, path);
   } catch (const io::SafetensorsError& e) {
     std::remove(tmp.c_str());
-    throw CheckpointError(e.what());
+    throw CheckpointError(e.what(), e.error_number());
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
   }
-  fsync_path(tmp, /*directory=*/false);
-  rename_or_throw(tmp, path);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     throw CheckpointError(fmt::format("cannot stat {}: {}", path, std::strerror(errno)));
@@ -226,11 +231,16 @@ void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManif
   if (std::FILE* f = std::fopen(tmp.c_str(), "wb")) {
     const std::string text = io::manifest_to_json(manifest);
     const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (std::fclose(f) != 0 || !ok) {
-      throw CheckpointError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+    const int write_err = ok ? 0 : errno;
+    const bool closed = std::fclose(f) == 0;
+    if (!closed || !ok) {
+      const int err = ok ? errno : write_err;
+      std::remove(tmp.c_str());
+      throw CheckpointError(fmt::format("cannot write {}: {}", tmp, std::strerror(err)), err);
     }
   } else {
-    throw CheckpointError(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+    const int err = errno;
+    throw CheckpointError(fmt::format("cannot write {}: {}", tmp, std::strerror(err)), err);
   }
   fsync_path(tmp, /*directory=*/false);
   rename_or_throw(tmp, path);
@@ -240,6 +250,33 @@ void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManif
   fsync_path(parent_dir(step_dir), /*directory=*/true);
 }
 
+namespace {
+
+// io::verify_shard_files, after checking that every file that records its step (every file
+// written since they do) is of the manifest's step: a file of another checkpoint (copied in, or
+// left by another run) is named as such, not only as a CRC-32 that differs.
+void verify_files(const std::string& step_dir, const io::ShardManifest& m) {
+  for (const auto& f : m.files) {
+    const std::string path = step_dir + "/" + f.file;
+    std::map<std::string, std::string> meta;
+    try {
+      meta = io::read_safetensors_metadata(path);
+    } catch (const io::SafetensorsError&) {
+      continue;  // missing or damaged: io::verify_shard_files says which
+    }
+    const auto step = meta.find(kShardStepKey);
+    if (step != meta.end() && step->second != std::to_string(m.step)) {
+      throw CheckpointDamaged(fmt::format(
+          "{}: a shard file of step {} beside the manifest of step {} ({}/{}): the directory "
+          "mixes the files of two checkpoints",
+          path, step->second, m.step, step_dir, io::kShardManifestName));
+    }
+  }
+  io::verify_shard_files(step_dir, m);
+}
+
+}  // namespace
+
 Checkpoint read_sharded_checkpoint(const std::string& step_dir) {
   Checkpoint ckpt;
   ckpt.path = step_dir;
@@ -247,7 +284,7 @@ Checkpoint read_sharded_checkpoint(const std::string& step_dir) {
   std::map<std::string, std::map<std::string, at::Tensor>> files;
   try {
     m = io::read_manifest(step_dir);
-    io::verify_shard_files(step_dir, m);
+    verify_files(step_dir, m);
     for (const auto& f : m.files) files[f.file] = io::read_safetensors(step_dir + "/" + f.file);
   } catch (const io::ShardManifestError& e) {
     throw CheckpointDamaged(e.what());
@@ -271,7 +308,7 @@ Checkpoint open_sharded_checkpoint(const std::string& step_dir) {
   ckpt.path = step_dir;
   try {
     io::ShardManifest m = io::read_manifest(step_dir);
-    io::verify_shard_files(step_dir, m);
+    verify_files(step_dir, m);
     ckpt.meta = {m.step,   m.global_batch_size, m.seed, m.world_size,
                  m.config, m.schedule,          m.base, m.base_hash};
     ShardedReader reader(step_dir, std::move(m));

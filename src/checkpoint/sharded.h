@@ -75,9 +75,11 @@ std::map<std::string, io::LogicalTensor> logical_tensors(const ShardedState& sta
 
 // Writes `tensors` (host copies, or the state itself when written before the step goes on:
 // Note [A bounded shard write]) as step_tmp_dir/rank_NNNNN.safetensors: to a temporary name,
-// fsync'd, renamed. Creates the directory if needed. Returns the file's size and CRC-32 (pieces
-// and rank left to the caller). Throws CheckpointError.
-io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank,
+// fsync'd, renamed, with the checkpoint's `step` in its metadata (so that a file of another
+// step is named as such: io::verify_shard_files). Creates the directory if needed. Returns the
+// file's size and CRC-32 (pieces and rank left to the caller). Throws CheckpointError.
+inline constexpr const char* kShardStepKey = "step";  // a shard file's metadata: its step
+io::ShardFile write_shard_file(const std::string& step_tmp_dir, int rank, int64_t step,
                                const std::map<std::string, at::Tensor>& tensors);
 
 // Rank 0, after every rank's file is complete: writes `step_dir`.tmp/manifest.json (temporary

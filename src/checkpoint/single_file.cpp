@@ -116,10 +116,11 @@ void write_checkpoint_streaming(const std::string& path, std::vector<io::TensorE
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   if (ec) {
-    throw CheckpointError(fmt::format("cannot create the directory of {}: {}", path, ec.message()));
+    throw CheckpointError(fmt::format("cannot create the directory of {}: {}", path, ec.message()),
+                          ec.value());
   }
   const std::string tmp = path + ".tmp";
-  try {
+  try {  // whatever fails, nothing of this write is left (a full disk gets its space back)
     io::SafetensorsWriter writer(tmp, std::move(entries), metadata);
     uLong crc = crc32(0L, Z_NULL, 0);
     for (const io::TensorEntry& e : writer.entries()) {  // key order: the checksum's
@@ -128,14 +129,14 @@ void write_checkpoint_streaming(const std::string& path, std::vector<io::TensorE
       writer.write(t);
     }
     writer.close({{"checksum", crc_text(crc)}});
+    fsync_path(tmp, /*directory=*/false);  // the data on disk before the name
+    rename_or_throw(tmp, path);
   } catch (const io::SafetensorsError& e) {
     std::remove(tmp.c_str());
-    throw CheckpointError(e.what());
-  }
-  fsync_path(tmp, /*directory=*/false);  // the data on disk before the name
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw CheckpointError(e.what(), e.error_number());
+  } catch (...) {
     std::remove(tmp.c_str());
-    throw CheckpointError(fmt::format("cannot move {} into place as {}", tmp, path));
+    throw;
   }
   fsync_path(parent_dir(path), /*directory=*/true);
 }

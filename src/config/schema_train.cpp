@@ -239,7 +239,11 @@ std::vector<KeyDef> checkpoint_keys() {
       boolean("checkpoint.async", FIELD(checkpoint.async), "true",
               "the step waits only for the copy to host memory; a background thread writes and "
               "fsyncs the files, and the next checkpoint or the end of the run waits for it and "
-              "commits it (false: the step waits for the whole write)")};
+              "commits it (false: the step waits for the whole write)"),
+      integer("checkpoint.max_failed_writes", FIELD(checkpoint.max_failed_writes), "3", 1, kMax,
+              "periodic checkpoints that may fail in a row for want of space (ENOSPC, EDQUOT: "
+              "warned, their partial files deleted, training goes on) before the job stops "
+              "with exit code 5")};
 }
 
 std::vector<KeyDef> log_keys() {

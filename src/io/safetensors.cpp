@@ -60,6 +60,16 @@ SafetensorsError error(const std::string& path, fmt::format_string<Args...> what
       fmt::format("{}: {}", path, fmt::format(what, std::forward<Args>(args)...)));
 }
 
+// A failed system call's error: the message ends with strerror(`err`), and the error keeps `err`.
+template <class... Args>
+SafetensorsError system_error(const std::string& path, int err, fmt::format_string<Args...> what,
+                              Args&&... args) {
+  return SafetensorsError(
+      fmt::format("{}: {}: {}", path, fmt::format(what, std::forward<Args>(args)...),
+                  std::strerror(err)),
+      err);
+}
+
 // A JSON value that must be a non-negative integer (shapes and offsets).
 bool as_size(const json& v, uint64_t& out) {
   if (!v.is_number_integer()) return false;
@@ -78,7 +88,8 @@ void write_all(int fd, const std::string& path, const void* data, size_t bytes) 
   while (bytes > 0) {
     const ssize_t n = ::write(fd, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw error(path, "writing the file failed: {}", std::strerror(errno));
+    if (n < 0) throw system_error(path, errno, "writing the file failed");
+    if (n == 0) throw system_error(path, ENOSPC, "writing the file failed");
     p += n;
     bytes -= static_cast<size_t>(n);
   }
@@ -335,7 +346,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Tensor
   header_ = header.dump();
   header_.append((8 - header_.size() % 8) % 8, ' ');
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw error(path, "cannot open the file for writing: {}", std::strerror(errno));
+  if (fd_ < 0) throw system_error(path, errno, "cannot open the file for writing");
   std::array<char, 8> len_bytes{};
   uint64_t n = header_.size();
   for (auto& b : len_bytes) {
@@ -378,12 +389,12 @@ void SafetensorsWriter::close(const std::map<std::string, std::string>& patches)
     const size_t pos = 8 + at + json(key).dump().size() + 2;  // past `"key":"`
     if (::pwrite(fd_, value.data(), value.size(), static_cast<off_t>(pos)) !=
         static_cast<ssize_t>(value.size())) {
-      throw error(path_, "cannot write its metadata: {}", std::strerror(errno));
+      throw system_error(path_, errno, "cannot write its metadata");
     }
   }
   const int fd = fd_;
   fd_ = -1;
-  if (::close(fd) != 0) throw error(path_, "writing the file failed: {}", std::strerror(errno));
+  if (::close(fd) != 0) throw system_error(path_, errno, "writing the file failed");
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, at::Tensor>& tensors,

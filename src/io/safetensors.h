@@ -27,6 +27,14 @@ namespace io {
 class SafetensorsError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  // A failed system call (writing: open, write, close) with its errno, so that a caller can tell
+  // a full disk (ENOSPC, EDQUOT) from other failures.
+  SafetensorsError(const std::string& what, int error_number)
+      : std::runtime_error(what), error_number_(error_number) {}
+  int error_number() const { return error_number_; }  // 0: not a system call's failure
+
+ private:
+  int error_number_ = 0;
 };
 
 // The safetensors name of a dtype ("F32", "BF16", ...) and back; nullopt: not supported.

@@ -47,6 +47,8 @@ constexpr ExitRule kAgreedRun[] = {
     {is<memory::OutOfMemoryFatal>, kExitOutOfMemory, MessageForm::kWhat, "out-of-memory exit"},
     // Every rank reaches the same verdict from the same reduced gradients.
     {is<train::NonFiniteFatal>, kExitFailure, MessageForm::kWhat, "non-finite exit"},
+    // Every rank throws it after the same vote on the checkpoint's files.
+    {is<checkpoint::CheckpointNotWritten>, kExitDisk, MessageForm::kWhat, "checkpoint exit"},
 };
 
 constexpr ExitRule kAbort[] = {

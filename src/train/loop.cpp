@@ -259,8 +259,9 @@ void TrainingLoop::add_checkpoint_actions() {
   const auto& c = checkpointer_.options();
   if (c.dir.empty()) return;
   actions_.add({"periodic checkpoint", "checkpoints", {.every = c.every}, [this](int64_t step) {
+                  // A full disk is a warning here (checkpoint.max_failed_writes).
                   checkpointer_.save(checkpointer_.path_of(fmt::format("step_{:06d}", step)), step,
-                                     trainer_.run_state());
+                                     trainer_.run_state(), checkpoint::Need::kMayFail);
                 }});
   actions_.add({"final checkpoint", "checkpoints", {.after_last = true}, [this](int64_t step) {
                   checkpointer_.save(checkpointer_.path_of("final"), step, trainer_.run_state());

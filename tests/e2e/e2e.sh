@@ -5,8 +5,43 @@
 set -uo pipefail
 case_name=$1 trainer=$2 src=$3
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+mounted=()  # tmpfs mounts of this case (mount_tmpfs): unmounted before $work goes, however it ends
+cleanup() {
+  local m
+  for m in "${mounted[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
 source "$src/tests/case_lib.sh"
+
+# mount_tmpfs DIR SIZE: a small file system of its own at DIR (a tmpfs of SIZE bytes), to fill
+# up; unmounted when the case ends. Where mounting is impossible (not root, no CAP_SYS_ADMIN in a
+# container), the case is skipped (exit 77, ctest's SKIP_RETURN_CODE) and says why.
+mount_tmpfs() {
+  mkdir -p "$1"
+  if ! mount -t tmpfs -o "size=$2" tmpfs "$1" 2>"$work/mount.err"; then
+    echo "SKIP [$case_name]: cannot mount a tmpfs at $1 (needs root with CAP_SYS_ADMIN): $(cat "$work/mount.err")"
+    exit 77
+  fi
+  mounted+=("$1")
+}
+# whole_records FILE FIRST [LAST]: every line of the JSON Lines FILE is a whole JSON object ending
+# in a newline (none cut short), and the step records are steps FIRST..LAST (without LAST: FIRST
+# to the last one there), each once.
+whole_records() {
+  "$TRAINER_PYTHON" - "$@" <<'PY' || fail "$1 is damaged or holds the wrong steps"
+import json, sys
+path, first = sys.argv[1], int(sys.argv[2])
+data = open(path, "rb").read()
+if data and not data.endswith(b"\n"):
+    sys.exit(f"{path}: the last line is cut short: {data.splitlines()[-1][:80]!r}")
+steps = [json.loads(line)["step"] for line in data.splitlines() if json.loads(line)["type"] == "step"]
+last = int(sys.argv[3]) if len(sys.argv) > 3 else (steps or [first - 1])[-1]
+if steps != list(range(first, last + 1)):
+    sys.exit(f"{path}: step records {steps}, expected {first}..{last}")
+print(f"{path}: {len(data.splitlines())} whole records, steps {first}..{last} once each")
+PY
+}
 
 # loss_drops: the 'done:' line's last loss is below half the first.
 loss_drops() {
@@ -1252,6 +1287,119 @@ PY
       run "$trainer" "${muon[@]}" --set train.steps=2 --set "${bad%%|*}"
       expect_rc 2; expect_grep "${bad#*|}"; expect_no_grep "step +1/"
     done ;;
+  checkpoint_disk_full)
+    # checkpoint.dir on a 90 KB file system (a tmpfs) where the step-2 checkpoint (67 KB) fits and
+    # no other does. The periodic writes of steps 4 and 6 fail (ENOSPC): each warned, its partial
+    # file deleted, and training goes on; step 8's is the third in a row
+    # (checkpoint.max_failed_writes: 3): exit 5 naming it. Step 2's checkpoint and metrics.jsonl
+    # are whole, and with room again the run resumes from step 2 and ends with every step's record
+    # once. Then a file fills the disk: the final checkpoint, which may not fail, is exit 5, and
+    # the last one is untouched. Last, log.metrics on an 8 KB file system: the records that do not
+    # fit are dropped whole (no line cut short) and training ends normally.
+    mount_tmpfs "$work/disk" 90k
+    ck=$work/disk/ck
+    d=(--config "$src/configs/mlp.yaml" --set model.hidden_dim=64 --set model.depth=1
+       --set train.warmup_steps=1 --set log.every=1 --set checkpoint.every=2 --set checkpoint.dir="$ck")
+    run "$trainer" "${d[@]}" --set train.steps=12
+    expect_rc 5
+    expect_grep "checkpoint $ck/step_000004.safetensors \(4 steps done\) was not written: rank 0 could not write its file: .*No space left on device. Training goes on and the next checkpoint tries again \(1 of checkpoint.max_failed_writes = 3 failed in a row\); the last complete checkpoint: $ck/step_000002.safetensors"
+    expect_grep "checkpoint $ck/step_000006.safetensors \(6 steps done\) was not written: .*\(2 of checkpoint.max_failed_writes = 3"
+    expect_grep "^trainer: error: checkpoint $ck/step_000008.safetensors \(8 steps done\) was not written: .*No space left on device; 3 checkpoints failed in a row \(checkpoint.max_failed_writes = 3\). The last complete checkpoint: $ck/step_000002.safetensors"
+    expect_grep "\] step +10/12"  # the writes of steps 4, 6 and 8 failed; training went on
+    left=$(cd "$ck" && echo *)
+    [ "$left" = "metrics.jsonl step_000002.safetensors trainer.lock" ] || fail "$ck holds: $left"
+    whole_records "$ck/metrics.jsonl" 1
+    mount -o remount,size=1m "$work/disk" || fail "cannot grow the tmpfs"
+    run "$trainer" "${d[@]}" --set train.steps=12 --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "resumed from $ck/step_000002.safetensors: 2 steps done"
+    expect_grep "done: 12 steps \(10 in this run\)"
+    whole_records "$ck/metrics.jsonl" 1 12
+    # The disk full again (but a few pages, for the lock's record): the final checkpoint fails.
+    sum=$(md5sum <"$ck/step_000012.safetensors")
+    free=$(df --output=avail -B1 "$work/disk" | tail -1)
+    head -c $((free - 16384)) /dev/zero >"$work/disk/filler" || fail "cannot fill the tmpfs"
+    run "$trainer" "${d[@]}" --set train.steps=14 --set checkpoint.resume=auto
+    expect_rc 5
+    expect_grep "resumed from $ck/step_000012.safetensors: 12 steps done"
+    expect_grep "step_000014.safetensors \(14 steps done\) was not written: .*No space left on device. Training goes on"
+    expect_grep "^trainer: error: checkpoint $ck/final.safetensors \(14 steps done\) was not written: rank 0 could not write its file: .*No space left on device. The last complete checkpoint: $ck/step_000012.safetensors"
+    [ "$(md5sum <"$ck/step_000012.safetensors")" = "$sum" ] || fail "the last complete checkpoint changed"
+    [ ! -e "$ck/final.safetensors.tmp" ] || fail "the failed final write left its partial file"
+    whole_records "$ck/metrics.jsonl" 1
+    # log.metrics alone on a full disk: records dropped whole, the run ends normally.
+    mount_tmpfs "$work/small" 8k
+    run "$trainer" "${d[@]}" --set train.steps=40 --set checkpoint.dir="$work/ck2" \
+      --set log.metrics="$work/small/metrics.jsonl"
+    expect_rc 0; expect_grep "done: 40 steps"
+    expect_grep "log.metrics: a record \(step [0-9]+\) could not be written to $work/small/metrics.jsonl: No space left on device; it is dropped and training goes on"
+    whole_records "$work/small/metrics.jsonl" 1
+    n=$(grep -c '"type":"step"' "$work/small/metrics.jsonl")
+    [ "$n" -lt 40 ] || fail "all 40 records fit in 8 KB: the test does not fill the disk"
+    echo "$n of 40 step records fit; the rest dropped whole" ;;
+  checkpoint_disk_full_sharded_np2)
+    # As checkpoint_disk_full, sharded on 2 ranks (checkpoint.async, the default): the ranks'
+    # files of steps 4, 6 and 8 do not fit (a rank whose file did fit votes with the one whose
+    # file did not: every rank agrees, none waits), the step directories' partial files go, the
+    # third failure is exit 5 on every rank, and the run resumes from step 2.
+    mount_tmpfs "$work/disk" 90k
+    ck=$work/disk/ck
+    d=(--config "$src/configs/mlp.yaml" --set model.hidden_dim=64 --set model.depth=1
+       --set train.warmup_steps=1 --set log.every=1 --set checkpoint.every=2
+       --set checkpoint.format=sharded --set checkpoint.dir="$ck")
+    run mpirun -np 2 "$trainer" "${d[@]}" --set train.steps=12
+    expect_rc 5
+    expect_grep "checkpoint $ck/step_000004 \(4 steps done\) was not written: rank [01] could not write its shard: .*No space left on device. Training goes on"
+    expect_grep "^trainer: error: checkpoint $ck/step_000008 \(8 steps done\) was not written: .*3 checkpoints failed in a row"
+    left=$(cd "$ck" && echo *)
+    [ "$left" = "metrics.jsonl step_000002 trainer.lock" ] || fail "$ck holds: $left"
+    whole_records "$ck/metrics.jsonl" 1
+    mount -o remount,size=1m "$work/disk" || fail "cannot grow the tmpfs"
+    run mpirun -np 2 "$trainer" "${d[@]}" --set train.steps=12 --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "resumed from $ck/step_000002: 2 steps done"
+    expect_grep "done: 12 steps \(10 in this run\)"
+    whole_records "$ck/metrics.jsonl" 1 12 ;;
+  sharded_manifest_mixed_steps_np2)
+    # A step directory whose files belong to different steps (rank 1's file of step 2 copied over
+    # step 4's): resuming from it is exit 2 naming the file, its step and the manifest's, as is
+    # --consolidate; resume: auto passes over it to step 2, saying so.
+    s=(--config "$src/configs/mlp.yaml" --set model.hidden_dim=64 --set model.depth=1
+       --set train.warmup_steps=1 --set checkpoint.format=sharded --set checkpoint.every=2
+       --set checkpoint.dir="$work/ck")
+    run mpirun -np 2 "$trainer" "${s[@]}" --set train.steps=4
+    expect_rc 0
+    cp "$work/ck/step_000002/rank_00001.safetensors" "$work/ck/step_000004/"
+    rm -r "$work/ck/final"
+    mixed="$work/ck/step_000004/rank_00001.safetensors: a shard file of step 2 beside the manifest of step 4 \($work/ck/step_000004/manifest.json\): the directory mixes the files of two checkpoints"
+    run mpirun -np 2 "$trainer" "${s[@]}" --set train.steps=6 --set checkpoint.resume="$work/ck/step_000004"
+    expect_rc 2; expect_grep "^trainer: error: checkpoint.resume: $mixed"; expect_no_grep "step +5/"
+    run "$trainer" "${s[@]}" --consolidate "$work/ck/step_000004"
+    expect_rc 2; expect_grep "^trainer: error: $mixed"
+    run mpirun -np 2 "$trainer" "${s[@]}" --set train.steps=6 --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "passing over a damaged checkpoint: $mixed"
+    expect_grep "resumed from $work/ck/step_000002: 2 steps done" ;;
+  checkpoint_killed_mid_write)
+    # One process, single-file checkpoints: the step-4 write pauses with all but its last tensor
+    # in step_000004.safetensors.tmp (TRAINER_TEST_SHARD_WRITE_PAUSE=0:4, test-only) and the
+    # process is killed (SIGKILL). Nothing it left is misread: resume: auto takes step 2, the
+    # half-written file goes at the first commit, and metrics.jsonl holds every step once.
+    # (The sharded format's kill: sharded_checkpoint_killed_mid_write_np2.)
+    k=(--config "$src/configs/mlp.yaml" --set model.hidden_dim=64 --set model.depth=1
+       --set train.warmup_steps=1 --set log.every=1 --set checkpoint.every=2 --set train.steps=8
+       --set checkpoint.dir="$work/ck")
+    echo "+ $trainer ... (TRAINER_TEST_SHARD_WRITE_PAUSE=0:4, then SIGKILL)"
+    TRAINER_TEST_SHARD_WRITE_PAUSE=0:4 "$trainer" "${k[@]}" >"$out" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do grep -q "rank 0 pauses in the write of step 4" "$out" && break; sleep 0.1; done
+    [ -s "$work/ck/step_000004.safetensors.tmp" ] || { kill -KILL $pid; fail "no half-written step-4 file"; }
+    kill -KILL $pid; wait $pid
+    [ ! -e "$work/ck/step_000004.safetensors" ] || fail "the killed write was renamed into place"
+    whole_records "$work/ck/metrics.jsonl" 1
+    # (every 3 steps: a write of step 4 would replace the half-written file, not remove it)
+    run "$trainer" "${k[@]}" --set checkpoint.resume=auto --set checkpoint.every=3
+    expect_rc 0; expect_grep "resumed from $work/ck/step_000002.safetensors: 2 steps done"
+    expect_grep "removed $work/ck/step_000004.safetensors.tmp, left by an interrupted checkpoint write"
+    [ ! -e "$work/ck/step_000004.safetensors.tmp" ] || fail "the half-written file was left"
+    whole_records "$work/ck/metrics.jsonl" 1 8 ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
 echo "PASS [$case_name]"

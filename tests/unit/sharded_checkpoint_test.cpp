@@ -101,7 +101,7 @@ void write_sharded(const std::string& step_dir, models::Model& model, const Fake
     auto content = checkpoint::shard_content(s, world, r, true);
     std::map<std::string, at::Tensor> host;
     for (const auto& [key, t] : content.tensors) host[key] = t.contiguous().clone();
-    io::ShardFile file = checkpoint::write_shard_file(step_dir + ".tmp", r, host);
+    io::ShardFile file = checkpoint::write_shard_file(step_dir + ".tmp", r, step, host);
     file.pieces = checkpoint::shard_content(s, world, r, false).pieces;
     EXPECT_EQ(file.pieces.size(), content.pieces.size());
     m.files.push_back(file);

@@ -8,14 +8,18 @@
 //    "hellaswag": {"acc": 2871, "acc_norm": 2950, "examples": 10042}}   (one object per eval.tasks)
 //
 // Only rank 0 writes. A resumed run appends to the same file after dropping the records of steps
-// after the checkpoint it resumes from (those steps are trained again), so a step appears once.
-// Each record is one line, flushed as written: a killed job loses at most the line in progress.
+// after the checkpoint it resumes from (those steps are trained again), so a step appears once:
+// the records kept are written to a temporary file renamed over the old one, so a failure there
+// (a full disk) leaves the file as it was. Each record is one line, written with one write(2):
+// a killed job loses at most the line in progress (a reader skips it: it has no newline, and a
+// resumed run drops it). A record the file system refuses (a full disk) is cut back off the file,
+// so the file never holds part of one, and dropped with a warning; training goes on and the next
+// record is tried again (docs/reference.md, "Exit codes").
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
-#include <fstream>
 #include <string>
 
 namespace train {
@@ -26,14 +30,23 @@ class MetricsFile {
   // Opens `path` for appending, first dropping records whose "step" is above `keep_through`.
   // Throws std::runtime_error naming the file when it cannot be written.
   MetricsFile(const std::string& path, int64_t keep_through);
+  ~MetricsFile();
+  MetricsFile(MetricsFile&& other) noexcept;
+  MetricsFile& operator=(MetricsFile&& other) noexcept;
 
-  bool enabled() const { return out_.is_open(); }
+  bool enabled() const { return fd_ >= 0; }
+  // Appends `record` as one line; one the file system refuses is dropped (warned).
   void write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
+  // Records dropped because they could not be written.
+  int64_t dropped() const { return dropped_; }
 
  private:
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
+  int64_t size_ = 0;     // the file's length: whole records only
+  int64_t dropped_ = 0;  // in all
+  int64_t failing_ = 0;  // dropped since the last record written
 };
 
 // Start-up check (rank 0) that `path` can be appended to; throws std::invalid_argument naming
