@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <stdexcept>
 
 #include "checkpoint/files.h"
@@ -16,6 +17,7 @@
 #include "checkpoint/sharded.h"
 #include "config/config.h"
 #include "data/chat_prompt.h"
+#include "io/safetensors.h"
 #include "io/safetensors_shards.h"
 #include "io/shard_manifest.h"
 #include "launcher/device.h"
@@ -85,6 +87,34 @@ int guarded(const char* doing, Fn&& body) {
     print_error(0, status.message);
     return status.code;
   }
+}
+
+// What lies at `path` for refuse_to_overwrite's message: "" when nothing (or an empty directory)
+// would be written over.
+std::string what_is_at(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(st)) return "";
+  if (fs::is_directory(st)) return fs::is_empty(path, ec) && !ec ? "" : "a directory with files";
+  try {  // a checkpoint says which
+    const auto meta = io::read_safetensors_metadata(path);
+    if (const auto step = meta.find("step"); step != meta.end())
+      return fmt::format("a checkpoint of {} steps", step->second);
+  } catch (const io::SafetensorsError&) {
+  }
+  return "a file";
+}
+
+// --consolidate, --export-hf and --export-peft never write over what a user would miss
+// (generate_command.h).
+void refuse_to_overwrite(const char* flag, const std::string& path, bool force) {
+  const std::string there = force ? "" : what_is_at(path);
+  if (there.empty()) return;
+  throw std::invalid_argument(
+      fmt::format("{}: {} exists ({}) and is not overwritten: write elsewhere, move it away, or "
+                  "give --force",
+                  flag, path, there));
 }
 
 // Under mpirun every rank runs main(); one process is enough. The one that works logs warnings
@@ -249,6 +279,7 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
   if (other_rank()) return kExitOk;
   return guarded("in --export-hf", [&] {
     const config::Config config = config::load_config(config_path, overrides);
+    refuse_to_overwrite("--export-hf", dir, args.force);
     use_device(c10::Device(c10::kCPU), config.memory, 0);  // exported from the CPU
     const ToExport loaded = model_to_export(config);
     if (loaded.weights.empty()) {
@@ -284,10 +315,11 @@ int run_export_hf(const std::string& config_path, const std::vector<std::string>
 }
 
 int run_export_peft(const std::string& config_path, const std::vector<std::string>& overrides,
-                    const std::string& dir) {
+                    const std::string& dir, bool force) {
   if (other_rank()) return kExitOk;
   return guarded("in --export-peft", [&] {
     const config::Config config = config::load_config(config_path, overrides);
+    refuse_to_overwrite("--export-peft", dir, force);
     use_device(c10::Device(c10::kCPU), config.memory, 0);  // exported from the CPU
     const Loaded loaded = load_model(config, "--export-peft");
     const auto* adapters = models::as<models::Adapters>(*loaded.model);
@@ -320,7 +352,7 @@ int run_export_peft(const std::string& config_path, const std::vector<std::strin
 }
 
 int run_consolidate(const std::string& config_path, const std::vector<std::string>& overrides,
-                    const std::string& step_dir) {
+                    const std::string& step_dir, bool force) {
   if (other_rank()) return kExitOk;
   return guarded("in --consolidate", [&] {
     config::load_config(config_path, overrides);  // the command line is checked as for training
@@ -333,6 +365,7 @@ int run_consolidate(const std::string& config_path, const std::vector<std::strin
     }
     // Every file verified, then one tensor at a time (checkpoint/sharded.h).
     const std::string path = dir + ".safetensors";
+    refuse_to_overwrite("--consolidate", path, force);
     const checkpoint::CheckpointMeta meta = checkpoint::consolidate_sharded_checkpoint(dir, path);
     say(fmt::format("wrote {} ({} steps done, written by {} rank(s)) from {}", path, meta.step,
                     meta.world_size, dir));

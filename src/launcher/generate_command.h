@@ -57,16 +57,19 @@ int run_generate(const std::string& config_path, const std::vector<std::string>&
 struct ExportHfArgs {
   std::string max_shard_size = "5GB";  // --max-shard-size
   std::string dtype;                   // --export-dtype bf16|fp16|fp32; "": train.precision's
+  bool force = false;                  // --force: DIR may exist and hold files
 };
+// --consolidate, --export-hf and --export-peft write nothing over what exists (a file, or a
+// directory that is not empty: a user would miss it) unless --force: exit 2 naming it.
 int run_export_hf(const std::string& config_path, const std::vector<std::string>& overrides,
                   const std::string& dir, const ExportHfArgs& args = {});
 // --export-peft DIR: the adapters of a LoRA run's checkpoint as PEFT writes them (DIR/
 // adapter_config.json, DIR/adapter_model.safetensors; models/lm/lora.h).
 int run_export_peft(const std::string& config_path, const std::vector<std::string>& overrides,
-                    const std::string& dir);
+                    const std::string& dir, bool force = false);
 // --consolidate DIR: a sharded checkpoint's step directory (checkpoint/sharded.h), every
 // file verified, written as the single-file format to DIR.safetensors.
 int run_consolidate(const std::string& config_path, const std::vector<std::string>& overrides,
-                    const std::string& step_dir);
+                    const std::string& step_dir, bool force = false);
 
 }  // namespace launcher

@@ -50,6 +50,7 @@ struct CommandLine {
   ExportHfArgs export_args;  // --max-shard-size, --export-dtype
   std::string export_peft;   // --export-peft DIR
   std::string consolidate;   // --consolidate DIR
+  bool force = false;        // --force: the three above may write over what exists
   bool evaluate = false;     // --evaluate: the evaluations only, then exit
   // --dry-run --plan-ranks N --plan-device-memory SIZE [--plan-ranks-per-node M]
   // (launcher/dry_run_plan.h); 0: not asked.
@@ -102,6 +103,9 @@ void add_export_options(CLI::App& app, CommandLine& cli, CLI::Option* generate) 
       ->excludes(generate)
       ->excludes(export_hf)
       ->excludes(export_peft);
+  app.add_flag("--force", cli.force,
+               "--consolidate, --export-hf, --export-peft: write over an existing file or a "
+               "directory that is not empty (without it: exit 2 naming it)");
   app.add_flag("--evaluate", cli.evaluate,
                "run only the evaluations (validation loss and bits per byte, eval.tasks) on the "
                "weights --generate would use, on one process or under mpirun, and exit")
@@ -167,6 +171,13 @@ int parse_command_line(int argc, char** argv, CommandLine& cli) {
     return kExitUsage;
   }
   cli.generate = generate->count() > 0;
+  cli.export_args.force = cli.force;
+  if (cli.force && cli.export_hf.empty() && cli.export_peft.empty() && cli.consolidate.empty()) {
+    if (speaks)
+      fmt::print(stderr, "trainer: error: --force goes with --consolidate, --export-hf or "
+                         "--export-peft\nRun 'trainer --help' for usage.\n");
+    return kExitUsage;
+  }
   if (cli.planning()) {
     try {
       cli.plan_device_bytes = parse_device_memory(cli.plan_device_memory, "--plan-device-memory");
@@ -201,9 +212,9 @@ int run(int argc, char** argv) {
   if (!cli.export_hf.empty())
     return run_export_hf(cli.config_path, cli.overrides, cli.export_hf, cli.export_args);
   if (!cli.export_peft.empty())
-    return run_export_peft(cli.config_path, cli.overrides, cli.export_peft);
+    return run_export_peft(cli.config_path, cli.overrides, cli.export_peft, cli.force);
   if (!cli.consolidate.empty())
-    return run_consolidate(cli.config_path, cli.overrides, cli.consolidate);
+    return run_consolidate(cli.config_path, cli.overrides, cli.consolidate, cli.force);
   try {
     check_launch_before_mpi(process_environment());
   } catch (const LaunchError& e) {

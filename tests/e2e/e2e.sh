@@ -1358,6 +1358,34 @@ PY
     expect_rc 0; expect_grep "resumed from $ck/step_000002: 2 steps done"
     expect_grep "done: 12 steps \(10 in this run\)"
     whole_records "$ck/metrics.jsonl" 1 12 ;;
+  consolidate_never_overwrites_np2)
+    # The scale guide's ZeRO example in small: a sharded run on 2 ranks writes final/ (4 steps);
+    # resumed on 1 rank (unsharded: one file) it writes final.safetensors (6 steps), the path
+    # --consolidate final would write: exit 2 naming it, and the file is byte for byte what it
+    # was; --force writes over it. --export-hf and --export-peft refuse a directory with files the
+    # same way (before they load anything); --force with another command is exit 2.
+    z=(--config "$src/configs/mlp.yaml" --set model.hidden_dim=64 --set model.depth=1
+       --set train.warmup_steps=1 --set checkpoint.dir="$work/z3")
+    run mpirun -np 2 "$trainer" "${z[@]}" --set ddp.shard=optimizer --set train.steps=4
+    expect_rc 0; [ -f "$work/z3/final/manifest.json" ] || fail "no sharded final checkpoint"
+    run "$trainer" "${z[@]}" --set train.steps=6 --set checkpoint.resume=auto
+    expect_rc 0; expect_grep "resumed from $work/z3/final: 4 steps done"
+    sum=$(md5sum <"$work/z3/final.safetensors")
+    run "$trainer" "${z[@]}" --consolidate "$work/z3/final"
+    expect_rc 2
+    expect_grep "^trainer: error: --consolidate: $work/z3/final.safetensors exists \(a checkpoint of 6 steps\) and is not overwritten: write elsewhere, move it away, or give --force"
+    [ "$(md5sum <"$work/z3/final.safetensors")" = "$sum" ] || fail "--consolidate changed the newer checkpoint"
+    run "$trainer" "${z[@]}" --consolidate "$work/z3/final" --force
+    expect_rc 0; expect_grep "wrote $work/z3/final.safetensors \(4 steps done, written by 2 rank\(s\)\)"
+    mkdir "$work/hf" && echo keep >"$work/hf/notes.txt"
+    for flag in --export-hf --export-peft; do
+      run "$trainer" --config "$src/configs/gpt-tiny.yaml" "$flag" "$work/hf"
+      expect_rc 2
+      expect_grep "^trainer: error: $flag: $work/hf exists \(a directory with files\) and is not overwritten"
+    done
+    [ "$(ls "$work/hf")" = notes.txt ] || fail "an export wrote into $work/hf"
+    run "$trainer" "${z[@]}" --force
+    expect_rc 2; expect_grep "^trainer: error: --force goes with --consolidate, --export-hf or --export-peft" ;;
   sharded_manifest_mixed_steps_np2)
     # A step directory whose files belong to different steps (rank 1's file of step 2 copied over
     # step 4's): resuming from it is exit 2 naming the file, its step and the manifest's, as is
