@@ -15,6 +15,8 @@
 #include "checkpoint/files.h"
 #include "checkpoint/sharded.h"
 #include "checkpoint/single_file.h"
+#include "io/safetensors.h"
+#include "io/shard_manifest.h"
 #include "models/capabilities.h"
 #include "models/deferred_init.h"
 
@@ -106,6 +108,38 @@ Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded) {
                                          : read_sharded_checkpoint(path);
   }
   return read_single_file(path);
+}
+
+Checkpoint read_checkpoint_header(const std::string& path) {
+  Checkpoint ckpt;
+  ckpt.path = path;
+  std::error_code ec;
+  try {
+    if (std::filesystem::is_directory(path, ec)) {
+      io::ShardManifest m = io::read_manifest(path);
+      ckpt.meta = {m.step, m.global_batch_size, m.seed, m.world_size, {}, {}, m.base, m.base_hash};
+      ckpt.manifest = std::move(m);
+      return ckpt;
+    }
+    const io::SafetensorsRangeReader header(path);
+    const auto meta = io::read_safetensors_metadata(path);
+    io::ShardManifest m;
+    for (const auto& [key, info] : header.tensors()) {
+      m.tensors[key] = {io::dtype_name(info.dtype).value_or("?"), info.shape};
+    }
+    const auto text = [&meta](const char* key) {
+      const auto it = meta.find(key);
+      return it == meta.end() ? std::string() : it->second;
+    };
+    ckpt.meta.base = text("base");
+    ckpt.meta.base_hash = text("base_hash");
+    ckpt.manifest = std::move(m);
+  } catch (const io::SafetensorsError& e) {
+    throw CheckpointDamaged(e.what());
+  } catch (const io::ShardManifestError& e) {
+    throw CheckpointDamaged(e.what());
+  }
+  return ckpt;
 }
 
 void check_compatible(const Checkpoint& ckpt, models::Model& model,

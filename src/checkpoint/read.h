@@ -25,6 +25,12 @@ namespace checkpoint {
 // into whole tensors unless `sharded` is kOpen. Throws CheckpointError.
 Checkpoint read_checkpoint(const std::string& path, ShardedRead sharded = ShardedRead::kWhole);
 
+// What a checkpoint (a file or a step directory) holds, from its header or manifest alone: its
+// tensors' names, shapes and dtypes as a manifest's logical tensors, its LoRA base and step;
+// nothing verified and no tensor data read. Enough for check_compatible, not for reading.
+// Throws CheckpointDamaged naming the file when the header cannot be read.
+Checkpoint read_checkpoint_header(const std::string& path);
+
 // Throws CheckpointError unless the checkpoint's LoRA base (CheckpointMeta::base_hash) is the
 // model's (models::FrozenBase; neither has one without adapters), naming both bases, and unless
 // `ckpt` holds exactly the parameters (with moments) and non-cache

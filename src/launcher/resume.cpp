@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/files.h"
 #include "checkpoint/read.h"
 #include "models/capabilities.h"
 
@@ -39,6 +40,31 @@ std::optional<std::vector<std::string>> moments_for(models::Model& model, Resume
   return models::hidden_parameters(*hidden);
 }
 
+// A training run whose checkpoint.dir holds another model's checkpoints would write its own among
+// them, and its final checkpoint over theirs: refused (exit 2), naming the newest of them (read
+// by its header alone) and how it differs. A directory of this model's checkpoints, or of damaged
+// ones (resume "auto" reports those), passes.
+void check_dir_holds_this_model(const std::string& dir, models::Model& model) {
+  for (const auto& path : checkpoint::checkpoints_newest_first(dir)) {
+    checkpoint::Checkpoint header;
+    try {
+      header = checkpoint::read_checkpoint_header(path);
+    } catch (const checkpoint::CheckpointError&) {
+      continue;  // damaged: not evidence of another model
+    }
+    try {
+      checkpoint::check_compatible(header, model, std::nullopt);
+    } catch (const checkpoint::CheckpointError& e) {
+      throw checkpoint::CheckpointError(fmt::format(
+          "checkpoint.dir: {} holds another model's checkpoint: {}. This run would write its "
+          "checkpoints among that run's (its final one over theirs): give it a checkpoint.dir of "
+          "its own",
+          dir, e.what()));
+    }
+    return;
+  }
+}
+
 }  // namespace
 
 std::optional<checkpoint::Checkpoint> select_resume(const checkpoint::CheckpointOptions& options,
@@ -48,6 +74,9 @@ std::optional<checkpoint::Checkpoint> select_resume(const checkpoint::Checkpoint
   const bool file = !resume.empty() && resume != "auto";
   const bool search =
       !file && !options.dir.empty() && (resume == "auto" || purpose == ResumeFor::kWeights);
+  if (purpose == ResumeFor::kTraining && !options.dir.empty() && resume != "auto") {
+    check_dir_holds_this_model(options.dir, model);  // "auto" checks the one it takes, below
+  }
   if (!file && !search) return std::nullopt;
   // The key whose setting chose the checkpoint, for messages.
   const std::string key = resume.empty() ? "checkpoint.dir" : "checkpoint.resume";

@@ -1386,6 +1386,25 @@ PY
     [ "$(ls "$work/hf")" = notes.txt ] || fail "an export wrote into $work/hf"
     run "$trainer" "${z[@]}" --force
     expect_rc 2; expect_grep "^trainer: error: --force goes with --consolidate, --export-hf or --export-peft" ;;
+  foreign_checkpoint_dir)
+    # A checkpoint.dir holding another model's checkpoint: a fresh run would write its own among
+    # them (its final over theirs): exit 2 before step 1, naming the file and how it differs, and
+    # the other model's checkpoint is untouched; resume: auto names the one it would take. The
+    # same model starts fresh there as before.
+    m=(--config "$src/configs/mlp.yaml" --set model.depth=1 --set train.warmup_steps=1
+       --set train.steps=2 --set checkpoint.dir="$work/ck")
+    run "$trainer" "${m[@]}" --set model.hidden_dim=64
+    expect_rc 0
+    sum=$(md5sum <"$work/ck/final.safetensors")
+    run "$trainer" "${m[@]}" --set model.hidden_dim=32
+    expect_rc 2
+    expect_grep "^trainer: error: checkpoint.dir: $work/ck holds another model's checkpoint: $work/ck/final.safetensors: 'param.hidden.0.weight' is \[64, 64\] Float in the checkpoint but \[32, 64\] Float in the model .*give it a checkpoint.dir of its own"
+    expect_no_grep "step +1/"
+    [ "$(md5sum <"$work/ck/final.safetensors")" = "$sum" ] || fail "the other model's checkpoint changed"
+    run "$trainer" "${m[@]}" --set model.hidden_dim=32 --set checkpoint.resume=auto
+    expect_rc 2; expect_grep "^trainer: error: checkpoint.resume: $work/ck/final.safetensors: 'param.hidden.0.weight' is \[64, 64\]"
+    run "$trainer" "${m[@]}" --set model.hidden_dim=64
+    expect_rc 0 ;;
   sharded_manifest_mixed_steps_np2)
     # A step directory whose files belong to different steps (rank 1's file of step 2 copied over
     # step 4's): resuming from it is exit 2 naming the file, its step and the manifest's, as is
