@@ -41,6 +41,11 @@ bool ends_with_png(const std::string& name) {
 std::vector<std::string> png_files(const std::string& key, const std::string& dir) {
   if (dir.empty()) throw DataError(fmt::format("{}: empty; give a directory of .png files", key));
   if (!is_directory(dir)) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) {  // missing, or a symlink loop: say which
+      throw DataError(
+          fmt::format("{}: {}: {} (a directory of .png files)", key, dir, std::strerror(errno)));
+    }
     throw DataError(fmt::format("{}: {} is not a directory (of .png files)", key, dir));
   }
   DIR* d = ::opendir(dir.c_str());

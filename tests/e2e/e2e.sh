@@ -1424,6 +1424,20 @@ PY
     run mpirun -np 2 "$trainer" "${s[@]}" --set train.steps=6 --set checkpoint.resume=auto
     expect_rc 0; expect_grep "passing over a damaged checkpoint: $mixed"
     expect_grep "resumed from $work/ck/step_000002: 2 steps done" ;;
+  data_path_symlink_loop)
+    # Symbolic links that loop, as data.path or as a file inside its directory: exit 2 before
+    # step 1 naming the path and the system's reason (token shards, a directory of shards, PNG
+    # images).
+    ln -s loop "$work/loop"
+    mkdir "$work/tokens" && cp "$src"/data/tokens-sample/*.bin "$work/tokens/"
+    ln -s train_000001.bin "$work/tokens/train_000001.bin"
+    t=(--config "$src/configs/gpt-tiny.yaml" --set train.steps=1)
+    run "$trainer" "${t[@]}" --set data.path="$work/loop"
+    expect_rc 2; expect_grep "^trainer: error: data.path: $work/loop: Too many levels of symbolic links"
+    run "$trainer" "${t[@]}" --set data.path="$work/tokens"
+    expect_rc 2; expect_grep "^trainer: error: $work/tokens/train_000001.bin: cannot open the token shard: Too many levels of symbolic links"
+    run "$trainer" --config "$src/configs/cnn-denoise.yaml" --set train.steps=1 --set data.path="$work/loop"
+    expect_rc 2; expect_grep "^trainer: error: data.path: $work/loop: Too many levels of symbolic links" ;;
   checkpoint_killed_mid_write)
     # One process, single-file checkpoints: the step-4 write pauses with all but its last tensor
     # in step_000004.safetensors.tmp (TRAINER_TEST_SHARD_WRITE_PAUSE=0:4, test-only) and the
