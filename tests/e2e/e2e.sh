@@ -1358,6 +1358,21 @@ PY
     expect_rc 0; expect_grep "resumed from $ck/step_000002: 2 steps done"
     expect_grep "done: 12 steps \(10 in this run\)"
     whole_records "$ck/metrics.jsonl" 1 12 ;;
+  checkpoint_write_error)
+    # A write the file system refuses for another reason than space is not retried: under
+    # `ulimit -f` (SIGXFSZ ignored: the write fails with EFBIG) the step-2 checkpoint (13.6 MB)
+    # does not fit the 8 MiB limit (MPI's start needs a few), and the job stops at once with exit 5
+    # naming it and the reason; its partial file is gone and metrics.jsonl is whole.
+    k=(--config "$src/configs/mlp.yaml" --set model.hidden_dim=1024 --set model.depth=2
+       --set train.warmup_steps=1 --set log.every=1 --set checkpoint.every=2 --set train.steps=8
+       --set checkpoint.dir="$work/ck")
+    run bash -c 'trap "" XFSZ; ulimit -f 8192; exec "$@"' limited "$trainer" "${k[@]}"
+    expect_rc 5
+    expect_grep "^trainer: error: checkpoint $work/ck/step_000002.safetensors \(2 steps done\) was not written: rank 0 could not write its file: .*: File too large. The last complete checkpoint: none"
+    expect_no_grep "Training goes on"
+    left=$(cd "$work/ck" && echo *)
+    [ "$left" = "metrics.jsonl trainer.lock" ] || fail "$work/ck holds: $left"
+    whole_records "$work/ck/metrics.jsonl" 1 ;;
   consolidate_never_overwrites_np2)
     # The scale guide's ZeRO example in small: a sharded run on 2 ranks writes final/ (4 steps);
     # resumed on 1 rank (unsharded: one file) it writes final.safetensors (6 steps), the path
