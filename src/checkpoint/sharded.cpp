@@ -245,7 +245,17 @@ void commit_sharded_checkpoint(const std::string& step_dir, const io::ShardManif
   fsync_path(tmp, /*directory=*/false);
   rename_or_throw(tmp, path);
   fsync_path(tmp_dir, /*directory=*/true);
-  if (is_sharded_checkpoint(step_dir)) remove_step_dir(step_dir);  // the same step written again
+  if (is_sharded_checkpoint(step_dir)) {  // the same step written again (a resumed run's final)
+    // Swapped in one step, so that step_dir is a complete checkpoint at every instant; the old
+    // one, under the temporary name now, goes after (left by a kill: removed at the next commit).
+    // A file system without RENAME_EXCHANGE: the old one is removed first.
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, step_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_path(parent_dir(step_dir), /*directory=*/true);
+      remove_step_dir(tmp_dir);
+      return;
+    }
+    remove_step_dir(step_dir);
+  }
   rename_or_throw(tmp_dir, step_dir);
   fsync_path(parent_dir(step_dir), /*directory=*/true);
 }

@@ -1357,7 +1357,13 @@ PY
     run mpirun -np 2 "$trainer" "${d[@]}" --set train.steps=12 --set checkpoint.resume=auto
     expect_rc 0; expect_grep "resumed from $ck/step_000002: 2 steps done"
     expect_grep "done: 12 steps \(10 in this run\)"
-    whole_records "$ck/metrics.jsonl" 1 12 ;;
+    whole_records "$ck/metrics.jsonl" 1 12
+    # final/ written again by a resumed run: swapped in whole (RENAME_EXCHANGE), the old one gone.
+    run mpirun -np 2 "$trainer" "${d[@]}" --set train.steps=14 --set checkpoint.resume="$ck/final"
+    expect_rc 0; expect_grep "checkpoint written: $ck/final \(14 steps done"
+    grep -qE '"step": ?14([^0-9]|$)' "$ck/final/manifest.json" || fail "final/ is not step 14's"
+    left=$(cd "$ck" && echo final*)
+    [ "$left" = final ] || fail "$ck holds: $left" ;;
   checkpoint_write_error)
     # A write the file system refuses for another reason than space is not retried: under
     # `ulimit -f` (SIGXFSZ ignored: the write fails with EFBIG) the step-2 checkpoint (13.6 MB)
