@@ -290,6 +290,10 @@ Config build(const YAML::Node& root, const std::string& source,
   reader.check_required(source);
   reader.check_relations(config);
   reader.throw_if_errors();
+  // The data layer reads preference pairs for a preference objective (data/token_shards.h).
+  if (config.train.objective != train::ObjectiveKind::kLm) {
+    config.data.preference = train::kObjectiveNames[static_cast<size_t>(config.train.objective)];
+  }
   return config;
 }
 

@@ -136,6 +136,25 @@ std::vector<KeyDef> optimizer_keys() {
 }
 
 // Numerics and speed: precision and fp16's loss scaling, TF32, cuDNN, memory format, graphs.
+// The objective: next-token cross-entropy, or a preference objective over pairs
+// (train/objective.h).
+std::vector<KeyDef> objective_keys() {
+  return {
+      enum_choice("train.objective", FIELD(train.objective), "lm", train::kObjectiveNames,
+                  "lm: next-token cross-entropy; dpo, simpo: preference tuning on pairs (shards "
+                  "with NAME.pairs, scripts/tokenize_text.py --preference)"),
+      real("train.dpo_beta", FIELD(train.preference.dpo_beta), "0.1", 0.0, 1e3, true, false,
+           "dpo: beta, the strength of the reference's hold (TRL's default)"),
+      real("train.dpo_label_smoothing", FIELD(train.preference.dpo_label_smoothing), "0", 0.0, 0.5,
+           false, true,
+           "dpo: the probability that a pair's labels are flipped (0: the sigmoid loss; above "
+           "0: cDPO's robust form, as TRL computes it)"),
+      real("train.simpo_beta", FIELD(train.preference.simpo_beta), "2.0", 0.0, 1e3, true, false,
+           "simpo: beta, the scale of the length-normalised rewards"),
+      real("train.simpo_gamma", FIELD(train.preference.simpo_gamma), "0.5", 0.0, 1e3, false, false,
+           "simpo: gamma, the target reward margin (TRL's simpo_gamma)")};
+}
+
 std::vector<KeyDef> numerics_keys() {
   return {
       enum_choice("train.precision", FIELD(train.precision), "fp32", train::kPrecisionNames,
@@ -209,7 +228,7 @@ std::vector<KeyDef> report_keys() {
 
 std::vector<KeyDef> train_keys() {
   std::vector<KeyDef> keys = run_keys();
-  for (const auto& part : {optimizer_keys(), numerics_keys(), report_keys()}) {
+  for (const auto& part : {optimizer_keys(), objective_keys(), numerics_keys(), report_keys()}) {
     keys.insert(keys.end(), part.begin(), part.end());
   }
   return keys;

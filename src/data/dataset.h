@@ -31,6 +31,10 @@ struct Batch {
   // its position id (learned or rotary). Undefined for every other batch (the initialiser lets
   // {inputs, targets} build one without a warning).
   at::Tensor positions{};
+  // Preference pairs (tokens with NAME.pairs): int64 [n], the pairs' indices in their split (the
+  // key of a table of reference log-probabilities); inputs and targets are then [n, 2, context].
+  // Undefined for every other batch.
+  at::Tensor pairs{};
 };
 
 // data.packing (token shards): documents fills each window with whole documents (needs the
@@ -134,6 +138,7 @@ struct DataOptions {
   int64_t context = 0;     // positions per sample (a window of context + 1 tokens)
   int64_t vocab_size = 0;  // token ids must be below this
   Packing packing{};
+  std::string preference;  // train.objective when it reads pairs (dpo, simpo); "" for lm
   std::vector<MixtureSource> mixture;  // tokens: several sources by weight (empty: data.path)
   std::string
       tokenizer;  // auto | bytes | gpt2 | a tokenizer.json: the ids' encoding (data/tokenizer.h)

@@ -122,10 +122,12 @@ Batch Loader::get(int64_t step) {
 
 Batch to_device(const Batch& batch, int64_t offset, int64_t n, c10::Device device) {
   Batch micro{batch.inputs.narrow(0, offset, n), batch.targets.narrow(0, offset, n),
-              batch.positions.defined() ? batch.positions.narrow(0, offset, n) : at::Tensor()};
+              batch.positions.defined() ? batch.positions.narrow(0, offset, n) : at::Tensor(),
+              batch.pairs.defined() ? batch.pairs.narrow(0, offset, n) : at::Tensor()};
   if (device.is_cpu()) return micro;
   std::vector<at::Tensor*> parts{&micro.inputs, &micro.targets};
   if (micro.positions.defined()) parts.push_back(&micro.positions);
+  if (micro.pairs.defined()) parts.push_back(&micro.pairs);
 #ifdef TRAINER_HAVE_CUDA
   if (device.is_cuda()) {
     const auto compute = c10::cuda::getCurrentCUDAStream(device.index());

@@ -217,6 +217,11 @@ Batch gather_samples(const std::vector<std::shared_ptr<const Dataset>>& sources,
 }
 
 std::unique_ptr<Dataset> make_mixture_dataset(const DataOptions& options) {
+  if (!options.preference.empty()) {
+    throw DataError(fmt::format("data.mixture: train.objective: {} reads the preference pairs of "
+                                "one source, data.path; a mixture of them is not supported",
+                                options.preference));
+  }
   return std::make_unique<MixtureDataset>(options);
 }
 

@@ -30,6 +30,7 @@ constexpr int64_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 // The mask and document files beside a shard (token_shards.h; scripts/tokenize_text.py --chat).
 constexpr char kMaskMagic[] = "TRAINMSK";
 constexpr char kDocsMagic[] = "TRAINDOC";
+constexpr char kPairsMagic[] = "TRAINPAR";
 constexpr uint32_t kSidecarVersion = 1;
 constexpr int64_t kSidecarHeaderBytes = 32;
 
@@ -130,6 +131,7 @@ struct TokenShardDataset::Shard {
   std::unique_ptr<MappedFile> mask;  // NAME.mask, or null: every token is a target
   std::unique_ptr<MappedFile> docs;  // NAME.docs, or null: no document boundaries
   int64_t documents = 0;
+  int64_t pairs = -1;  // NAME.pairs' count, or -1: no pairs file
 
   explicit Shard(const std::string& p) : path(p), file(p, "token shard") {
     const int64_t size = file.bytes();
@@ -147,6 +149,7 @@ struct TokenShardDataset::Shard {
     }
     open_mask();
     open_docs();
+    open_pairs();
   }
 
   void read_header(int32_t magic) {
@@ -231,6 +234,26 @@ struct TokenShardDataset::Shard {
     }
   }
 
+  // NAME.pairs, if there: the header alone, its count the shard's pairs (documents 2p and 2p + 1
+  // are pair p's chosen and rejected sequences), so the boundaries must be there and even.
+  void open_pairs() {
+    const std::string p = sidecar_path(path, ".pairs");
+    if (!is_file(p)) return;
+    const MappedFile header(p, "preference pairs");
+    pairs = sidecar_count(header, kPairsMagic, "preference pairs");
+    if (docs == nullptr || mask == nullptr) {
+      throw DataError(
+          fmt::format("{}: preference pairs, but {} has no {} beside it", p, path,
+                      docs == nullptr ? "document boundaries (.docs)" : "loss mask (.mask)"));
+    }
+    if (header.bytes() != kSidecarHeaderBytes || 2 * pairs != documents) {
+      throw DataError(fmt::format(
+          "{}: the header (byte offset 16) says {} pairs, {} bytes in all; its shard {} holds {} "
+          "documents: a pairs file is the 32-byte header, its count half the documents",
+          p, pairs, header.bytes(), path, documents));
+    }
+  }
+
   int64_t boundary(int64_t d) const {
     return static_cast<int64_t>(read_le<uint64_t>(docs->data() + kSidecarHeaderBytes + 8 * d));
   }
@@ -280,15 +303,17 @@ struct TokenShardDataset::Shard {
 TokenShardDataset::TokenShardDataset(const std::vector<std::string>& files, int64_t context,
                                      int64_t vocab_size,
                                      const std::vector<std::string>& validation_files,
-                                     Packing packing)
+                                     Packing packing, const std::string& preference)
     : files_(files), context_(context), vocab_size_(vocab_size) {
   if (files.empty()) throw DataError("data.path: no token shards (.bin files) to read");
   if (context < 1) throw DataError(fmt::format("data.context must be positive, got {}", context));
   if (vocab_size < 1)
     throw DataError(fmt::format("data.vocab_size must be positive, got {}", vocab_size));
   open_shards(files);
-  resolve_packing(packing);
-  if (packing_ == Packing::kDocuments) {
+  check_pairs(preference);
+  if (pairs_) {
+    window_pairs();
+  } else if (resolve_packing(packing); packing_ == Packing::kDocuments) {
     window_documents();
   } else {
     window_unpacked();
@@ -300,8 +325,8 @@ TokenShardDataset::TokenShardDataset(const std::vector<std::string>& files, int6
   for (const int32_t t : window_targets_) stats_.targets += t;
   if (window_targets_.empty()) stats_.targets = windows_ * context_;
   if (!validation_files.empty()) {
-    validation_ = std::make_shared<TokenShardDataset>(validation_files, context, vocab_size,
-                                                      std::vector<std::string>{}, packing_);
+    validation_ = std::make_shared<TokenShardDataset>(
+        validation_files, context, vocab_size, std::vector<std::string>{}, packing_, preference);
   }
 }
 
@@ -325,10 +350,12 @@ void TokenShardDataset::open_shards(const std::vector<std::string>& files) {
   const Shard& first = *shards_.front();
   masks_ = first.mask != nullptr;
   documents_ = first.docs != nullptr;
+  pairs_ = first.pairs >= 0;
   for (const auto& s : shards_) {
     for (const auto& [has, first_has, what, ext] :
          {std::tuple{s->mask != nullptr, masks_, "loss mask", ".mask"},
-          std::tuple{s->docs != nullptr, documents_, "document boundaries", ".docs"}}) {
+          std::tuple{s->docs != nullptr, documents_, "document boundaries", ".docs"},
+          std::tuple{s->pairs >= 0, pairs_, "preference pairs", ".pairs"}}) {
       if (has == first_has) continue;
       const Shard& with = has ? *s : first;
       const Shard& without = has ? first : *s;
@@ -412,6 +439,77 @@ void TokenShardDataset::window_documents() {
   }
 }
 
+void TokenShardDataset::check_pairs(const std::string& preference) const {
+  const Shard& first = *shards_.front();
+  if (!preference.empty() && !pairs_) {
+    throw DataError(fmt::format(
+        "{}: train.objective: {} trains on preference pairs, but there is no {} beside this "
+        "shard: tokenize the pairs with scripts/tokenize_text.py --preference (or set "
+        "train.objective: lm)",
+        first.path, preference, sidecar_path(first.path, ".pairs")));
+  }
+  if (preference.empty() && pairs_) {
+    throw DataError(fmt::format(
+        "{}: these shards hold preference pairs ({}), which train.objective: lm would train on as "
+        "chat data, rejected answers included: set train.objective: dpo or simpo",
+        first.path, sidecar_path(first.path, ".pairs")));
+  }
+}
+
+void TokenShardDataset::window_pairs() {
+  // Each sequence fills one row of `context` positions (its first L - 1 tokens the inputs), so a
+  // sequence may hold context + 1 tokens at most.
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const Shard& shard = *shards_[s];
+    for (int64_t d = 0; d < shard.documents; ++d) {
+      const int64_t begin = shard.boundary(d), length = shard.boundary(d + 1) - begin;
+      if (length > context_ + 1) {
+        throw DataError(fmt::format(
+            "{}: pair {}'s {} sequence holds {} tokens, more than data.context + 1 = {}: "
+            "tokenize with --max-tokens {} or raise data.context",
+            shard.path, d / 2, d % 2 == 0 ? "chosen" : "rejected", length, context_ + 1,
+            context_ + 1));
+      }
+      sequences_.push_back({begin, length, static_cast<int64_t>(s)});
+      stats_.tokens += length;
+    }
+  }
+  windows_ = static_cast<int64_t>(sequences_.size()) / 2;
+  if (windows_ == 0) {
+    throw DataError(fmt::format("{}: no preference pairs in the split", shards_.front()->path));
+  }
+}
+
+void TokenShardDataset::fill_sequence(const Piece& piece, int64_t* inputs, int64_t* targets) const {
+  const Shard& shard = *shards_[static_cast<size_t>(piece.shard)];
+  int64_t j = 0;
+  for (; j + 1 < piece.length; ++j) {
+    const int64_t t = piece.begin + j;
+    inputs[j] = shard.token(t);
+    targets[j] = shard.target(t + 1) ? shard.token(t + 1) : core::kIgnoreTarget;
+  }
+  for (; j < context_; ++j) {  // padding after the sequence: never a target, attended by none
+    inputs[j] = kPadInput;
+    targets[j] = core::kIgnoreTarget;
+  }
+}
+
+Batch TokenShardDataset::get_pairs(const at::Tensor& idx) const {
+  const int64_t n = idx.numel();
+  const int64_t* ids = idx.data_ptr<int64_t>();
+  Batch b{at::empty({n, 2, context_}, at::kLong), at::empty({n, 2, context_}, at::kLong), {}};
+  b.pairs = idx.clone();
+  for (int64_t k = 0; k < n; ++k) {
+    check_index(ids[k]);
+    for (int64_t side = 0; side < 2; ++side) {
+      const int64_t row = (2 * k + side) * context_;
+      fill_sequence(sequences_[static_cast<size_t>(2 * ids[k] + side)],
+                    b.inputs.data_ptr<int64_t>() + row, b.targets.data_ptr<int64_t>() + row);
+    }
+  }
+  return b;
+}
+
 core::Shape TokenShardDataset::shape() const {
   core::Shape s;
   s.vocab_size = vocab_size_;
@@ -459,6 +557,7 @@ void TokenShardDataset::fill_packed(int64_t i, int64_t* inputs, int64_t* targets
 
 Batch TokenShardDataset::get(const at::Tensor& indices) const {
   const at::Tensor idx = indices.to(at::kLong).contiguous();
+  if (pairs_) return get_pairs(idx);
   const int64_t n = idx.numel();
   const int64_t* ids = idx.data_ptr<int64_t>();
   Batch b{at::empty({n, context_}, at::kLong), at::empty({n, context_}, at::kLong), {}};
@@ -480,6 +579,10 @@ Batch TokenShardDataset::get(const at::Tensor& indices) const {
 int64_t TokenShardDataset::target_count(const at::Tensor& indices) const {
   const at::Tensor idx = indices.to(at::kLong).contiguous();
   const int64_t* ids = idx.data_ptr<int64_t>();
+  if (pairs_) {  // a preference objective's loss is a mean over the pairs
+    for (int64_t k = 0; k < idx.numel(); ++k) check_index(ids[k]);
+    return idx.numel();
+  }
   if (window_targets_.empty()) {
     for (int64_t k = 0; k < idx.numel(); ++k) check_index(ids[k]);
     return idx.numel() * context_;
@@ -493,7 +596,7 @@ int64_t TokenShardDataset::target_count(const at::Tensor& indices) const {
 }
 
 std::optional<PackingStats> TokenShardDataset::packing() const {
-  if (!masks_ && !documents_) return std::nullopt;
+  if ((!masks_ && !documents_) || pairs_) return std::nullopt;
   return stats_;
 }
 
@@ -538,7 +641,7 @@ ShardFiles find_shards(const std::string& path, const std::string& val_path) {
 std::unique_ptr<Dataset> make_token_dataset(const DataOptions& o) {
   const ShardFiles files = find_shards(o.path, o.val_path);
   return std::make_unique<TokenShardDataset>(files.train, o.context, o.vocab_size, files.validation,
-                                             o.packing);
+                                             o.packing, o.preference);
 }
 
 }  // namespace data

@@ -44,6 +44,17 @@
 // target_count(indices) sums a per-window count built at open; packing() reports the windows'
 // efficiency.
 //
+// Preference pairs (NAME.pairs beside every shard, scripts/tokenize_text.py --preference: a
+// 32-byte header, magic TRAINPAR, count the shard's pairs; documents 2p and 2p + 1 are pair p's
+// chosen and rejected sequences): read only for a preference objective (`preference`), and then
+// sample i is pair i, whole: inputs and targets int64 [n, 2, context], [k, 0] the chosen
+// sequence and [k, 1] the rejected one, each in its own row from position 0 (its tokens' targets
+// by the mask, as above), padded after its end (input kPadInput, target ignored; causal attention
+// keeps the padding out of the sequence's positions), so a pair is never split or packed with
+// another; Batch::pairs holds the indices. A sequence longer than context + 1 tokens is a
+// DataError naming the shard and pair. target_count is one per pair (a preference loss is a
+// mean over pairs), packing() nullopt.
+//
 // Immutable after construction; get() may run on several threads at once. The mappings live as
 // long as the dataset.
 #pragma once
@@ -66,10 +77,12 @@ inline constexpr int64_t kPadInput = 0;
 class TokenShardDataset final : public Dataset {
  public:
   // `files`: the shards, in order; `validation_files`: the held-out split (may be empty), read
-  // with the packing the training split resolves to. Throws DataError.
+  // with the packing the training split resolves to. `preference`: the preference objective
+  // (train.objective: "dpo", "simpo") that reads the shards' pairs, or "" (lm): the shards must
+  // carry NAME.pairs exactly when it is given. Throws DataError.
   TokenShardDataset(const std::vector<std::string>& files, int64_t context, int64_t vocab_size,
                     const std::vector<std::string>& validation_files = {},
-                    Packing packing = Packing::kAuto);
+                    Packing packing = Packing::kAuto, const std::string& preference = "");
   ~TokenShardDataset() override;
   TokenShardDataset(const TokenShardDataset&) = delete;
   TokenShardDataset& operator=(const TokenShardDataset&) = delete;
@@ -96,6 +109,11 @@ class TokenShardDataset final : public Dataset {
   void fill_unpacked(int64_t i, int64_t* inputs, int64_t* targets) const;
   void fill_packed(int64_t i, int64_t* inputs, int64_t* targets, int64_t* positions) const;
   void check_index(int64_t i) const;
+  // Preference pairs (NAME.pairs): present exactly when `preference` names an objective.
+  void check_pairs(const std::string& preference) const;
+  void window_pairs();
+  void fill_sequence(const Piece& piece, int64_t* inputs, int64_t* targets) const;
+  Batch get_pairs(const at::Tensor& indices) const;
 
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<int64_t> first_window_;    // unpacked: per shard, the index of its first window
@@ -105,8 +123,10 @@ class TokenShardDataset final : public Dataset {
   int64_t context_;
   int64_t vocab_size_;
   Packing packing_ = Packing::kNone;
-  bool masks_ = false;      // the shards carry loss masks
-  bool documents_ = false;  // ... and document boundaries
+  bool masks_ = false;            // the shards carry loss masks
+  bool documents_ = false;        // ... and document boundaries
+  bool pairs_ = false;            // ... and preference pairs: a sample is a pair
+  std::vector<Piece> sequences_;  // pairs: sequence 2p is pair p's chosen, 2p + 1 its rejected
   int64_t windows_ = 0;
   int64_t tokens_ = 0;
   PackingStats stats_;

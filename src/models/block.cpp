@@ -205,6 +205,14 @@ Projection::Projection(int64_t in, int64_t out, bool with_bias, WeightLayout lay
   }
 }
 
+namespace {
+thread_local int adapters_off = 0;  // AdaptersOff's live on this thread
+}  // namespace
+
+AdaptersOff::AdaptersOff() { ++adapters_off; }
+AdaptersOff::~AdaptersOff() { --adapters_off; }
+bool AdaptersOff::active() { return adapters_off > 0; }
+
 at::Tensor Projection::forward(const at::Tensor& input) const {
   // Under autocast, x is cast once here for the base and every adapter (autocast casts each op's
   // inputs anew: once per adapter otherwise).
@@ -219,7 +227,7 @@ at::Tensor Projection::forward(const at::Tensor& input) const {
     y = at::matmul(x, weight);
     if (bias.defined()) y = y + bias;
   }
-  if (adapters_.empty()) return y;
+  if (adapters_.empty() || AdaptersOff::active()) return y;
   // Every adapter's narrow middle side by side, [n, sum of ranks], then one GEMM with the B
   // matrices laid out on their rows of the output ([out, sum of ranks], zero elsewhere: llama's
   // q_proj, k_proj, v_proj of the fused qkv_proj, block-diagonal when they tile its rows) that

@@ -127,6 +127,18 @@ class LoraAdapter {
   double dropout_;
 };
 
+// While one lives on a thread, every Projection's forward on that thread leaves its adapters out:
+// the frozen base alone (PEFT's disable_adapter()), the reference model of a preference objective
+// under LoRA (train/objective.h). Nests.
+class AdaptersOff {
+ public:
+  AdaptersOff();
+  ~AdaptersOff();
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+  static bool active();
+};
+
 // An adapter's weight gradient, left^T right ([tokens, p], [tokens, q] -> [p, q], float32):
 // summed over the tokens in `chunks` slices by one batched GEMM (0: adapter_gradient_chunks),
 // each slice's partial sums in float32 (CUDA's GEMMs write float32 from bfloat16 operands; the

@@ -152,6 +152,17 @@ class PackedDocuments {
       const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& positions) = 0;
 };
 
+// Per-sequence log-probabilities (the preference objectives, train/objective.h): for tokens
+// int64 [n, T] and targets of the same shape, float32 [n]: each row's summed log-probability of
+// its targets (next-token log-softmax at each target's position; core::kIgnoreTarget skipped: a
+// row without targets gives 0), differentiable when grad mode is on. The vocabulary's
+// log-softmax is computed in float32, as autocast computes log_softmax.
+class SequenceLogProbs {
+ public:
+  virtual ~SequenceLogProbs() = default;
+  virtual at::Tensor sequence_logps(const at::Tensor& tokens, const at::Tensor& targets) = 0;
+};
+
 // A batch's loss and eval_sums: Model::loss and Model::eval_sums, or with `positions` defined
 // (a packed batch) the PackedDocuments calls; std::invalid_argument naming data.packing for a
 // model without them.

@@ -56,6 +56,19 @@ inline constexpr std::array<const char*, 2> kMuonAdjustLrNames = {"original", "m
 enum class MuonNsDtype { kAuto, kFp32, kBf16, kFp16 };
 inline constexpr std::array<const char*, 4> kMuonNsDtypeNames = {"auto", "fp32", "bf16", "fp16"};
 
+// train.objective (train/objective.h): lm, next-token cross-entropy over the targets; dpo and
+// simpo, preference objectives over pairs (data with NAME.pairs: a sample is a pair).
+enum class ObjectiveKind { kLm, kDpo, kSimpo };
+inline constexpr std::array<const char*, 3> kObjectiveNames = {"lm", "dpo", "simpo"};
+
+// The preference objectives' constants (train.dpo_*, train.simpo_*).
+struct PreferenceOptions {
+  double dpo_beta = 0;
+  double dpo_label_smoothing = 0;  // 0: the sigmoid loss; above 0: cDPO's robust form
+  double simpo_beta = 0;
+  double simpo_gamma = 0;  // the target reward margin
+};
+
 // Muon's group (train.optimizer: muon): the hidden layers' 2-D weight matrices.
 struct MuonOptions {
   double lr = 0;  // peak learning rate (the schedule scales it as it scales train.lr)
@@ -81,6 +94,8 @@ struct TrainOptions {
   OptimizerKind optimizer{};  // adamw | muon
   MuonOptions muon{};         // train.muon_*: Muon's group
   double weight_decay = 0;    // AdamW's
+  ObjectiveKind objective{};  // lm | dpo | simpo (train/objective.h)
+  PreferenceOptions preference{};
   double beta1 = 0;
   double beta2 = 0;
   double eps = 0;

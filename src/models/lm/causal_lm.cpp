@@ -113,6 +113,17 @@ at::Tensor CausalLm::loss_packed(const at::Tensor& tokens, const at::Tensor& tar
   return loss_of_trunk(trunk(tokens, &documents), targets);
 }
 
+at::Tensor CausalLm::sequence_logps(const at::Tensor& tokens, const at::Tensor& targets) {
+  require_targets(tokens, targets);
+  const at::Tensor logits =
+      at::linear(trunk(tokens), output_weight()).narrow(-1, 0, dims_.vocab_size);
+  const at::Tensor logp = at::log_softmax(logits.to(at::kFloat), -1);
+  const at::Tensor counted = targets.ne(core::kIgnoreTarget);
+  const at::Tensor picked =
+      logp.gather(-1, at::where(counted, targets, 0).unsqueeze(-1)).squeeze(-1);
+  return leave_output(at::where(counted, picked, 0.0F).sum(1));
+}
+
 std::vector<std::pair<std::string, at::Tensor>> CausalLm::sums_of(const at::Tensor& loss,
                                                                   const at::Tensor& targets) const {
   // The loss per target times the targets: their sum (exactly the per-sample mean times the

@@ -85,6 +85,7 @@ class CausalLm : public LanguageModel,
                  public HiddenMatrices,
                  public FrozenBase,
                  public Adapters,
+                 public SequenceLogProbs,
                  public ShapePlanning {
  public:
   ~CausalLm() override;
@@ -109,6 +110,9 @@ class CausalLm : public LanguageModel,
       const at::Tensor& tokens, const at::Tensor& targets, const at::Tensor& positions) final;
   int64_t vocab_size() const final { return dims_.vocab_size; }
   int64_t context() const final { return dims_.context; }
+  // SequenceLogProbs: the trunk, then the output layer over every position at once ([n, T,
+  // vocab] logits: a preference batch's rows are a few sequences).
+  at::Tensor sequence_logps(const at::Tensor& tokens, const at::Tensor& targets) final;
 
   // 6 N + 12 L A T (PaLM's estimate): N the parameters less the embeddings that are only looked
   // up (not also the output layer: gpt's wpe, an untied llama's embed_tokens), A the attention
