@@ -35,6 +35,7 @@
 #include "models/registry.h"
 #include "train/loop.h"
 #include "train/precision.h"
+#include "train/reference_logps.h"
 #include "train/report/metrics.h"
 #include "train/report/tensorboard.h"
 #include "train/text_samples.h"
@@ -386,6 +387,10 @@ int build_trainer(Startup& s) {
     s.trainer = std::make_unique<train::Trainer>(options, *s.control, *s.data_comm, s.model,
                                                  *s.dataset, s.binding.device, hybrid);
     s.checkpointer = train::make_checkpointer(*s.trainer, config::config_to_yaml(s.config));
+    s.eval_inputs.objective = &s.trainer->objective();  // validation as training scores it
+    // Before resume: without one the model holds the initial weights (the reference of dpo).
+    train::prepare_reference(*s.trainer, s.config.checkpoint.dir,
+                             s.resume_from ? s.resume_from->path : std::string());
     s.start_step =
         train::resume(*s.checkpointer, *s.trainer, s.resume_from ? &*s.resume_from : nullptr);
     if (s.resume_from) {  // applied: rank 0 keeps its path and step, not a copy of the state

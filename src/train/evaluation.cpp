@@ -156,9 +156,46 @@ std::pair<double, double> nats_and_bytes(models::LanguageModel& lm, const at::Te
 
 }  // namespace
 
+namespace {
+
+// One validation batch's sums (`inputs`, `targets`: `b`'s on the model's device): the objective's
+// (null: the model's eval_sums).
+std::vector<std::pair<std::string, at::Tensor>> batch_sums(models::Model& model,
+                                                           const Objective* objective,
+                                                           const data::Batch& b,
+                                                           const at::Tensor& inputs,
+                                                           const at::Tensor& targets) {
+  if (objective == nullptr) return models::eval_sums_of(model, inputs, targets, b.positions);
+  const at::Tensor pairs = b.pairs.defined() ? b.pairs.to(inputs.device()) : at::Tensor();
+  return objective->eval_sums({inputs, targets, b.positions, pairs});
+}
+
+// The means of evaluate_validation's summed `sums` (`names`' sums, then with `bpb` nats and
+// bytes, then the targets and the samples).
+ValidationMetrics means_of(const at::Tensor& sums, const std::vector<std::string>& names,
+                           bool bpb) {
+  ValidationMetrics m;
+  m.samples = static_cast<int64_t>(sums[-1].item<double>());
+  const double targets = sums[-2].item<double>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    // The loss per target (Model::eval_sums), every other metric per sample.
+    const double count = names[i] == "loss" ? targets : static_cast<double>(m.samples);
+    m.means.emplace_back(names[i],
+                         sums[static_cast<int64_t>(i)].item<double>() / std::max(1.0, count));
+  }
+  if (bpb && sums[-3].item<double>() > 0) {
+    m.means.emplace_back("bpb",
+                         sums[-4].item<double>() / (std::log(2.0) * sums[-3].item<double>()));
+  }
+  return m;
+}
+
+}  // namespace
+
 ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
                                       const data::Dataset& validation, int64_t batch,
-                                      int64_t max_samples, const at::Tensor& token_bytes) {
+                                      int64_t max_samples, const at::Tensor& token_bytes,
+                                      const Objective* objective) {
   const int64_t n = max_samples > 0 ? std::min(max_samples, validation.size()) : validation.size();
   const auto [begin, count] = eval_slice(n, control.size(), control.rank());
   const c10::Device device = model_device(model);
@@ -169,7 +206,8 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   // sample, weighted 0) so that every rank reduces the same vector.
   // sums: the eval_sums, then (bits per byte) nats and bytes, then the targets the loss counts
   // (Dataset::target_count) and the samples.
-  auto* lm = token_bytes.defined() ? models::as<models::LanguageModel>(model) : nullptr;
+  const bool pairs = objective != nullptr && objective->preference();
+  auto* lm = token_bytes.defined() && !pairs ? models::as<models::LanguageModel>(model) : nullptr;
   std::vector<std::string> names;
   at::Tensor sums;
   auto add = [&](int64_t start, int64_t rows, double weight) {
@@ -177,7 +215,7 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
     const data::Batch b = validation.get(indices);
     const at::Tensor inputs = b.inputs.to(device), targets = b.targets.to(device);
     // A packed batch's positions stay on the host: the model takes them from there.
-    const auto parts = models::eval_sums_of(model, inputs, targets, b.positions);
+    const auto parts = batch_sums(model, objective, b, inputs, targets);
     if (!sums.defined()) {
       for (const auto& [name, value] : parts) names.push_back(name);
       sums = at::zeros({static_cast<int64_t>(names.size()) + (lm ? 4 : 2)}, at::kDouble);
@@ -201,20 +239,7 @@ ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model&
   if (!sums.defined()) return {};  // an empty split: every rank sees n = 0, nobody communicates
   settle_units(model);             // ddp.shard: parameters in step
   control.all_reduce(sums, ddp::ReduceOp::kSum, "validation evaluation");
-  ValidationMetrics m;
-  m.samples = static_cast<int64_t>(sums[-1].item<double>());
-  const double targets = sums[-2].item<double>();
-  for (size_t i = 0; i < names.size(); ++i) {
-    // The loss per target (Model::eval_sums), every other metric per sample.
-    const double count = names[i] == "loss" ? targets : static_cast<double>(m.samples);
-    m.means.emplace_back(names[i],
-                         sums[static_cast<int64_t>(i)].item<double>() / std::max(1.0, count));
-  }
-  if (lm != nullptr && sums[-3].item<double>() > 0) {
-    m.means.emplace_back("bpb",
-                         sums[-4].item<double>() / (std::log(2.0) * sums[-3].item<double>()));
-  }
-  return m;
+  return means_of(sums, names, lm != nullptr);
 }
 
 namespace {
@@ -230,11 +255,12 @@ std::string means_text(const ValidationMetrics& m) {
 // order, on every rank.
 void evaluate_sources(ddp::Communicator& control, models::Model& model,
                       const data::Dataset& dataset, int64_t step, int64_t batch,
-                      int64_t max_samples, const at::Tensor& token_bytes, ValidationMetrics& m) {
+                      int64_t max_samples, const EvalInputs& inputs, ValidationMetrics& m) {
   for (const data::SourceInfo& source : dataset.sources()) {
     if (source.validation == nullptr) continue;
     const ValidationMetrics one =
-        evaluate_validation(control, model, *source.validation, batch, max_samples, token_bytes);
+        evaluate_validation(control, model, *source.validation, batch, max_samples,
+                            inputs.token_bytes, inputs.objective);
     if (control.rank() == 0 && one.samples > 0) {
       spdlog::info("eval step {}: {}: {}over {} validation samples", step, source.name,
                    means_text(one), one.samples);
@@ -246,7 +272,7 @@ void evaluate_sources(ddp::Communicator& control, models::Model& model,
 
 ValidationMetrics evaluate_dataset(ddp::Communicator& control, models::Model& model,
                                    const data::Dataset& dataset, int64_t step, int64_t batch,
-                                   int64_t max_samples, const at::Tensor& token_bytes) {
+                                   int64_t max_samples, const EvalInputs& inputs) {
   if (const std::optional<data::RankingTask> task = dataset.ranking_task()) {
     constexpr int64_t k = 10;
     const RankingMetrics m = evaluate_task(control, model, *task, k);
@@ -263,13 +289,13 @@ ValidationMetrics evaluate_dataset(ddp::Communicator& control, models::Model& mo
   }
   const auto validation = dataset.validation();
   if (!validation) return {};
-  ValidationMetrics m =
-      evaluate_validation(control, model, *validation, batch, max_samples, token_bytes);
+  ValidationMetrics m = evaluate_validation(control, model, *validation, batch, max_samples,
+                                            inputs.token_bytes, inputs.objective);
   if (control.rank() == 0 && m.samples > 0) {
     spdlog::info("eval step {}: {}over {} validation samples{}", step, means_text(m), m.samples,
                  dataset.sources().empty() ? "" : " (the sources blended by weight)");
   }
-  evaluate_sources(control, model, dataset, step, batch, max_samples, token_bytes, m);
+  evaluate_sources(control, model, dataset, step, batch, max_samples, inputs, m);
   return m;
 }
 
@@ -278,8 +304,7 @@ ValidationMetrics evaluate_dataset(ddp::Communicator& control, models::Model& mo
 ValidationMetrics evaluate_and_log(ddp::Communicator& control, models::Model& model,
                                    const data::Dataset& dataset, int64_t step, int64_t batch,
                                    int64_t max_samples, const EvalInputs& inputs) {
-  ValidationMetrics m =
-      evaluate_dataset(control, model, dataset, step, batch, max_samples, inputs.token_bytes);
+  ValidationMetrics m = evaluate_dataset(control, model, dataset, step, batch, max_samples, inputs);
   for (const data::ChoiceTask& task : inputs.tasks) {
     m.tasks.push_back(evaluate_choice_task(control, model, task));
     if (control.rank() == 0) spdlog::info("eval step {}: {}", step, choice_line(m.tasks.back()));

@@ -29,6 +29,7 @@
 #include "data/dataset.h"
 #include "ddp/communicator.h"
 #include "models/model.h"
+#include "train/objective.h"
 #include "train/report/results.h"
 
 namespace train {
@@ -41,6 +42,8 @@ struct EvalInputs {
   // int64 [vocabulary] on the CPU: the bytes of each id's decoded text (byte-level data: all 1);
   // undefined: no bits per byte (data without a tokenizer).
   at::Tensor token_bytes;
+  // train.objective (the trainer's): validation's sums are its eval_sums; null: the model's.
+  const Objective* objective = nullptr;
 };
 
 struct RankingMetrics {
@@ -80,10 +83,12 @@ RankingMetrics evaluate_ranking(ddp::Communicator& control, models::Model& model
 // With `token_bytes` defined and a models::LanguageModel, also "bpb", bits per byte: the summed
 // next-token loss in nats over every target token evaluated (core::kIgnoreTarget skipped), over
 // ln 2 times those tokens' bytes (token_bytes of each target id), so that runs with different
-// tokenizers compare.
+// tokenizers compare. With `objective` (not null) the sums are its eval_sums (a preference
+// objective: the loss and kPreferenceMetrics, per pair; no bits per byte).
 ValidationMetrics evaluate_validation(ddp::Communicator& control, models::Model& model,
                                       const data::Dataset& validation, int64_t batch,
-                                      int64_t max_samples, const at::Tensor& token_bytes = {});
+                                      int64_t max_samples, const at::Tensor& token_bytes = {},
+                                      const Objective* objective = nullptr);
 
 // The trainer's evaluation hook. Rank 0 logs
 //   "eval step S: HR@10 .. NDCG@10 .. over N users (random: k / num_items)"  (a ranking task), or

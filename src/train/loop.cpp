@@ -215,8 +215,10 @@ RunFacts TrainingLoop::facts() const {
   facts.global_batch = trainer_.plan().global_batch;
   facts.world_size = trainer_.plan().world_size;
   facts.steps_per_epoch = trainer_.steps_per_epoch();
-  facts.positions = trainer_.dataset().shape().context;
-  facts.flops_per_token = trainer_.model().flops_per_token(facts.positions);
+  facts.flops_per_token = trainer_.model().flops_per_token(trainer_.dataset().shape().context);
+  // A preference pair is two rows of data.context positions.
+  facts.positions =
+      trainer_.dataset().shape().context * (trainer_.objective().preference() ? 2 : 1);
   facts.peak_tflops =
       peak_tflops(trainer_.device(), trainer_.precision(), tf32_enabled(), t.peak_tflops);
   return facts;

@@ -294,7 +294,14 @@ bool MemoryPlanner::checkpoint_copy_fits(int64_t micro_batch) {
 }
 
 void MemoryPlanner::probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches,
-                                      UnitGatherer* gate) {
+                                      UnitGatherer* gate, const Objective* objective) {
+  objective_ = objective;
+  probe_passes(model, reducer, batches, gate);
+  objective_ = nullptr;
+}
+
+void MemoryPlanner::probe_passes(models::Model& model, ddp::Reducer& reducer, Batches& batches,
+                                 UnitGatherer* gate) {
   const data::Batch batch = batches.first_slice();
   // The loader's buffers live in host memory: part of the peak on CPU only. (On a GPU the
   // micro-batch copied to the device is measured with the activations below.)
@@ -365,7 +372,11 @@ int64_t MemoryPlanner::peak_of_pass(models::Model& model, const data::Batch& bat
     at::Tensor loss;
     {
       AutocastScope autocast(device, options_.train.precision);  // as in training
-      loss = models::loss_of(model, inputs, targets, positions);
+      const data::Batch micro{
+          inputs, targets, positions,
+          batch.pairs.defined() ? batch.pairs.narrow(0, 0, samples) : at::Tensor()};
+      loss = objective_ != nullptr ? objective_->loss(micro)
+                                   : models::loss_of(model, inputs, targets, positions);
     }
     loss.backward();
   } catch (const c10::OutOfMemoryError&) {

@@ -19,6 +19,7 @@
 #include "memory/estimator.h"
 #include "models/model.h"
 #include "train/batches.h"
+#include "train/objective.h"
 #include "train/options.h"
 #include "train/placement.h"
 #include "train/unit_gate.h"
@@ -70,8 +71,9 @@ class MemoryPlanner {
   // gathers the units and is collective; every rank probes the same sizes, an out-of-memory
   // failure completes its pass (UnitGatherer::complete_failed_pass) and is voted on after each
   // pass.
+  // Each pass computes `objective`'s loss (train/objective.h; null: the model's).
   void probe_activations(models::Model& model, ddp::Reducer& reducer, Batches& batches,
-                         UnitGatherer* gate = nullptr);
+                         UnitGatherer* gate = nullptr, const Objective* objective = nullptr);
   // micro_batch_size auto: the largest micro-batch that fits, the same on every rank (the
   // smallest over ranks). Collective; returns it.
   int64_t choose_micro_batch(int64_t largest);
@@ -84,6 +86,9 @@ class MemoryPlanner {
   void report_memory(const std::string& title);
 
  private:
+  // probe_activations' passes, with objective_ set.
+  void probe_passes(models::Model& model, ddp::Reducer& reducer, Batches& batches,
+                    UnitGatherer* gate);
   // Bytes this rank plans with (memory.cpu_budget_mb or the machine on CPU; the device capped
   // by memory.fraction on a GPU); 0 when unknown.
   int64_t target() const;
@@ -104,6 +109,7 @@ class MemoryPlanner {
 
   const TrainerOptions& options_;
   const Placement& placement_;
+  const Objective* objective_ = nullptr;  // the probe's loss (null: the model's)
   memory::MemoryEstimate estimate_;
 };
 

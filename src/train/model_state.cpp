@@ -30,8 +30,8 @@ AdamWHyper adamw_hyper(const TrainOptions& t) {
 }  // namespace
 
 ModelState::ModelState(const TrainerOptions& options, const Placement& placement,
-                       models::Model& model)
-    : options_(options), placement_(placement), model_(model) {
+                       models::Model& model, int forwards)
+    : options_(options), placement_(placement), model_(model), forwards_(forwards) {
   if (options_.train.optimizer == OptimizerKind::kMuon) targets_ = muon_targets(model_);
 }
 
@@ -197,6 +197,12 @@ void ModelState::install_gate() {
   auto* declared = models::as<models::ParameterUnits>(model_);
   // A model without units is one unit, entered once per forward.
   std::vector<size_t> order = declared != nullptr ? declared->unit_order() : std::vector<size_t>{0};
+  // Each forward of a pass enters the units in the model's order (a reference forward after the
+  // policy's: train/objective.h).
+  if (declared != nullptr) {
+    const std::vector<size_t> one = order;
+    for (int f = 1; f < forwards_; ++f) order.insert(order.end(), one.begin(), one.end());
+  }
   gate_ = std::make_unique<UnitGatherer>(*reducer_, options_.ddp.reshard_after_forward,
                                          options_.ddp.prefetch_units, std::move(order));
   if (declared != nullptr) declared->set_unit_gate(gate_.get());

@@ -40,7 +40,11 @@ namespace train {
 
 class ModelState {
  public:
-  ModelState(const TrainerOptions& options, const Placement& placement, models::Model& model);
+  // `forwards`: the model's forwards in one pass (a micro-batch's forward and backward): 2 when
+  // the objective runs the model again as its reference (train/objective.h), which the unit
+  // gate's order then lists twice.
+  ModelState(const TrainerOptions& options, const Placement& placement, models::Model& model,
+             int forwards = 1);
 
   // ddp.shard: none: AdamW over the model's parameters (sharded modes make theirs with the
   // Reducer). Local.
@@ -136,6 +140,7 @@ class ModelState {
   const TrainerOptions& options_;
   const Placement& placement_;
   models::Model& model_;
+  int forwards_ = 1;  // the model\'s forwards per pass
   std::unique_ptr<ddp::Reducer> reducer_;
   std::unique_ptr<FusedAdamW> optimizer_;
   std::unique_ptr<GradClipper> clipper_;

@@ -7,14 +7,19 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace train {
 
-StepMetrics::StepMetrics(c10::Device device) {
+StepMetrics::StepMetrics(c10::Device device, std::vector<std::string> objective)
+    : objective_names_(std::move(objective)) {
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
   loss_ = at::zeros({}, f64);
-  slots_ = at::zeros({kSlots}, f64);
+  if (!objective_names_.empty()) {
+    objective_ = at::zeros({static_cast<int64_t>(objective_names_.size())}, f64);
+  }
+  slots_ = at::zeros({kSlots + static_cast<int64_t>(objective_names_.size())}, f64);
 }
 
 void StepMetrics::read(StepResult& r, ddp::Communicator& control, const GradClipper& clipper,
@@ -25,12 +30,19 @@ void StepMetrics::read(StepResult& r, ddp::Communicator& control, const GradClip
   slots_.narrow(0, kNormSlot, 1).copy_(clipper.norm().view({1}));
   scaler.write_state(slots_.narrow(0, kScalerSlots, LossScaler::kStateSlots));
   if (guard != nullptr) guard->write_state(slots_.narrow(0, kGuardSlots, SpikeGuard::kStateSlots));
+  if (objective_.defined()) slots_.narrow(0, kSlots, objective_.numel()).copy_(objective_);
   const at::Tensor host = slots_.to(at::kCPU);
   ++host_reads_;
   const double* v = host.data_ptr<double>();
+  // The loss and the objective's sums (read with the slots' copy), summed over ranks at once.
   at::Tensor loss = at::tensor({v[kLossSlot]}, at::kDouble);
+  if (objective_.defined()) loss = at::cat({loss, host.narrow(0, kSlots, objective_.numel())});
   control.all_reduce(loss, ddp::ReduceOp::kSum, "loss");
   r.loss = loss.data_ptr<double>()[0];
+  r.objective.clear();
+  for (size_t i = 0; i < objective_names_.size(); ++i) {
+    r.objective.emplace_back(objective_names_[i], loss.data_ptr<double>()[i + 1]);
+  }
   r.grad_norm = v[kNormSlot];
   r.metrics_read = true;
   const double* s = v + kScalerSlots;  // LossScaler::write_state's

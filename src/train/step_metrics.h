@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "ddp/communicator.h"
 #include "train/loss_scaler.h"
@@ -33,12 +35,21 @@ class NonFiniteFatal : public std::runtime_error {
 class StepMetrics {
  public:
   StepMetrics() = default;
-  // Allocates the device tensors (persistent state, before step 1).
-  explicit StepMetrics(c10::Device device);
+  // Allocates the device tensors (persistent state, before step 1); `objective`: the names of the
+  // objective's metrics (train/objective.h: kPreferenceMetrics; empty for lm).
+  explicit StepMetrics(c10::Device device, std::vector<std::string> objective = {});
 
   // This rank's weighted loss of the step (float64, on the device): zeroed and accumulated by
   // the step.
   at::Tensor& loss() { return loss_; }
+  // The objective's metric sums of the step (float64 [names], on the device; undefined for
+  // lm), zeroed with the loss and accumulated by the step, each micro-batch's scaled by its
+  // share of the global batch: read() sums them over ranks into StepResult::objective.
+  const at::Tensor& objective() const { return objective_; }
+  void zero() {
+    loss_.zero_();
+    if (objective_.defined()) objective_.zero_();
+  }
   // Fills `r` for step r.step (from 1). Collective.
   // `guard`: train.skip_spikes (null: off), for the spike's numbers in the warning.
   void read(StepResult& r, ddp::Communicator& control, const GradClipper& clipper,
@@ -63,7 +74,8 @@ class StepMetrics {
                      bool fp16) const;
 
   // slots_'s layout, which read() packs and copies out at once: the loss, the gradient norm, then
-  // LossScaler's and SpikeGuard's write_state slots (indexed by their own names). Each offset is
+  // LossScaler's and SpikeGuard's write_state slots (indexed by their own names), then the
+  // objective's sums. Each offset is
   // the one before plus its width, so a slot added anywhere moves the ones after it.
   static constexpr int64_t kLossSlot = 0;
   static constexpr int64_t kNormSlot = kLossSlot + 1;
@@ -71,7 +83,9 @@ class StepMetrics {
   static constexpr int64_t kGuardSlots = kScalerSlots + LossScaler::kStateSlots;
   static constexpr int64_t kSlots = kGuardSlots + SpikeGuard::kStateSlots;
 
-  at::Tensor loss_;             // float64 [] on the device
+  at::Tensor loss_;       // float64 [] on the device
+  at::Tensor objective_;  // float64 [objective_names_] on the device, or undefined
+  std::vector<std::string> objective_names_;
   at::Tensor slots_;            // float64 [kSlots] on the device
   int64_t skipped_total_ = 0;   // skipped steps as of the last read
   int64_t spikes_total_ = 0;    // of those, spikes

@@ -19,7 +19,9 @@ constexpr int64_t kSamplePromptTokens = 16;  // train.sample_prompt empty: from 
 std::vector<int64_t> prompt_from_data(const data::Dataset& dataset) {
   const auto val = dataset.validation();
   const data::Dataset& from = val && val->size() > 0 ? *val : dataset;
-  const at::Tensor first = from.get(at::zeros({1}, at::kLong)).inputs[0];
+  const at::Tensor rows = from.get(at::zeros({1}, at::kLong)).inputs;
+  // A preference pair's first row is its chosen sequence.
+  const at::Tensor first = rows.reshape({-1, rows.size(-1)})[0];
   const int64_t n = std::min<int64_t>(kSamplePromptTokens, first.size(0));
   const at::Tensor head = first.narrow(0, 0, n).to(at::kLong).contiguous();
   return {head.data_ptr<int64_t>(), head.data_ptr<int64_t>() + n};

@@ -103,6 +103,8 @@ std::string Trainer::why_not_graphed(int64_t step) const {
              ? "ddp.shard: gradients allocates the gradient buckets anew every step"
          : mode == ddp::ShardMode::kParameters
              ? "ddp.shard: parameters gathers and frees the parameters in the step"
+         : objective_.preference()
+             ? fmt::format("train.objective: {} scores whole sequences", objective_.name())
          : batches_.packed()
              ? "the batches are packed documents (data.packing: documents), whose starts the "
                "model finds on the host"
@@ -115,7 +117,7 @@ Trainer::Attempt Trainer::forward_backward(int64_t step) {
   ddp::Reducer& reducer = state_.reducer();
   passes_ = {};
   try {
-    metrics_.loss().zero_();
+    metrics_.zero();
     const bool graphed = graphs_->use_for_step(why_not_graphed(step));
     run_micro_batches(step, graphed, phase);
     const StepPhase in_reduce("step/reduce");
@@ -208,7 +210,13 @@ void Trainer::micro_batch_forward_backward(int64_t step, const data::Batch& micr
     {
       const StepPhase in_forward("step/forward");
       AutocastScope autocast(placement_.device, options_.train.precision);  // not backward
-      loss = models::loss_of(*model_, inputs, targets, micro.positions) * weight;
+      // The objective's metrics, per pair of the global batch (weight: this micro-batch's pairs
+      // over the global batch's).
+      const double per_sample = weight / static_cast<double>(inputs.size(0));
+      loss = objective_.loss({inputs, targets, micro.positions, micro.pairs},
+                             metrics_.objective().defined() ? &metrics_.objective() : nullptr,
+                             per_sample) *
+             weight;
     }
     metrics_.loss().add_(loss.detach());  // stays on the device (read_metrics)
     // The global loss rides in a collective of this step (posted from backward): ModelState.

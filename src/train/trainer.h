@@ -51,6 +51,7 @@
 #include "train/loss_scaler.h"
 #include "train/memory_planner.h"
 #include "train/model_state.h"
+#include "train/objective.h"
 #include "train/options.h"
 #include "train/placement.h"
 #include "train/precision.h"
@@ -103,6 +104,9 @@ class Trainer {
   const ddp::Reducer& reducer() const { return state_.reducer(); }
   const FusedAdamW& optimizer() const { return state_.optimizer(); }  // this rank's moments
   models::Model& model() { return *model_; }
+  // train.objective over this model (the step's loss, the probe's and evaluation's).
+  const Objective& objective() const { return objective_; }
+  Objective& objective() { return objective_; }
   int fallbacks() const { return fallbacks_->taken(); }
   // ddp.shard in force (the Reducer's: none becomes optimizer after the shard_optimizer rung).
   ddp::ShardMode shard_mode() const { return state_.shard_mode(); }
@@ -134,6 +138,9 @@ class Trainer {
   // Parameters, caches, the unsharded optimizer, the metric slots, the loss scaler and the spike
   // guard. Local.
   void allocate_model_state();
+  // train.objective: dpo without adapters: the reference tables (zeros until
+  // prepare_reference fills them, train/reference_logps.h), persistent state before the probe.
+  void allocate_reference();
   // The Reducer's buckets (its parameter check is collective), the sharded optimizer, the
   // clipper.
   void allocate_gradients();
@@ -180,6 +187,7 @@ class Trainer {
   TrainerOptions options_;
   Placement placement_;
   std::shared_ptr<models::Model> model_;
+  Objective objective_;   // what a micro-batch's loss is (train.objective)
   Batches batches_;       // what each step runs over; a fallback changes the micro-batch
   MemoryPlanner memory_;  // the plan before step 1, the tables after
   ModelState state_;      // buckets, AdamW, clipper, unit gate: the shard mode in force

@@ -34,14 +34,22 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
     : options_(options), placement_{control, data,
                                     shard_group_comm(options.ddp.shard_group, data, hybrid),
                                     hybrid.cross_node, device},
-      model_(std::move(model)),
+      model_(std::move(model)), objective_(options_.train, *model_),
       batches_(dataset, options_.train, options_.loader, control.size(), control.rank(), device),
-      memory_(options_, placement_), state_(options_, placement_, *model_),
+      memory_(options_, placement_), state_(options_, placement_, *model_, objective_.forwards()),
       schedule_(options_.train) {
   // Packed documents need a model that attends within them: a user error (data.packing), the
   // same on every rank, before any collective.
   if (batches_.packed()) static_cast<void>(models::packed_documents(*model_));
   const ddp::ShardMode mode = state_.configured_shard();
+  // A generated sample runs forwards one at a time, where the unit order of a pass with the
+  // adapters-off reference lists two (train/objective.h): not supported together.
+  if (objective_.forwards() > 1 && mode == ddp::ShardMode::kParameters &&
+      options_.train.sample_every > 0) {
+    throw std::invalid_argument(
+        "train.sample_every: not supported with train.objective: dpo over LoRA adapters under "
+        "ddp.shard: parameters (set train.sample_every: 0, or another ddp.shard)");
+  }
   batches_.plan_configured(mode == ddp::ShardMode::kParameters);
   memory_.check_state_fits(*model_, mode);
   memory_.allocate_agreed("parameters, embedding caches and optimizer state",
@@ -59,7 +67,7 @@ Trainer::Trainer(const TrainerOptions& options, ddp::Communicator& control, ddp:
   }
   // Last, so that it measures activations with everything persistent already in place.
   memory_.allocate_agreed("the loader's buffers and the activation probe", [&] {
-    memory_.probe_activations(*model_, state_.reducer(), batches_, state_.gate());
+    memory_.probe_activations(*model_, state_.reducer(), batches_, state_.gate(), &objective_);
   });
   broadcast_model();
   finish_setup();
@@ -97,12 +105,24 @@ void Trainer::allocate_model_state() {
     state_.allocate_optimizer();
     memory_.estimate().optimizer_state = state_.optimizer().state_bytes();
   }
-  metrics_ = StepMetrics(device);
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < objective_.metrics(); ++i) names.emplace_back(kPreferenceMetrics[i]);
+  metrics_ = StepMetrics(device, std::move(names));
+  allocate_reference();
   scaler_ = std::make_unique<LossScaler>(
       LossScalerOptions{t.precision == Precision::kFp16, t.loss_scale, t.loss_scale_growth,
                         t.loss_scale_backoff, t.loss_scale_interval},
       device);
   if (t.skip_spikes.enabled()) guard_ = std::make_unique<SpikeGuard>(t.skip_spikes, device);
+}
+
+void Trainer::allocate_reference() {
+  if (objective_.reference() != ReferenceKind::kPrecomputed) return;
+  const auto validation = batches_.dataset().validation();
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(placement_.device);
+  objective_.set_reference(
+      at::zeros({batches_.dataset().size(), 2}, f64),
+      validation != nullptr ? at::zeros({validation->size(), 2}, f64) : at::Tensor());
 }
 
 void Trainer::allocate_gradients() {

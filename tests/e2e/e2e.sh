@@ -112,6 +112,22 @@ train:
   global_batch_size: lots
 YAML
 
+# The preference sample tokenized with the sample chat tokenizer (at most 64 tokens a sequence:
+# 19 training pairs, 3 validation) and a tiny Llama trained on it with train.objective: dpo, every
+# weight (the reference precomputed), 6 pairs a step in micro-batches of 2.
+dpo_setup() {
+  tok=$src/data/chat-sample/tokenizer/tokenizer.json
+  "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" --preference --tokenizer "$tok" --max-tokens 64 \
+    "$src/data/preference-sample/pairs.jsonl" "$work/pairs" >/dev/null || fail "tokenize_text.py --preference"
+  dpo=(--config "$src/configs/llama-tiny.yaml" --set data.path="$work/pairs" --set data.vocab_size=2048
+    --set data.context=64 --set data.tokenizer="$tok" --set model.num_layers=2 --set model.d_model=32
+    --set model.heads=4 --set model.kv_heads=2 --set model.intermediate_size=48
+    --set train.device=cpu --set train.objective=dpo --set train.global_batch_size=6
+    --set train.micro_batch_size=2 --set train.steps=6 --set train.warmup_steps=0
+    --set train.lr=0.001 --set train.eval_every=3 --set train.sample_every=0 --set log.every=1
+    --set checkpoint.every=3 --set checkpoint.format=single)
+}
+
 # One case per label, each on a line of its own as "  name)": tests/CMakeLists.txt reads the ctest
 # list from these labels (trainer_script_cases).
 case $case_name in
@@ -521,6 +537,46 @@ SH
       --set checkpoint.dir="$work/sharded"
     expect_rc 0
     same_tensors "$work/switched/final.safetensors" "$work/sharded/final.safetensors" 1e-6 ;;
+  dpo_resume_np3_on_np2)
+    # train.objective: dpo in full fine-tuning (the reference precomputed before step 1 and kept
+    # beside the checkpoints) on the preference sample: 6 steps on 3 ranks, or the rest of them on
+    # 2 from its step-3 checkpoint, which reads the table back: the same parameters and moments
+    # (1e-5: another world size sums in another order), and TRL's metrics in metrics.jsonl.
+    dpo_setup
+    run mpirun -np 3 "$trainer" "${dpo[@]}" --set checkpoint.dir="$work/whole"
+    expect_rc 0
+    expect_grep "train.objective: dpo: reference the initial weights' log-probabilities, computed once before step 1 \(19 pairs, 3 validation\), kept in $work/whole/reference_logps.safetensors"
+    expect_grep "step +6/6 loss [0-9.]+ accuracies [0-9.]+ margins"
+    grep -q '"rewards/accuracies"' "$work/whole/metrics.jsonl" || fail "no rewards/accuracies in metrics.jsonl"
+    grep '"type":"eval"' "$work/whole/metrics.jsonl" | grep -q '"rewards/margins"' \
+      || fail "no validation rewards/margins in metrics.jsonl"
+    run mpirun -np 2 "$trainer" "${dpo[@]}" --set checkpoint.resume="$work/whole/step_000003.safetensors" \
+      --set checkpoint.dir="$work/resumed"
+    expect_rc 0
+    expect_grep "reference the initial weights' log-probabilities, computed once before step 1 \(19 pairs, 3 validation\), read from $work/whole/reference_logps.safetensors"
+    expect_grep "continuing at step 4"
+    same_tensors "$work/resumed/final.safetensors" "$work/whole/final.safetensors" 1e-5 ;;
+  dpo_errors)
+    # train.objective: dpo on chat shards (no .pairs): exit 2 naming the key and the shard; pairs
+    # under train.objective: lm; a DPO key's bad value; a resume whose reference is gone.
+    dpo_setup
+    run "$TRAINER_PYTHON" "$src/scripts/tokenize_text.py" --chat --tokenizer "$tok" \
+      "$src/data/chat-sample/chat.jsonl" "$work/chat"
+    expect_rc 0
+    run "$trainer" "${dpo[@]}" --set data.path="$work/chat"
+    expect_rc 2
+    expect_grep "$work/chat/train_000000.bin: train.objective: dpo trains on preference pairs, but there is no $work/chat/train_000000.pairs beside this shard"
+    run "$trainer" "${dpo[@]}" --set train.objective=lm
+    expect_rc 2; expect_grep "these shards hold preference pairs .*set train.objective: dpo or simpo"
+    run "$trainer" "${dpo[@]}" --set train.dpo_beta=-1
+    expect_rc 2; expect_grep "train.dpo_beta"
+    run "$trainer" "${dpo[@]}" --set train.dpo_label_smoothing=0.7
+    expect_rc 2; expect_grep "train.dpo_label_smoothing"
+    run "$trainer" "${dpo[@]}" --set train.steps=2 --set checkpoint.dir="$work/ck"
+    expect_rc 0
+    rm "$work/ck/reference_logps.safetensors"
+    run "$trainer" "${dpo[@]}" --set checkpoint.dir="$work/ck" --set checkpoint.resume=auto
+    expect_rc 2; expect_grep "$work/ck/reference_logps.safetensors is not there" ;;
   resume_on_more_ranks)
     # 150 steps on 2 ranks, or 75 on 2 and the rest on 3 from the step-75 checkpoint: the same
     # final loss (the global batch, the data order and AdamW's state carry over).

@@ -24,6 +24,9 @@ struct StepResult {
   double grad_norm = 0;       // before clipping
   bool skipped = false;   // a non-finite gradient (norm) on some rank; no update (all ranks agree)
   double loss_scale = 0;  // fp16: the scale after this step (0 without loss scaling)
+  // The objective's metrics over the global batch (train/objective.h: "rewards/chosen", ...;
+  // empty for train.objective: lm).
+  std::vector<std::pair<std::string, double>> objective;
 };
 
 // A multiple-choice task's exact counts (train/choice_evaluation.h), the same on every rank.

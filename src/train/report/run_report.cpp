@@ -39,13 +39,29 @@ std::string RunReport::throughput(double samples_per_s) const {
   return text;
 }
 
+namespace {
+
+// A preference objective's accuracy and margin for the step line (metrics.jsonl and TensorBoard
+// get all of its metrics): " accuracies 0.7500 margins 0.1234"; "" for lm.
+std::string objective_text(const StepResult& r) {
+  std::string text;
+  for (const auto& [name, value] : r.objective) {
+    if (name == "rewards/margins" || name == "rewards/accuracies") {
+      text += fmt::format(" {} {:.4f}", name.substr(name.find('/') + 1), value);
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
 void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, double elapsed_s,
                      double data_wait_s, int64_t micro_batch, int fallbacks,
                      int64_t skipped_steps) {
   const double samples_per_s = window_steps * facts_.global_batch / elapsed_s;
-  spdlog::info("step {:>5}/{} loss {:.4f} lr {:.3e} grad_norm {:.3f}{}{} {:>9.1f} samples/s{} "
+  spdlog::info("step {:>5}/{} loss {:.4f}{} lr {:.3e} grad_norm {:.3f}{}{} {:>9.1f} samples/s{} "
                "data wait {:.0f}% rss {:.0f} MiB{}",
-               step, facts_.steps, r.loss, r.lr, r.grad_norm,
+               step, facts_.steps, r.loss, objective_text(r), r.lr, r.grad_norm,
                r.loss_scale > 0 ? fmt::format(" scale {:g}", r.loss_scale) : "",
                skipped_steps > 0 ? fmt::format(" skipped {}", skipped_steps) : "", samples_per_s,
                throughput(samples_per_s), 100.0 * data_wait_s / elapsed_s,
@@ -74,6 +90,7 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
                        {"train/skipped_steps", static_cast<double>(skipped_steps)}};
     if (facts_.positions > 0) scalars.emplace_back("train/tokens_per_s", tokens_per_s);
     if (r.loss_scale > 0) scalars.emplace_back("train/loss_scale", r.loss_scale);
+    for (const auto& [name, value] : r.objective) scalars.emplace_back("train/" + name, value);
     for (size_t i = 0; i < mib.size(); ++i)
       scalars.emplace_back(fmt::format("memory/rank_{}_mib", i), mib[i]);
     tensorboard_->write(step, scalars);
@@ -93,6 +110,7 @@ void RunReport::step(int64_t step, const StepResult& r, int64_t window_steps, do
       {"wall_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count()}};
   if (facts_.positions > 0) rec["tokens_per_s"] = tokens_per_s;
   if (r.loss_scale > 0) rec["loss_scale"] = r.loss_scale;
+  for (const auto& [name, value] : r.objective) rec[name] = value;
   rec["memory_peak_mib"] = mib;
   metrics_.write(rec);
 }
