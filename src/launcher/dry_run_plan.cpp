@@ -392,7 +392,8 @@ std::string describe_shape(const models::LmShape& s) {
 ShapePlanInputs shape_inputs(const Startup& s) {
   const config::Config& c = s.config;
   ShapePlanInputs in;
-  in.positions = c.data.context;
+  // A preference pair (train.objective: dpo, simpo) is two rows of data.context positions.
+  in.positions = c.data.context * (c.train.objective == train::ObjectiveKind::kLm ? 1 : 2);
   const auto precision = c.train.precision;
   in.element_bytes =
       precision == train::Precision::kBf16 || precision == train::Precision::kFp16 ? 2 : 4;

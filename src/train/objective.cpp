@@ -5,7 +5,7 @@
 
 #include <stdexcept>
 
-#include "core/shape.h"  // kIgnoreTarget
+#include "core/shape.h"    // kIgnoreTarget
 #include "models/block.h"  // AdaptersOff
 #include "models/capabilities.h"
 
@@ -57,8 +57,7 @@ std::string Objective::reference_text() const {
       return "the frozen base with the adapters off (no-grad, in each micro-batch)";
     case ReferenceKind::kPrecomputed:
       return "the initial weights' log-probabilities, computed once before step 1";
-    case ReferenceKind::kNone:
-      break;
+    case ReferenceKind::kNone: break;
   }
   return "none";
 }

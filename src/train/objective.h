@@ -41,8 +41,8 @@ namespace train {
 
 // The preference metrics, as TRL's DPOTrainer and CPOTrainer name them, in the order of the sums.
 inline constexpr std::array<const char*, 6> kPreferenceMetrics = {
-    "rewards/chosen", "rewards/rejected", "rewards/accuracies",
-    "rewards/margins", "logps/chosen",    "logps/rejected"};
+    "rewards/chosen",  "rewards/rejected", "rewards/accuracies",
+    "rewards/margins", "logps/chosen",     "logps/rejected"};
 
 // Where dpo's reference log-probabilities come from.
 enum class ReferenceKind { kNone, kAdaptersOff, kPrecomputed };
@@ -63,7 +63,9 @@ class Objective {
   // "the frozen base with the adapters off", ...: what the log says of the reference.
   std::string reference_text() const;
   // The number of metric sums a micro-batch adds (kPreferenceMetrics; 0 for lm).
-  int64_t metrics() const { return preference() ? static_cast<int64_t>(kPreferenceMetrics.size()) : 0; }
+  int64_t metrics() const {
+    return preference() ? static_cast<int64_t>(kPreferenceMetrics.size()) : 0;
+  }
 
   // ReferenceKind::kPrecomputed: the tables (float64 [pairs, 2]: chosen, rejected) of the
   // training and validation splits (undefined: none), on the model's device.

@@ -32,8 +32,8 @@ at::Tensor compute_table(Trainer& trainer, const data::Dataset& split, int64_t b
   const auto units = trainer.units_in_step();  // ddp.shard: parameters, one unit at a time
   for (int64_t start = slice.begin; start < slice.end(); start += batch) {
     const int64_t rows = std::min(batch, slice.end() - start);
-    data::Batch b = data::to_device(split.get(at::arange(start, start + rows, at::kLong)), 0, rows,
-                                    device);
+    data::Batch b =
+        data::to_device(split.get(at::arange(start, start + rows, at::kLong)), 0, rows, device);
     const AutocastScope autocast(device, trainer.precision());
     table.narrow(0, start, rows).copy_(trainer.objective().pair_logps(b));
   }
@@ -93,10 +93,10 @@ std::pair<at::Tensor, at::Tensor> resumed_tables(Trainer& trainer, const std::st
   at::Tensor failed = at::tensor({failure.empty() ? 0.0 : 1.0}, at::kDouble);
   control.all_reduce(failed, ddp::ReduceOp::kSum, "reference: read");
   if (failed.item<double>() > 0) {
-    throw std::invalid_argument(
-        !failure.empty() ? failure
-                         : "train.objective: dpo: rank 0 could not read the reference "
-                           "log-probabilities (its message says why)");
+    throw std::invalid_argument(!failure.empty()
+                                    ? failure
+                                    : "train.objective: dpo: rank 0 could not read the reference "
+                                      "log-probabilities (its message says why)");
   }
   control.broadcast(tables.first, 0, "reference: training table");
   if (tables.second.defined()) control.broadcast(tables.second, 0, "reference: validation table");
@@ -134,20 +134,20 @@ void prepare_reference(Trainer& trainer, const std::string& dir, const std::stri
               validation ? compute_table(trainer, *validation, batch) : at::Tensor()};
   }
   // Kept in this run's directory, for its own resumes.
-  if (rank0 && !path.empty() && !(std::filesystem::exists(source) && std::filesystem::exists(path) &&
-                                  std::filesystem::equivalent(source, path))) {
+  if (rank0 && !path.empty() &&
+      !(std::filesystem::exists(source) && std::filesystem::exists(path) &&
+        std::filesystem::equivalent(source, path))) {
     std::filesystem::create_directories(dir);
     std::map<std::string, at::Tensor> tensors = {{"train", tables.first}};
     if (tables.second.defined()) tensors.emplace("validation", tables.second);
     io::write_safetensors(path, tensors, {{"objective", "dpo"}});
   }
   if (rank0) {
-    spdlog::info("train.objective: dpo: reference {} ({} pairs{}){}", objective.reference_text(),
-                 tables.first.size(0),
-                 tables.second.defined() ? fmt::format(", {} validation", tables.second.size(0))
-                                         : "",
-                 source.empty() ? (path.empty() ? "" : ", kept in " + path)
-                                : ", read from " + source);
+    spdlog::info(
+        "train.objective: dpo: reference {} ({} pairs{}){}", objective.reference_text(),
+        tables.first.size(0),
+        tables.second.defined() ? fmt::format(", {} validation", tables.second.size(0)) : "",
+        source.empty() ? (path.empty() ? "" : ", kept in " + path) : ", read from " + source);
   }
   const c10::Device device = trainer.device();
   objective.set_reference(tables.first.to(device),

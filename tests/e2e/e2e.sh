@@ -545,6 +545,7 @@ SH
     dpo_setup
     run mpirun -np 3 "$trainer" "${dpo[@]}" --set checkpoint.dir="$work/whole"
     expect_rc 0
+    cp "$out" "$work/whole.log"
     expect_grep "train.objective: dpo: reference the initial weights' log-probabilities, computed once before step 1 \(19 pairs, 3 validation\), kept in $work/whole/reference_logps.safetensors"
     expect_grep "step +6/6 loss [0-9.]+ accuracies [0-9.]+ margins"
     grep -q '"rewards/accuracies"' "$work/whole/metrics.jsonl" || fail "no rewards/accuracies in metrics.jsonl"
@@ -555,7 +556,15 @@ SH
     expect_rc 0
     expect_grep "reference the initial weights' log-probabilities, computed once before step 1 \(19 pairs, 3 validation\), read from $work/whole/reference_logps.safetensors"
     expect_grep "continuing at step 4"
-    same_tensors "$work/resumed/final.safetensors" "$work/whole/final.safetensors" 1e-5 ;;
+    same_tensors "$work/resumed/final.safetensors" "$work/whole/final.safetensors" 1e-5
+    # The same 6 steps under ddp.shard: gradients, with an OOM at step 2 (the rung
+    # checkpoint_activations, the step re-run): the same final loss.
+    last=$(grep -oE "done: 6 steps, loss [0-9.]+ -> [0-9.]+" "$work/whole.log" | grep -oE "[0-9.]+$")
+    run mpirun -np 2 "$trainer" "${dpo[@]}" --set ddp.shard=gradients --set memory.inject_oom=1:2:backward \
+      --set "memory.fallback=[checkpoint_activations]" --set checkpoint.dir="$work/oom"
+    expect_rc 0
+    expect_grep "Fallback checkpoint_activations"
+    expect_grep "done: 6 steps, loss 0.6931 -> $last," ;;
   dpo_errors)
     # train.objective: dpo on chat shards (no .pairs): exit 2 naming the key and the shard; pairs
     # under train.objective: lm; a DPO key's bad value; a resume whose reference is gone.

@@ -37,7 +37,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kVocab = 2048, kContext = 64, kPairs = 4;
-const std::vector<std::string> kTargets = {"q_proj", "k_proj",    "v_proj",   "o_proj",
+const std::vector<std::string> kTargets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                            "gate_proj", "up_proj", "down_proj"};
 
 class Preference : public ::testing::Test {
@@ -45,24 +45,23 @@ class Preference : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new test::TempDir();
     const std::string src = TRAINER_SOURCE_DIR;
-    ready_ =
-        test::run_python(src + "/scripts/tokenize_text.py",
-                         fmt::format("--preference --tokenizer {0}/data/chat-sample/tokenizer/"
-                                     "tokenizer.json --max-tokens {1} "
-                                     "{0}/data/preference-sample/pairs.jsonl {2}",
-                                     src, kContext, dir_->file("pairs")),
-                         dir_->file("tokenize.log")) == 0 &&
-        test::run_hf_script("hf_llama.py",
-                            fmt::format("make {} --vocab {} --layers 2 --heads 4 --kv-heads 2 "
-                                        "--width 32 --intermediate 48 --positions {} --seed 5",
-                                        dir_->file("base"), kVocab, 2 * kContext),
-                            *dir_) &&
-        test::run_hf_script(
-            "lora_peft.py",
-            fmt::format("make {0}/base {0}/adapter {0}/base/expected.safetensors {0}/peft.st "
-                        "--r 4 --alpha 8 --seed 3 --targets {1}",
-                        dir_->path(), fmt::join(kTargets, " ")),
-            *dir_);
+    ready_ = test::run_python(src + "/scripts/tokenize_text.py",
+                              fmt::format("--preference --tokenizer {0}/data/chat-sample/tokenizer/"
+                                          "tokenizer.json --max-tokens {1} "
+                                          "{0}/data/preference-sample/pairs.jsonl {2}",
+                                          src, kContext, dir_->file("pairs")),
+                              dir_->file("tokenize.log")) == 0 &&
+             test::run_hf_script("hf_llama.py",
+                                 fmt::format("make {} --vocab {} --layers 2 --heads 4 --kv-heads 2 "
+                                             "--width 32 --intermediate 48 --positions {} --seed 5",
+                                             dir_->file("base"), kVocab, 2 * kContext),
+                                 *dir_) &&
+             test::run_hf_script(
+                 "lora_peft.py",
+                 fmt::format("make {0}/base {0}/adapter {0}/base/expected.safetensors {0}/peft.st "
+                             "--r 4 --alpha 8 --seed 3 --targets {1}",
+                             dir_->path(), fmt::join(kTargets, " ")),
+                 *dir_);
   }
   static void TearDownTestSuite() {
     delete dir_;
@@ -163,9 +162,7 @@ TEST_F(Preference, PairBatchesHoldChosenThenRejectedWhole) {
 
 TEST_F(Preference, ShardsWithoutPairsOrPairsUnderLmAreRefusedNamingTheKeyAndFile) {
   EXPECT_THAT(
-      [&] {
-        data::TokenShardDataset({shard()}, kContext, kVocab, {}, data::Packing::kAuto, "");
-      },
+      [&] { data::TokenShardDataset({shard()}, kContext, kVocab, {}, data::Packing::kAuto, ""); },
       ::testing::ThrowsMessage<data::DataError>(
           AllOf(HasSubstr(shard()), HasSubstr("set train.objective: dpo or simpo"))));
   // The same shard without its .pairs file: chat data, which dpo cannot train on.
@@ -177,9 +174,9 @@ TEST_F(Preference, ShardsWithoutPairsOrPairsUnderLmAreRefusedNamingTheKeyAndFile
   const std::string chat = bare.file("train_000000.bin");
   EXPECT_THAT(
       [&] { data::TokenShardDataset({chat}, kContext, kVocab, {}, data::Packing::kAuto, "dpo"); },
-      ::testing::ThrowsMessage<data::DataError>(
-          AllOf(HasSubstr(chat), HasSubstr("train.objective: dpo"),
-                HasSubstr(bare.file("train_000000.pairs")))));
+      ::testing::ThrowsMessage<data::DataError>(AllOf(HasSubstr(chat),
+                                                      HasSubstr("train.objective: dpo"),
+                                                      HasSubstr(bare.file("train_000000.pairs")))));
   // A sequence longer than a row: named with its pair.
   EXPECT_THAT(
       [&] { data::TokenShardDataset({shard()}, 8, kVocab, {}, data::Packing::kAuto, "dpo"); },
