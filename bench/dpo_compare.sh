@@ -14,13 +14,11 @@
 # precomputed before step 1), simpo-lora. Each: ms per step from the 'done:' line (the steps after
 # the first) and the peak RSS of rank 0 (the last memory table's "peak rss").
 set -euo pipefail
+read -r rounds steps ranks <<<"${1:-2} ${2:-20} ${3:-2}"
+pairs=16  # G
+trainer=${TRAINER_BIN:-build/trainer}
 cd "$(dirname "$0")/.."
 source scripts/env.sh
-rounds=${1:-2}
-steps=${2:-20}
-ranks=${3:-2}
-trainer=${TRAINER_BIN:-build/trainer}
-pairs=16  # G
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tok=data/chat-sample/tokenizer/tokenizer.json
