@@ -73,7 +73,6 @@
 
 #include <cstdint>
 #include <mutex>
-#include <ranges>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -173,11 +172,30 @@ class Reducer {
   // After finish(): the reduced gradients this rank uses: the full buckets, or its blocks.
   std::vector<at::Tensor> reduced_gradients() const;
   // Sharded: this rank's block of each bucket's geometry (a view: shards()[b], one per bucket)
-  // and of its flat parameters.
-  auto shards() const {
-    return std::views::transform(
-        buckets_, [](const Bucket& bucket) -> const BucketShard& { return bucket.shard; });
-  }
+  // and of its flat parameters. ShardView, not std::views::transform: clang 14 (the fuzz and
+  // sanitizer builds) cannot compile libstdc++ 12's transform_view.
+  class ShardView {
+   public:
+    explicit ShardView(const Reducer& reducer) : reducer_(&reducer) {}
+    size_t size() const;
+    const BucketShard& operator[](size_t b) const;
+    struct Iterator {
+      const ShardView* view;
+      size_t b;
+      const BucketShard& operator*() const { return (*view)[b]; }
+      Iterator& operator++() {
+        ++b;
+        return *this;
+      }
+      bool operator!=(const Iterator& other) const { return b != other.b; }
+    };
+    Iterator begin() const { return {this, 0}; }
+    Iterator end() const { return {this, size()}; }
+
+   private:
+    const Reducer* reducer_;
+  };
+  ShardView shards() const { return ShardView(*this); }
   std::vector<at::Tensor> parameter_shards() const;
   // Sharded: all-gathers every bucket's parameters from their owners, in place. Collective.
   void gather_parameters();
@@ -361,5 +379,10 @@ class Reducer {
   bool in_backward_ = false;
   std::mutex mutex_;
 };
+
+inline size_t Reducer::ShardView::size() const { return reducer_->buckets_.size(); }
+inline const BucketShard& Reducer::ShardView::operator[](size_t b) const {
+  return reducer_->buckets_[b].shard;
+}
 
 }  // namespace ddp

@@ -79,9 +79,17 @@ inline void gelu_erf_point(float x, float* y, float* dy) {
   if (dy != nullptr) *dy = phi_cdf + x * kInvSqrt2Pi * g;
 }
 
+// The loop is compiled twice, for AVX2/FMA and the baseline, and the loader picks one. clang (14,
+// the fuzz and sanitizer builds) multiversions no function template: there it is the baseline's.
+#if defined(__clang__)
+#define TRAINER_GELU_CLONES
+#else
+#define TRAINER_GELU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#endif
+
 template <bool kTanh, bool kSlope>
-__attribute__((target_clones("arch=x86-64-v3", "default"))) void gelu_loop(
-    const float* __restrict x, float* __restrict y, float* __restrict dy, int64_t n) {
+TRAINER_GELU_CLONES void gelu_loop(const float* __restrict x, float* __restrict y,
+                                   float* __restrict dy, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float a, b;
     if constexpr (kTanh) {
