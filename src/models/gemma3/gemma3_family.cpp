@@ -113,7 +113,7 @@ void write_gemma3(const LlamaOptions& o, json& c) {
   c["pad_token_id"] = nullptr;  // transformers would hold that row's gradient at zero
 }
 
-LlamaDialect gemma3_dialect() {
+LlamaDialect make_gemma3_dialect() {
   LlamaDialect d;
   d.family = "gemma3";
   d.title = "Gemma 3";
@@ -146,6 +146,11 @@ LlamaDialect gemma3_dialect() {
 }
 
 }  // namespace
+
+const LlamaDialect& gemma3_dialect() {
+  static const LlamaDialect dialect = make_gemma3_dialect();
+  return dialect;
+}
 
 LmFamily gemma3_family() { return llama_block_family(gemma3_dialect(), kGemma3Presets); }
 

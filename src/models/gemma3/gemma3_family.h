@@ -9,4 +9,8 @@ namespace models {
 
 LmFamily gemma3_family();
 
+struct LlamaDialect;  // models/llama/hf_llama.h
+// How Gemma 3 spells config.json: what model.init_from's config.json is read with.
+const LlamaDialect& gemma3_dialect();
+
 }  // namespace models

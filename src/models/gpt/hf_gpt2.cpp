@@ -68,19 +68,6 @@ void check_architecture(const HfConfig& c) {
   }
 }
 
-void read_config_json(const std::string& file, Gpt2Dims& dims) {
-  const HfConfig c = HfConfig::read(file);
-  check_architecture(c);
-  const std::pair<const char*, int64_t*> keys[] = {{"n_layer", &dims.num_layers},
-                                                   {"n_head", &dims.heads},
-                                                   {"n_embd", &dims.d_model},
-                                                   {"n_positions", &dims.context},
-                                                   {"vocab_size", &dims.vocab_size}};
-  for (const auto& [key, field] : keys) {
-    if (const int64_t v = c.integer_or(key, 0); v > 0) *field = v;
-  }
-}
-
 // Fills init.weights (Gpt's names, Linear layout, float32) and init.kind from init.file; a
 // Hugging Face lm_head goes to `lm_head`. Returns whether the file is a trainer checkpoint.
 bool read_init_weights(const HfFiles& files, GptInit& init, at::Tensor& lm_head) {
@@ -193,6 +180,19 @@ void read_init_headers(const HfFiles& files, GptInit& init) {
 
 }  // namespace
 
+void read_gpt2_config(const std::string& file, Gpt2Dims& dims) {
+  const HfConfig c = HfConfig::read(file);
+  check_architecture(c);
+  const std::pair<const char*, int64_t*> keys[] = {{"n_layer", &dims.num_layers},
+                                                   {"n_head", &dims.heads},
+                                                   {"n_embd", &dims.d_model},
+                                                   {"n_positions", &dims.context},
+                                                   {"vocab_size", &dims.vocab_size}};
+  for (const auto& [key, field] : keys) {
+    if (const int64_t v = c.integer_or(key, 0); v > 0) *field = v;
+  }
+}
+
 GptInit read_gpt_init(const std::string& path, bool weights) {
   GptInit init;
   init.path = path;
@@ -209,7 +209,7 @@ GptInit read_gpt_init(const std::string& path, bool weights) {
     checkpoint = init.prefix == kCheckpointParam;
   }
   if (!checkpoint && !files.config_file.empty()) {
-    read_config_json(files.config_file, init.dims);
+    read_gpt2_config(files.config_file, init.dims);
     init.config_file = files.config_file;
   }
   return init;

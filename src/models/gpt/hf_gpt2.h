@@ -42,6 +42,12 @@ struct Gpt2Dims {
   int64_t padded_vocab = 0;  // checkpoint: rows of wte (padded); Hugging Face: 0
 };
 
+// The dimensions a GPT-2 config.json gives (n_layer, n_head, n_embd, n_positions, vocab_size)
+// into `dims`, after its architecture's options are checked: read_gpt_init's reading of the
+// config.json beside the weights. Throws std::invalid_argument naming model.init_from, the file
+// and the key.
+void read_gpt2_config(const std::string& file, Gpt2Dims& dims);
+
 // What model.init_from holds.
 struct GptInit {
   std::string path;         // as given

@@ -351,13 +351,12 @@ void refuse_variants(const nlohmann::json& c, const std::string& path) {
 
 // The adapter's config against the model's options: PEFT type, what is not plain LoRA, rank,
 // alpha, rsLoRA, targets.
-void check_peft_config(const CausalLm& model, const nlohmann::json& c, const std::string& path) {
+void check_peft_config(const LoraOptions& l, const nlohmann::json& c, const std::string& path) {
   const auto fail = [&](const std::string& what) { refuse(path, what); };
   const std::string type = c.value("peft_type", "");
   if (type != "LORA")
     fail(fmt::format("peft_type is {}, not LORA", type.empty() ? "absent" : type));
   refuse_variants(c, path);
-  const LoraOptions& l = model.lora_options();
   const int64_t r = c.value("r", int64_t{0});
   if (r != l.rank) fail(fmt::format("r is {} but model.lora_rank is {}", r, l.rank));
   std::vector<std::string> targets;
@@ -387,12 +386,20 @@ void check_peft_config(const CausalLm& model, const nlohmann::json& c, const std
   }
 }
 
+}  // namespace
+
+void check_peft_config(const LoraOptions& options, const std::string& config_path) {
+  check_peft_config(options, read_peft_config(config_path), config_path);
+}
+
+namespace {
+
 // Each of `model`'s parameters (its adapters) by name: the PEFT adapter's tensor in DIR, float32,
 // after every check of load_peft.
 std::map<std::string, at::Tensor> peft_tensors(const CausalLm& model, const std::string& dir) {
   const std::string config_path = (std::filesystem::path(dir) / kPeftConfig).string();
   const std::string weights_path = (std::filesystem::path(dir) / kPeftWeights).string();
-  check_peft_config(model, read_peft_config(config_path), config_path);
+  check_peft_config(model.lora_options(), config_path);
   std::map<std::string, at::Tensor> weights;
   try {
     weights = io::read_safetensors(weights_path);

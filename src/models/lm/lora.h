@@ -75,6 +75,10 @@ std::vector<std::string> export_peft(const CausalLm& model, const std::string& d
 // targets differ from model.lora_*, or a tensor is missing, extra or of another shape.
 void load_peft(CausalLm& model, const std::string& dir);
 
+// load_peft's first step: the adapter_config.json at `config_path` read and checked against the
+// model's LoRA options, with load_peft's errors.
+void check_peft_config(const LoraOptions& options, const std::string& config_path);
+
 // The frozen base's hash (models::FrozenBase::base_hash, "crc32:xxxxxxxx"): zlib's CRC-32 of
 // `init_from`/config.json when there is one, then each frozen buffer's name, shape and dtype in
 // name order. Call after add_lora.

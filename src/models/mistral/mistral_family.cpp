@@ -20,7 +20,7 @@ const std::vector<LlamaPreset> kMistralPresets = {
 
 constexpr int64_t kMistralConfigWindow = 4096;  // MistralConfig's default sliding_window
 
-LlamaDialect mistral_dialect() {
+LlamaDialect make_mistral_dialect() {
   LlamaDialect d;
   d.family = "mistral";
   d.title = "Mistral";
@@ -48,6 +48,11 @@ LlamaDialect mistral_dialect() {
 }
 
 }  // namespace
+
+const LlamaDialect& mistral_dialect() {
+  static const LlamaDialect dialect = make_mistral_dialect();
+  return dialect;
+}
 
 LmFamily mistral_family() { return llama_block_family(mistral_dialect(), kMistralPresets); }
 

@@ -9,4 +9,8 @@ namespace models {
 
 LmFamily mistral_family();
 
+struct LlamaDialect;  // models/llama/hf_llama.h
+// How Mistral spells config.json: what model.init_from's config.json is read with.
+const LlamaDialect& mistral_dialect();
+
 }  // namespace models

@@ -17,7 +17,7 @@ const std::vector<LlamaPreset> kQwen2Presets = {
     {"qwen2.5-7b", 28, 3584, 28, 4, 0, 18944, 152064, 131072, 1000000.0, 0.0, false, 1e-6, 0},
 };
 
-LlamaDialect qwen2_dialect() {
+LlamaDialect make_qwen2_dialect() {
   LlamaDialect d;
   d.family = "qwen2";
   d.title = "Qwen2";
@@ -34,6 +34,11 @@ LlamaDialect qwen2_dialect() {
 }
 
 }  // namespace
+
+const LlamaDialect& qwen2_dialect() {
+  static const LlamaDialect dialect = make_qwen2_dialect();
+  return dialect;
+}
 
 LmFamily qwen2_family() { return llama_block_family(qwen2_dialect(), kQwen2Presets); }
 

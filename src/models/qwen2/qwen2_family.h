@@ -9,4 +9,8 @@ namespace models {
 
 LmFamily qwen2_family();
 
+struct LlamaDialect;  // models/llama/hf_llama.h
+// How Qwen2 spells config.json: what model.init_from's config.json is read with.
+const LlamaDialect& qwen2_dialect();
+
 }  // namespace models

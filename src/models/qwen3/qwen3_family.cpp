@@ -23,7 +23,7 @@ const std::vector<LlamaPreset> kQwen3Presets = {
     {"qwen3-14b", 40, 5120, 40, 8, 128, 17408, 151936, 40960, 1000000.0, 0.0, false, 1e-6, 0},
 };
 
-LlamaDialect qwen3_dialect() {
+LlamaDialect make_qwen3_dialect() {
   LlamaDialect d;
   d.family = "qwen3";
   d.title = "Qwen3";
@@ -46,6 +46,11 @@ LlamaDialect qwen3_dialect() {
 }
 
 }  // namespace
+
+const LlamaDialect& qwen3_dialect() {
+  static const LlamaDialect dialect = make_qwen3_dialect();
+  return dialect;
+}
 
 LmFamily qwen3_family() { return llama_block_family(qwen3_dialect(), kQwen3Presets); }
 

@@ -9,4 +9,8 @@ namespace models {
 
 LmFamily qwen3_family();
 
+struct LlamaDialect;  // models/llama/hf_llama.h
+// How Qwen3 spells config.json: what model.init_from's config.json is read with.
+const LlamaDialect& qwen3_dialect();
+
 }  // namespace models
