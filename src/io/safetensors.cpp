@@ -179,7 +179,7 @@ json read_header(const std::string& path, std::ifstream& in, uint64_t* file_byte
   json j;
   try {
     j = json::parse(header);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range (1e400)
     throw error(path, "the header is not valid JSON: {}", e.what());
   }
   if (!j.is_object()) throw error(path, "the header is not a JSON object");

@@ -151,6 +151,12 @@ TEST_F(Safetensors, BadJson) {
   EXPECT_THAT(read_error(p), AllOf(HasSubstr(p), HasSubstr("not valid JSON")));
   const std::string q = raw("list.safetensors", "[1, 2]");
   EXPECT_THAT(read_error(q), AllOf(HasSubstr(q), HasSubstr("not a JSON object")));
+  // A number beyond a double (found by the safetensors_header fuzz target: nlohmann's
+  // out_of_range escaped the reader, exit 1 naming no file).
+  const std::string r =
+      raw("huge.safetensors", R"({"w":{"dtype":"F32","shape":[2,1e4003],"data_offsets":[0,8]}})");
+  EXPECT_THAT(read_error(r),
+              AllOf(HasSubstr(r), HasSubstr("not valid JSON"), HasSubstr("number overflow")));
 }
 
 TEST_F(Safetensors, UnknownDtype) {
