@@ -255,6 +255,38 @@ TEST_P(LoraPeft, FieldsThatAreNotPlainLoraAreRefusedByName) {
   }
 }
 
+// adapter_config.json whose fields have another JSON type than PEFT's (found by the peft_config
+// fuzz target: a number in place of the object ended the trainer with nlohmann's type_error,
+// exit 1, naming no file) is refused naming the file and the field.
+TEST(LoraPeftConfig, FieldsOfAnotherTypeAreRefusedNamingThem) {
+  test::TempDir out;
+  const std::string path = out.file("adapter_config.json");
+  models::LoraOptions options;
+  options.rank = 2;
+  options.alpha = 8.0;
+  options.targets = {"q_proj"};
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"18", "not a JSON object but 18"},
+      {R"({"peft_type": 5})", "peft_type is 5, not a string"},
+      {R"({"peft_type": "LORA", "r": "2"})", R"(r is "2", not an integer)"},
+      {R"({"peft_type": "LORA", "r": 2.5})", "r is 2.5, not an integer"},
+      {R"({"peft_type": "LORA", "r": 2, "target_modules": ["q_proj", 3]})",
+       "target_modules holds 3, which is not a module name"},
+      {R"({"peft_type": "LORA", "r": 2, "target_modules": {"a": 1}})",
+       "target_modules is {\"a\":1}, not a list of names"},
+      {R"({"peft_type": "LORA", "r": 2, "target_modules": ["q_proj"], "lora_alpha": []})",
+       "lora_alpha is [], not a number"}};
+  for (const auto& [text, message] : cases) {
+    SCOPED_TRACE(text);
+    std::ofstream(path) << text;
+    EXPECT_THAT([&] { models::check_peft_config(options, path); },
+                ::testing::ThrowsMessage<std::invalid_argument>(
+                    HasSubstr("model.lora_init_from: " + path + ": " + message)));
+  }
+  std::ofstream(path) << R"({"peft_type": "LORA", "r": 2, "target_modules": ["q_proj"]})";
+  EXPECT_NO_THROW(models::check_peft_config(options, path));
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Range(0, kFamilyCount),
                          [](const auto& info) { return std::string(kFamilies[info.param].name); });
 

@@ -349,23 +349,54 @@ void refuse_variants(const nlohmann::json& c, const std::string& path) {
   }
 }
 
+// The config's field `key` when it is there and not null, else nullptr; refused, naming it,
+// when `is_kind` does not hold for it (`kind` says what it must be).
+const nlohmann::json* peft_field(const nlohmann::json& c, const char* key,
+                                 bool (*is_kind)(const nlohmann::json&), const char* kind,
+                                 const std::string& path) {
+  const auto it = c.find(key);
+  if (it == c.end() || it->is_null()) return nullptr;
+  if (!is_kind(*it)) refuse(path, fmt::format("{} is {}, not {}", key, it->dump(), kind));
+  return &*it;
+}
+
+// target_modules as a list of names (absent: none).
+std::vector<std::string> peft_targets(const nlohmann::json& c, const std::string& path) {
+  const nlohmann::json* t = peft_field(
+      c, "target_modules", [](const nlohmann::json& j) { return j.is_array() || j.is_string(); },
+      "a list of names", path);
+  std::vector<std::string> targets;
+  if (t == nullptr) return targets;
+  if (t->is_string()) {
+    refuse(path, fmt::format("target_modules is the pattern '{}'; a list of names is needed",
+                             t->get<std::string>()));
+  }
+  for (const auto& name : *t) {
+    if (!name.is_string()) {
+      refuse(path, fmt::format("target_modules holds {}, which is not a module name", name.dump()));
+    }
+    targets.push_back(name.get<std::string>());
+  }
+  return targets;
+}
+
 // The adapter's config against the model's options: PEFT type, what is not plain LoRA, rank,
-// alpha, rsLoRA, targets.
+// alpha, rsLoRA, targets. Any other JSON than an object with fields of PEFT's types is refused
+// naming the field.
 void check_peft_config(const LoraOptions& l, const nlohmann::json& c, const std::string& path) {
   const auto fail = [&](const std::string& what) { refuse(path, what); };
-  const std::string type = c.value("peft_type", "");
-  if (type != "LORA")
-    fail(fmt::format("peft_type is {}, not LORA", type.empty() ? "absent" : type));
-  refuse_variants(c, path);
-  const int64_t r = c.value("r", int64_t{0});
-  if (r != l.rank) fail(fmt::format("r is {} but model.lora_rank is {}", r, l.rank));
-  std::vector<std::string> targets;
-  const auto& t = c.value("target_modules", nlohmann::json());
-  if (t.is_string()) {
-    fail(fmt::format("target_modules is the pattern '{}'; a list of names is needed",
-                     t.get<std::string>()));
+  if (!c.is_object()) fail(fmt::format("not a JSON object but {}", c.dump()));
+  const auto is_string = [](const nlohmann::json& j) { return j.is_string(); };
+  const nlohmann::json* type = peft_field(c, "peft_type", is_string, "a string", path);
+  if (type == nullptr || *type != "LORA") {
+    fail(fmt::format("peft_type is {}, not LORA", type ? type->get<std::string>() : "absent"));
   }
-  if (t.is_array()) targets = t.get<std::vector<std::string>>();
+  refuse_variants(c, path);
+  const auto is_integer = [](const nlohmann::json& j) { return j.is_number_integer(); };
+  const nlohmann::json* rank = peft_field(c, "r", is_integer, "an integer", path);
+  const int64_t r = rank ? rank->get<int64_t>() : 0;
+  if (r != l.rank) fail(fmt::format("r is {} but model.lora_rank is {}", r, l.rank));
+  std::vector<std::string> targets = peft_targets(c, path);
   std::vector<std::string> mine = l.targets;
   std::sort(targets.begin(), targets.end());
   std::sort(mine.begin(), mine.end());
@@ -373,7 +404,9 @@ void check_peft_config(const LoraOptions& l, const nlohmann::json& c, const std:
     fail(fmt::format("target_modules [{}] differ from model.lora_targets [{}]",
                      fmt::join(targets, ", "), fmt::join(mine, ", ")));
   }
-  const double alpha = c.value("lora_alpha", 8.0);
+  const auto is_number = [](const nlohmann::json& j) { return j.is_number(); };
+  const nlohmann::json* a = peft_field(c, "lora_alpha", is_number, "a number", path);
+  const double alpha = a ? a->get<double>() : 8.0;
   if (std::abs(alpha - l.alpha) > 1e-9 * std::max(1.0, std::abs(alpha))) {
     fail(fmt::format("lora_alpha is {} but model.lora_alpha is {}", alpha, l.alpha));
   }
