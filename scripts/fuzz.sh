@@ -24,7 +24,7 @@ seconds=${2:-60}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=$(sed -n 's/^  \([a-z0-9_]*\) trainer_[a-z]*$/\1/p' tests/fuzz/CMakeLists.txt)
 if [ "$target" != all ] && ! grep -qx "$target" <<<"$targets"; then
-  echo "scripts/fuzz.sh: unknown target '$target'; the targets are:" $targets >&2
+  echo "scripts/fuzz.sh: unknown target '$target'; the targets are: ${targets//$'\n'/ }" >&2
   exit 2
 fi
 [ "$target" = all ] || targets=$target
@@ -37,7 +37,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 # FUZZ_BUILD=0: run what is built (while another build of build-fuzz is under way).
 if [ "${FUZZ_BUILD:-1}" != 0 ]; then
-  # shellcheck disable=SC2086  # one word per target
+  # shellcheck disable=SC2046,SC2086  # one word per target
   cmake --build "$build" --target $(printf 'fuzz_%s ' $targets) -- -j"${BUILD_JOBS:-$(nproc)}"
 fi
 

@@ -52,9 +52,9 @@ inline std::string_view as_text(const uint8_t* data, size_t size) {
 #define TRAINER_FUZZ_TARGET(name) \
   extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 #else
-#define TRAINER_FUZZ_TARGET(name)                                                  \
-  static int fuzz_target_##name(const uint8_t* data, size_t size);                 \
-  [[maybe_unused]] static const bool fuzz_registered_##name =                      \
-      ::fuzz::register_target(#name, fuzz_target_##name);                          \
+#define TRAINER_FUZZ_TARGET(name)                                  \
+  static int fuzz_target_##name(const uint8_t* data, size_t size); \
+  [[maybe_unused]] static const bool fuzz_registered_##name =      \
+      ::fuzz::register_target(#name, fuzz_target_##name);          \
   static int fuzz_target_##name(const uint8_t* data, size_t size)
 #endif

@@ -26,8 +26,10 @@ inline const std::vector<FuzzTokenizer>& fuzz_tokenizers() {
     if (std::filesystem::exists(data::gpt2_ranks_path())) {
       out.push_back({data::make_tokenizer("gpt2"), true});
     }
-    out.push_back({data::make_tokenizer(source + "/data/chat-sample/tokenizer/tokenizer.json"), true});
-    out.push_back({data::make_tokenizer(source + "/tests/fuzz/fixtures/spm-llama2.tokenizer.json"), false});
+    out.push_back(
+        {data::make_tokenizer(source + "/data/chat-sample/tokenizer/tokenizer.json"), true});
+    out.push_back(
+        {data::make_tokenizer(source + "/tests/fuzz/fixtures/spm-llama2.tokenizer.json"), false});
     return out;
   }();
   return all;

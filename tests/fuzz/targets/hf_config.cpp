@@ -14,10 +14,11 @@
 
 TRAINER_FUZZ_TARGET(hf_config) {
   if (size == 0) return 0;
-  const std::string file = fuzz::write_file("hf_config/config.json", fuzz::as_text(data + 1, size - 1));
-  const models::LlamaDialect* dialects[] = {
-      &models::llama_dialect(), &models::qwen2_dialect(), &models::qwen3_dialect(),
-      &models::mistral_dialect(), &models::gemma3_dialect()};
+  const std::string file =
+      fuzz::write_file("hf_config/config.json", fuzz::as_text(data + 1, size - 1));
+  const models::LlamaDialect* dialects[] = {&models::llama_dialect(), &models::qwen2_dialect(),
+                                            &models::qwen3_dialect(), &models::mistral_dialect(),
+                                            &models::gemma3_dialect()};
   try {
     const size_t family = data[0] % 6;
     if (family == 5) {

@@ -11,7 +11,8 @@
 TRAINER_FUZZ_TARGET(png_image) {
   if (size == 0) return 0;
   data::DataOptions options;
-  const std::string file = fuzz::write_file("png_image/image.png", fuzz::as_text(data + 1, size - 1));
+  const std::string file =
+      fuzz::write_file("png_image/image.png", fuzz::as_text(data + 1, size - 1));
   options.path = file.substr(0, file.rfind('/'));
   const int64_t scales[] = {1, 2, 4, 1};
   options.scale = scales[data[0] & 3];

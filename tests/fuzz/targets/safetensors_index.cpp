@@ -24,7 +24,8 @@ void write_shards() {
 
 TRAINER_FUZZ_TARGET(safetensors_index) {
   write_shards();
-  const std::string index = fuzz::write_file("index/model.safetensors.index.json", fuzz::as_text(data, size));
+  const std::string index =
+      fuzz::write_file("index/model.safetensors.index.json", fuzz::as_text(data, size));
   const std::string dir = index.substr(0, index.rfind('/'));
   try {
     io::safetensors_files(dir);

@@ -1,8 +1,8 @@
 // A sharded checkpoint's manifest.json (io/shard_manifest.h) through parse_manifest, which
 // read_manifest and resume use, and then each tensor's read plan (pieces_for) as a resume at
 // another world size asks for it. Typed error: io::ShardManifestError.
-#include "fuzz_target.h"
 #include "io/shard_manifest.h"
+#include "fuzz_target.h"
 
 TRAINER_FUZZ_TARGET(shard_manifest) {
   try {

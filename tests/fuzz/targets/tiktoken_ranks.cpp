@@ -6,7 +6,8 @@
 #include "fuzz_target.h"
 
 TRAINER_FUZZ_TARGET(tiktoken_ranks) {
-  const std::string path = fuzz::write_file("tiktoken_ranks/gpt2.tiktoken", fuzz::as_text(data, size));
+  const std::string path =
+      fuzz::write_file("tiktoken_ranks/gpt2.tiktoken", fuzz::as_text(data, size));
   try {
     const data::BpeTokenizer tokenizer(data::read_gpt2_ranks(path));
     tokenizer.decode(tokenizer.encode("Hello world, 123 times!\n\xff"));

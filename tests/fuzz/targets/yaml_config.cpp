@@ -11,7 +11,8 @@ TRAINER_FUZZ_TARGET(yaml_config) {
   const std::vector<std::string> overrides(parts.begin() + 1, parts.end());
   std::string effective;
   try {
-    effective = config::config_to_yaml(config::parse_config(std::string(parts[0]), "fuzz.yaml", overrides));
+    effective =
+        config::config_to_yaml(config::parse_config(std::string(parts[0]), "fuzz.yaml", overrides));
   } catch (const config::ConfigError&) {
     return 0;
   }
