@@ -160,14 +160,18 @@ if [ -n "$nvcc" ] && [ -f "$BUILD_DIR/CMakeCache.txt" ] &&
   echo "$nvcc" >"$cuda_marker"
   reconfigured_for_cuda=1
 fi
+# The sanitizer builds (scripts/sanitize.sh, CMakeLists.txt) set TRAINER_SANITIZE and
+# TRAINER_TEST_TIMEOUT_SCALE the same way, in build directories of their own.
+options=(${werror:+-DTRAINER_WERROR="$werror"} ${TRAINER_SANITIZE:+-DTRAINER_SANITIZE="$TRAINER_SANITIZE"}
+  ${TRAINER_TEST_TIMEOUT_SCALE:+-DTRAINER_TEST_TIMEOUT_SCALE="$TRAINER_TEST_TIMEOUT_SCALE"})
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  log "configuring $BUILD_DIR${werror:+ (TRAINER_WERROR=$werror)}"
+  log "configuring $BUILD_DIR${options[*]:+ (${options[*]})}"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
     ${torch_prefix:+-DCMAKE_PREFIX_PATH="$torch_prefix"} \
-    ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"} ${werror:+-DTRAINER_WERROR="$werror"} >/dev/null
-elif [ -n "$werror" ]; then
-  log "TRAINER_WERROR=$werror in $BUILD_DIR"
-  cmake -S . -B "$BUILD_DIR" -DTRAINER_WERROR="$werror" >/dev/null
+    ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"} "${options[@]}" >/dev/null
+elif [ ${#options[@]} -gt 0 ]; then
+  log "${options[*]} in $BUILD_DIR"
+  cmake -S . -B "$BUILD_DIR" "${options[@]}" >/dev/null
 fi
 if [ -n "${reconfigured_for_cuda:-}" ] && ! grep -q '^NCCL_LIBRARY:' "$BUILD_DIR/CMakeCache.txt"; then
   log "warning: CMake still found no CUDA for $BUILD_DIR (a CPU-only LibTorch?): the build is CPU only"
