@@ -26,7 +26,10 @@ supp=$PWD/scripts/sanitizers
 # The test binaries of the unit and mpi tiers (tests/unit, tests/mpi); not the trainer binary,
 # which only the e2e tier runs.
 targets=(unit_tests hf_gpt2_tests llama_tests llama_kin_tests mpi_tests)
-BUILD_DIR=$build TRAINER_SANITIZE=$sanitize TRAINER_TEST_TIMEOUT_SCALE=$scale \
+# Warnings are not errors here, in CI either: GCC warns of false -Wmaybe-uninitialized in
+# libstdc++'s headers (<regex>'s std::function) only under -fsanitize=address. The normal build
+# keeps the project warning-free.
+BUILD_DIR=$build TRAINER_SANITIZE=$sanitize TRAINER_TEST_TIMEOUT_SCALE=$scale TRAINER_WERROR=OFF \
   scripts/bootstrap.sh --dev "${targets[@]}"
 # The TensorBoard records' test exists where protobuf was found (tests/unit/CMakeLists.txt).
 if ninja -C "$build" -t targets all | grep -q '^tensorboard_tests:'; then

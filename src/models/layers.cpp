@@ -79,17 +79,20 @@ inline void gelu_erf_point(float x, float* y, float* dy) {
   if (dy != nullptr) *dy = phi_cdf + x * kInvSqrt2Pi * g;
 }
 
-// The loop is compiled twice, for AVX2/FMA and the baseline, and the loader picks one. clang (14,
-// the fuzz and sanitizer builds) multiversions no function template: there it is the baseline's.
-#if defined(__clang__)
-#define TRAINER_GELU_CLONES
+// The loop is compiled twice, for AVX2/FMA and the baseline, and the loader picks one. Two builds
+// get the baseline's alone: clang (14, the fuzz builds) multiversions no function template, and
+// target_clones makes an ifunc, whose resolver runs while the dynamic loader relocates the binary,
+// before a sanitizer's runtime has started: instrumented (scripts/sanitize.sh), it crashed the
+// ThreadSanitizer build's binaries before main.
+#if defined(__clang__) || defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define TRAINER_CPU_CLONES
 #else
-#define TRAINER_GELU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define TRAINER_CPU_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif
 
 template <bool kTanh, bool kSlope>
-TRAINER_GELU_CLONES void gelu_loop(const float* __restrict x, float* __restrict y,
-                                   float* __restrict dy, int64_t n) {
+TRAINER_CPU_CLONES void gelu_loop(const float* __restrict x, float* __restrict y,
+                                  float* __restrict dy, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     float a, b;
     if constexpr (kTanh) {
@@ -101,6 +104,7 @@ TRAINER_GELU_CLONES void gelu_loop(const float* __restrict x, float* __restrict 
     if constexpr (kSlope) dy[i] = b;
   }
 }
+#undef TRAINER_CPU_CLONES  // the rest of a unity batch never sees it
 
 // Writes y (and dy when defined) for every element of the contiguous float tensor x.
 void gelu_kernel(const at::Tensor& x, at::Tensor& y, at::Tensor* dy, GeluApprox approx) {
