@@ -32,7 +32,7 @@ targets=(unit_tests hf_gpt2_tests llama_tests llama_kin_tests mpi_tests)
 BUILD_DIR=$build TRAINER_SANITIZE=$sanitize TRAINER_TEST_TIMEOUT_SCALE=$scale TRAINER_WERROR=OFF \
   scripts/bootstrap.sh --dev "${targets[@]}"
 # The TensorBoard records' test exists where protobuf was found (tests/unit/CMakeLists.txt).
-if ninja -C "$build" -t targets all | grep -q '^tensorboard_tests:'; then
+if ninja -C "$build" -t query tensorboard_tests >/dev/null 2>&1; then
   cmake --build "$build" --target tensorboard_tests -- -j"${BUILD_JOBS:-$(nproc)}"
 fi
 source scripts/env.sh
