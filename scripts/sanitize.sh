@@ -53,7 +53,10 @@ if [ "$sanitize" = thread ]; then
 else
   # detect_container_overflow=0: LibTorch's std::vector and std::string code is not instrumented,
   # so the container annotations of ours and theirs disagree on the same objects (false reports).
-  export ASAN_OPTIONS="detect_container_overflow=0:check_initialization_order=1:strict_init_order=1"
+  # fast_unwind_on_malloc=0: Open MPI's libraries have no frame pointers, so the fast unwinder
+  # stops at their first frame, most often in an MCA component unloaded by exit; the slow one
+  # reaches libmpi.so, which lsan.supp names.
+  export ASAN_OPTIONS="detect_container_overflow=0:fast_unwind_on_malloc=0:check_initialization_order=1:strict_init_order=1"
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="suppressions=$supp/ubsan.supp:print_stacktrace=1"
 fi
