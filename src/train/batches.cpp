@@ -65,14 +65,20 @@ void Batches::plan_configured(bool equal_counts) { replan(train_.micro_batch_siz
 
 void Batches::start() {
   // The loader reads this rank's slice of each step; the slice (offset, size) never changes with
-  // the micro-batch, so a fallback keeps reading the same samples.
+  // the micro-batch, so a fallback keeps reading the same samples. The workers get the slice's
+  // bounds now, never plan_, which a fallback rewrites on the training thread (set_micro_batch)
+  // while they take the coming steps (a data race ThreadSanitizer found: scripts/sanitize.sh).
   loader_ = std::make_unique<data::Loader>(
-      dataset_, [this](int64_t batch) { return take_indices(batch); }, loader_options_);
+      dataset_,
+      [this, offset = plan_.offset, size = plan_.per_rank](int64_t batch) {
+        return take_indices(batch, offset, size);
+      },
+      loader_options_);
 }
 
-at::Tensor Batches::take_indices(int64_t index) {
+at::Tensor Batches::take_indices(int64_t index, int64_t offset, int64_t size) {
   const at::Tensor all = sampler_.indices(index, 0, train_.global_batch_size);
-  const at::Tensor mine = all.narrow(0, plan_.offset, plan_.per_rank);
+  const at::Tensor mine = all.narrow(0, offset, size);
   StepTargets t{dataset_.target_count(all), mine.clone()};
   const std::lock_guard<std::mutex> lock(targets_mutex_);
   targets_[index] = std::move(t);

@@ -100,9 +100,9 @@ class Batches {
   std::map<int64_t, StepTargets> targets_;
 
   void replan(int64_t micro_batch, bool equal_counts);
-  // The loader's indices of batch `index` (called under its lock): this rank's, with the
-  // targets recorded.
-  at::Tensor take_indices(int64_t index);
+  // The loader's indices of batch `index` (called under its lock, on a worker): this rank's
+  // slice [offset, offset + size), with the targets recorded.
+  at::Tensor take_indices(int64_t index, int64_t offset, int64_t size);
   std::vector<int64_t> wrap_steps_;  // a mixture: per source, the step (from 0) of its first wrap
   std::vector<bool> wrap_logged_;    // ... and whether rank 0 logged it
   std::string order_dir_;            // TRAINER_TEST_DATA_ORDER

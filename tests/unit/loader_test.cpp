@@ -140,6 +140,15 @@ TEST(Loader, ASlowReaderWithEnoughWorkersLeavesTheStepUnblocked) {
   EXPECT_LT(waited_async, 0.2 * waited_sync) << "sync " << waited_sync << " s";
 }
 
+// Global batches of 64 samples in micro-batches of 8, read 16 steps ahead by 4 workers.
+train::TrainOptions batches_of_64() {
+  train::TrainOptions train;
+  train.global_batch_size = 64;
+  train.micro_batch_size = 8;
+  return train;
+}
+const data::LoaderOptions kFourWorkers{.workers = 4, .prefetch = 16};
+
 // train::Batches owns the loader whose workers call back into it (take_indices records each
 // step's targets under its mutex): destroyed right after start(), while the workers take their
 // first indices, it must stop them before the members they use are gone. Declared in the wrong
@@ -147,16 +156,32 @@ TEST(Loader, ASlowReaderWithEnoughWorkersLeavesTheStepUnblocked) {
 // runs); here most of the 200 rounds hit the window.
 TEST(Batches, StopsItsLoadersWorkersBeforeTheMembersTheyUse) {
   CountingDataset ds(1 << 12);
-  train::TrainOptions train;
-  train.global_batch_size = 64;
-  train.micro_batch_size = 8;
-  const data::LoaderOptions loader{.workers = 4, .prefetch = 16};
+  const train::TrainOptions train = batches_of_64();
   for (int round = 0; round < 200; ++round) {
-    train::Batches batches(ds, train, loader, /*world=*/1, /*rank=*/0, c10::Device(c10::kCPU));
+    train::Batches batches(ds, train, kFourWorkers, /*world=*/1, /*rank=*/0,
+                           c10::Device(c10::kCPU));
     batches.start();
     if (round % 2 == 1) {
       EXPECT_EQ(batches.get(0).inputs.size(0), 64);
     }
+  }
+}
+
+// A memory fallback replans the micro-batch (set_micro_batch) on the training thread while the
+// loader's workers take the coming steps' indices: the workers must not read the plan that is
+// being rewritten, only the slice, which no fallback changes. Under scripts/sanitize.sh thread
+// this reported the race within a few steps (as in mpi_tests' Oom suites, where a fallback halves
+// the micro-batch); here and in the normal build, every step still reads this rank's slice.
+TEST(Batches, AFallbackReplansWhileTheWorkersTakeTheComingSteps) {
+  CountingDataset ds(1 << 12);
+  const train::TrainOptions train = batches_of_64();
+  train::Batches batches(ds, train, kFourWorkers, /*world=*/2, /*rank=*/1, c10::Device(c10::kCPU));
+  batches.start();
+  for (int64_t step = 0; step < 40; ++step) {
+    batches.set_micro_batch(step % 2 == 0 ? 4 : 8, /*equal_counts=*/false);
+    const data::Batch b = batches.get(step);
+    ASSERT_EQ(b.inputs.size(0), 32) << "step " << step;
+    EXPECT_EQ(batches.plan().offset, 32);
   }
 }
 
