@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
+
+#include "ddp/kept.h"
 
 namespace ddp::desync {
 
@@ -368,14 +371,15 @@ std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
     const auto deadline_s = exchange_deadline(timeout);
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(deadline_s);
 
-    // `mine` is leaked on purpose (under 1 KB per timeout): the sends are never waited for, so
-    // their buffer must outlive them; `inbox` too when a receive could not be cancelled.
-    auto* mine = new RankState(snapshot(rank, tracker.id(), waiting, (waited - timeout).count()));
-    auto* inbox = new std::vector<RankState>(size);
+    // `mine` is kept until the process ends (under 1 KB per timeout): the sends are never waited
+    // for, so their buffer must outlive them; `inbox` too when a receive could not be cancelled.
+    RankState* mine = &keep_until_exit(
+        RankState(snapshot(rank, tracker.id(), waiting, (waited - timeout).count())));
+    auto inbox = std::make_unique<std::vector<RankState>>(size);
     std::vector<MPI_Request> recvs(size, MPI_REQUEST_NULL);
     post_exchange(mine, *inbox, recvs, rank);
     const auto answers = collect_answers(*inbox, recvs, deadline);
-    if (cancel_receives(recvs)) delete inbox;
+    if (!cancel_receives(recvs)) keep_until_exit(std::move(inbox));
     record_outcome(answers, rank, waiting.step);
 
     std::string out(1, '\n');

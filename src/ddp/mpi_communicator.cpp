@@ -12,6 +12,7 @@
 #include "ddp/check.h"
 #include "ddp/desync.h"
 #include "ddp/errors.h"
+#include "ddp/kept.h"
 #include "ddp/mpi_progress.h"
 #include "ddp/timed_work.h"
 
@@ -136,9 +137,9 @@ class MpiWork final : public TimedWork {
     // still write into the buffers, so both are leaked on purpose; this happens only on the way
     // to ending the process. (A request handed to the progress thread stays with it.)
     if (!done() && (pending_ || request_ != MPI_REQUEST_NULL)) {
-      if (!pending_) new MPI_Request(request_);
-      new at::Tensor(std::move(buffer_));
-      new at::Tensor(std::move(keep_));
+      if (!pending_) keep_until_exit(request_);
+      keep_until_exit(std::move(buffer_));
+      keep_until_exit(std::move(keep_));
     }
   }
 
