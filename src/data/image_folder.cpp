@@ -6,9 +6,12 @@
 #include <png.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include <dirent.h>
@@ -67,16 +70,80 @@ std::vector<std::string> png_files(const std::string& key, const std::string& di
   return out;
 }
 
-// Reads the header of `path` into `image` (begin_read); throws a DataError naming the file.
-void begin_read(const std::string& path, png_image& image) {
-  std::memset(&image, 0, sizeof image);
-  image.version = PNG_IMAGE_VERSION;
-  if (png_image_begin_read_from_file(&image, path.c_str()) == 0) {
-    const std::string message = image.message;
-    png_image_free(&image);
-    throw DataError(fmt::format("{}: cannot read the PNG: {}", path, message));
-  }
+// The bytes of the PNG file `path`; a DataError naming it when it cannot be read.
+std::vector<unsigned char> read_png_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("{}: cannot open the PNG: {}", path, std::strerror(errno)));
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  if (in.bad()) throw DataError(fmt::format("{}: cannot read the PNG", path));
+  return bytes;
 }
+
+uint32_t big_endian_32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+// Walks the chunks of a PNG's bytes before libpng sees them: libpng allocates a chunk's declared
+// length before it reads the chunk, so a truncated file that declares a 1.6 GB zTXt chunk cost
+// 2 GB of memory (a fuzz finding, tests/fuzz/regressions/png_image). Returns the bytes of image
+// data (IDAT) the file holds. A file without PNG's signature is left to libpng's message.
+int64_t checked_idat_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+  static constexpr unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  const auto size = static_cast<int64_t>(bytes.size());
+  if (size < 8 || std::memcmp(bytes.data(), kSignature, 8) != 0) return 0;
+  int64_t idat = 0;
+  for (int64_t at = 8; at + 8 <= size;) {
+    const int64_t length = big_endian_32(&bytes[static_cast<size_t>(at)]);
+    std::string type(reinterpret_cast<const char*>(&bytes[static_cast<size_t>(at) + 4]), 4);
+    for (char& c : type) c = std::isalpha(static_cast<unsigned char>(c)) != 0 ? c : '?';
+    if (length > 0x7fffffff || at + 12 + length > size) {
+      throw DataError(fmt::format(
+          "{}: cannot read the PNG: its chunk '{}' at byte {} declares {} bytes, past the end of "
+          "the file ({} bytes): the file is truncated or corrupt",
+          path, type, at, length, size));
+    }
+    if (type == "IDAT") idat += length;
+    if (type == "IEND") break;
+    at += 12 + length;
+  }
+  return idat;
+}
+
+// A PNG read through libpng's simplified API from its bytes in memory, the chunks checked first
+// (checked_idat_bytes) and the header's size against what the image data can hold: deflate expands
+// at most 1,032-fold, and a pixel of 1 bit becomes 3 bytes of RGB (24-fold), so a header that
+// promises more than 24 x 1,032 x its IDAT bytes (and 1 MiB) is refused before the pixels are
+// allocated. Throws DataError naming the file.
+class PngRead {
+ public:
+  explicit PngRead(const std::string& path) : bytes_(read_png_file(path)) {
+    const int64_t idat = checked_idat_bytes(path, bytes_);
+    std::memset(&image_, 0, sizeof image_);
+    image_.version = PNG_IMAGE_VERSION;
+    if (png_image_begin_read_from_memory(&image_, bytes_.data(), bytes_.size()) == 0) {
+      const std::string message = image_.message;
+      png_image_free(&image_);
+      throw DataError(fmt::format("{}: cannot read the PNG: {}", path, message));
+    }
+    const auto decoded = int64_t{image_.width} * int64_t{image_.height} * 3;
+    if (decoded > std::max<int64_t>(int64_t{24} * 1032 * idat, int64_t{1} << 20)) {
+      png_image_free(&image_);
+      throw DataError(fmt::format(
+          "{}: cannot read the PNG: its header says {}x{} pixels, more than its {} bytes of "
+          "image data can hold: the file is truncated or corrupt",
+          path, image_.width, image_.height, idat));
+    }
+  }
+  ~PngRead() { png_image_free(&image_); }
+  PngRead(const PngRead&) = delete;
+  PngRead& operator=(const PngRead&) = delete;
+  png_image& image() { return image_; }
+
+ private:
+  std::vector<unsigned char> bytes_;
+  png_image image_;
+};
 
 void check_params(const ImageFolderDataset::Params& p) {
   if (p.scale != 1 && p.scale != 2 && p.scale != 4) {
@@ -104,10 +171,8 @@ ImageFolderDataset::ImageFolderDataset(std::vector<std::string> files, Params pa
   check_params(params_);
   if (files_.empty()) throw DataError("data.path: no .png files");
   for (const auto& f : files_) {
-    png_image image;
-    begin_read(f, image);
-    Image im{f, static_cast<int64_t>(image.width), static_cast<int64_t>(image.height)};
-    png_image_free(&image);
+    PngRead png(f);
+    Image im{f, static_cast<int64_t>(png.image().width), static_cast<int64_t>(png.image().height)};
     if (im.width < params_.patch_size || im.height < params_.patch_size) {
       throw DataError(
           fmt::format("{}: the image is {}x{} pixels, smaller than data.patch_size = {}", f,
@@ -158,22 +223,18 @@ Batch ImageFolderDataset::get(const at::Tensor& indices) const {
     const auto [x0, y0] = crop_origin(i);
     const Image& im = images_[static_cast<size_t>(i / params_.crops_per_image)];
 
-    png_image image;
-    begin_read(im.path, image);
+    PngRead png(im.path);
+    png_image& image = png.image();
     if (static_cast<int64_t>(image.width) != im.width ||
         static_cast<int64_t>(image.height) != im.height) {
-      png_image_free(&image);
       throw DataError(fmt::format("{}: the image changed since it was opened ({}x{}, now {}x{})",
                                   im.path, im.width, im.height, image.width, image.height));
     }
     image.format = PNG_FORMAT_RGB;
     pixels.resize(PNG_IMAGE_SIZE(image));
     if (png_image_finish_read(&image, nullptr, pixels.data(), 0, nullptr) == 0) {
-      const std::string message = image.message;
-      png_image_free(&image);
-      throw DataError(fmt::format("{}: cannot decode the PNG: {}", im.path, message));
+      throw DataError(fmt::format("{}: cannot decode the PNG: {}", im.path, image.message));
     }
-    png_image_free(&image);
 
     // The crop, HWC uint8 -> CHW float in [0, 1].
     at::Tensor whole = at::from_blob(pixels.data(), {im.height, im.width, 3}, at::kByte);

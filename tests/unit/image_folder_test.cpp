@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -306,6 +307,58 @@ TEST(ImageFolder, ErrorsNameTheFileOrKey) {
     EXPECT_NE(message.find("data.patch_size"), std::string::npos) << message;
     message = error_of([&] { data::make_image_dataset(options(dir.path(), 30, 3)); });
     EXPECT_NE(message.find("data.scale"), std::string::npos) << message;
+  }
+}
+
+// The CRC-32 of PNG's chunks (ISO 3309, reflected, polynomial 0xEDB88320) over `bytes`.
+uint32_t png_crc(const std::string& bytes) {
+  uint32_t crc = 0xffffffffu;
+  for (const char ch : bytes) {
+    crc ^= static_cast<unsigned char>(ch);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  return crc ^ 0xffffffffu;
+}
+
+void put_big_endian_32(std::string& bytes, size_t at, uint32_t value) {
+  for (int k = 0; k < 4; ++k) bytes[at + k] = static_cast<char>((value >> (24 - 8 * k)) & 0xff);
+}
+
+// libpng allocates what a chunk declares before reading it, and the pixels the header promises
+// before decoding them: a 49-byte file that declared a 1.6 GB zTXt chunk took 2 GB (the fuzz
+// finding in tests/fuzz/regressions/png_image), and a header of 60000 x 60000 pixels over 40 x 40
+// pixels' data would take 10 GB in get(). Both are refused on open, naming the file.
+TEST(ImageFolder, ChunksPastTheEndAndSizesTheDataCannotHoldAreRefusedOnOpen) {
+  {
+    test::TempDir dir;
+    write_coordinate_png(dir.file("a.png"), 40, 40);
+    // The finding without its first byte (the fuzz target's settings): an 8 x 8 RGB header, then
+    // a zTXt chunk of 0x63616368 bytes cut after its type, then an IDAT cut the same way.
+    const unsigned char cut[] = {0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00,
+                                 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00, 0x08,
+                                 0x00, 0x00, 0x00, 0x08, 0x08, 0x02, 0x00, 0x00, 0x00, 0x4b,
+                                 0x6d, 0x29, 0xdc, 0x63, 0x61, 0x63, 0x68, 0x7a, 0x54, 0x58,
+                                 0x74, 0x00, 0x00, 0x00, 0xd3, 0x49, 0x44, 0x41, 0x54};
+    write_bytes(dir.file("cut.png"), std::string(reinterpret_cast<const char*>(cut), sizeof cut));
+    const std::string message = error_of([&] { data::make_image_dataset(options(dir.path(), 4)); });
+    EXPECT_NE(message.find(dir.file("cut.png")), std::string::npos) << message;
+    EXPECT_NE(message.find("chunk 'zTXt' at byte 33 declares 1667326824 bytes"), std::string::npos)
+        << message;
+  }
+  {
+    test::TempDir dir;
+    write_coordinate_png(dir.file("a.png"), 40, 40);
+    std::ifstream in(dir.file("a.png"), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(bytes.substr(12, 4), "IHDR");
+    put_big_endian_32(bytes, 16, 60000);  // width and height, then IHDR's CRC over type and data
+    put_big_endian_32(bytes, 20, 60000);
+    put_big_endian_32(bytes, 29, png_crc(bytes.substr(12, 17)));
+    write_bytes(dir.file("huge.png"), bytes);
+    const std::string message =
+        error_of([&] { data::make_image_dataset(options(dir.path(), 16)); });
+    EXPECT_NE(message.find(dir.file("huge.png")), std::string::npos) << message;
+    EXPECT_NE(message.find("60000x60000 pixels"), std::string::npos) << message;
   }
 }
 
