@@ -1055,28 +1055,28 @@ PY
   progress_bar)
     # log.progress auto: a live bar on a terminal (a pseudo-terminal from util-linux's script),
     # none in a redirected log, whose step lines carry the ETA instead.
-    prog=("${quick[@]}" --set train.steps=200 --set log.every=50)
-    frame=$'\r\e\\[K *[0-9]+/200 \\|'  # barkeep's redraw: back to column 0, clear, "N/200 |"
+    prog=("${quick[@]}" --set train.steps=100 --set log.every=25)
+    frame=$'\r\e\\[K *[0-9]+/100 \\|'  # barkeep's redraw: back to column 0, clear, "N/100 |"
     frames() { grep -aoE "$frame" "$1" | wc -l; }
     echo "+ script -q -e -c '$trainer ${prog[*]}' /dev/null"
     script -q -e -c "$(printf '%q ' "$trainer" "${prog[@]}")" /dev/null </dev/null >"$out" 2>&1; rc=$?
     expect_rc 0
     n=$(frames "$out"); echo "terminal: $n frames of the bar"
     [ "$n" -ge 3 ] || fail "expected the bar redrawn at least 3 times on a terminal, found $n frames"
-    expect_grep $'\r\e\\[K200/200 \\|(█){30}\\| [0-9.]+ samples/s  loss [0-9.]+  eta 0s'
-    expect_grep "step +200/200 .* eta 0s"  # the step lines stay, above the bar
+    expect_grep $'\r\e\\[K100/100 \\|(█){30}\\| [0-9.]+ samples/s  loss [0-9.]+  eta 0s'
+    expect_grep "step +100/100 .* eta 0s"  # the step lines stay, above the bar
     run "$trainer" "${prog[@]}"
     expect_rc 0
     ! grep -q $'\r' "$out" || fail "the redirected log has carriage returns (a bar's redraws)"
     expect_no_grep "█"
-    expect_grep "step +100/200 .* rss [0-9]+ MiB eta [0-9hms]+$"; expect_grep "step +200/200 .* eta 0s$"
+    expect_grep "step +50/100 .* rss [0-9]+ MiB eta [0-9hms]+$"; expect_grep "step +100/100 .* eta 0s$"
     run "$trainer" "${prog[@]}" --set log.progress=off
-    expect_rc 0; expect_grep "step +200/200 "; expect_no_grep " eta "
+    expect_rc 0; expect_grep "step +100/100 "; expect_no_grep " eta "
     # Under mpirun a rank's stderr is a pipe: auto gives lines. log.progress: bar draws anyway,
     # on rank 0 only (mpirun's --output-filename keeps each rank's output apart).
     echo "+ script -q -e -c 'mpirun -np 2 $trainer ${prog[*]}' /dev/null"
     script -q -e -c "$(printf '%q ' mpirun -np 2 "$trainer" "${prog[@]}")" /dev/null </dev/null >"$out" 2>&1; rc=$?
-    expect_rc 0; expect_grep "step +200/200 .* eta 0s"
+    expect_rc 0; expect_grep "step +100/100 .* eta 0s"
     [ "$(frames "$out")" = 0 ] || fail "auto drew a bar under mpirun, whose ranks' stderr is a pipe"
     echo "+ script -q -e -c 'mpirun -np 2 --output-filename $work/ranks $trainer ${prog[*]} --set log.progress=bar' /dev/null"
     script -q -e -c "$(printf '%q ' mpirun -np 2 --output-filename "$work/ranks" "$trainer" "${prog[@]}" \
