@@ -156,6 +156,8 @@ void Reader::check_model(const Json& model) const {
   }
 }
 
+constexpr int64_t kMaxTokenId = int64_t{1} << 22;  // 4,194,304 ids: 16 x the largest vocabulary
+
 void Reader::read_vocab(const Json& vocab, BpeSpec& spec) {
   if (!vocab.is_object()) throw error("model.vocab is not an object of token -> id");
   for (const auto& [token, id_json] : vocab.items()) {
@@ -163,6 +165,14 @@ void Reader::read_vocab(const Json& vocab, BpeSpec& spec) {
       throw error(fmt::format("model.vocab[\"{}\"]: the id is not a non-negative integer", token));
     }
     const int64_t id = id_json.get<int64_t>();
+    // The table is indexed by id (holes are allowed: a vocabulary may skip ids), so an id is
+    // bounded before the table grows to it: a fuzz finding's id of 1.3e18 asked for as many
+    // entries. The largest vocabularies are about 2^18 (Gemma 3's 262,144).
+    if (id >= kMaxTokenId) {
+      throw error(fmt::format("model.vocab[\"{}\"]: id {} is past the largest the trainer reads "
+                              "({}: no tokenizer has that many tokens)",
+                              token, id, kMaxTokenId - 1));
+    }
     vocab_[token] = id;
     if (static_cast<size_t>(id) >= spec.tokens.size())
       spec.tokens.resize(static_cast<size_t>(id) + 1);
