@@ -61,7 +61,5 @@ else
   export UBSAN_OPTIONS="suppressions=$supp/ubsan.supp:print_stacktrace=1"
 fi
 # The tests of scripts/ (*_py) run Python alone, with nothing of ours to instrument.
-# -FA: not the build tests (tests/CMakeLists.txt), which would build the whole directory: the
-# targets above are what these tiers run.
 exec ctest --test-dir "$build" --output-on-failure -j "${TEST_JOBS:-$(nproc)}" -L 'unit|mpi' \
-  -E '_py$' -FA '^(built|trainer_built)$' "$@"
+  -E '_py$' "$@"

@@ -2,10 +2,7 @@
 # Bootstrap, then the whole test suite. Extra arguments go to ctest (e.g. -L unit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# The Python packages and tools the tests and the lint use, and the trainer binary. The rest of the
-# build (the test binaries, the benchmarks) is the suite's first test, `build_tests`, beside which
-# the slurm cases start (tests/CMakeLists.txt; docs/DESIGN.md, "Where the suite's time goes").
-scripts/bootstrap.sh --dev trainer
+scripts/bootstrap.sh --dev  # the build, and the Python packages and tools the tests and the lint use
 # The `slurm` tests run jobs on a real SLURM on this machine (one node, and two nodes in namespaces
 # of their own); as root, scripts/local-slurm.sh installs and starts it here (Debian packages
 # slurm-wlm, munge, libpmix-dev; /etc/slurm/slurm.conf, /var/lib/slurm, /var/log/slurm; the
