@@ -357,8 +357,16 @@ void Reader::read_decoder(const Json& d, BpeSpec& spec, const std::string& where
   } else if (type == "ByteFallback" || type == "Fuse") {
     step.kind = type == "Fuse" ? Kind::kFuse : Kind::kByteFallback;
   } else if (type == "Strip") {
-    step = {Kind::kStrip, one_character(d, "content", where), "", d.value("start", size_t{0}),
-            d.value("stop", size_t{0})};
+    // Absent is 0; a number that is not a non-negative integer is refused by name (a fuzz
+    // finding: 3.3e98, whose conversion to size_t is undefined behaviour).
+    const auto count = [&](const char* key) {
+      const Json v = d.value(key, Json(0u));
+      if (!v.is_number_unsigned()) {
+        throw error(fmt::format("{}.{}: {} is not a non-negative integer", where, key, v.dump()));
+      }
+      return v.get<size_t>();
+    };
+    step = {Kind::kStrip, one_character(d, "content", where), "", count("start"), count("stop")};
   } else if (type == "Metaspace") {
     const BpeSpec::Split s = read_metaspace(d, where);
     step = {Kind::kMetaspace, s.space_as, "", s.prefix.empty() ? size_t{0} : size_t{1}};

@@ -287,6 +287,15 @@ TEST(TokenizerJsonRefusal, SentencePieceStepsNotReadNameTheirKey) {
                    "split": "yes"}, )" +
                      decoder + "}",
                  "type must be boolean");
+  // Strip's counts: a float past any size_t (a fuzz finding, tests/fuzz/regressions/
+  // tokenizer_json: undefined behaviour in the conversion) and a negative number, by name.
+  for (const std::string start : {"3.3e98", "-1"}) {
+    expect_refused(f,
+                   "{" + model + R"(, "decoder": {"type": "Sequence", "decoders": [
+                     {"type": "Strip", "content": " ", "start": )" +
+                       start + R"(, "stop": 0}]}})",
+                   "decoder.decoders[0].start: " + start.substr(0, 2));
+  }
 }
 
 TEST(ChooseTokenizer, AutoTakesTheTokenizerJsonBesideInitFromElseGoesByVocabSize) {
