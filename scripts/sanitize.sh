@@ -25,7 +25,7 @@ shift
 supp=$PWD/scripts/sanitizers
 # The test binaries of the unit and mpi tiers (tests/unit, tests/mpi); not the trainer binary,
 # which only the e2e tier runs.
-targets=(unit_tests hf_gpt2_tests llama_tests llama_kin_tests mpi_tests)
+targets=(unit_tests hf_gpt2_tests llama_tests llama_kin_tests preference_tests mpi_tests)
 # Warnings are not errors here, in CI either: GCC warns of false -Wmaybe-uninitialized in
 # libstdc++'s headers (<regex>'s std::function) only under -fsanitize=address. The normal build
 # keeps the project warning-free.
