@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <stdexcept>
 
 #include <dirent.h>
@@ -70,32 +69,34 @@ std::vector<std::string> png_files(const std::string& key, const std::string& di
   return out;
 }
 
-// The bytes of the PNG file `path`; a DataError naming it when it cannot be read.
-std::vector<unsigned char> read_png_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(fmt::format("{}: cannot open the PNG: {}", path, std::strerror(errno)));
-  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)),
-                                   std::istreambuf_iterator<char>());
-  if (in.bad()) throw DataError(fmt::format("{}: cannot read the PNG", path));
-  return bytes;
-}
-
 uint32_t big_endian_32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-// Walks the chunks of a PNG's bytes before libpng sees them: libpng allocates a chunk's declared
-// length before it reads the chunk, so a truncated file that declares a 1.6 GB zTXt chunk cost
-// 2 GB of memory (a fuzz finding, tests/fuzz/regressions/png_image). Returns the bytes of image
-// data (IDAT) the file holds. A file without PNG's signature is left to libpng's message.
-int64_t checked_idat_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+// Walks the chunk headers of the PNG file `path` (8 bytes each, a seek past each chunk's data)
+// before libpng reads it: libpng allocates a chunk's declared length before it reads the chunk,
+// so a truncated file that declares a 1.6 GB zTXt chunk cost 2 GB of memory (a fuzz finding,
+// tests/fuzz/regressions/png_image). Returns the bytes of image data (IDAT) the file holds. A
+// file without PNG's signature is left to libpng's message.
+int64_t checked_idat_bytes(const std::string& path) {
   static constexpr unsigned char kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  const auto size = static_cast<int64_t>(bytes.size());
-  if (size < 8 || std::memcmp(bytes.data(), kSignature, 8) != 0) return 0;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw DataError(fmt::format("{}: cannot open the PNG: {}", path, std::strerror(errno)));
+  const auto size = static_cast<int64_t>(in.tellg());
+  unsigned char head[8];
+  in.seekg(0);
+  if (size < 8 || !in.read(reinterpret_cast<char*>(head), 8) ||
+      std::memcmp(head, kSignature, 8) != 0) {
+    return 0;
+  }
   int64_t idat = 0;
   for (int64_t at = 8; at + 8 <= size;) {
-    const int64_t length = big_endian_32(&bytes[static_cast<size_t>(at)]);
-    std::string type(reinterpret_cast<const char*>(&bytes[static_cast<size_t>(at) + 4]), 4);
+    in.seekg(at);
+    if (!in.read(reinterpret_cast<char*>(head), 8)) {
+      throw DataError(fmt::format("{}: cannot read the PNG at byte {}", path, at));
+    }
+    const int64_t length = big_endian_32(head);
+    std::string type(reinterpret_cast<const char*>(head + 4), 4);
     for (char& c : type) c = std::isalpha(static_cast<unsigned char>(c)) != 0 ? c : '?';
     if (length > 0x7fffffff || at + 12 + length > size) {
       throw DataError(fmt::format(
@@ -110,18 +111,18 @@ int64_t checked_idat_bytes(const std::string& path, const std::vector<unsigned c
   return idat;
 }
 
-// A PNG read through libpng's simplified API from its bytes in memory, the chunks checked first
-// (checked_idat_bytes) and the header's size against what the image data can hold: deflate expands
-// at most 1,032-fold, and a pixel of 1 bit becomes 3 bytes of RGB (24-fold), so a header that
-// promises more than 24 x 1,032 x its IDAT bytes (and 1 MiB) is refused before the pixels are
-// allocated. Throws DataError naming the file.
+// A PNG read through libpng's simplified API, the chunks checked first (checked_idat_bytes) and
+// the header's size against what the image data can hold: deflate expands at most 1,032-fold,
+// and a pixel of 1 bit becomes 3 bytes of RGB (24-fold), so a header that promises more than
+// 24 x 1,032 x its IDAT bytes (and 1 MiB) is refused before the pixels are allocated. Throws
+// DataError naming the file.
 class PngRead {
  public:
-  explicit PngRead(const std::string& path) : bytes_(read_png_file(path)) {
-    const int64_t idat = checked_idat_bytes(path, bytes_);
+  explicit PngRead(const std::string& path) {
+    const int64_t idat = checked_idat_bytes(path);
     std::memset(&image_, 0, sizeof image_);
     image_.version = PNG_IMAGE_VERSION;
-    if (png_image_begin_read_from_memory(&image_, bytes_.data(), bytes_.size()) == 0) {
+    if (png_image_begin_read_from_file(&image_, path.c_str()) == 0) {
       const std::string message = image_.message;
       png_image_free(&image_);
       throw DataError(fmt::format("{}: cannot read the PNG: {}", path, message));
@@ -141,7 +142,6 @@ class PngRead {
   png_image& image() { return image_; }
 
  private:
-  std::vector<unsigned char> bytes_;
   png_image image_;
 };
 
