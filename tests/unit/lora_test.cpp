@@ -19,6 +19,7 @@
 #include "models/llama/llama.h"
 #include "odd_llama.h"
 #include "reference_harness.h"
+#include "train/precision.h"
 
 namespace TRAINER_UNITY_ID {
 
@@ -201,6 +202,61 @@ TEST(Lora, CheckpointedActivationsGiveTheSameAdapterGradients) {
   for (size_t i = 0; i < plain.size(); ++i) {
     EXPECT_GT(plain[i].abs().max().item<double>(), 0.0) << i;
     EXPECT_TRUE(at::allclose(checkpointed[i], plain[i], 1e-5, 1e-7)) << i;
+  }
+}
+
+// The loss and the adapters' gradients of one LoRA model (seed 12, B away from zero), with
+// `dropout` on the adapters' input, in training; under bf16 autocast when `bf16`.
+template <class M, class O>
+std::vector<at::Tensor> lora_loss_and_gradients(const O& options, LoraOptions l, double dropout,
+                                                bool bf16 = false) {
+  at::manual_seed(12);
+  M model(options);
+  l.dropout = dropout;
+  model.add_lora(l);
+  randomize_b(model);
+  model.train();
+  const at::Tensor tokens = at::randint(0, 50, {2, 12}, at::kLong);
+  at::Tensor loss;
+  {
+    train::AutocastScope autocast(c10::Device(c10::kCPU),
+                                  bf16 ? train::Precision::kBf16 : train::Precision::kFp32);
+    loss = model.loss(tokens, at::roll(tokens, -1, 1));
+  }
+  loss.backward();
+  std::vector<at::Tensor> out{loss.detach()};
+  for (const auto& p : model.parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+
+// With dropout in training, each adapter's middle goes through its own mask and autograd takes
+// the rest (Projection::forward's second path): at a rate too small to drop anything, the loss
+// and every adapter's gradient are the fused path's (LoraAddmm, which the twin above checks), with
+// every target, and with q and v adapted on the fused qkv and k not (B padded onto their rows).
+TEST(Lora, TheDropoutPathGivesTheFusedPathsLossAndGradients) {
+  for (const auto& targets :
+       {kLlamaTargets, std::vector<std::string>{"v_proj", "q_proj", "down_proj"}}) {
+    const LoraOptions l = lora(4, targets);
+    const auto fused = lora_loss_and_gradients<Llama>(llama_options(), l, 0.0);
+    const auto dropped = lora_loss_and_gradients<Llama>(llama_options(), l, 1e-12);
+    ASSERT_EQ(fused.size(), dropped.size());
+    for (size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_GT(fused[i].abs().max().item<double>(), 0.0) << i;
+      EXPECT_LT(test::relative_error(dropped[i], fused[i]), 1e-6) << i << " of " << targets.size();
+    }
+  }
+}
+
+// GPT-2's projections add a float32 bias to the bfloat16 product under autocast: the adapters add
+// in bfloat16 all the same, and the loss and gradients are float32's within bfloat16's rounding.
+TEST(Lora, GptUnderBf16AutocastGivesTheFloat32LossAndGradients) {
+  const LoraOptions l = lora(4, {"c_attn", "c_proj", "c_fc"});
+  const auto fp32 = lora_loss_and_gradients<Gpt>(gpt_options(), l, 0.0);
+  const auto bf16 = lora_loss_and_gradients<Gpt>(gpt_options(), l, 0.0, /*bf16=*/true);
+  ASSERT_EQ(fp32.size(), bf16.size());
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    EXPECT_EQ(bf16[i].scalar_type(), at::kFloat) << i;
+    EXPECT_LT(test::relative_error(bf16[i], fp32[i]), 5e-2) << i;
   }
 }
 
