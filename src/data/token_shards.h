@@ -6,7 +6,7 @@
 // bytes are a magic (a flat shard would have to start with the token pair 41720, 308 or 55713,
 // 308); a flat file is uint16. Validated on open: an empty file, an odd byte count, a header with
 // another version or a token count that disagrees with the file's size, and a token id at or
-// above vocab_size (Note [Token ids checked at open] in token_shards.cpp: one vectorised pass per
+// above vocab_size (Note [Token ids checked at open] in token_shard.cpp: one vectorised pass per
 // file) are DataErrors naming the file (and byte offset), and so is a split in which no shard
 // holds one window (context + 1 tokens).
 //
@@ -70,6 +70,8 @@
 
 namespace data {
 
+class TokenShard;  // one shard on disk and its sidecars (token_shard.h)
+
 // The input id of a packed window's padding positions (any id below the vocabulary would do: their
 // targets are ignored and they attend only each other).
 inline constexpr int64_t kPadInput = 0;
@@ -101,7 +103,6 @@ class TokenShardDataset final : public Dataset {
   Packing packing_mode() const { return packing_; }  // documents or none
 
  private:
-  struct Shard;
   void open_shards(const std::vector<std::string>& files);
   void resolve_packing(Packing requested);
   void window_unpacked();
@@ -115,7 +116,7 @@ class TokenShardDataset final : public Dataset {
   void fill_sequence(const Piece& piece, int64_t* inputs, int64_t* targets) const;
   Batch get_pairs(const at::Tensor& indices) const;
 
-  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::unique_ptr<TokenShard>> shards_;
   std::vector<int64_t> first_window_;    // unpacked: per shard, the index of its first window
   PackedWindows packed_;                 // documents: each window's pieces
   std::vector<int32_t> window_targets_;  // per window; empty: `context` in every window
