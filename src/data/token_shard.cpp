@@ -189,8 +189,8 @@ void TokenShard::open_docs() {
     } else if (d > 0 && at <= before) {
       problem = fmt::format("is not above the one before ({}): boundaries increase", before);
     } else if (d == documents && at != count) {
-      problem = fmt::format(
-          "is the last, which must be the end of its token shard {} ({} tokens)", path, count);
+      problem = fmt::format("is the last, which must be the end of its token shard {} ({} tokens)",
+                            path, count);
     }
     if (!problem.empty())
       throw DataError(fmt::format("{}: byte offset {}: boundary {} {}", p, offset, at, problem));
@@ -235,10 +235,9 @@ void TokenShard::check_ids(int64_t vocab_size) const {
   if (largest < static_cast<uint64_t>(vocab_size)) return;
   for (int64_t j = 0; j < count; ++j) {
     if (token(j) >= static_cast<uint64_t>(vocab_size)) {
-      throw DataError(
-          fmt::format("{}: byte offset {}: token id {} is not below data.vocab_size = "
-                      "{}",
-                      path, header_bytes + width * j, token(j), vocab_size));
+      throw DataError(fmt::format("{}: byte offset {}: token id {} is not below data.vocab_size = "
+                                  "{}",
+                                  path, header_bytes + width * j, token(j), vocab_size));
     }
   }
 }
