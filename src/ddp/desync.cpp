@@ -337,16 +337,9 @@ void record_outcome(const std::vector<std::optional<RankState>>& answers, int ra
   ExchangeOutcome outcome;
   outcome.ran = true;
   outcome.step = step;
-  int lowest = rank;
   for (int r = 0; r < static_cast<int>(answers.size()); ++r) {
-    if (r == rank) continue;
-    if (answers[r]) {
-      lowest = std::min(lowest, r);
-    } else {
-      outcome.silent.push_back(r);
-    }
+    if (r != rank && !answers[r]) outcome.silent.push_back(r);
   }
-  outcome.lowest_alive = lowest == rank;
   const std::lock_guard lock(g_outcome_mutex);
   g_outcome = std::move(outcome);
 }

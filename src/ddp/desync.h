@@ -131,13 +131,11 @@ std::string diagnose(const Tracker& tracker, const OpRecord& waiting,
                      std::chrono::duration<double> waited) noexcept;
 
 // What this process's last exchange found, for the launcher's failure file
-// (launcher/failure_file.h): the ranks that did not answer, and whether this rank is the lowest of
-// those that took part (itself and the ranks that answered), which writes the file.
+// (launcher/failure_file.h): the ranks that did not answer.
 struct ExchangeOutcome {
   bool ran = false;
   int64_t step = -1;  // the step of the operation that timed out here (-1: during start-up)
   std::vector<int> silent;
-  bool lowest_alive = false;
 };
 ExchangeOutcome last_exchange();
 

@@ -10,6 +10,9 @@
 #include <fstream>
 #include <vector>
 
+#include <unistd.h>
+
+#include "checkpoint/files.h"
 #include "ddp/desync.h"
 #include "ddp/errors.h"
 #include "ddp/gather.h"
@@ -33,6 +36,14 @@ void arm_failure_file(ddp::Communicator& control, int rank, const std::string& h
   g_armed.rank = rank;
   g_armed.dir = checkpoint_dir;
   g_armed.armed = true;
+  // What writers killed by another rank's abort left (nothing of this run writes before it ends).
+  if (rank == 0 && !checkpoint_dir.empty()) {
+    for (const std::string& name : checkpoint::files_in(checkpoint_dir)) {
+      if (name.starts_with("failure.json.") && name.ends_with(".tmp")) {
+        ::unlink((checkpoint_dir + "/" + name).c_str());
+      }
+    }
+  }
 }
 
 std::string write_failure_file(const std::exception& e, int exit_code) noexcept {
@@ -40,7 +51,9 @@ std::string write_failure_file(const std::exception& e, int exit_code) noexcept 
     if (!g_armed.armed || g_armed.dir.empty()) return {};
     if (dynamic_cast<const ddp::CommTimeout*>(&e) == nullptr) return {};
     const ddp::desync::ExchangeOutcome outcome = ddp::desync::last_exchange();
-    if (!outcome.ran || outcome.silent.empty() || !outcome.lowest_alive) return {};
+    // Every rank that took part writes its own finding, not only the lowest: a rank whose
+    // exchange ends first aborts the job, and with it the others, before they write.
+    if (!outcome.ran || outcome.silent.empty()) return {};
     std::vector<std::string> lost_hosts;
     for (const int r : outcome.silent) {
       const std::string& h = r < static_cast<int>(g_armed.hosts.size()) ? g_armed.hosts[r] : "?";
@@ -60,7 +73,8 @@ std::string write_failure_file(const std::exception& e, int exit_code) noexcept 
         {"message", e.what()},
     };
     const std::string path = g_armed.dir + "/failure.json";
-    const std::string tmp = path + fmt::format(".tmp{}", g_armed.rank);
+    // "failure.json.R.tmp": one left by a rank killed while writing is removed by the next run.
+    const std::string tmp = path + fmt::format(".{}.tmp", g_armed.rank);
     {
       std::ofstream out(tmp, std::ios::trunc);
       out << record.dump() << '\n';
