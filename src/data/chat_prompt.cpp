@@ -1,7 +1,6 @@
 #include "data/chat_prompt.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,18 +11,6 @@
 
 namespace data {
 namespace {
-
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-// The folder `path` names, or the folder of the file it names.
-std::string folder_of(const std::string& path) {
-  if (is_directory(path)) return path;
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
 
 std::vector<int64_t> ids_at(const nlohmann::json& j, const char* key, const std::string& path) {
   const auto bad = [&](const std::string& why) {
@@ -83,7 +70,7 @@ std::string find_chat_prompt(const std::string& data_path, const std::string& in
   for (const std::string& where : {data_path, init_from}) {
     if (where.empty()) continue;
     const std::string candidate = folder_of(where) + "/" + kChatPromptName;
-    if (is_file(candidate)) return candidate;
+    if (is_regular_file(candidate)) return candidate;
   }
   return {};
 }

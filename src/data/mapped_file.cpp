@@ -15,7 +15,9 @@
 namespace data {
 
 MappedFile::MappedFile(const std::string& path, const char* what) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever; this way
+  // it opens at once and is refused below. A regular file's mapping ignores the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     throw DataError(fmt::format("{}: cannot open the {}: {}", path, what, std::strerror(errno)));
   }
@@ -44,6 +46,17 @@ MappedFile::~MappedFile() {
 bool is_directory(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool is_regular_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string folder_of(const std::string& path) {
+  if (is_directory(path)) return path;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
 }  // namespace data

@@ -26,7 +26,9 @@ constexpr char kDocsMagic[] = "TRAINDOC";
 constexpr char kPairsMagic[] = "TRAINPAR";
 constexpr uint32_t kSidecarVersion = 1;
 
-bool is_file(const std::string& path) {
+// Whether a sidecar is there: anything but a directory. One that is not a regular file (a FIFO, a
+// device) is opened and refused by MappedFile with an error naming it, not skipped as absent.
+bool sidecar_there(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode);
 }
@@ -149,7 +151,7 @@ void TokenShard::read_header(int32_t magic) {
 // as for the ids; a second one for the offender's offset only when there is one).
 void TokenShard::open_mask() {
   const std::string p = sidecar_path(path, ".mask");
-  if (!is_file(p)) return;
+  if (!sidecar_there(p)) return;
   mask = std::make_unique<MappedFile>(p, "loss mask");
   const int64_t n = sidecar_count(*mask, kMaskMagic, "loss mask");
   if (n != count || mask->bytes() != kSidecarHeaderBytes + n) {
@@ -168,7 +170,7 @@ void TokenShard::open_mask() {
 // NAME.docs, if there: count + 1 offsets from 0 to the shard's end, strictly increasing.
 void TokenShard::open_docs() {
   const std::string p = sidecar_path(path, ".docs");
-  if (!is_file(p)) return;
+  if (!sidecar_there(p)) return;
   docs = std::make_unique<MappedFile>(p, "document boundaries");
   documents = sidecar_count(*docs, kDocsMagic, "document boundaries");
   if (documents < 1 || docs->bytes() != kSidecarHeaderBytes + 8 * (documents + 1)) {
@@ -202,7 +204,7 @@ void TokenShard::open_docs() {
 // are pair p's chosen and rejected sequences), so the boundaries must be there and even.
 void TokenShard::open_pairs() {
   const std::string p = sidecar_path(path, ".pairs");
-  if (!is_file(p)) return;
+  if (!sidecar_there(p)) return;
   const MappedFile header(p, "preference pairs");
   pairs = sidecar_count(header, kPairsMagic, "preference pairs");
   if (docs == nullptr || mask == nullptr) {

@@ -12,10 +12,9 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include <sys/stat.h>
-
 #include "data/errors.h"
 #include "data/gpt2_tokenizer.h"
+#include "data/mapped_file.h"
 
 namespace data {
 namespace {
@@ -568,16 +567,8 @@ std::string builtin_tokenizer_json(const std::string& encoding) {
 
 std::string tokenizer_json_beside(const std::string& init_from) {
   if (init_from.empty()) return "";
-  // POSIX stat, not std::filesystem: the LibTorch wheel's libtorch.so exports its own copies of
-  // some std::filesystem functions (tests/unit/temp_dir.h).
-  struct stat st {};
-  std::string dir = init_from;
-  if (::stat(init_from.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    const size_t slash = init_from.rfind('/');
-    dir = slash == std::string::npos ? "." : init_from.substr(0, slash);
-  }
-  const std::string candidate = dir + "/tokenizer.json";
-  return ::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) ? candidate : "";
+  const std::string candidate = folder_of(init_from) + "/tokenizer.json";
+  return is_regular_file(candidate) ? candidate : "";
 }
 
 }  // namespace data

@@ -6,11 +6,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 #include <numeric>
 #include <random>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/chat_shards.h"
 #include "common/error_of.h"
@@ -328,6 +334,30 @@ TEST(TokenDocuments, DocumentPackingWithoutBoundariesIsRefusedNamingTheKey) {
   EXPECT_THAT(
       error_of([&] { data::TokenShardDataset d({shard}, 1, 100, {}, data::Packing::kDocuments); }),
       HasSubstr("data.packing: documents needs data.context >= 2"));
+}
+
+// A sidecar is there when anything but a directory has its name. A FIFO is refused naming it, at
+// once: opening one for reading waits for a writer, so a reader that did so would hang the run.
+// A directory in a mask's place is no mask: the shard trains without one.
+TEST(TokenDocuments, ASidecarThatIsNoRegularFileIsRefusedAndNeverWaitedOn) {
+  test::TempDir dir;
+  const std::string base = dir.path() + "/train", shard = base + ".bin", mask = base + ".mask";
+  write_chat_shard(base, make_docs({6, 4}));
+  ASSERT_EQ(::unlink(mask.c_str()), 0);
+  ASSERT_EQ(::mkfifo(mask.c_str(), 0600), 0);
+  auto opened = std::async(std::launch::async, [&] {
+    return error_of([&] { data::TokenShardDataset ds({shard}, 4, 100); });
+  });
+  if (opened.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+    ADD_FAILURE() << "opening the shard waits on its FIFO mask " << mask;
+    const int fd = ::open(mask.c_str(), O_WRONLY | O_NONBLOCK);  // the reader may go on
+    if (fd >= 0) ::close(fd);
+  }
+  EXPECT_THAT(opened.get(), HasSubstr(mask + ": not a regular file"));
+  ASSERT_EQ(::unlink(mask.c_str()), 0);
+  ASSERT_EQ(::mkdir(mask.c_str(), 0700), 0);
+  EXPECT_NO_THROW(data::TokenShardDataset({shard}, 4, 100));
+  ::rmdir(mask.c_str());
 }
 
 TEST(TokenDocuments, MalformedMasksAndBoundariesAreNamedWithTheirOffsets) {
