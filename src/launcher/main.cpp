@@ -258,9 +258,13 @@ int train_until_done(Startup& s) {
     // Throughput of the training steps; periodic actions' time is reported apart, per bucket.
     spdlog::info("{}", train::done_line(summary, s.start_step));
   }
+  int signal = 0;
+  if (summary.stopped) {
+    signal = agree_on_stop_signal(*s.control, stop_signal());
+    policy.stopped(signal, summary.steps_done, s.config.train.steps);
+  }
   s.control->barrier("shutdown");
-  return exit_code_after_run(summary.stopped, stop_signal(), summary.steps_done,
-                             s.config.train.steps);
+  return exit_code_after_run(summary.stopped, signal, summary.steps_done, s.config.train.steps);
 }
 
 // --evaluate: the evaluation a run does at train.eval_every, once, on the weights --generate

@@ -1,5 +1,6 @@
 #include "launcher/stop_policy.h"
 
+#include <ATen/ATen.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -29,6 +30,25 @@ bool StopPolicy::stop_requested() {
     }
   }
   return terminate_requested() || (resumable_ && preemption_warned());
+}
+
+void StopPolicy::stopped(int signal, int64_t steps_done, int64_t steps) {
+  if (rank_ != 0 || warned_ || signal != SIGUSR1 || !resumable_ || steps_done >= steps) return;
+  warned_ = true;
+  spdlog::warn("SIGUSR1: preemption warning (it reached other ranks first): stopped after step {} "
+               "with a checkpoint in {} (exit code {}); the requeued job continues from it "
+               "(checkpoint.resume: auto)",
+               steps_done, checkpoint_.dir, 128 + SIGUSR1);
+}
+
+int agree_on_stop_signal(ddp::Communicator& control, int signal) {
+  // Ranked for a maximum: none 0, SIGUSR1 itself, a terminating signal 100 + its number.
+  constexpr int kTerminating = 100;
+  const int mine = signal == 0 || signal == SIGUSR1 ? signal : kTerminating + signal;
+  at::Tensor v = at::tensor({static_cast<double>(mine)}, at::kDouble);
+  control.all_reduce(v, ddp::ReduceOp::kMax, "stop signal");
+  const int agreed = static_cast<int>(v.item<double>());
+  return agreed >= kTerminating ? agreed - kTerminating : agreed;
 }
 
 int exit_code_after_run(bool stopped, int signal, int64_t steps_done, int64_t steps) {

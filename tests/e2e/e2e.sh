@@ -393,6 +393,29 @@ SH
     expect_rc 130
     [ -f "$work/ckpt/final.safetensors" ] || fail "no checkpoint at $work/ckpt/final.safetensors"
     expect_grep "stop requested \(signal\)" ;;
+  usr1_to_one_rank_np2)
+    # The preemption warning reaches rank 1 only (srun passes a signal on to the tasks one by one;
+    # here rank 0 never gets it): the ranks stop together at rank 1's request, rank 0 still says
+    # why, and both end with 138, the code slurm/train.sbatch requeues on (rank 0 ended with 128
+    # before the signal was agreed over the ranks). The requeued run resumes from the checkpoint.
+    echo "+ mpirun -np 2 $trainer ${quick[*]} --set checkpoint.resume=auto (then SIGUSR1 to rank 1)"
+    mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=100000000 --set train.warmup_steps=0 \
+      --set checkpoint.dir="$work/ckpt" --set checkpoint.resume=auto >"$out" 2>&1 &
+    mpirun_pid=$!
+    for _ in $(seq 300); do grep -qE "step +[0-9]+/" "$out" && break; sleep 0.1; done
+    victim=$(rank_pid $mpirun_pid 1)
+    [ -n "$victim" ] || fail "could not find rank 1's process"
+    kill -USR1 "$victim"
+    wait $mpirun_pid; rc=$?
+    expect_rc 138
+    expect_grep "SIGUSR1: preemption warning \(it reached other ranks first\): stopped after step [0-9]+ with a checkpoint in $work/ckpt \(exit code 138\)"
+    expect_no_grep "exited with status 128|exit code 128"
+    [ -f "$work/ckpt/final.safetensors" ] || fail "no checkpoint at $work/ckpt/final.safetensors"
+    at=$(grep -oE "stopped after step [0-9]+" "$out" | grep -oE "[0-9]+$")
+    run mpirun -np 2 "$trainer" "${quick[@]}" --set train.steps=$((at + 10)) --set train.warmup_steps=0 \
+      --set checkpoint.dir="$work/ckpt" --set checkpoint.resume=auto
+    expect_rc 0
+    expect_grep "resumed from $work/ckpt/final.safetensors: $at steps done" ;;
   stalled_rank_times_out)
     # Rank 1 is frozen with SIGSTOP mid-training: the others must end the job, with a message
     # naming the operation and step, within 30 s (ddp.timeout_s: 10), instead of hanging. Their
